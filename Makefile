@@ -1,0 +1,75 @@
+# openstarry: `make run` and `make test` set up everything they need themselves.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+DEPS := $(VENV)/.deps-stamp
+# Serialises builds when several shells build at once.
+LOCK := flock $(CURDIR)/target/.openstarry-build.lock
+SMOKE_VENV := .venv-smoke
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(DEPS): requirements-dev.txt | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+.PHONY: setup
+setup: $(DEPS) ## Create the virtual environment with the test and benchmark tools
+
+.PHONY: dev
+dev: $(DEPS) ## Build the extension in release mode into .venv (editable Python sources)
+	@mkdir -p target
+	$(LOCK) $(VENV)/bin/maturin develop --release --quiet
+
+.PHONY: wheel
+wheel: $(DEPS) ## Build the abi3 wheel (CPython >= 3.10) into dist/
+	@mkdir -p target
+	rm -rf dist
+	$(LOCK) $(VENV)/bin/maturin build --release --out dist --quiet
+
+.PHONY: run
+run: dev ## Set up, then run the ingestion demo on the shipped NDJSON sample
+	$(PY) -m openstarry.demo examples/events.ndjson
+
+.PHONY: test
+test: wheel ## Set up, then run every test: cargo test, pytest against the wheel, and a smoke test in a clean venv
+	cargo test --quiet
+	$(PY) -m pip install --quiet --force-reinstall --no-deps dist/openstarry-*.whl
+	$(PY) -m pytest
+	rm -rf $(SMOKE_VENV)
+	$(PYTHON) -m venv $(SMOKE_VENV)
+	$(SMOKE_VENV)/bin/python -m pip install --quiet --no-deps --no-index dist/openstarry-*.whl
+	$(SMOKE_VENV)/bin/python tests/smoke_wheel.py
+
+.PHONY: bench
+bench: dev ## Run the benchmarks: each openstarry piece beside its pure-Python baseline, as ratios
+	$(PY) -m pytest benches --benchmark-enable --benchmark-only --benchmark-group-by=group --benchmark-columns=min,median,mean,ops -q -p no:randomly
+	$(PY) benches/ratios.py
+
+.PHONY: lint
+lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy --strict, stubtest
+	cargo fmt --check
+	cargo clippy --all-targets -- -D warnings
+	cargo clippy --all-targets --features python -- -D warnings
+	$(VENV)/bin/ruff check python tests benches
+	$(VENV)/bin/ruff format --check python tests benches
+	$(VENV)/bin/mypy
+	$(PY) -m mypy.stubtest openstarry._core
+
+.PHONY: format
+format: $(DEPS) ## Format the Rust and Python sources
+	cargo fmt
+	$(VENV)/bin/ruff format python tests benches
+	$(VENV)/bin/ruff check --fix python tests benches
+
+.PHONY: clean
+clean: ## Remove build outputs and virtual environments
+	rm -rf target dist $(VENV) $(SMOKE_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
+
+.PHONY: help
+help: ## Show this help
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'

@@ -1,0 +1,364 @@
+"""The Rust core of openstarry. Import it as :mod:`openstarry.core`, not from here."""
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Final, Literal, final
+
+__version__: Final[str]
+
+#: Highest (served first) and lowest priorities of an event.
+PRIORITY_HIGHEST: Final[int]
+PRIORITY_LOWEST: Final[int]
+#: Priority given by ``Event.new`` when none is passed.
+DEFAULT_PRIORITY: Final[int]
+#: Default limits applied by the decoders.
+DEFAULT_MAX_BYTES: Final[int]
+DEFAULT_MAX_DEPTH: Final[int]
+
+@final
+class Event:
+    """The spec 002 event envelope: immutable, hashable by id.
+
+    On the wire its fields are ``id``, ``timestamp``, ``traceId``, ``source``,
+    ``sessionId``, ``priority``, ``type``, ``payload`` and, for an event caused
+    by another one, ``parentId``. The event keeps its wire bytes: ``payload`` is
+    decoded from them on first access, and :func:`encode_event` returns them
+    unchanged.
+    """
+
+    def __new__(
+        cls,
+        *,
+        id: str,
+        timestamp: int,
+        trace_id: str,
+        source: str,
+        session_id: str,
+        priority: int,
+        type: str,
+        payload: Any = None,
+        parent_id: str | None = None,
+    ) -> Event:
+        """Build an event from every field, validated as the decoder does."""
+
+    @staticmethod
+    def new(
+        type: str,
+        payload: Any = None,
+        *,
+        source: str,
+        session_id: str,
+        priority: int = 2,
+        trace_id: str | None = None,
+        parent_id: str | None = None,
+    ) -> Event:
+        """A new event with a fresh UUID v4 id, the current time in ms and, unless given, a fresh trace id."""
+
+    def child(
+        self,
+        type: str,
+        payload: Any = None,
+        *,
+        source: str | None = None,
+        priority: int | None = None,
+    ) -> Event:
+        """A new event caused by this one: same trace and session, ``parent_id`` set to this id.
+
+        ``source`` and ``priority`` default to this event's.
+        """
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def timestamp(self) -> int:
+        """Unix time in milliseconds."""
+
+    @property
+    def trace_id(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def priority(self) -> int:
+        """0 (highest, system-critical) to 5 (lowest, background)."""
+
+    @property
+    def type(self) -> str:
+        """``NAMESPACE:NAME``, such as ``INPUT:USER_MESSAGE``."""
+
+    @property
+    def parent_id(self) -> str | None:
+        """The id of the event that caused this one, or ``None``."""
+
+    @property
+    def payload(self) -> Any:
+        """The payload, decoded from its JSON on first access and then cached.
+
+        The cached object is shared by every access: mutating it does not change
+        the event's wire bytes.
+        """
+
+    @property
+    def payload_json(self) -> bytes:
+        """The payload's raw JSON, exactly as on the wire."""
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """Wire fields this version does not know, decoded (they are kept on re-encode)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The envelope as a dict with its wire (camelCase) field names."""
+
+    def __hash__(self) -> int: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]: ...
+
+def decode_event(
+    data: bytes | bytearray | memoryview, *, max_bytes: int = ..., max_depth: int = ...
+) -> Event:
+    """Decode and validate one JSON envelope.
+
+    Raises:
+        openstarry.errors.DecodeError: naming the field or the byte offset.
+    """
+
+def encode_event(event: Event) -> bytes:
+    """The event's wire bytes; for a decoded event, the very bytes it came from."""
+
+@final
+class ToolCall:
+    """An agent's intent to run a tool (spec 000 section 3A). Wire name ``toolCall``."""
+
+    def __new__(cls, name: str, args: Any = None, id: str | None = None) -> ToolCall:
+        """``args`` defaults to ``{}``; a JSON string is parsed; a missing ``id`` gets a UUID v4."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def args(self) -> Any: ...
+    def __eq__(self, other: object) -> bool: ...
+
+@final
+class ContentSegment:
+    """One part of a provider response (spec 000 section 3B)."""
+
+    def __new__(
+        cls,
+        type: Literal["text", "image", "audio", "video", "ui", "tool_call"],
+        *,
+        text: str | None = None,
+        data: str | None = None,
+        mime_type: str | None = None,
+        tool_call: ToolCall | None = None,
+        ui: Any = None,
+    ) -> ContentSegment:
+        """Raises ``ValueError`` when the type's required field is missing."""
+
+    @property
+    def type(self) -> str: ...
+    @property
+    def text(self) -> str | None: ...
+    @property
+    def data(self) -> str | None: ...
+    @property
+    def mime_type(self) -> str | None: ...
+    @property
+    def tool_call(self) -> ToolCall | None: ...
+    @property
+    def ui(self) -> Any: ...
+    def __eq__(self, other: object) -> bool: ...
+
+@final
+class ProviderResponse:
+    """What a provider's ``generate`` returns: ordered segments and metadata."""
+
+    def __new__(
+        cls, segments: Sequence[ContentSegment], metadata: Any = None
+    ) -> ProviderResponse: ...
+    @property
+    def segments(self) -> list[ContentSegment]: ...
+    @property
+    def metadata(self) -> Any: ...
+    def __eq__(self, other: object) -> bool: ...
+
+def decode_response(
+    data: bytes | bytearray | memoryview, *, max_bytes: int = ..., max_depth: int = ...
+) -> ProviderResponse:
+    """Decode and validate a JSON ``ProviderResponse``."""
+
+def encode_response(response: ProviderResponse) -> bytes:
+    """Encode a ``ProviderResponse`` to JSON with the spec's wire field names."""
+
+@final
+class EventQueue:
+    """A thread-safe priority queue: priorities 0..5, 0 served first, FIFO within a priority.
+
+    Six FIFO lanes and a bitmask of the non-empty ones make push and pop O(1).
+    """
+
+    def __new__(
+        cls,
+        capacity: int | None = None,
+        overflow: Literal["reject", "shed"] = "reject",
+        starvation_limit: int | None = None,
+    ) -> EventQueue:
+        """
+        Args:
+            capacity: At most this many items; ``None`` for no bound.
+            overflow: At capacity, ``"reject"`` raises ``QueueFull``; ``"shed"``
+                drops the lowest-priority, newest item (possibly the one being
+                pushed) and returns it from the push.
+            starvation_limit: When set, a non-empty lane that has been passed
+                over by this many consecutive pops is served next (aging).
+        """
+
+    @property
+    def capacity(self) -> int | None: ...
+    @property
+    def overflow(self) -> str: ...
+    @property
+    def starvation_limit(self) -> int | None: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def shed_count(self) -> int:
+        """How many items the ``"shed"`` policy has dropped so far."""
+
+    def push(self, item: Any, priority: int | None = None) -> Any:
+        """Queue ``item``; an ``Event`` takes its own priority when ``priority`` is ``None``.
+
+        Returns:
+            ``None``, or under the ``"shed"`` policy the item dropped to make room.
+
+        Raises:
+            QueueFull: at capacity under the ``"reject"`` policy.
+            QueueClosed: after ``close()``.
+        """
+
+    def push_many(self, items: Iterable[Any], priority: int | None = None) -> list[Any]:
+        """Queue every item in one call (all or nothing under ``"reject"``).
+
+        Returns:
+            The items dropped by the ``"shed"`` policy (empty otherwise).
+        """
+
+    def pop(self, timeout: float | None = None) -> Any:
+        """The next item, or ``None`` when empty.
+
+        With ``timeout`` (seconds, ``math.inf`` for no limit), wait that long for
+        an item with the GIL released. A closed queue still drains.
+        """
+
+    def pop_many(self, n: int, timeout: float | None = None) -> list[Any]:
+        """Up to ``n`` items in priority order; with ``timeout``, wait for the first."""
+
+    def depths(self) -> list[int]:
+        """How many items wait at each priority, 0..5."""
+
+    def close(self) -> None:
+        """Refuse further pushes and wake every waiting pop; what is queued can still be popped."""
+
+    def __len__(self) -> int: ...
+    def __bool__(self) -> bool: ...
+
+@final
+class DedupWindow:
+    """Exact sliding-window de-duplication of event ids.
+
+    An id is a duplicate when it was first seen less than ``window_ms`` ago and
+    is among the last ``max_entries`` ids seen. Canonical UUIDs are held as
+    128-bit integers (case-insensitive); other ids are held whole.
+    """
+
+    def __new__(cls, window_ms: int = 60000, max_entries: int = 1000000) -> DedupWindow: ...
+    @property
+    def window_ms(self) -> int: ...
+    @property
+    def max_entries(self) -> int: ...
+    def check_and_insert(self, id: str, now_ms: int | None = None) -> bool:
+        """True the first time ``id`` is seen within the window (keep it), False for a duplicate.
+
+        ``now_ms`` defaults to the wall clock; time that goes backwards counts as
+        no time passing.
+        """
+
+    def check_and_insert_many(self, ids: Iterable[str], now_ms: int | None = None) -> list[bool]:
+        """``check_and_insert`` for each id in order, in one call."""
+
+    def __contains__(self, id: object) -> bool:
+        """Whether ``id`` is in the window (without inserting it or expiring anything)."""
+
+    def expire(self, now_ms: int | None = None) -> int:
+        """Drop the entries older than the window; returns how many were dropped."""
+
+    def clear(self) -> None: ...
+    def memory_usage(self) -> int:
+        """Bytes held by the window's tables."""
+
+    def snapshot(self) -> bytes:
+        """The window's state as bytes, for :meth:`restore`."""
+
+    @staticmethod
+    def restore(data: bytes) -> DedupWindow:
+        """A window from :meth:`snapshot` bytes.
+
+        Raises:
+            openstarry.errors.DecodeError: for bytes that are not a snapshot.
+        """
+
+    def __len__(self) -> int: ...
+
+@final
+class IngestResult:
+    """What one :meth:`Ingestor.ingest` call did."""
+
+    @property
+    def accepted(self) -> int:
+        """Events decoded, new, and queued."""
+
+    @property
+    def duplicates(self) -> int:
+        """Valid events dropped as already seen within the window."""
+
+    @property
+    def invalid(self) -> list[tuple[int, str]]:
+        """(line index, message) for each line that could not be decoded."""
+
+    @property
+    def rejected(self) -> list[int]:
+        """Line indexes of valid, new events the queue refused (full, ``"reject"`` policy, or closed).
+
+        They are not recorded in the dedup window, so a retry is not a duplicate.
+        """
+
+    @property
+    def shed(self) -> list[Any]:
+        """Items the queue dropped under the ``"shed"`` policy to make room."""
+
+@final
+class Ingestor:
+    """Bytes to queue in one call: decode, validate, de-duplicate, enqueue."""
+
+    def __new__(
+        cls,
+        queue: EventQueue,
+        dedup: DedupWindow | None = None,
+        *,
+        max_line_bytes: int = ...,
+        max_depth: int = ...,
+    ) -> Ingestor: ...
+    @property
+    def queue(self) -> EventQueue: ...
+    @property
+    def dedup(self) -> DedupWindow | None: ...
+    def ingest(
+        self, data: bytes | bytearray | memoryview | Sequence[bytes], now_ms: int | None = None
+    ) -> IngestResult:
+        """Ingest NDJSON bytes (one envelope a line) or a sequence of byte strings.
+
+        Every valid line is ingested even when other lines are invalid. A
+        ``\\r\\n`` line ending is accepted; the empty piece after a final newline
+        is not a line; any other empty line is reported invalid.
+        """

@@ -1,0 +1,81 @@
+//! One error enum, mapped once to the exception classes of `openstarry.errors`.
+//!
+//! The classes are defined in Python so users can catch them without touching the
+//! extension; they are imported on first use and cached.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyType};
+
+use crate::json::JsonError;
+
+/// Every error the core raises into Python.
+#[derive(Debug)]
+pub enum CoreError {
+    /// Invalid wire bytes: `openstarry.errors.DecodeError`.
+    Decode(JsonError),
+    /// A bounded queue under the `"reject"` policy is full.
+    QueueFull,
+    /// The queue was closed.
+    QueueClosed,
+    /// A bad argument value (`ValueError`).
+    Value(String),
+    /// A bad argument type (`TypeError`).
+    Type(String),
+}
+
+static DECODE_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static QUEUE_FULL: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static QUEUE_CLOSED: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+fn error_class<'py>(
+    py: Python<'py>,
+    cell: &'static PyOnceLock<Py<PyType>>,
+    name: &str,
+) -> PyResult<&'py Bound<'py, PyType>> {
+    cell.import(py, "openstarry.errors", name)
+}
+
+impl From<CoreError> for PyErr {
+    fn from(err: CoreError) -> PyErr {
+        Python::attach(|py| match err {
+            CoreError::Decode(e) => decode_error(py, &e),
+            CoreError::QueueFull => match error_class(py, &QUEUE_FULL, "QueueFull") {
+                Ok(cls) => PyErr::from_type(cls.clone(), "the queue is full"),
+                Err(e) => e,
+            },
+            CoreError::QueueClosed => match error_class(py, &QUEUE_CLOSED, "QueueClosed") {
+                Ok(cls) => PyErr::from_type(cls.clone(), "the queue is closed"),
+                Err(e) => e,
+            },
+            CoreError::Value(msg) => PyValueError::new_err(msg),
+            CoreError::Type(msg) => PyTypeError::new_err(msg),
+        })
+    }
+}
+
+impl From<JsonError> for CoreError {
+    fn from(e: JsonError) -> Self {
+        CoreError::Decode(e)
+    }
+}
+
+impl From<JsonError> for PyErr {
+    fn from(e: JsonError) -> Self {
+        CoreError::Decode(e).into()
+    }
+}
+
+/// Build `DecodeError(message, field=..., offset=...)`.
+fn decode_error(py: Python<'_>, e: &JsonError) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let cls = error_class(py, &DECODE_ERROR, "DecodeError")?;
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("field", e.field.as_deref())?;
+        kwargs.set_item("offset", e.offset)?;
+        let instance = cls.call((e.to_string(),), Some(&kwargs))?;
+        Ok(PyErr::from_value(instance))
+    };
+    build().unwrap_or_else(|err| err)
+}
