@@ -1,0 +1,428 @@
+//! The spec 002 event envelope: decoding to an index of spans over the wire
+//! bytes, validation of the header fields, and encoding.
+//!
+//! An envelope is kept as its wire bytes plus an [`EnvelopeIndex`]; nothing is
+//! copied or decoded until asked for, and an envelope that was not changed
+//! encodes to the very bytes it came from.
+
+use crate::json::{write_str, JsonError, Kind, Limits, Scanner, Span};
+
+/// The eight event types of spec 002.
+pub const SPEC_TYPES: [&str; 8] = [
+    "INPUT:USER_MESSAGE",
+    "INPUT:SYSTEM_COMMAND",
+    "INPUT:SIGNAL",
+    "KERNEL:TICK_START",
+    "KERNEL:STATE_CHANGE",
+    "KERNEL:ERROR",
+    "EXEC:TOOL_CALL",
+    "EXEC:TOOL_RESULT",
+];
+
+/// Lowest priority number (served last). Priority 0 is served first.
+pub const LOWEST_PRIORITY: u8 = 5;
+
+/// Where each field of a decoded envelope lies in its wire bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvelopeIndex {
+    pub id: Span,
+    pub timestamp: i64,
+    pub trace_id: Span,
+    pub source: Span,
+    pub session_id: Span,
+    pub priority: u8,
+    pub type_: Span,
+    /// Byte range of the payload's raw JSON.
+    pub payload: (usize, usize),
+    pub parent_id: Option<Span>,
+    /// Fields this version does not know: the key and the raw value's byte range.
+    pub extra: Vec<(Span, (usize, usize))>,
+}
+
+const F_ID: u16 = 1;
+const F_TIMESTAMP: u16 = 1 << 1;
+const F_TRACE: u16 = 1 << 2;
+const F_SOURCE: u16 = 1 << 3;
+const F_SESSION: u16 = 1 << 4;
+const F_PRIORITY: u16 = 1 << 5;
+const F_TYPE: u16 = 1 << 6;
+const F_PAYLOAD: u16 = 1 << 7;
+const F_PARENT: u16 = 1 << 8;
+const REQUIRED: [(u16, &str); 8] = [
+    (F_ID, "id"),
+    (F_TIMESTAMP, "timestamp"),
+    (F_TRACE, "traceId"),
+    (F_SOURCE, "source"),
+    (F_SESSION, "sessionId"),
+    (F_PRIORITY, "priority"),
+    (F_TYPE, "type"),
+    (F_PAYLOAD, "payload"),
+];
+
+/// Decode and validate one envelope.
+pub fn decode(buf: &[u8], limits: &Limits) -> Result<EnvelopeIndex, JsonError> {
+    let mut s = Scanner::new(buf, limits)?;
+    let kind = s.peek_kind()?;
+    if kind != Kind::Object {
+        return Err(JsonError::at(s.pos(), format!("an event must be a JSON object, found {}", kind.name())));
+    }
+    s.begin_object()?;
+    let mut seen: u16 = 0;
+    let mut idx = EnvelopeIndex {
+        id: Span::default(),
+        timestamp: 0,
+        trace_id: Span::default(),
+        source: Span::default(),
+        session_id: Span::default(),
+        priority: 0,
+        type_: Span::default(),
+        payload: (0, 0),
+        parent_id: None,
+        extra: Vec::new(),
+    };
+    let mut first = true;
+    while let Some(key) = s.next_key(first)? {
+        first = false;
+        let name = key.as_str(buf);
+        let flag = match name.as_ref() {
+            "id" => F_ID,
+            "timestamp" => F_TIMESTAMP,
+            "traceId" => F_TRACE,
+            "source" => F_SOURCE,
+            "sessionId" => F_SESSION,
+            "priority" => F_PRIORITY,
+            "type" => F_TYPE,
+            "payload" => F_PAYLOAD,
+            "parentId" => F_PARENT,
+            _ => 0,
+        };
+        if flag == 0 {
+            let value = s.skip_value(1)?;
+            if idx.extra.iter().any(|(k, _)| k.as_str(buf) == name) {
+                return Err(JsonError { field: Some(name.into_owned()), ..JsonError::at(key.start - 1, "duplicate field") });
+            }
+            idx.extra.push((key, value));
+            continue;
+        }
+        if seen & flag != 0 {
+            return Err(JsonError { field: Some(name.into_owned()), ..JsonError::at(key.start - 1, "duplicate field") });
+        }
+        seen |= flag;
+        match flag {
+            F_ID => idx.id = nonempty_string(&mut s, "id")?,
+            F_TRACE => idx.trace_id = nonempty_string(&mut s, "traceId")?,
+            F_SOURCE => idx.source = nonempty_string(&mut s, "source")?,
+            F_SESSION => idx.session_id = nonempty_string(&mut s, "sessionId")?,
+            F_PARENT => idx.parent_id = Some(nonempty_string(&mut s, "parentId")?),
+            F_TYPE => {
+                let span = string_field(&mut s, "type")?;
+                let value = span.as_str(buf);
+                if !is_event_type(&value) {
+                    return Err(JsonError {
+                        field: Some("type".into()),
+                        ..JsonError::at(span.start - 1, format!("{value:?} is not NAMESPACE:NAME in capitals"))
+                    });
+                }
+                idx.type_ = span;
+            }
+            F_TIMESTAMP => idx.timestamp = timestamp_field(&mut s)?,
+            F_PRIORITY => idx.priority = priority_field(&mut s)?,
+            _ => idx.payload = s.skip_value(1)?,
+        }
+    }
+    s.finish()?;
+    for (flag, name) in REQUIRED {
+        if seen & flag == 0 {
+            return Err(JsonError::field(name, "missing required field"));
+        }
+    }
+    Ok(idx)
+}
+
+fn type_error(s: &mut Scanner<'_>, field: &str, expected: &str) -> JsonError {
+    let found = s.peek_kind().map_or("invalid JSON", Kind::name);
+    JsonError { field: Some(field.into()), ..JsonError::at(s.pos(), format!("expected {expected}, found {found}")) }
+}
+
+fn string_field(s: &mut Scanner<'_>, field: &str) -> Result<Span, JsonError> {
+    if s.peek_kind()? != Kind::String {
+        return Err(type_error(s, field, "a string"));
+    }
+    s.string()
+}
+
+fn nonempty_string(s: &mut Scanner<'_>, field: &str) -> Result<Span, JsonError> {
+    let at = s.pos();
+    let span = string_field(s, field)?;
+    if span.is_empty() {
+        return Err(JsonError { field: Some(field.into()), ..JsonError::at(at, "must be a non-empty string") });
+    }
+    Ok(span)
+}
+
+fn timestamp_field(s: &mut Scanner<'_>) -> Result<i64, JsonError> {
+    if s.peek_kind()? != Kind::Number {
+        return Err(type_error(s, "timestamp", "an integer (Unix time in ms)"));
+    }
+    let (start, end, integer) = s.number()?;
+    let text = std::str::from_utf8(&s.buf()[start..end]).unwrap_or_default();
+    let value = if integer { text.parse::<i64>().ok() } else { None };
+    match value {
+        Some(v) if v >= 0 => Ok(v),
+        _ => Err(JsonError {
+            field: Some("timestamp".into()),
+            ..JsonError::at(start, format!("expected a non-negative integer (Unix time in ms), found {text}"))
+        }),
+    }
+}
+
+fn priority_field(s: &mut Scanner<'_>) -> Result<u8, JsonError> {
+    if s.peek_kind()? != Kind::Number {
+        return Err(type_error(s, "priority", "an integer 0..5"));
+    }
+    let (start, end, integer) = s.number()?;
+    let text = &s.buf()[start..end];
+    match text {
+        [d @ b'0'..=b'5'] if integer => Ok(d - b'0'),
+        _ => Err(JsonError {
+            field: Some("priority".into()),
+            ..JsonError::at(start, format!("expected an integer 0..5, found {}", String::from_utf8_lossy(text)))
+        }),
+    }
+}
+
+/// Whether `t` is `NAMESPACE:NAME`: capitals, digits and `_`, each part starting with a capital.
+#[must_use]
+pub fn is_event_type(t: &str) -> bool {
+    fn part(p: &str) -> bool {
+        let b = p.as_bytes();
+        !b.is_empty() && b[0].is_ascii_uppercase() && b.iter().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == b'_')
+    }
+    match t.split_once(':') {
+        Some((ns, name)) => part(ns) && part(name),
+        None => false,
+    }
+}
+
+/// Validate a priority given as a number.
+pub fn check_priority(p: i64) -> Result<u8, JsonError> {
+    if (0..=i64::from(LOWEST_PRIORITY)).contains(&p) {
+        Ok(p as u8)
+    } else {
+        Err(JsonError::field("priority", format!("expected an integer 0..5, found {p}")))
+    }
+}
+
+/// The header fields of an envelope to encode.
+#[derive(Debug, Clone, Copy)]
+pub struct Header<'a> {
+    pub id: &'a str,
+    pub timestamp: i64,
+    pub trace_id: &'a str,
+    pub source: &'a str,
+    pub session_id: &'a str,
+    pub priority: u8,
+    pub type_: &'a str,
+    pub parent_id: Option<&'a str>,
+}
+
+impl Header<'_> {
+    /// Check the header as the decoder would.
+    pub fn validate(&self) -> Result<(), JsonError> {
+        for (value, field) in [
+            (self.id, "id"),
+            (self.trace_id, "traceId"),
+            (self.source, "source"),
+            (self.session_id, "sessionId"),
+        ] {
+            if value.is_empty() {
+                return Err(JsonError::field(field, "must be a non-empty string"));
+            }
+        }
+        if self.parent_id == Some("") {
+            return Err(JsonError::field("parentId", "must be a non-empty string"));
+        }
+        if self.timestamp < 0 {
+            return Err(JsonError::field("timestamp", "expected a non-negative integer (Unix time in ms)"));
+        }
+        check_priority(i64::from(self.priority))?;
+        if !is_event_type(self.type_) {
+            return Err(JsonError::field("type", format!("{:?} is not NAMESPACE:NAME in capitals", self.type_)));
+        }
+        Ok(())
+    }
+}
+
+/// Encode an envelope: the header, the payload's raw JSON, then `extra` fields
+/// (key and raw JSON value). The caller guarantees `payload` and the extra
+/// values are valid JSON.
+pub fn encode(h: &Header<'_>, payload: &[u8], extra: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(160 + payload.len() + h.id.len() + h.trace_id.len() + h.source.len() + h.session_id.len());
+    out.extend_from_slice(b"{\"id\":");
+    write_str(&mut out, h.id);
+    out.extend_from_slice(b",\"timestamp\":");
+    out.extend_from_slice(itoa::Buffer::new().format(h.timestamp).as_bytes());
+    out.extend_from_slice(b",\"traceId\":");
+    write_str(&mut out, h.trace_id);
+    out.extend_from_slice(b",\"source\":");
+    write_str(&mut out, h.source);
+    out.extend_from_slice(b",\"sessionId\":");
+    write_str(&mut out, h.session_id);
+    out.extend_from_slice(b",\"priority\":");
+    out.push(b'0' + h.priority);
+    out.extend_from_slice(b",\"type\":");
+    write_str(&mut out, h.type_);
+    out.extend_from_slice(b",\"payload\":");
+    out.extend_from_slice(payload);
+    if let Some(parent) = h.parent_id {
+        out.extend_from_slice(b",\"parentId\":");
+        write_str(&mut out, parent);
+    }
+    for (key, value) in extra {
+        out.push(b',');
+        write_str(&mut out, key);
+        out.push(b':');
+        out.extend_from_slice(value);
+    }
+    out.push(b'}');
+    out
+}
+
+/// A fresh UUID v4 as its canonical hyphenated lowercase string.
+#[must_use]
+pub fn new_uuid() -> String {
+    uuid::Uuid::new_v4().hyphenated().to_string()
+}
+
+/// The current Unix time in milliseconds.
+#[must_use]
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"{"id":"5f0c6f2e-8d1a-4a4b-9a39-0a3c1b2d3e4f","timestamp":1730000000000,"traceId":"t-1","source":"transport-websocket-01","sessionId":"s-1","priority":2,"type":"INPUT:USER_MESSAGE","payload":{"text":"Read the recent system logs","mimeType":"text/plain","metadata":{"platform":"discord"}}}"#;
+
+    fn dec(s: &str) -> Result<EnvelopeIndex, JsonError> {
+        decode(s.as_bytes(), &Limits::default())
+    }
+
+    #[test]
+    fn decodes_the_spec_envelope() {
+        let idx = dec(GOOD).unwrap();
+        let b = GOOD.as_bytes();
+        assert_eq!(idx.id.as_str(b), "5f0c6f2e-8d1a-4a4b-9a39-0a3c1b2d3e4f");
+        assert_eq!(idx.timestamp, 1_730_000_000_000);
+        assert_eq!(idx.trace_id.as_str(b), "t-1");
+        assert_eq!(idx.source.as_str(b), "transport-websocket-01");
+        assert_eq!(idx.session_id.as_str(b), "s-1");
+        assert_eq!(idx.priority, 2);
+        assert_eq!(idx.type_.as_str(b), "INPUT:USER_MESSAGE");
+        assert!(GOOD[idx.payload.0..idx.payload.1].starts_with("{\"text\""));
+        assert_eq!(idx.parent_id, None);
+        assert!(idx.extra.is_empty());
+    }
+
+    #[test]
+    fn keeps_unknown_fields_and_parent() {
+        let s = GOOD[..GOOD.len() - 1].to_string() + r#","parentId":"p","x-extra":[1,2]}"#;
+        let idx = dec(&s).unwrap();
+        assert_eq!(idx.parent_id.unwrap().as_str(s.as_bytes()), "p");
+        assert_eq!(idx.extra.len(), 1);
+        let (k, (a, b)) = idx.extra[0];
+        assert_eq!(k.as_str(s.as_bytes()), "x-extra");
+        assert_eq!(&s[a..b], "[1,2]");
+    }
+
+    #[test]
+    fn rejects_bad_priorities() {
+        for p in ["6", "-1", "\"2\"", "2.5", "2.0", "true", "null", "20", "2e0"] {
+            let s = GOOD.replace("\"priority\":2", &format!("\"priority\":{p}"));
+            let e = dec(&s).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("priority"), "{p}: {e}");
+        }
+        for p in 0..=5 {
+            let s = GOOD.replace("\"priority\":2", &format!("\"priority\":{p}"));
+            assert_eq!(dec(&s).unwrap().priority, p);
+        }
+    }
+
+    #[test]
+    fn rejects_bad_fields() {
+        let cases = [
+            ("\"timestamp\":1730000000000", "\"timestamp\":\"1\"", "timestamp"),
+            ("\"timestamp\":1730000000000", "\"timestamp\":1.5", "timestamp"),
+            ("\"timestamp\":1730000000000", "\"timestamp\":-5", "timestamp"),
+            ("\"traceId\":\"t-1\"", "\"traceId\":\"\"", "traceId"),
+            ("\"source\":\"transport-websocket-01\"", "\"source\":7", "source"),
+            ("\"sessionId\":\"s-1\"", "\"sessionId\":null", "sessionId"),
+            ("\"type\":\"INPUT:USER_MESSAGE\"", "\"type\":\"input:user_message\"", "type"),
+            ("\"type\":\"INPUT:USER_MESSAGE\"", "\"type\":\"INPUT\"", "type"),
+            ("\"type\":\"INPUT:USER_MESSAGE\"", "\"type\":\"INPUT:\"", "type"),
+            ("\"id\":\"5f0c6f2e-8d1a-4a4b-9a39-0a3c1b2d3e4f\"", "\"id\":\"\"", "id"),
+        ];
+        for (from, to, field) in cases {
+            let e = dec(&GOOD.replace(from, to)).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{to}: {e}");
+        }
+    }
+
+    #[test]
+    fn reports_missing_and_duplicate_fields() {
+        let e = dec(&GOOD.replace("\"sessionId\":\"s-1\",", "")).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("sessionId"));
+        assert!(e.message.contains("missing"));
+        let e = dec(&GOOD.replace("\"sessionId\":\"s-1\",", "\"sessionId\":\"s-1\",\"sessionId\":\"s-2\",")).unwrap_err();
+        assert!(e.message.contains("duplicate"), "{e}");
+    }
+
+    #[test]
+    fn truncation_never_panics() {
+        for n in 0..GOOD.len() {
+            assert!(dec(&GOOD[..n]).is_err());
+        }
+    }
+
+    #[test]
+    fn accepts_every_spec_type_and_custom_types() {
+        for t in SPEC_TYPES.iter().chain(&["CUSTOM:THING_2"]) {
+            assert!(is_event_type(t), "{t}");
+        }
+        for t in ["", "INPUT", ":X", "X:", "a:B", "A:b", "A:B:C", "A :B", "_A:B", "1A:B"] {
+            assert!(!is_event_type(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn encode_then_decode_round_trips() {
+        let h = Header {
+            id: "i\"d",
+            timestamp: 42,
+            trace_id: "t",
+            source: "s",
+            session_id: "sess",
+            priority: 5,
+            type_: "EXEC:TOOL_CALL",
+            parent_id: Some("p"),
+        };
+        h.validate().unwrap();
+        let bytes = encode(&h, br#"{"a":[1,2.5,"x"]}"#, &[("extra", b"true")]);
+        let idx = decode(&bytes, &Limits::default()).unwrap();
+        assert_eq!(idx.id.as_str(&bytes), "i\"d");
+        assert_eq!(idx.priority, 5);
+        assert_eq!(idx.parent_id.unwrap().as_str(&bytes), "p");
+        assert_eq!(&bytes[idx.payload.0..idx.payload.1], br#"{"a":[1,2.5,"x"]}"#);
+        assert_eq!(idx.extra.len(), 1);
+    }
+
+    #[test]
+    fn uuids_are_v4() {
+        let u = uuid::Uuid::parse_str(&new_uuid()).unwrap();
+        assert_eq!(u.get_version_num(), 4);
+    }
+}

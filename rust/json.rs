@@ -38,3 +38,606 @@ impl fmt::Display for JsonError {
 }
 
 impl std::error::Error for JsonError {}
+
+/// Largest input a decoder accepts unless told otherwise: 1 MiB.
+pub const DEFAULT_MAX_BYTES: usize = 1 << 20;
+/// Deepest nesting of arrays and objects a decoder accepts unless told otherwise.
+pub const DEFAULT_MAX_DEPTH: usize = 64;
+
+/// Limits that protect the process from hostile input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_bytes: usize,
+    pub max_depth: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_bytes: DEFAULT_MAX_BYTES, max_depth: DEFAULT_MAX_DEPTH }
+    }
+}
+
+/// The contents of a JSON string (between the quotes) as a byte range of the input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Span {
+    pub start: usize,
+    pub end: usize,
+    /// True when the contents hold a backslash escape and must be unescaped.
+    pub escaped: bool,
+}
+
+impl Span {
+    /// The string this span denotes, unescaped when needed.
+    ///
+    /// The span must come from a [`Scanner`] over `buf`, which has validated it.
+    #[must_use]
+    pub fn as_str<'a>(&self, buf: &'a [u8]) -> std::borrow::Cow<'a, str> {
+        let raw = str_unchecked(&buf[self.start..self.end]);
+        if self.escaped {
+            std::borrow::Cow::Owned(unescape(raw))
+        } else {
+            std::borrow::Cow::Borrowed(raw)
+        }
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+}
+
+/// The kind of a JSON value, as seen from its first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Object,
+    Array,
+    String,
+    Number,
+    True,
+    False,
+    Null,
+}
+
+impl Kind {
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Object => "an object",
+            Kind::Array => "an array",
+            Kind::String => "a string",
+            Kind::Number => "a number",
+            Kind::True | Kind::False => "a boolean",
+            Kind::Null => "null",
+        }
+    }
+}
+
+/// Bytes already checked to be UTF-8 (the scanner validates its whole input first).
+fn str_unchecked(bytes: &[u8]) -> &str {
+    // The scanner validated the whole buffer and spans never split a code point,
+    // so this cannot fail; fall back to an empty string rather than panic.
+    std::str::from_utf8(bytes).unwrap_or_default()
+}
+
+/// A validating cursor over one JSON document.
+///
+/// The input is checked to be UTF-8 once, up front; strings are then scanned
+/// for escapes and control characters, numbers against the JSON grammar, and
+/// nesting is bounded by `max_depth`.
+pub struct Scanner<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    max_depth: usize,
+}
+
+impl<'a> Scanner<'a> {
+    /// A scanner over `buf`, after checking its size, its encoding and that it
+    /// does not start with a byte order mark.
+    pub fn new(buf: &'a [u8], limits: &Limits) -> Result<Self, JsonError> {
+        if buf.len() > limits.max_bytes {
+            return Err(JsonError::at(
+                limits.max_bytes,
+                format!("input of {} bytes exceeds the limit of {} bytes", buf.len(), limits.max_bytes),
+            ));
+        }
+        if buf.starts_with(b"\xEF\xBB\xBF") {
+            return Err(JsonError::at(0, "a byte order mark is not allowed"));
+        }
+        if let Err(e) = std::str::from_utf8(buf) {
+            return Err(JsonError::at(e.valid_up_to(), "invalid UTF-8"));
+        }
+        Ok(Scanner { buf, pos: 0, max_depth: limits.max_depth })
+    }
+
+    #[must_use]
+    pub fn buf(&self) -> &'a [u8] {
+        self.buf
+    }
+
+    #[must_use]
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    #[inline]
+    pub fn skip_ws(&mut self) {
+        while let Some(&b) = self.buf.get(self.pos) {
+            if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+                self.pos += 1;
+            } else {
+                break;
+            }
+        }
+    }
+
+    /// After the document: only whitespace may follow.
+    pub fn finish(&mut self) -> Result<(), JsonError> {
+        self.skip_ws();
+        if self.pos == self.buf.len() {
+            Ok(())
+        } else {
+            Err(JsonError::at(self.pos, "unexpected data after the JSON value"))
+        }
+    }
+
+    fn eof(&self, what: &str) -> JsonError {
+        JsonError::at(self.pos, format!("unexpected end of input, expected {what}"))
+    }
+
+    /// Skip whitespace and tell what kind of value starts here.
+    pub fn peek_kind(&mut self) -> Result<Kind, JsonError> {
+        self.skip_ws();
+        match self.buf.get(self.pos) {
+            None => Err(self.eof("a value")),
+            Some(b'{') => Ok(Kind::Object),
+            Some(b'[') => Ok(Kind::Array),
+            Some(b'"') => Ok(Kind::String),
+            Some(b'-' | b'0'..=b'9') => Ok(Kind::Number),
+            Some(b't') => Ok(Kind::True),
+            Some(b'f') => Ok(Kind::False),
+            Some(b'n') => Ok(Kind::Null),
+            Some(&b) => Err(JsonError::at(self.pos, format!("unexpected character {}", show_byte(b)))),
+        }
+    }
+
+    /// Consume `byte` (after whitespace) or fail.
+    pub fn expect(&mut self, byte: u8) -> Result<(), JsonError> {
+        self.skip_ws();
+        match self.buf.get(self.pos) {
+            Some(&b) if b == byte => {
+                self.pos += 1;
+                Ok(())
+            }
+            Some(&b) => Err(JsonError::at(
+                self.pos,
+                format!("expected '{}', found {}", byte as char, show_byte(b)),
+            )),
+            None => Err(self.eof(&format!("'{}'", byte as char))),
+        }
+    }
+
+    /// Start an object: consume `{`. Then call [`Scanner::next_key`] until it returns `None`.
+    pub fn begin_object(&mut self) -> Result<(), JsonError> {
+        self.expect(b'{')
+    }
+
+    /// The next key of an object (consuming the `:` after it), or `None` at `}`.
+    /// `first` is true for the first call after [`Scanner::begin_object`].
+    pub fn next_key(&mut self, first: bool) -> Result<Option<Span>, JsonError> {
+        self.skip_ws();
+        match self.buf.get(self.pos) {
+            Some(b'}') => {
+                self.pos += 1;
+                return Ok(None);
+            }
+            Some(b',') if !first => {
+                self.pos += 1;
+                self.skip_ws();
+            }
+            Some(&b) if !first => {
+                return Err(JsonError::at(self.pos, format!("expected ',' or '}}', found {}", show_byte(b))));
+            }
+            None => return Err(self.eof("an object key or '}'")),
+            _ => {}
+        }
+        match self.buf.get(self.pos) {
+            Some(b'"') => {}
+            Some(&b) => {
+                return Err(JsonError::at(self.pos, format!("expected an object key, found {}", show_byte(b))));
+            }
+            None => return Err(self.eof("an object key")),
+        }
+        let key = self.string()?;
+        self.expect(b':')?;
+        Ok(Some(key))
+    }
+
+    /// Start an array: consume `[`. Then call [`Scanner::next_item`] until it returns false.
+    pub fn begin_array(&mut self) -> Result<(), JsonError> {
+        self.expect(b'[')
+    }
+
+    /// Whether another array item follows (consuming the `,` before it).
+    pub fn next_item(&mut self, first: bool) -> Result<bool, JsonError> {
+        self.skip_ws();
+        match self.buf.get(self.pos) {
+            Some(b']') => {
+                self.pos += 1;
+                Ok(false)
+            }
+            Some(b',') if !first => {
+                self.pos += 1;
+                Ok(true)
+            }
+            Some(&b) if !first => {
+                Err(JsonError::at(self.pos, format!("expected ',' or ']', found {}", show_byte(b))))
+            }
+            None => Err(self.eof("a value or ']'")),
+            _ => Ok(true),
+        }
+    }
+
+    /// Scan a string (the cursor is at its opening quote); returns its contents' span.
+    pub fn string(&mut self) -> Result<Span, JsonError> {
+        self.skip_ws();
+        if self.buf.get(self.pos) != Some(&b'"') {
+            return Err(match self.buf.get(self.pos) {
+                Some(&b) => JsonError::at(self.pos, format!("expected a string, found {}", show_byte(b))),
+                None => self.eof("a string"),
+            });
+        }
+        let start = self.pos + 1;
+        let mut i = start;
+        let mut escaped = false;
+        let buf = self.buf;
+        loop {
+            // Fast path: plain bytes.
+            while i < buf.len() && !NEEDS_CARE[buf[i] as usize] {
+                i += 1;
+            }
+            match buf.get(i) {
+                None => {
+                    self.pos = i;
+                    return Err(JsonError::at(start - 1, "unterminated string"));
+                }
+                Some(b'"') => {
+                    self.pos = i + 1;
+                    return Ok(Span { start, end: i, escaped });
+                }
+                Some(b'\\') => {
+                    escaped = true;
+                    i = self.escape(i)?;
+                }
+                Some(&b) => {
+                    return Err(JsonError::at(
+                        i,
+                        format!("control character {} must be escaped in a string", show_byte(b)),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Validate the escape at `i` (a backslash); returns the index after it.
+    fn escape(&self, i: usize) -> Result<usize, JsonError> {
+        let buf = self.buf;
+        match buf.get(i + 1) {
+            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => Ok(i + 2),
+            Some(b'u') => {
+                let cp = hex4(buf, i + 2).ok_or_else(|| JsonError::at(i, "invalid \\u escape"))?;
+                if (0xDC00..0xE000).contains(&cp) {
+                    return Err(JsonError::at(i, "lone low surrogate in \\u escape"));
+                }
+                if (0xD800..0xDC00).contains(&cp) {
+                    let low = if buf.get(i + 6) == Some(&b'\\') && buf.get(i + 7) == Some(&b'u') {
+                        hex4(buf, i + 8)
+                    } else {
+                        None
+                    };
+                    match low {
+                        Some(lo) if (0xDC00..0xE000).contains(&lo) => Ok(i + 12),
+                        _ => Err(JsonError::at(i, "lone high surrogate in \\u escape")),
+                    }
+                } else {
+                    Ok(i + 6)
+                }
+            }
+            Some(_) => Err(JsonError::at(i, "invalid escape in string")),
+            None => Err(JsonError::at(i, "unterminated string")),
+        }
+    }
+
+    /// Scan a number; returns its byte range and whether it is an integer
+    /// (no fraction, no exponent).
+    pub fn number(&mut self) -> Result<(usize, usize, bool), JsonError> {
+        self.skip_ws();
+        let buf = self.buf;
+        let start = self.pos;
+        let mut i = start;
+        if buf.get(i) == Some(&b'-') {
+            i += 1;
+        }
+        match buf.get(i) {
+            Some(b'0') => i += 1,
+            Some(b'1'..=b'9') => {
+                while matches!(buf.get(i), Some(b'0'..=b'9')) {
+                    i += 1;
+                }
+            }
+            _ => return Err(JsonError::at(start, "invalid number")),
+        }
+        let mut integer = true;
+        if buf.get(i) == Some(&b'.') {
+            integer = false;
+            i += 1;
+            if !matches!(buf.get(i), Some(b'0'..=b'9')) {
+                return Err(JsonError::at(start, "invalid number: digits expected after '.'"));
+            }
+            while matches!(buf.get(i), Some(b'0'..=b'9')) {
+                i += 1;
+            }
+        }
+        if matches!(buf.get(i), Some(b'e' | b'E')) {
+            integer = false;
+            i += 1;
+            if matches!(buf.get(i), Some(b'+' | b'-')) {
+                i += 1;
+            }
+            if !matches!(buf.get(i), Some(b'0'..=b'9')) {
+                return Err(JsonError::at(start, "invalid number: digits expected in the exponent"));
+            }
+            while matches!(buf.get(i), Some(b'0'..=b'9')) {
+                i += 1;
+            }
+        }
+        if matches!(buf.get(i), Some(b'0'..=b'9')) {
+            return Err(JsonError::at(start, "invalid number: leading zero"));
+        }
+        self.pos = i;
+        Ok((start, i, integer))
+    }
+
+    /// Consume the literal `true`, `false` or `null` that starts here.
+    pub fn literal(&mut self, kind: Kind) -> Result<(), JsonError> {
+        self.skip_ws();
+        let word: &[u8] = match kind {
+            Kind::True => b"true",
+            Kind::False => b"false",
+            _ => b"null",
+        };
+        if self.buf[self.pos..].starts_with(word) {
+            self.pos += word.len();
+            Ok(())
+        } else {
+            Err(JsonError::at(self.pos, "invalid literal"))
+        }
+    }
+
+    /// Validate and skip one value; returns its byte range. `depth` is the
+    /// nesting depth of the container holding the value (0 at top level).
+    pub fn skip_value(&mut self, depth: usize) -> Result<(usize, usize), JsonError> {
+        let kind = self.peek_kind()?;
+        let start = self.pos;
+        match kind {
+            Kind::Object => {
+                self.enter(depth)?;
+                self.begin_object()?;
+                let mut first = true;
+                while self.next_key(first)?.is_some() {
+                    first = false;
+                    self.skip_value(depth + 1)?;
+                }
+            }
+            Kind::Array => {
+                self.enter(depth)?;
+                self.begin_array()?;
+                let mut first = true;
+                while self.next_item(first)? {
+                    first = false;
+                    self.skip_value(depth + 1)?;
+                }
+            }
+            Kind::String => {
+                self.string()?;
+            }
+            Kind::Number => {
+                self.number()?;
+            }
+            Kind::True | Kind::False | Kind::Null => self.literal(kind)?,
+        }
+        Ok((start, self.pos))
+    }
+
+    /// Check that opening one more container at `depth` stays within the limit.
+    pub fn enter(&self, depth: usize) -> Result<(), JsonError> {
+        if depth >= self.max_depth {
+            Err(JsonError::at(self.pos, format!("nesting deeper than {} levels", self.max_depth)))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Bytes that end the fast path of a string scan: quote, backslash, control characters.
+static NEEDS_CARE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = true;
+        i += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
+fn hex4(buf: &[u8], i: usize) -> Option<u32> {
+    let digits = buf.get(i..i + 4)?;
+    let mut v = 0u32;
+    for &d in digits {
+        v = v * 16 + (d as char).to_digit(16)?;
+    }
+    Some(v)
+}
+
+fn show_byte(b: u8) -> String {
+    if b.is_ascii_graphic() {
+        format!("'{}'", b as char)
+    } else {
+        format!("byte 0x{b:02x}")
+    }
+}
+
+/// Unescape the contents of a JSON string already validated by a [`Scanner`].
+#[must_use]
+pub fn unescape(raw: &str) -> String {
+    let bytes = raw.as_bytes();
+    let mut out = String::with_capacity(raw.len());
+    let mut i = 0;
+    let mut plain = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        out.push_str(&raw[plain..i]);
+        let c = bytes[i + 1];
+        i += 2;
+        match c {
+            b'b' => out.push('\u{8}'),
+            b'f' => out.push('\u{c}'),
+            b'n' => out.push('\n'),
+            b'r' => out.push('\r'),
+            b't' => out.push('\t'),
+            b'u' => {
+                let hi = hex4(bytes, i).unwrap_or(0xFFFD);
+                i += 4;
+                let cp = if (0xD800..0xDC00).contains(&hi) {
+                    let lo = hex4(bytes, i + 2).unwrap_or(0xDC00);
+                    i += 6;
+                    0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
+                } else {
+                    hi
+                };
+                out.push(char::from_u32(cp).unwrap_or('\u{FFFD}'));
+            }
+            other => out.push(other as char),
+        }
+        plain = i;
+    }
+    out.push_str(&raw[plain..]);
+    out
+}
+
+/// Append `s` to `out` as a JSON string, quotes included.
+pub fn write_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut plain = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if !NEEDS_CARE[b as usize] {
+            continue;
+        }
+        out.extend_from_slice(&bytes[plain..i]);
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            _ => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[(b >> 4) as usize]);
+                out.push(HEX[(b & 0xf) as usize]);
+            }
+        }
+        plain = i + 1;
+    }
+    out.extend_from_slice(&bytes[plain..]);
+    out.push(b'"');
+}
+
+/// Validate that `buf` is exactly one JSON value within `limits`.
+pub fn validate(buf: &[u8], limits: &Limits) -> Result<(), JsonError> {
+    let mut s = Scanner::new(buf, limits)?;
+    s.skip_value(0)?;
+    s.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(s: &str) -> bool {
+        validate(s.as_bytes(), &Limits::default()).is_ok()
+    }
+
+    #[test]
+    fn accepts_valid_documents() {
+        for s in [
+            "{}", "[]", "0", "-0", "1.5e10", "-1E-2", "\"\"", "true", "false", "null",
+            " {\"a\": [1, 2, {\"b\": null}], \"c\": \"\\u00e9\\ud83d\\ude00\\n\"} ",
+            "\"caf\u{e9}\"",
+        ] {
+            assert!(ok(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn rejects_invalid_documents() {
+        for s in [
+            "", " ", "{", "[1,]", "{\"a\":1,}", "01", "1.", ".5", "1e", "-", "+1", "tru", "nul",
+            "NaN", "Infinity", "\"abc", "\"\\x\"", "\"\\ud800\"", "\"\\udc00\"", "\"\\ud800\\u0041\"",
+            "\"a\u{1}b\"", "{1:2}", "{\"a\" 1}", "[1 2]", "1 2", "{}x",
+        ] {
+            assert!(!ok(s), "{s:?} should be rejected");
+        }
+    }
+
+    #[test]
+    fn rejects_bom_and_bad_utf8_with_offsets() {
+        let e = validate(b"\xEF\xBB\xBF{}", &Limits::default()).unwrap_err();
+        assert_eq!(e.offset, Some(0));
+        let e = validate(b"{\"a\":\"\xff\"}", &Limits::default()).unwrap_err();
+        assert_eq!(e.offset, Some(6));
+    }
+
+    #[test]
+    fn bounds_depth_and_size() {
+        let deep = "[".repeat(100_000) + &"]".repeat(100_000);
+        let e = validate(deep.as_bytes(), &Limits { max_bytes: 1 << 30, max_depth: 64 }).unwrap_err();
+        assert!(e.message.contains("nesting"), "{e}");
+        let ok64 = "[".repeat(64) + &"]".repeat(64);
+        assert!(validate(ok64.as_bytes(), &Limits::default()).is_ok());
+        let too = "[".repeat(65) + &"]".repeat(65);
+        assert!(validate(too.as_bytes(), &Limits::default()).is_err());
+        let e = validate(b"[1, 2, 3]", &Limits { max_bytes: 4, max_depth: 64 }).unwrap_err();
+        assert!(e.message.contains("exceeds"), "{e}");
+    }
+
+    #[test]
+    fn unescape_and_write_round_trip() {
+        let samples = ["plain", "quote \" back \\ slash", "ctl \u{1}\u{1f}\n\r\t\u{8}\u{c}", "é😀"];
+        for s in samples {
+            let mut out = Vec::new();
+            write_str(&mut out, s);
+            let mut sc = Scanner::new(&out, &Limits::default()).unwrap();
+            let span = sc.string().unwrap();
+            assert_eq!(span.as_str(&out), s);
+        }
+        assert_eq!(unescape("\\ud83d\\ude00\\u00e9\\/"), "😀é/");
+    }
+
+    #[test]
+    fn numbers_report_integrality() {
+        let mut s = Scanner::new(b"-12", &Limits::default()).unwrap();
+        assert_eq!(s.number().unwrap(), (0, 3, true));
+        let mut s = Scanner::new(b"2.0", &Limits::default()).unwrap();
+        assert_eq!(s.number().unwrap(), (0, 3, false));
+        let mut s = Scanner::new(b"2e3", &Limits::default()).unwrap();
+        assert!(!s.number().unwrap().2);
+    }
+}

@@ -1,0 +1,369 @@
+//! `ProviderResponse`, `ContentSegment` and `ToolCall` of spec 000 section 3:
+//! decoding to an index of spans with the per-type rules checked.
+//!
+//! A `tool_call` segment needs `toolCall.name`; `toolCall.args` given as a JSON
+//! string is parsed; a `text` segment needs `text`; media segments (`image`,
+//! `audio`, `video`) need `data`; a `ui` segment needs `ui`. A `null` optional
+//! field counts as absent. Unknown fields are kept for re-encoding.
+
+use crate::json::{unescape, JsonError, Kind, Limits, Scanner, Span};
+
+/// What a segment carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentType {
+    Text,
+    Image,
+    Audio,
+    Video,
+    Ui,
+    ToolCall,
+}
+
+impl SegmentType {
+    /// The wire name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SegmentType::Text => "text",
+            SegmentType::Image => "image",
+            SegmentType::Audio => "audio",
+            SegmentType::Video => "video",
+            SegmentType::Ui => "ui",
+            SegmentType::ToolCall => "tool_call",
+        }
+    }
+
+    #[must_use]
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "text" => SegmentType::Text,
+            "image" => SegmentType::Image,
+            "audio" => SegmentType::Audio,
+            "video" => SegmentType::Video,
+            "ui" => SegmentType::Ui,
+            "tool_call" => SegmentType::ToolCall,
+            _ => return None,
+        })
+    }
+
+    /// The field a segment of this type must carry, by its wire name.
+    #[must_use]
+    pub fn required_field(self) -> &'static str {
+        match self {
+            SegmentType::Text => "text",
+            SegmentType::Image | SegmentType::Audio | SegmentType::Video => "data",
+            SegmentType::Ui => "ui",
+            SegmentType::ToolCall => "toolCall",
+        }
+    }
+}
+
+/// A byte range of raw JSON in the input.
+pub type Raw = (usize, usize);
+
+/// How a tool call's arguments arrived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Args {
+    /// Absent or `null`: the arguments are `{}`.
+    Missing,
+    /// A JSON value in place.
+    Value(Raw),
+    /// A JSON string holding JSON text (already validated), as some APIs send it.
+    Text(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCallIndex {
+    pub id: Option<Span>,
+    pub name: Span,
+    pub args: Args,
+    pub extra: Vec<(Span, Raw)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentIndex {
+    pub kind: SegmentType,
+    pub text: Option<Span>,
+    pub data: Option<Span>,
+    pub mime_type: Option<Span>,
+    pub tool_call: Option<ToolCallIndex>,
+    pub ui: Option<Raw>,
+    pub extra: Vec<(Span, Raw)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseIndex {
+    pub segments: Vec<SegmentIndex>,
+    pub metadata: Option<Raw>,
+    pub extra: Vec<(Span, Raw)>,
+}
+
+fn err(field: &str, at: usize, msg: impl Into<String>) -> JsonError {
+    JsonError { field: Some(field.to_owned()), ..JsonError::at(at, msg) }
+}
+
+/// Iterate over an object's keys, rejecting duplicates; `f` must consume each value.
+fn object<'a>(
+    s: &mut Scanner<'a>,
+    path: &str,
+    mut f: impl FnMut(&mut Scanner<'a>, Span, &str) -> Result<(), JsonError>,
+) -> Result<(), JsonError> {
+    let buf = s.buf();
+    let kind = s.peek_kind()?;
+    if kind != Kind::Object {
+        return Err(err(path, s.pos(), format!("expected an object, found {}", kind.name())));
+    }
+    s.begin_object()?;
+    let mut keys: Vec<Span> = Vec::new();
+    let mut first = true;
+    while let Some(key) = s.next_key(first)? {
+        first = false;
+        let name = key.as_str(buf);
+        if keys.iter().any(|k| k.as_str(buf) == name) {
+            return Err(err(&join(path, &name), key.start - 1, "duplicate field"));
+        }
+        keys.push(key);
+        f(s, key, &name)?;
+    }
+    Ok(())
+}
+
+fn join(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
+/// A string, or `None` for `null`.
+fn opt_string(s: &mut Scanner<'_>, path: &str) -> Result<Option<Span>, JsonError> {
+    match s.peek_kind()? {
+        Kind::Null => {
+            s.literal(Kind::Null)?;
+            Ok(None)
+        }
+        Kind::String => Ok(Some(s.string()?)),
+        k => Err(err(path, s.pos(), format!("expected a string, found {}", k.name()))),
+    }
+}
+
+/// A raw value, or `None` for `null`.
+fn opt_value(s: &mut Scanner<'_>, depth: usize) -> Result<Option<Raw>, JsonError> {
+    if s.peek_kind()? == Kind::Null {
+        s.literal(Kind::Null)?;
+        return Ok(None);
+    }
+    Ok(Some(s.skip_value(depth)?))
+}
+
+/// Decode and validate a `ProviderResponse`.
+pub fn decode(buf: &[u8], limits: &Limits) -> Result<ResponseIndex, JsonError> {
+    let mut s = Scanner::new(buf, limits)?;
+    let mut resp = ResponseIndex { segments: Vec::new(), metadata: None, extra: Vec::new() };
+    let mut have_segments = false;
+    object(&mut s, "", |s, key, name| {
+        match name {
+            "segments" => {
+                have_segments = true;
+                let kind = s.peek_kind()?;
+                if kind != Kind::Array {
+                    return Err(err("segments", s.pos(), format!("expected an array, found {}", kind.name())));
+                }
+                s.enter(1)?;
+                s.begin_array()?;
+                let mut first = true;
+                while s.next_item(first)? {
+                    first = false;
+                    let path = format!("segments[{}]", resp.segments.len());
+                    resp.segments.push(segment(s, &path, limits)?);
+                }
+            }
+            "metadata" => resp.metadata = opt_value(s, 1)?,
+            _ => resp.extra.push((key, s.skip_value(1)?)),
+        }
+        Ok(())
+    })?;
+    s.finish()?;
+    if !have_segments {
+        return Err(JsonError::field("segments", "missing required field"));
+    }
+    Ok(resp)
+}
+
+fn segment(s: &mut Scanner<'_>, path: &str, limits: &Limits) -> Result<SegmentIndex, JsonError> {
+    let buf = s.buf();
+    let start = s.pos();
+    s.enter(2)?;
+    let mut kind = None;
+    let mut seg = SegmentIndex {
+        kind: SegmentType::Text,
+        text: None,
+        data: None,
+        mime_type: None,
+        tool_call: None,
+        ui: None,
+        extra: Vec::new(),
+    };
+    object(s, path, |s, key, name| {
+        let field = join(path, name);
+        match name {
+            "type" => {
+                let at = s.pos();
+                let span = opt_string(s, &field)?.ok_or_else(|| err(&field, at, "expected a string, found null"))?;
+                let value = span.as_str(buf);
+                kind = Some(SegmentType::parse(&value).ok_or_else(|| {
+                    err(&field, at, format!("unknown segment type {value:?}; expected text, image, audio, video, ui or tool_call"))
+                })?);
+            }
+            "text" => seg.text = opt_string(s, &field)?,
+            "data" => seg.data = opt_string(s, &field)?,
+            "mimeType" => seg.mime_type = opt_string(s, &field)?,
+            "ui" => seg.ui = opt_value(s, 3)?,
+            "toolCall" => {
+                if s.peek_kind()? == Kind::Null {
+                    s.literal(Kind::Null)?;
+                } else {
+                    seg.tool_call = Some(tool_call(s, &field, limits)?);
+                }
+            }
+            _ => seg.extra.push((key, s.skip_value(3)?)),
+        }
+        Ok(())
+    })?;
+    seg.kind = kind.ok_or_else(|| err(&join(path, "type"), start, "missing required field"))?;
+    let present = match seg.kind {
+        SegmentType::Text => seg.text.is_some(),
+        SegmentType::Image | SegmentType::Audio | SegmentType::Video => seg.data.is_some(),
+        SegmentType::Ui => seg.ui.is_some(),
+        SegmentType::ToolCall => seg.tool_call.is_some(),
+    };
+    if !present {
+        let required = seg.kind.required_field();
+        return Err(err(
+            &join(path, required),
+            start,
+            format!("a {} segment needs {required}", seg.kind.as_str()),
+        ));
+    }
+    Ok(seg)
+}
+
+fn tool_call(s: &mut Scanner<'_>, path: &str, limits: &Limits) -> Result<ToolCallIndex, JsonError> {
+    let buf = s.buf();
+    let start = s.pos();
+    s.enter(3)?;
+    let mut call = ToolCallIndex { id: None, name: Span::default(), args: Args::Missing, extra: Vec::new() };
+    let mut name_seen = false;
+    object(s, path, |s, key, name| {
+        let field = join(path, name);
+        match name {
+            "id" => call.id = opt_string(s, &field)?,
+            "name" => {
+                let at = s.pos();
+                match opt_string(s, &field)? {
+                    Some(span) if !span.is_empty() => {
+                        call.name = span;
+                        name_seen = true;
+                    }
+                    _ => return Err(err(&field, at, "must be a non-empty string")),
+                }
+            }
+            "args" => {
+                call.args = match s.peek_kind()? {
+                    Kind::Null => {
+                        s.literal(Kind::Null)?;
+                        Args::Missing
+                    }
+                    Kind::String => {
+                        let at = s.pos();
+                        let span = s.string()?;
+                        let text = span.as_str(buf).into_owned();
+                        crate::json::validate(text.as_bytes(), limits).map_err(|e| {
+                            err(&field, at, format!("a string that is not valid JSON: {e}"))
+                        })?;
+                        Args::Text(text)
+                    }
+                    _ => Args::Value(s.skip_value(4)?),
+                };
+            }
+            _ => call.extra.push((key, s.skip_value(4)?)),
+        }
+        Ok(())
+    })?;
+    if !name_seen {
+        return Err(err(&join(path, "name"), start, "missing required field"));
+    }
+    Ok(call)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dec(s: &str) -> Result<ResponseIndex, JsonError> {
+        decode(s.as_bytes(), &Limits::default())
+    }
+
+    #[test]
+    fn decodes_the_spec_example() {
+        let s = r#"{"segments":[{"type":"text","text":"Sure, let me check."},{"type":"tool_call","toolCall":{"name":"get_weather","args":{"location":"Taipei"}}}]}"#;
+        let r = dec(s).unwrap();
+        assert_eq!(r.segments.len(), 2);
+        assert_eq!(r.segments[0].kind, SegmentType::Text);
+        assert_eq!(r.segments[0].text.unwrap().as_str(s.as_bytes()), "Sure, let me check.");
+        let call = r.segments[1].tool_call.as_ref().unwrap();
+        assert_eq!(call.name.as_str(s.as_bytes()), "get_weather");
+        assert!(call.id.is_none());
+        let Args::Value((a, b)) = call.args else { panic!("args") };
+        assert_eq!(&s[a..b], r#"{"location":"Taipei"}"#);
+    }
+
+    #[test]
+    fn parses_args_given_as_a_json_string() {
+        let s = r#"{"segments":[{"type":"tool_call","toolCall":{"id":"c1","name":"f","args":"{\"a\": 1}"}}]}"#;
+        let r = dec(s).unwrap();
+        assert_eq!(r.segments[0].tool_call.as_ref().unwrap().args, Args::Text("{\"a\": 1}".into()));
+        let bad = r#"{"segments":[{"type":"tool_call","toolCall":{"name":"f","args":"{oops"}}]}"#;
+        assert_eq!(dec(bad).unwrap_err().field.as_deref(), Some("segments[0].toolCall.args"));
+    }
+
+    #[test]
+    fn enforces_per_type_rules() {
+        let cases = [
+            (r#"{"segments":[{"type":"text"}]}"#, "segments[0].text"),
+            (r#"{"segments":[{"type":"text","text":"a"},{"type":"image","mimeType":"image/png"}]}"#, "segments[1].data"),
+            (r#"{"segments":[{"type":"tool_call","toolCall":{"args":{}}}]}"#, "segments[0].toolCall.name"),
+            (r#"{"segments":[{"type":"tool_call"}]}"#, "segments[0].toolCall"),
+            (r#"{"segments":[{"type":"ui"}]}"#, "segments[0].ui"),
+            (r#"{"segments":[{"type":"movie","data":"x"}]}"#, "segments[0].type"),
+            (r#"{"segments":[{"text":"x"}]}"#, "segments[0].type"),
+            (r#"{"segments":{}}"#, "segments"),
+            (r#"{"metadata":{}}"#, "segments"),
+        ];
+        for (s, field) in cases {
+            let e = dec(s).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{s}: {e}");
+        }
+    }
+
+    #[test]
+    fn keeps_unknown_fields() {
+        let s = r#"{"segments":[{"type":"text","text":"a","x":1}],"metadata":{"usage":3},"y":[true]}"#;
+        let r = dec(s).unwrap();
+        assert_eq!(r.extra.len(), 1);
+        assert_eq!(r.segments[0].extra.len(), 1);
+        let (a, b) = r.metadata.unwrap();
+        assert_eq!(&s[a..b], r#"{"usage":3}"#);
+    }
+
+    #[test]
+    fn truncation_never_panics() {
+        let s = r#"{"segments":[{"type":"tool_call","toolCall":{"id":"1","name":"n","args":"{\"k\":[1]}"}}]}"#;
+        for n in 0..s.len() {
+            assert!(dec(&s[..n]).is_err());
+        }
+        assert!(dec(s).is_ok());
+        assert_eq!(unescape("{\\\"k\\\":[1]}"), "{\"k\":[1]}");
+    }
+}
