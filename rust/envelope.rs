@@ -83,29 +83,18 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<EnvelopeIndex, JsonError> {
     let mut first = true;
     while let Some(key) = s.next_key(first)? {
         first = false;
-        let name = key.as_str(buf);
-        let flag = match name.as_ref() {
-            "id" => F_ID,
-            "timestamp" => F_TIMESTAMP,
-            "traceId" => F_TRACE,
-            "source" => F_SOURCE,
-            "sessionId" => F_SESSION,
-            "priority" => F_PRIORITY,
-            "type" => F_TYPE,
-            "payload" => F_PAYLOAD,
-            "parentId" => F_PARENT,
-            _ => 0,
-        };
+        let flag = if key.escaped() { field_flag(key.as_str(buf).as_bytes()) } else { field_flag(key.raw(buf)) };
         if flag == 0 {
+            let name = key.as_str(buf);
             let value = s.skip_value(1)?;
             if idx.extra.iter().any(|(k, _)| k.as_str(buf) == name) {
-                return Err(JsonError { field: Some(name.into_owned()), ..JsonError::at(key.start - 1, "duplicate field") });
+                return Err(JsonError::at(key.start() - 1, "duplicate field").in_field(name.into_owned()));
             }
             idx.extra.push((key, value));
             continue;
         }
         if seen & flag != 0 {
-            return Err(JsonError { field: Some(name.into_owned()), ..JsonError::at(key.start - 1, "duplicate field") });
+            return Err(JsonError::at(key.start() - 1, "duplicate field").in_field(key.as_str(buf).into_owned()));
         }
         seen |= flag;
         match flag {
@@ -118,10 +107,8 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<EnvelopeIndex, JsonError> {
                 let span = string_field(&mut s, "type")?;
                 let value = span.as_str(buf);
                 if !is_event_type(&value) {
-                    return Err(JsonError {
-                        field: Some("type".into()),
-                        ..JsonError::at(span.start - 1, format!("{value:?} is not NAMESPACE:NAME in capitals"))
-                    });
+                    return Err(JsonError::at(span.start() - 1, format!("{value:?} is not NAMESPACE:NAME in capitals"))
+                        .in_field("type"));
                 }
                 idx.type_ = span;
             }
@@ -139,11 +126,29 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<EnvelopeIndex, JsonError> {
     Ok(idx)
 }
 
-fn type_error(s: &mut Scanner<'_>, field: &str, expected: &str) -> JsonError {
-    let found = s.peek_kind().map_or("invalid JSON", Kind::name);
-    JsonError { field: Some(field.into()), ..JsonError::at(s.pos(), format!("expected {expected}, found {found}")) }
+#[inline]
+fn field_flag(name: &[u8]) -> u16 {
+    match name {
+        b"id" => F_ID,
+        b"timestamp" => F_TIMESTAMP,
+        b"traceId" => F_TRACE,
+        b"source" => F_SOURCE,
+        b"sessionId" => F_SESSION,
+        b"priority" => F_PRIORITY,
+        b"type" => F_TYPE,
+        b"payload" => F_PAYLOAD,
+        b"parentId" => F_PARENT,
+        _ => 0,
+    }
 }
 
+#[cold]
+fn type_error(s: &mut Scanner<'_>, field: &str, expected: &str) -> JsonError {
+    let found = s.peek_kind().map_or("invalid JSON", Kind::name);
+    JsonError::at(s.pos(), format!("expected {expected}, found {found}")).in_field(field)
+}
+
+#[inline]
 fn string_field(s: &mut Scanner<'_>, field: &str) -> Result<Span, JsonError> {
     if s.peek_kind()? != Kind::String {
         return Err(type_error(s, field, "a string"));
@@ -151,15 +156,17 @@ fn string_field(s: &mut Scanner<'_>, field: &str) -> Result<Span, JsonError> {
     s.string()
 }
 
+#[inline]
 fn nonempty_string(s: &mut Scanner<'_>, field: &str) -> Result<Span, JsonError> {
     let at = s.pos();
     let span = string_field(s, field)?;
     if span.is_empty() {
-        return Err(JsonError { field: Some(field.into()), ..JsonError::at(at, "must be a non-empty string") });
+        return Err(JsonError::at(at, "must be a non-empty string").in_field(field));
     }
     Ok(span)
 }
 
+#[inline]
 fn timestamp_field(s: &mut Scanner<'_>) -> Result<i64, JsonError> {
     if s.peek_kind()? != Kind::Number {
         return Err(type_error(s, "timestamp", "an integer (Unix time in ms)"));
@@ -169,13 +176,12 @@ fn timestamp_field(s: &mut Scanner<'_>) -> Result<i64, JsonError> {
     let value = if integer { text.parse::<i64>().ok() } else { None };
     match value {
         Some(v) if v >= 0 => Ok(v),
-        _ => Err(JsonError {
-            field: Some("timestamp".into()),
-            ..JsonError::at(start, format!("expected a non-negative integer (Unix time in ms), found {text}"))
-        }),
+        _ => Err(JsonError::at(start, format!("expected a non-negative integer (Unix time in ms), found {text}"))
+            .in_field("timestamp")),
     }
 }
 
+#[inline]
 fn priority_field(s: &mut Scanner<'_>) -> Result<u8, JsonError> {
     if s.peek_kind()? != Kind::Number {
         return Err(type_error(s, "priority", "an integer 0..5"));
@@ -184,10 +190,8 @@ fn priority_field(s: &mut Scanner<'_>) -> Result<u8, JsonError> {
     let text = &s.buf()[start..end];
     match text {
         [d @ b'0'..=b'5'] if integer => Ok(d - b'0'),
-        _ => Err(JsonError {
-            field: Some("priority".into()),
-            ..JsonError::at(start, format!("expected an integer 0..5, found {}", String::from_utf8_lossy(text)))
-        }),
+        _ => Err(JsonError::at(start, format!("expected an integer 0..5, found {}", String::from_utf8_lossy(text)))
+            .in_field("priority")),
     }
 }
 

@@ -1,0 +1,159 @@
+//! NDJSON (or a list of byte strings) to the priority queue in one call:
+//! split, decode and validate every line, de-duplicate by id, enqueue.
+//!
+//! Every valid line is ingested even when other lines are invalid, and nothing
+//! is lost silently: each line ends up accepted, a duplicate, invalid (with its
+//! error), refused by the queue (and then not recorded as seen), or queued and
+//! later shed by the queue's overflow policy (and then handed back).
+//!
+//! The work is split into phases so a host can run the phases that touch
+//! shared state under their own locks and build its objects outside them; see
+//! [`ingest`] for the whole pipeline in plain Rust.
+
+use crate::dedup::DedupWindow;
+use crate::envelope::{self, EnvelopeIndex};
+use crate::json::{JsonError, Limits};
+use crate::queue::{PriorityQueue, PushError};
+
+/// The lines of an NDJSON buffer: split on `\n`, one trailing `\r` removed,
+/// and no line for the empty piece after a final newline.
+pub fn split_lines(data: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let body = data.strip_suffix(b"\n").unwrap_or(data);
+    let empty = data.is_empty();
+    body.split(|&b| b == b'\n')
+        .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
+        .filter(move |_| !empty)
+}
+
+/// One line after decoding.
+pub struct Decoded<'a> {
+    pub index: usize,
+    pub bytes: &'a [u8],
+    pub envelope: EnvelopeIndex,
+}
+
+/// Phase 1: decode every line; invalid lines go to `invalid` as (index, message).
+pub fn decode_lines<'a>(
+    lines: impl IntoIterator<Item = &'a [u8]>,
+    limits: &Limits,
+    invalid: &mut Vec<(usize, String)>,
+) -> Vec<Decoded<'a>> {
+    let mut out = Vec::new();
+    for (index, bytes) in lines.into_iter().enumerate() {
+        let result = if bytes.iter().all(u8::is_ascii_whitespace) {
+            Err(JsonError::at(0, "empty line"))
+        } else {
+            envelope::decode(bytes, limits)
+        };
+        match result {
+            Ok(envelope) => out.push(Decoded { index, bytes, envelope }),
+            Err(e) => invalid.push((index, e.to_string())),
+        }
+    }
+    out
+}
+
+/// Phase 2: keep the lines whose id is new to the window (recording them);
+/// returns how many were duplicates.
+pub fn dedup_lines(decoded: &mut Vec<Decoded<'_>>, window: &mut DedupWindow, now_ms: i64) -> usize {
+    let before = decoded.len();
+    decoded.retain(|d| window.check_and_insert(&d.envelope.id.as_str(d.bytes), now_ms));
+    before - decoded.len()
+}
+
+/// What [`ingest`] did.
+#[derive(Debug)]
+pub struct Report<T> {
+    pub accepted: usize,
+    pub duplicates: usize,
+    pub invalid: Vec<(usize, String)>,
+    /// Line indexes of valid, new events that the queue refused (full or closed).
+    pub rejected: Vec<usize>,
+    /// Items the queue dropped under its shed policy.
+    pub shed: Vec<T>,
+}
+
+/// The whole pipeline: decode, de-duplicate, build each item with `make`,
+/// enqueue; ids of refused events are forgotten by the window so a retry is
+/// not taken for a duplicate.
+pub fn ingest<'a, T>(
+    lines: impl IntoIterator<Item = &'a [u8]>,
+    limits: &Limits,
+    mut window: Option<&mut DedupWindow>,
+    now_ms: i64,
+    queue: &PriorityQueue<T>,
+    mut make: impl FnMut(&Decoded<'a>) -> T,
+) -> Report<T> {
+    let mut invalid = Vec::new();
+    let mut decoded = decode_lines(lines, limits, &mut invalid);
+    let duplicates = match window.as_deref_mut() {
+        Some(w) => dedup_lines(&mut decoded, w, now_ms),
+        None => 0,
+    };
+    let items: Vec<(T, u8)> = decoded.iter().map(|d| (make(d), d.envelope.priority)).collect();
+    let mut refused = Vec::new();
+    let shed = queue.push_each(items, |i, _: PushError<T>| refused.push(i));
+    if let Some(w) = window {
+        for &i in &refused {
+            let d = &decoded[i];
+            w.forget(&d.envelope.id.as_str(d.bytes));
+        }
+    }
+    Report {
+        accepted: decoded.len() - refused.len(),
+        duplicates,
+        invalid,
+        rejected: refused.iter().map(|&i| decoded[i].index).collect(),
+        shed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::Overflow;
+
+    fn line(id: &str, priority: u8) -> String {
+        format!(
+            r#"{{"id":"{id}","timestamp":1,"traceId":"t","source":"s","sessionId":"x","priority":{priority},"type":"INPUT:SIGNAL","payload":null}}"#
+        )
+    }
+
+    #[test]
+    fn splits_lines_like_ndjson() {
+        let lines: Vec<&[u8]> = split_lines(b"a\r\nb\n\nc\n").collect();
+        assert_eq!(lines, vec![&b"a"[..], b"b", b"", b"c"]);
+        assert_eq!(split_lines(b"").count(), 0);
+        assert_eq!(split_lines(b"\n").collect::<Vec<_>>(), vec![&b""[..]]);
+        assert_eq!(split_lines(b"x").count(), 1);
+    }
+
+    #[test]
+    fn ingests_valid_lines_and_reports_the_rest() {
+        let data = [line("a", 3), "{bad".into(), line("b", 0), line("a", 3), String::new(), line("c", 5)].join("\n");
+        let queue = PriorityQueue::new(None, Overflow::Reject, None);
+        let mut window = DedupWindow::new(60_000, 100);
+        let report = ingest(split_lines(data.as_bytes()), &Limits::default(), Some(&mut window), 0, &queue, |d| {
+            d.envelope.id.as_str(d.bytes).into_owned()
+        });
+        assert_eq!(report.accepted, 3);
+        assert_eq!(report.duplicates, 1);
+        assert_eq!(report.invalid.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![1, 4]);
+        assert!(report.invalid[1].1.contains("empty line"));
+        let order: Vec<String> = std::iter::from_fn(|| queue.try_pop()).collect();
+        assert_eq!(order, vec!["b", "a", "c"]);
+    }
+
+    #[test]
+    fn refused_events_are_not_remembered() {
+        let data = [line("a", 1), line("b", 1), line("c", 1)].join("\n");
+        let queue = PriorityQueue::new(Some(2), Overflow::Reject, None);
+        let mut window = DedupWindow::new(60_000, 100);
+        let make = |d: &Decoded<'_>| d.envelope.id.as_str(d.bytes).into_owned();
+        let report = ingest(split_lines(data.as_bytes()), &Limits::default(), Some(&mut window), 0, &queue, make);
+        assert_eq!((report.accepted, report.rejected.clone()), (2, vec![2]));
+        assert_eq!(queue.try_pop().as_deref(), Some("a"));
+        let report = ingest(split_lines(data.as_bytes()), &Limits::default(), Some(&mut window), 1, &queue, make);
+        assert_eq!((report.accepted, report.duplicates), (1, 2));
+    }
+}

@@ -5,22 +5,44 @@ use std::fmt;
 
 /// Why bytes could not be decoded: a message, and where possible the wire field
 /// and the byte offset.
+///
+/// Boxed, so that the `Result`s of the hot decoding paths stay small.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JsonError {
+pub struct JsonError(Box<JsonErrorInner>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonErrorInner {
     pub message: String,
     pub field: Option<String>,
     pub offset: Option<usize>,
 }
 
+impl std::ops::Deref for JsonError {
+    type Target = JsonErrorInner;
+    fn deref(&self) -> &JsonErrorInner {
+        &self.0
+    }
+}
+
 impl JsonError {
+    #[cold]
     #[must_use]
     pub fn at(offset: usize, message: impl Into<String>) -> Self {
-        JsonError { message: message.into(), field: None, offset: Some(offset) }
+        JsonError(Box::new(JsonErrorInner { message: message.into(), field: None, offset: Some(offset) }))
     }
 
+    #[cold]
     #[must_use]
     pub fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
-        JsonError { message: message.into(), field: Some(field.into()), offset: None }
+        JsonError(Box::new(JsonErrorInner { message: message.into(), field: Some(field.into()), offset: None }))
+    }
+
+    /// The same error, attributed to `field`.
+    #[cold]
+    #[must_use]
+    pub fn in_field(mut self, field: impl Into<String>) -> Self {
+        self.0.field = Some(field.into());
+        self
     }
 }
 
@@ -57,23 +79,62 @@ impl Default for Limits {
     }
 }
 
-/// The contents of a JSON string (between the quotes) as a byte range of the input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// The contents of a JSON string (between the quotes) as a byte range of the
+/// input, and whether they hold a backslash escape.
+///
+/// Eight bytes, so it travels in a register: offsets are `u32` (inputs are
+/// limited to [`MAX_INPUT`]) and the escape flag is the top bit of the end.
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
 pub struct Span {
-    pub start: usize,
-    pub end: usize,
-    /// True when the contents hold a backslash escape and must be unescaped.
-    pub escaped: bool,
+    start: u32,
+    end_flag: u32,
 }
 
+/// The largest input any decoder accepts, whatever its `max_bytes` says: 2 GiB - 1.
+pub const MAX_INPUT: usize = (1 << 31) - 1;
+
+const ESCAPED: u32 = 1 << 31;
+
 impl Span {
+    #[inline]
+    #[must_use]
+    pub fn new(start: usize, end: usize, escaped: bool) -> Self {
+        Span { start: start as u32, end_flag: end as u32 | if escaped { ESCAPED } else { 0 } }
+    }
+
+    #[inline]
+    #[must_use]
+    pub fn start(self) -> usize {
+        self.start as usize
+    }
+
+    #[inline]
+    #[must_use]
+    pub fn end(self) -> usize {
+        (self.end_flag & !ESCAPED) as usize
+    }
+
+    /// True when the contents hold a backslash escape and must be unescaped.
+    #[inline]
+    #[must_use]
+    pub fn escaped(self) -> bool {
+        self.end_flag & ESCAPED != 0
+    }
+
+    /// The raw bytes between the quotes.
+    #[inline]
+    #[must_use]
+    pub fn raw(self, buf: &[u8]) -> &[u8] {
+        &buf[self.start()..self.end()]
+    }
+
     /// The string this span denotes, unescaped when needed.
     ///
     /// The span must come from a [`Scanner`] over `buf`, which has validated it.
     #[must_use]
-    pub fn as_str<'a>(&self, buf: &'a [u8]) -> std::borrow::Cow<'a, str> {
-        let raw = str_unchecked(&buf[self.start..self.end]);
-        if self.escaped {
+    pub fn as_str(self, buf: &[u8]) -> std::borrow::Cow<'_, str> {
+        let raw = str_unchecked(self.raw(buf));
+        if self.escaped() {
             std::borrow::Cow::Owned(unescape(raw))
         } else {
             std::borrow::Cow::Borrowed(raw)
@@ -81,8 +142,14 @@ impl Span {
     }
 
     #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.start == self.end
+    pub fn is_empty(self) -> bool {
+        self.start() == self.end()
+    }
+}
+
+impl fmt::Debug for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Span({}..{}{})", self.start(), self.end(), if self.escaped() { ", escaped" } else { "" })
     }
 }
 
@@ -131,20 +198,19 @@ pub struct Scanner<'a> {
 }
 
 impl<'a> Scanner<'a> {
-    /// A scanner over `buf`, after checking its size, its encoding and that it
-    /// does not start with a byte order mark.
+    /// A scanner over `buf`, after checking its size and that it does not start
+    /// with a byte order mark. UTF-8 is checked as strings are scanned (outside
+    /// strings, any byte that is not ASCII is an error anyway).
     pub fn new(buf: &'a [u8], limits: &Limits) -> Result<Self, JsonError> {
-        if buf.len() > limits.max_bytes {
+        let max_bytes = limits.max_bytes.min(MAX_INPUT);
+        if buf.len() > max_bytes {
             return Err(JsonError::at(
-                limits.max_bytes,
-                format!("input of {} bytes exceeds the limit of {} bytes", buf.len(), limits.max_bytes),
+                max_bytes,
+                format!("input of {} bytes exceeds the limit of {max_bytes} bytes", buf.len()),
             ));
         }
         if buf.starts_with(b"\xEF\xBB\xBF") {
             return Err(JsonError::at(0, "a byte order mark is not allowed"));
-        }
-        if let Err(e) = std::str::from_utf8(buf) {
-            return Err(JsonError::at(e.valid_up_to(), "invalid UTF-8"));
         }
         Ok(Scanner { buf, pos: 0, max_depth: limits.max_depth })
     }
@@ -185,6 +251,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// Skip whitespace and tell what kind of value starts here.
+    #[inline(always)]
     pub fn peek_kind(&mut self) -> Result<Kind, JsonError> {
         self.skip_ws();
         match self.buf.get(self.pos) {
@@ -201,6 +268,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// Consume `byte` (after whitespace) or fail.
+    #[inline(always)]
     pub fn expect(&mut self, byte: u8) -> Result<(), JsonError> {
         self.skip_ws();
         match self.buf.get(self.pos) {
@@ -217,12 +285,14 @@ impl<'a> Scanner<'a> {
     }
 
     /// Start an object: consume `{`. Then call [`Scanner::next_key`] until it returns `None`.
+    #[inline]
     pub fn begin_object(&mut self) -> Result<(), JsonError> {
         self.expect(b'{')
     }
 
     /// The next key of an object (consuming the `:` after it), or `None` at `}`.
     /// `first` is true for the first call after [`Scanner::begin_object`].
+    #[inline(always)]
     pub fn next_key(&mut self, first: bool) -> Result<Option<Span>, JsonError> {
         self.skip_ws();
         match self.buf.get(self.pos) {
@@ -253,11 +323,13 @@ impl<'a> Scanner<'a> {
     }
 
     /// Start an array: consume `[`. Then call [`Scanner::next_item`] until it returns false.
+    #[inline]
     pub fn begin_array(&mut self) -> Result<(), JsonError> {
         self.expect(b'[')
     }
 
     /// Whether another array item follows (consuming the `,` before it).
+    #[inline]
     pub fn next_item(&mut self, first: bool) -> Result<bool, JsonError> {
         self.skip_ws();
         match self.buf.get(self.pos) {
@@ -278,6 +350,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// Scan a string (the cursor is at its opening quote); returns its contents' span.
+    #[inline(always)]
     pub fn string(&mut self) -> Result<Span, JsonError> {
         self.skip_ws();
         if self.buf.get(self.pos) != Some(&b'"') {
@@ -291,10 +364,7 @@ impl<'a> Scanner<'a> {
         let mut escaped = false;
         let buf = self.buf;
         loop {
-            // Fast path: plain bytes.
-            while i < buf.len() && !NEEDS_CARE[buf[i] as usize] {
-                i += 1;
-            }
+            i = find_special(buf, i);
             match buf.get(i) {
                 None => {
                     self.pos = i;
@@ -302,12 +372,13 @@ impl<'a> Scanner<'a> {
                 }
                 Some(b'"') => {
                     self.pos = i + 1;
-                    return Ok(Span { start, end: i, escaped });
+                    return Ok(Span::new(start, i, escaped));
                 }
                 Some(b'\\') => {
                     escaped = true;
                     i = self.escape(i)?;
                 }
+                Some(&b) if b >= 0x80 => i = utf8_char(buf, i)?,
                 Some(&b) => {
                     return Err(JsonError::at(
                         i,
@@ -319,6 +390,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// Validate the escape at `i` (a backslash); returns the index after it.
+    #[inline]
     fn escape(&self, i: usize) -> Result<usize, JsonError> {
         let buf = self.buf;
         match buf.get(i + 1) {
@@ -349,6 +421,7 @@ impl<'a> Scanner<'a> {
 
     /// Scan a number; returns its byte range and whether it is an integer
     /// (no fraction, no exponent).
+    #[inline(always)]
     pub fn number(&mut self) -> Result<(usize, usize, bool), JsonError> {
         self.skip_ws();
         let buf = self.buf;
@@ -398,6 +471,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// Consume the literal `true`, `false` or `null` that starts here.
+    #[inline]
     pub fn literal(&mut self, kind: Kind) -> Result<(), JsonError> {
         self.skip_ws();
         let word: &[u8] = match kind {
@@ -458,18 +532,61 @@ impl<'a> Scanner<'a> {
     }
 }
 
-/// Bytes that end the fast path of a string scan: quote, backslash, control characters.
+/// Bytes that end the fast path of a string scan: quote, backslash, control
+/// characters, and bytes that are not ASCII.
 static NEEDS_CARE: [bool; 256] = {
     let mut t = [false; 256];
     let mut i = 0;
-    while i < 0x20 {
-        t[i] = true;
+    while i < 256 {
+        t[i] = i < 0x20 || i >= 0x80 || i == b'"' as usize || i == b'\\' as usize;
         i += 1;
     }
-    t[b'"' as usize] = true;
-    t[b'\\' as usize] = true;
     t
 };
+
+/// The index of the first byte at or after `i` that [`NEEDS_CARE`], or `buf.len()`.
+///
+/// Eight bytes at a time: a byte is flagged when it equals `"` or `\\`, is
+/// below 0x20, or has its high bit set. The carries of the zero-byte trick can
+/// only flag bytes above a true match, so the lowest flag is exact.
+#[inline]
+fn find_special(buf: &[u8], mut i: usize) -> usize {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    while let Some(chunk) = buf.get(i..i + 8) {
+        let w = u64::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7]]);
+        let quote = w ^ (LO * u64::from(b'"'));
+        let slash = w ^ (LO * u64::from(b'\\'));
+        let flags = ((quote.wrapping_sub(LO) & !quote)
+            | (slash.wrapping_sub(LO) & !slash)
+            | (w.wrapping_sub(LO * 0x20) & !w)
+            | w)
+            & HI;
+        if flags != 0 {
+            return i + (flags.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < buf.len() && !NEEDS_CARE[buf[i] as usize] {
+        i += 1;
+    }
+    i
+}
+
+/// Check the UTF-8 sequence that starts at `i` (a byte >= 0x80); returns the index after it.
+#[cold]
+fn utf8_char(buf: &[u8], i: usize) -> Result<usize, JsonError> {
+    let width = match buf[i] {
+        0xC2..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        0xF0..=0xF4 => 4,
+        _ => 0,
+    };
+    match buf.get(i..i + width) {
+        Some(seq) if width > 0 && std::str::from_utf8(seq).is_ok() => Ok(i + width),
+        _ => Err(JsonError::at(i, "invalid UTF-8")),
+    }
+}
 
 fn hex4(buf: &[u8], i: usize) -> Option<u32> {
     let digits = buf.get(i..i + 4)?;
@@ -535,7 +652,7 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     let mut plain = 0;
     for (i, &b) in bytes.iter().enumerate() {
-        if !NEEDS_CARE[b as usize] {
+        if b >= 0x20 && b != b'"' && b != b'\\' {
             continue;
         }
         out.extend_from_slice(&bytes[plain..i]);

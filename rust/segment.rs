@@ -6,7 +6,7 @@
 //! `audio`, `video`) need `data`; a `ui` segment needs `ui`. A `null` optional
 //! field counts as absent. Unknown fields are kept for re-encoding.
 
-use crate::json::{unescape, JsonError, Kind, Limits, Scanner, Span};
+use crate::json::{JsonError, Kind, Limits, Scanner, Span};
 
 /// What a segment carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,8 +98,9 @@ pub struct ResponseIndex {
     pub extra: Vec<(Span, Raw)>,
 }
 
+#[cold]
 fn err(field: &str, at: usize, msg: impl Into<String>) -> JsonError {
-    JsonError { field: Some(field.to_owned()), ..JsonError::at(at, msg) }
+    JsonError::at(at, msg).in_field(field)
 }
 
 /// Iterate over an object's keys, rejecting duplicates; `f` must consume each value.
@@ -120,7 +121,7 @@ fn object<'a>(
         first = false;
         let name = key.as_str(buf);
         if keys.iter().any(|k| k.as_str(buf) == name) {
-            return Err(err(&join(path, &name), key.start - 1, "duplicate field"));
+            return Err(err(&join(path, &name), key.start() - 1, "duplicate field"));
         }
         keys.push(key);
         f(s, key, &name)?;
@@ -300,6 +301,7 @@ fn tool_call(s: &mut Scanner<'_>, path: &str, limits: &Limits) -> Result<ToolCal
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::json::unescape;
 
     fn dec(s: &str) -> Result<ResponseIndex, JsonError> {
         decode(s.as_bytes(), &Limits::default())

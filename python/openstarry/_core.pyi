@@ -47,11 +47,14 @@ class Event:
         *,
         source: str,
         session_id: str,
-        priority: int = 2,
+        priority: int | None = None,
         trace_id: str | None = None,
         parent_id: str | None = None,
     ) -> Event:
-        """A new event with a fresh UUID v4 id, the current time in ms and, unless given, a fresh trace id."""
+        """A new event with a fresh UUID v4 id, the current time in ms and, unless given, a fresh trace id.
+
+        ``priority`` defaults to :data:`DEFAULT_PRIORITY` (2).
+        """
 
     def child(
         self,

@@ -1,0 +1,55 @@
+"""openstarry's Rust core: the event envelope and segment codec, the priority
+event queue, the sliding-window dedup of event ids, and one-call ingestion.
+
+This module needs nothing beyond the Python standard library, so other runtimes
+can embed it: ``from openstarry.core import EventQueue``.
+"""
+
+from openstarry._asyncqueue import AsyncEventQueue
+from openstarry._core import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_DEPTH,
+    DEFAULT_PRIORITY,
+    PRIORITY_HIGHEST,
+    PRIORITY_LOWEST,
+    ContentSegment,
+    DedupWindow,
+    Event,
+    EventQueue,
+    IngestResult,
+    Ingestor,
+    ProviderResponse,
+    ToolCall,
+    __version__,
+    decode_event,
+    decode_response,
+    encode_event,
+    encode_response,
+)
+from openstarry.errors import DecodeError, QueueClosed, QueueEmpty, QueueFull
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_DEPTH",
+    "DEFAULT_PRIORITY",
+    "PRIORITY_HIGHEST",
+    "PRIORITY_LOWEST",
+    "AsyncEventQueue",
+    "ContentSegment",
+    "DecodeError",
+    "DedupWindow",
+    "Event",
+    "EventQueue",
+    "IngestResult",
+    "Ingestor",
+    "ProviderResponse",
+    "QueueClosed",
+    "QueueEmpty",
+    "QueueFull",
+    "ToolCall",
+    "__version__",
+    "decode_event",
+    "decode_response",
+    "encode_event",
+    "encode_response",
+]

@@ -1,0 +1,436 @@
+//! `ToolCall`, `ContentSegment` and `ProviderResponse` (spec 000 section 3) and their codec.
+
+use pyo3::prelude::*;
+use pyo3::pyclass::CompareOp;
+use pyo3::types::{PyBytes, PyDict, PyList};
+
+use super::errors::CoreError;
+use super::event::as_bytes_object;
+use super::pyjson;
+use crate::json::{write_str, Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
+use crate::segment::{self, Args, SegmentType};
+
+/// Unknown wire fields, kept for re-encoding: the key and the raw JSON value.
+type Extra = Vec<(String, Vec<u8>)>;
+
+fn extra_of(buf: &[u8], fields: &[(crate::json::Span, segment::Raw)]) -> Extra {
+    fields.iter().map(|(k, (a, b))| (k.as_str(buf).into_owned(), buf[*a..*b].to_vec())).collect()
+}
+
+fn write_extra(out: &mut Vec<u8>, extra: &Extra) {
+    for (k, v) in extra {
+        out.push(b',');
+        write_str(out, k);
+        out.push(b':');
+        out.extend_from_slice(v);
+    }
+}
+
+fn eq_result(py: Python<'_>, op: CompareOp, equal: PyResult<bool>) -> PyResult<Py<PyAny>> {
+    let equal = equal?;
+    Ok(match op {
+        CompareOp::Eq => equal.into_pyobject(py)?.to_owned().into_any().unbind(),
+        CompareOp::Ne => (!equal).into_pyobject(py)?.to_owned().into_any().unbind(),
+        _ => py.NotImplemented(),
+    })
+}
+
+/// An agent's intent to run a tool (spec 000 section 3A). Wire name ``toolCall``.
+#[pyclass(frozen, name = "ToolCall", module = "openstarry._core")]
+pub struct PyToolCall {
+    id: String,
+    name: String,
+    args: Py<PyAny>,
+    extra: Extra,
+}
+
+fn parse_args<'py>(py: Python<'py>, args: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    match args {
+        None => Ok(PyDict::new(py).into_any()),
+        Some(a) if a.is_none() => Ok(PyDict::new(py).into_any()),
+        Some(a) => match a.cast::<pyo3::types::PyString>() {
+            Ok(s) => {
+                let text = s.to_cow()?;
+                pyjson::loads(py, text.as_bytes(), &Limits::default()).map_err(|e| {
+                    CoreError::Value(format!("args is a string that is not valid JSON: {e}")).into()
+                })
+            }
+            Err(_) => Ok(a.clone()),
+        },
+    }
+}
+
+#[pymethods]
+impl PyToolCall {
+    /// ``args`` defaults to ``{}``; a JSON string is parsed; a missing ``id`` gets a UUID v4.
+    #[new]
+    #[pyo3(signature = (name, args=None, id=None))]
+    fn py_new(py: Python<'_>, name: &str, args: Option<&Bound<'_, PyAny>>, id: Option<&str>) -> PyResult<Self> {
+        if name.is_empty() {
+            return Err(CoreError::Value("a tool call needs a non-empty name".into()).into());
+        }
+        let args = parse_args(py, args)?;
+        // Fail now, not at encoding time, for arguments that are not JSON.
+        pyjson::dumps(&args, DEFAULT_MAX_DEPTH)?;
+        Ok(PyToolCall {
+            id: id.filter(|i| !i.is_empty()).map_or_else(crate::envelope::new_uuid, str::to_owned),
+            name: name.to_owned(),
+            args: args.unbind(),
+            extra: Vec::new(),
+        })
+    }
+
+    #[getter]
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    #[getter]
+    fn args(&self, py: Python<'_>) -> Py<PyAny> {
+        self.args.clone_ref(py)
+    }
+
+    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let Ok(other) = other.cast::<PyToolCall>() else {
+            return Ok(py.NotImplemented());
+        };
+        let o = other.get();
+        let equal = || -> PyResult<bool> {
+            Ok(self.id == o.id && self.name == o.name && self.extra == o.extra && self.args.bind(py).eq(o.args.bind(py))?)
+        };
+        eq_result(py, op, equal())
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let args = self.args.bind(py).repr().map_or_else(|_| "?".to_owned(), |r| r.to_string());
+        format!("ToolCall(name={:?}, args={args}, id={:?})", self.name, self.id)
+    }
+}
+
+impl PyToolCall {
+    fn write(&self, py: Python<'_>, out: &mut Vec<u8>) -> PyResult<()> {
+        out.extend_from_slice(b"{\"id\":");
+        write_str(out, &self.id);
+        out.extend_from_slice(b",\"name\":");
+        write_str(out, &self.name);
+        out.extend_from_slice(b",\"args\":");
+        out.extend_from_slice(&pyjson::dumps(self.args.bind(py), DEFAULT_MAX_DEPTH)?);
+        write_extra(out, &self.extra);
+        out.push(b'}');
+        Ok(())
+    }
+}
+
+/// One part of a provider response (spec 000 section 3B).
+#[pyclass(frozen, name = "ContentSegment", module = "openstarry._core")]
+pub struct PySegment {
+    kind: SegmentType,
+    text: Option<String>,
+    data: Option<String>,
+    mime_type: Option<String>,
+    tool_call: Option<Py<PyToolCall>>,
+    ui: Option<Py<PyAny>>,
+    extra: Extra,
+}
+
+#[pymethods]
+impl PySegment {
+    /// Raises ``ValueError`` when the type's required field is missing.
+    #[new]
+    #[pyo3(signature = (r#type, *, text=None, data=None, mime_type=None, tool_call=None, ui=None))]
+    fn py_new(
+        r#type: &str,
+        text: Option<String>,
+        data: Option<String>,
+        mime_type: Option<String>,
+        tool_call: Option<Py<PyToolCall>>,
+        ui: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let kind = SegmentType::parse(r#type).ok_or_else(|| {
+            CoreError::Value(format!(
+                "unknown segment type {type:?}; expected text, image, audio, video, ui or tool_call"
+            ))
+        })?;
+        let ui = ui.filter(|u| !u.is_none());
+        if let Some(u) = ui {
+            pyjson::dumps(u, DEFAULT_MAX_DEPTH)?;
+        }
+        let present = match kind {
+            SegmentType::Text => text.is_some(),
+            SegmentType::Image | SegmentType::Audio | SegmentType::Video => data.is_some(),
+            SegmentType::Ui => ui.is_some(),
+            SegmentType::ToolCall => tool_call.is_some(),
+        };
+        if !present {
+            let field = match kind.required_field() {
+                "toolCall" => "tool_call",
+                f => f,
+            };
+            return Err(CoreError::Value(format!("a {} segment needs {field}", kind.as_str())).into());
+        }
+        Ok(PySegment { kind, text, data, mime_type, tool_call, ui: ui.map(|u| u.clone().unbind()), extra: Vec::new() })
+    }
+
+    #[getter(r#type)]
+    fn segment_type(&self) -> &'static str {
+        self.kind.as_str()
+    }
+
+    #[getter]
+    fn text(&self) -> Option<&str> {
+        self.text.as_deref()
+    }
+
+    #[getter]
+    fn data(&self) -> Option<&str> {
+        self.data.as_deref()
+    }
+
+    #[getter]
+    fn mime_type(&self) -> Option<&str> {
+        self.mime_type.as_deref()
+    }
+
+    #[getter]
+    fn tool_call(&self, py: Python<'_>) -> Option<Py<PyToolCall>> {
+        self.tool_call.as_ref().map(|t| t.clone_ref(py))
+    }
+
+    #[getter]
+    fn ui(&self, py: Python<'_>) -> Py<PyAny> {
+        self.ui.as_ref().map_or_else(|| py.None(), |u| u.clone_ref(py))
+    }
+
+    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let Ok(other) = other.cast::<PySegment>() else {
+            return Ok(py.NotImplemented());
+        };
+        let o = other.get();
+        let equal = || -> PyResult<bool> {
+            if self.kind != o.kind
+                || self.text != o.text
+                || self.data != o.data
+                || self.mime_type != o.mime_type
+                || self.extra != o.extra
+            {
+                return Ok(false);
+            }
+            let tc = match (&self.tool_call, &o.tool_call) {
+                (None, None) => true,
+                (Some(a), Some(b)) => a.bind(py).eq(b.bind(py))?,
+                _ => false,
+            };
+            let ui = match (&self.ui, &o.ui) {
+                (None, None) => true,
+                (Some(a), Some(b)) => a.bind(py).eq(b.bind(py))?,
+                _ => false,
+            };
+            Ok(tc && ui)
+        };
+        eq_result(py, op, equal())
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let mut parts = vec![format!("{:?}", self.kind.as_str())];
+        if let Some(t) = &self.text {
+            parts.push(format!("text={t:?}"));
+        }
+        if let Some(d) = &self.data {
+            let shown: String = d.chars().take(32).collect();
+            parts.push(format!("data={shown:?}{}", if d.len() > shown.len() { "..." } else { "" }));
+        }
+        if let Some(m) = &self.mime_type {
+            parts.push(format!("mime_type={m:?}"));
+        }
+        if let Some(tc) = &self.tool_call {
+            parts.push(format!("tool_call={}", tc.get().__repr__(py)));
+        }
+        if let Some(ui) = &self.ui {
+            parts.push(format!("ui={}", ui.bind(py).repr().map_or_else(|_| "?".to_owned(), |r| r.to_string())));
+        }
+        format!("ContentSegment({})", parts.join(", "))
+    }
+}
+
+impl PySegment {
+    fn write(&self, py: Python<'_>, out: &mut Vec<u8>) -> PyResult<()> {
+        out.extend_from_slice(b"{\"type\":");
+        write_str(out, self.kind.as_str());
+        for (name, value) in [("text", &self.text), ("data", &self.data), ("mimeType", &self.mime_type)] {
+            if let Some(v) = value {
+                out.extend_from_slice(b",\"");
+                out.extend_from_slice(name.as_bytes());
+                out.extend_from_slice(b"\":");
+                write_str(out, v);
+            }
+        }
+        if let Some(tc) = &self.tool_call {
+            out.extend_from_slice(b",\"toolCall\":");
+            tc.get().write(py, out)?;
+        }
+        if let Some(ui) = &self.ui {
+            out.extend_from_slice(b",\"ui\":");
+            out.extend_from_slice(&pyjson::dumps(ui.bind(py), DEFAULT_MAX_DEPTH)?);
+        }
+        write_extra(out, &self.extra);
+        out.push(b'}');
+        Ok(())
+    }
+}
+
+/// What a provider's ``generate`` returns: ordered segments and metadata.
+#[pyclass(frozen, name = "ProviderResponse", module = "openstarry._core")]
+pub struct PyResponse {
+    segments: Vec<Py<PySegment>>,
+    metadata: Option<Py<PyAny>>,
+    extra: Extra,
+}
+
+#[pymethods]
+impl PyResponse {
+    #[new]
+    #[pyo3(signature = (segments, metadata=None))]
+    fn py_new(segments: &Bound<'_, PyAny>, metadata: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let mut list = Vec::new();
+        for item in segments.try_iter()? {
+            let item = item?;
+            let seg = item.cast::<PySegment>().map_err(|_| {
+                CoreError::Type("segments must be ContentSegment objects".into())
+            })?;
+            list.push(seg.clone().unbind());
+        }
+        let metadata = metadata.filter(|m| !m.is_none());
+        if let Some(m) = metadata {
+            pyjson::dumps(m, DEFAULT_MAX_DEPTH)?;
+        }
+        Ok(PyResponse { segments: list, metadata: metadata.map(|m| m.clone().unbind()), extra: Vec::new() })
+    }
+
+    #[getter]
+    fn segments<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, self.segments.iter().map(|s| s.clone_ref(py)))
+    }
+
+    #[getter]
+    fn metadata(&self, py: Python<'_>) -> Py<PyAny> {
+        self.metadata.as_ref().map_or_else(|| py.None(), |m| m.clone_ref(py))
+    }
+
+    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let Ok(other) = other.cast::<PyResponse>() else {
+            return Ok(py.NotImplemented());
+        };
+        let o = other.get();
+        let equal = || -> PyResult<bool> {
+            if self.segments.len() != o.segments.len() || self.extra != o.extra {
+                return Ok(false);
+            }
+            for (a, b) in self.segments.iter().zip(&o.segments) {
+                if !a.bind(py).eq(b.bind(py))? {
+                    return Ok(false);
+                }
+            }
+            match (&self.metadata, &o.metadata) {
+                (None, None) => Ok(true),
+                (Some(a), Some(b)) => a.bind(py).eq(b.bind(py)),
+                _ => Ok(false),
+            }
+        };
+        eq_result(py, op, equal())
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let segs: Vec<String> = self.segments.iter().map(|s| s.get().__repr__(py)).collect();
+        format!("ProviderResponse(segments=[{}])", segs.join(", "))
+    }
+}
+
+fn decode(py: Python<'_>, buf: &[u8], limits: &Limits) -> PyResult<PyResponse> {
+    let idx = segment::decode(buf, limits)?;
+    let value = |(a, b): segment::Raw| pyjson::loads_validated(py, &buf[a..b]);
+    let mut segments = Vec::with_capacity(idx.segments.len());
+    for seg in idx.segments {
+        let tool_call = match seg.tool_call {
+            None => None,
+            Some(tc) => {
+                let args = match tc.args {
+                    Args::Missing => PyDict::new(py).into_any(),
+                    Args::Value(raw) => value(raw)?,
+                    Args::Text(text) => pyjson::loads_validated(py, text.as_bytes())?,
+                };
+                let call = PyToolCall {
+                    id: tc.id.filter(|s| !s.is_empty()).map_or_else(crate::envelope::new_uuid, |s| s.as_str(buf).into_owned()),
+                    name: tc.name.as_str(buf).into_owned(),
+                    args: args.unbind(),
+                    extra: extra_of(buf, &tc.extra),
+                };
+                Some(Py::new(py, call)?)
+            }
+        };
+        let text = |s: Option<crate::json::Span>| s.map(|s| s.as_str(buf).into_owned());
+        let ui = match seg.ui {
+            Some(raw) => Some(value(raw)?.unbind()),
+            None => None,
+        };
+        let segment = PySegment {
+            kind: seg.kind,
+            text: text(seg.text),
+            data: text(seg.data),
+            mime_type: text(seg.mime_type),
+            tool_call,
+            ui,
+            extra: extra_of(buf, &seg.extra),
+        };
+        segments.push(Py::new(py, segment)?);
+    }
+    let metadata = match idx.metadata {
+        Some(raw) => Some(value(raw)?.unbind()),
+        None => None,
+    };
+    Ok(PyResponse { segments, metadata, extra: extra_of(buf, &idx.extra) })
+}
+
+/// Decode and validate a JSON ``ProviderResponse``.
+#[pyfunction]
+#[pyo3(signature = (data, *, max_bytes=DEFAULT_MAX_BYTES, max_depth=DEFAULT_MAX_DEPTH))]
+fn decode_response(py: Python<'_>, data: &Bound<'_, PyAny>, max_bytes: usize, max_depth: usize) -> PyResult<PyResponse> {
+    let buf = as_bytes_object(data)?;
+    decode(py, buf.bind(py).as_bytes(), &Limits { max_bytes, max_depth })
+}
+
+/// Encode a ``ProviderResponse`` to JSON with the spec's wire field names.
+#[pyfunction]
+fn encode_response<'py>(py: Python<'py>, response: &Bound<'py, PyResponse>) -> PyResult<Bound<'py, PyBytes>> {
+    let r = response.get();
+    let mut out = Vec::with_capacity(128);
+    out.extend_from_slice(b"{\"segments\":[");
+    for (n, seg) in r.segments.iter().enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        seg.get().write(py, &mut out)?;
+    }
+    out.push(b']');
+    if let Some(m) = &r.metadata {
+        out.extend_from_slice(b",\"metadata\":");
+        out.extend_from_slice(&pyjson::dumps(m.bind(py), DEFAULT_MAX_DEPTH)?);
+    }
+    write_extra(&mut out, &r.extra);
+    out.push(b'}');
+    Ok(PyBytes::new(py, &out))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyToolCall>()?;
+    m.add_class::<PySegment>()?;
+    m.add_class::<PyResponse>()?;
+    m.add_function(wrap_pyfunction!(decode_response, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_response, m)?)?;
+    Ok(())
+}
+

@@ -1,0 +1,354 @@
+//! `Event`: the spec 002 envelope as an immutable Python object over its wire bytes.
+
+use std::hash::{Hash, Hasher};
+
+use pyo3::prelude::*;
+use pyo3::pyclass::CompareOp;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
+
+use super::errors::CoreError;
+use super::pyjson;
+use crate::envelope::{self, EnvelopeIndex, Header};
+use crate::json::{JsonError, Limits, Span, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
+
+/// Priority given by `Event.new` when none is passed.
+pub const DEFAULT_PRIORITY: u8 = 2;
+
+#[pyclass(frozen, name = "Event", module = "openstarry._core")]
+pub struct PyEvent {
+    buf: Py<PyBytes>,
+    idx: EnvelopeIndex,
+    payload: PyOnceLock<Py<PyAny>>,
+}
+
+impl PyEvent {
+    /// Decode `buf` (the event keeps this very bytes object).
+    pub fn from_bytes(py: Python<'_>, buf: Py<PyBytes>, limits: &Limits) -> Result<Self, JsonError> {
+        let idx = envelope::decode(buf.bind(py).as_bytes(), limits)?;
+        Ok(PyEvent { buf, idx, payload: PyOnceLock::new() })
+    }
+
+    /// An event over bytes already decoded to `idx`.
+    pub fn from_index(buf: Py<PyBytes>, idx: EnvelopeIndex) -> Self {
+        PyEvent { buf, idx, payload: PyOnceLock::new() }
+    }
+
+    #[must_use]
+    pub fn priority(&self) -> u8 {
+        self.idx.priority
+    }
+
+    /// The wire bytes.
+    #[must_use]
+    pub fn wire(&self) -> &Py<PyBytes> {
+        &self.buf
+    }
+
+    fn bytes<'a>(&'a self, py: Python<'a>) -> &'a [u8] {
+        self.buf.as_bytes(py)
+    }
+
+    fn text<'py>(&self, py: Python<'py>, span: Span) -> Bound<'py, PyString> {
+        PyString::new(py, &span.as_str(self.bytes(py)))
+    }
+
+    fn build(py: Python<'_>, header: &Header<'_>, payload: &Bound<'_, PyAny>) -> PyResult<Self> {
+        header.validate().map_err(CoreError::Decode)?;
+        let payload = pyjson::dumps(payload, DEFAULT_MAX_DEPTH)?;
+        let bytes = envelope::encode(header, &payload, &[]);
+        let buf = PyBytes::new(py, &bytes).unbind();
+        Ok(PyEvent::from_bytes(py, buf, &Limits { max_bytes: usize::MAX, max_depth: DEFAULT_MAX_DEPTH + 1 })?)
+    }
+}
+
+fn priority_arg(value: &Bound<'_, PyAny>) -> PyResult<u8> {
+    // Exactly an int: not a bool, not a float, not a string.
+    if value.is_instance_of::<pyo3::types::PyBool>() || !value.is_instance_of::<pyo3::types::PyInt>() {
+        let name = value.get_type().name().map_or_else(|_| "?".to_owned(), |n| n.to_string());
+        return Err(CoreError::Value(format!("priority must be an integer 0..5, not {name}")).into());
+    }
+    let p: i64 = value.extract().map_err(|_| CoreError::Value("priority must be an integer 0..5".into()))?;
+    Ok(envelope::check_priority(p).map_err(|e| CoreError::Value(e.to_string()))?)
+}
+
+/// Validate a priority argument given from Python (shared with the queue).
+pub fn extract_priority(value: &Bound<'_, PyAny>) -> PyResult<u8> {
+    priority_arg(value)
+}
+
+#[pymethods]
+impl PyEvent {
+    #[new]
+    #[pyo3(signature = (*, id, timestamp, trace_id, source, session_id, priority, r#type, payload=None, parent_id=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn py_new(
+        py: Python<'_>,
+        id: &str,
+        timestamp: i64,
+        trace_id: &str,
+        source: &str,
+        session_id: &str,
+        priority: &Bound<'_, PyAny>,
+        r#type: &str,
+        payload: Option<&Bound<'_, PyAny>>,
+        parent_id: Option<&str>,
+    ) -> PyResult<Self> {
+        let header = Header {
+            id,
+            timestamp,
+            trace_id,
+            source,
+            session_id,
+            priority: priority_arg(priority)?,
+            type_: r#type,
+            parent_id,
+        };
+        let none = py.None().into_bound(py);
+        Self::build(py, &header, payload.unwrap_or(&none))
+    }
+
+    /// A new event with a fresh UUID v4 id, the current time in ms and, unless given, a fresh trace id.
+    #[staticmethod]
+    #[pyo3(signature = (r#type, payload=None, *, source, session_id, priority=None, trace_id=None, parent_id=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        r#type: &str,
+        payload: Option<&Bound<'_, PyAny>>,
+        source: &str,
+        session_id: &str,
+        priority: Option<&Bound<'_, PyAny>>,
+        trace_id: Option<&str>,
+        parent_id: Option<&str>,
+    ) -> PyResult<Self> {
+        let id = envelope::new_uuid();
+        let fresh_trace;
+        let trace_id = match trace_id {
+            Some(t) => t,
+            None => {
+                fresh_trace = envelope::new_uuid();
+                &fresh_trace
+            }
+        };
+        let header = Header {
+            id: &id,
+            timestamp: envelope::now_ms(),
+            trace_id,
+            source,
+            session_id,
+            priority: priority.map_or(Ok(DEFAULT_PRIORITY), priority_arg)?,
+            type_: r#type,
+            parent_id,
+        };
+        let none = py.None().into_bound(py);
+        Self::build(py, &header, payload.unwrap_or(&none))
+    }
+
+    /// A new event caused by this one: same trace and session, ``parent_id`` set to this id.
+    ///
+    /// ``source`` and ``priority`` default to this event's.
+    #[pyo3(signature = (r#type, payload=None, *, source=None, priority=None))]
+    fn child(
+        &self,
+        py: Python<'_>,
+        r#type: &str,
+        payload: Option<&Bound<'_, PyAny>>,
+        source: Option<&str>,
+        priority: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let buf = self.bytes(py);
+        let id = envelope::new_uuid();
+        let parent = self.idx.id.as_str(buf);
+        let trace = self.idx.trace_id.as_str(buf);
+        let session = self.idx.session_id.as_str(buf);
+        let own_source = self.idx.source.as_str(buf);
+        let header = Header {
+            id: &id,
+            timestamp: envelope::now_ms(),
+            trace_id: &trace,
+            source: source.unwrap_or(&own_source),
+            session_id: &session,
+            priority: priority.map_or(Ok(self.idx.priority), priority_arg)?,
+            type_: r#type,
+            parent_id: Some(&parent),
+        };
+        let none = py.None().into_bound(py);
+        Self::build(py, &header, payload.unwrap_or(&none))
+    }
+
+    #[getter]
+    fn id<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
+        self.text(py, self.idx.id)
+    }
+
+    /// Unix time in milliseconds.
+    #[getter]
+    fn timestamp(&self) -> i64 {
+        self.idx.timestamp
+    }
+
+    #[getter]
+    fn trace_id<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
+        self.text(py, self.idx.trace_id)
+    }
+
+    #[getter]
+    fn source<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
+        self.text(py, self.idx.source)
+    }
+
+    #[getter]
+    fn session_id<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
+        self.text(py, self.idx.session_id)
+    }
+
+    /// 0 (highest, system-critical) to 5 (lowest, background).
+    #[getter(priority)]
+    fn py_priority(&self) -> u8 {
+        self.idx.priority
+    }
+
+    /// ``NAMESPACE:NAME``, such as ``INPUT:USER_MESSAGE``.
+    #[getter(r#type)]
+    fn event_type<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
+        self.text(py, self.idx.type_)
+    }
+
+    /// The id of the event that caused this one, or ``None``.
+    #[getter]
+    fn parent_id<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyString>> {
+        self.idx.parent_id.map(|span| self.text(py, span))
+    }
+
+    /// The payload, decoded from its JSON on first access and then cached.
+    ///
+    /// The cached object is shared by every access: mutating it does not change
+    /// the event's wire bytes.
+    #[getter]
+    fn payload<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let value = self.payload.get_or_try_init(py, || {
+            let (a, b) = self.idx.payload;
+            pyjson::loads_validated(py, &self.bytes(py)[a..b]).map(Bound::unbind)
+        })?;
+        Ok(value.bind(py).clone())
+    }
+
+    /// The payload's raw JSON, exactly as on the wire.
+    #[getter]
+    fn payload_json<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let (a, b) = self.idx.payload;
+        PyBytes::new(py, &self.bytes(py)[a..b])
+    }
+
+    /// Wire fields this version does not know, decoded (they are kept on re-encode).
+    #[getter]
+    fn extra<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let buf = self.bytes(py);
+        let dict = PyDict::new(py);
+        for (key, (a, b)) in &self.idx.extra {
+            dict.set_item(key.as_str(buf), pyjson::loads_validated(py, &buf[*a..*b])?)?;
+        }
+        Ok(dict)
+    }
+
+    /// The envelope as a dict with its wire (camelCase) field names.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("id", self.id(py))?;
+        d.set_item("timestamp", self.idx.timestamp)?;
+        d.set_item("traceId", self.trace_id(py))?;
+        d.set_item("source", self.source(py))?;
+        d.set_item("sessionId", self.session_id(py))?;
+        d.set_item("priority", self.idx.priority)?;
+        d.set_item("type", self.event_type(py))?;
+        d.set_item("payload", self.payload(py)?)?;
+        if let Some(parent) = self.parent_id(py) {
+            d.set_item("parentId", parent)?;
+        }
+        for (k, v) in self.extra(py)? {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+
+    fn __hash__(&self, py: Python<'_>) -> isize {
+        let mut h = std::hash::DefaultHasher::new();
+        self.idx.id.as_str(self.bytes(py)).hash(&mut h);
+        // -1 is CPython's error marker for hashes.
+        (h.finish() >> 2) as isize
+    }
+
+    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp, py: Python<'_>) -> Py<PyAny> {
+        let Ok(other) = other.cast::<PyEvent>() else {
+            return py.NotImplemented();
+        };
+        let equal = self.bytes(py) == other.get().bytes(py);
+        match op {
+            CompareOp::Eq => equal.into_pyobject(py).map_or_else(|_| py.None(), |b| b.to_owned().into_any().unbind()),
+            CompareOp::Ne => (!equal).into_pyobject(py).map_or_else(|_| py.None(), |b| b.to_owned().into_any().unbind()),
+            _ => py.NotImplemented(),
+        }
+    }
+
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let decode = py.import("openstarry._core")?.getattr("decode_event")?;
+        PyTuple::new(py, [decode, PyTuple::new(py, [self.buf.clone_ref(py)])?.into_any()])
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let buf = self.bytes(py);
+        format!(
+            "Event(type={:?}, id={:?}, priority={}, session_id={:?}, trace_id={:?})",
+            self.idx.type_.as_str(buf),
+            self.idx.id.as_str(buf),
+            self.idx.priority,
+            self.idx.session_id.as_str(buf),
+            self.idx.trace_id.as_str(buf),
+        )
+    }
+}
+
+/// Turn `bytes`, `bytearray` or `memoryview` into a `bytes` object (no copy for `bytes`).
+pub fn as_bytes_object(data: &Bound<'_, PyAny>) -> PyResult<Py<PyBytes>> {
+    if let Ok(b) = data.cast::<PyBytes>() {
+        return Ok(b.clone().unbind());
+    }
+    if data.is_instance_of::<PyString>() {
+        return Err(CoreError::Type("expected bytes, bytearray or memoryview, not str (encode it as UTF-8 first)".into()).into());
+    }
+    let copied = data.py().get_type::<PyBytes>().call1((data,)).map_err(|_| {
+        let name = data.get_type().name().map_or_else(|_| "?".to_owned(), |n| n.to_string());
+        PyErr::from(CoreError::Type(format!("expected bytes, bytearray or memoryview, not {name}")))
+    })?;
+    Ok(copied.cast_into::<PyBytes>()?.unbind())
+}
+
+/// Decode and validate one JSON envelope.
+///
+/// Raises:
+///     openstarry.errors.DecodeError: naming the field or the byte offset.
+#[pyfunction]
+#[pyo3(signature = (data, *, max_bytes=DEFAULT_MAX_BYTES, max_depth=DEFAULT_MAX_DEPTH))]
+fn decode_event(py: Python<'_>, data: &Bound<'_, PyAny>, max_bytes: usize, max_depth: usize) -> PyResult<PyEvent> {
+    let buf = as_bytes_object(data)?;
+    Ok(PyEvent::from_bytes(py, buf, &Limits { max_bytes, max_depth })?)
+}
+
+/// The event's wire bytes; for a decoded event, the very bytes it came from.
+#[pyfunction]
+fn encode_event(py: Python<'_>, event: &Bound<'_, PyEvent>) -> Py<PyBytes> {
+    event.get().buf.clone_ref(py)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyEvent>()?;
+    m.add_function(wrap_pyfunction!(decode_event, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_event, m)?)?;
+    m.add("PRIORITY_HIGHEST", 0u8)?;
+    m.add("PRIORITY_LOWEST", envelope::LOWEST_PRIORITY)?;
+    m.add("DEFAULT_PRIORITY", DEFAULT_PRIORITY)?;
+    m.add("DEFAULT_MAX_BYTES", DEFAULT_MAX_BYTES)?;
+    m.add("DEFAULT_MAX_DEPTH", DEFAULT_MAX_DEPTH)?;
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! `Ingestor`: NDJSON or a list of byte strings to the queue in one call.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use super::dedup::PyDedupWindow;
+use super::errors::CoreError;
+use super::event::{as_bytes_object, PyEvent};
+use super::queue::PyEventQueue;
+use crate::envelope;
+use crate::ingest::{decode_lines, dedup_lines, split_lines};
+use crate::json::{Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
+
+/// What one :meth:`Ingestor.ingest` call did.
+#[pyclass(frozen, name = "IngestResult", module = "openstarry._core")]
+pub struct PyIngestResult {
+    /// Events decoded, new, and queued.
+    #[pyo3(get)]
+    accepted: usize,
+    /// Valid events dropped as already seen within the window.
+    #[pyo3(get)]
+    duplicates: usize,
+    invalid: Vec<(usize, String)>,
+    rejected: Vec<usize>,
+    shed: Vec<Py<PyAny>>,
+}
+
+#[pymethods]
+impl PyIngestResult {
+    /// (line index, message) for each line that could not be decoded.
+    #[getter]
+    fn invalid<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let items = self
+            .invalid
+            .iter()
+            .map(|(i, m)| PyTuple::new(py, [i.into_pyobject(py)?.into_any(), m.into_pyobject(py)?.into_any()]))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, items)
+    }
+
+    /// Line indexes of valid, new events the queue refused (full, ``"reject"`` policy, or closed).
+    ///
+    /// They are not recorded in the dedup window, so a retry is not a duplicate.
+    #[getter]
+    fn rejected<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, &self.rejected)
+    }
+
+    /// Items the queue dropped under the ``"shed"`` policy to make room.
+    #[getter]
+    fn shed<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, self.shed.iter().map(|s| s.clone_ref(py)))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "IngestResult(accepted={}, duplicates={}, invalid={}, rejected={}, shed={})",
+            self.accepted,
+            self.duplicates,
+            self.invalid.len(),
+            self.rejected.len(),
+            self.shed.len()
+        )
+    }
+}
+
+/// Bytes to queue in one call: decode, validate, de-duplicate, enqueue.
+#[pyclass(frozen, name = "Ingestor", module = "openstarry._core")]
+pub struct PyIngestor {
+    queue: Py<PyEventQueue>,
+    dedup: Option<Py<PyDedupWindow>>,
+    limits: Limits,
+}
+
+#[pymethods]
+impl PyIngestor {
+    #[new]
+    #[pyo3(signature = (queue, dedup=None, *, max_line_bytes=DEFAULT_MAX_BYTES, max_depth=DEFAULT_MAX_DEPTH))]
+    fn py_new(
+        queue: Py<PyEventQueue>,
+        dedup: Option<Py<PyDedupWindow>>,
+        max_line_bytes: usize,
+        max_depth: usize,
+    ) -> Self {
+        PyIngestor { queue, dedup, limits: Limits { max_bytes: max_line_bytes, max_depth } }
+    }
+
+    #[getter]
+    fn queue(&self, py: Python<'_>) -> Py<PyEventQueue> {
+        self.queue.clone_ref(py)
+    }
+
+    #[getter]
+    fn dedup(&self, py: Python<'_>) -> Option<Py<PyDedupWindow>> {
+        self.dedup.as_ref().map(|d| d.clone_ref(py))
+    }
+
+    /// Ingest NDJSON bytes (one envelope a line) or a sequence of byte strings.
+    ///
+    /// Every valid line is ingested even when other lines are invalid. A
+    /// ``\r\n`` line ending is accepted; the empty piece after a final newline
+    /// is not a line; any other empty line is reported invalid.
+    #[pyo3(signature = (data, now_ms=None))]
+    fn ingest(&self, py: Python<'_>, data: &Bound<'_, PyAny>, now_ms: Option<i64>) -> PyResult<PyIngestResult> {
+        // Keep every input buffer alive while the lines borrow from it.
+        let whole: Option<Py<PyBytes>>;
+        let parts: Vec<Py<PyBytes>>;
+        let lines: Vec<&[u8]> = if data.is_instance_of::<PyList>() || data.is_instance_of::<PyTuple>() {
+            parts = data
+                .try_iter()?
+                .enumerate()
+                .map(|(i, item)| {
+                    let item = item?;
+                    item.cast::<PyBytes>().map(|b| b.clone().unbind()).map_err(|_| {
+                        CoreError::Type(format!("item {i} of the batch is not bytes")).into()
+                    })
+                })
+                .collect::<PyResult<_>>()?;
+            whole = None;
+            parts.iter().map(|b| b.as_bytes(py)).collect()
+        } else {
+            whole = Some(as_bytes_object(data)?);
+            parts = Vec::new();
+            split_lines(whole.as_ref().map_or(&[][..], |w| w.as_bytes(py))).collect()
+        };
+
+        let mut invalid = Vec::new();
+        let mut decoded = decode_lines(lines.iter().copied(), &self.limits, &mut invalid);
+        let now = now_ms.unwrap_or_else(envelope::now_ms);
+        let duplicates = match &self.dedup {
+            Some(d) => d.get().with_inner(|w| dedup_lines(&mut decoded, w, now)),
+            None => 0,
+        };
+
+        // Build the events outside every lock: allocation may run arbitrary Python code.
+        let mut items = Vec::with_capacity(decoded.len());
+        for d in &decoded {
+            // A line given as its own bytes object is kept as is; NDJSON lines are copied out.
+            let buf = if whole.is_none() { parts[d.index].clone_ref(py) } else { PyBytes::new(py, d.bytes).unbind() };
+            let event = Py::new(py, PyEvent::from_index(buf, d.envelope.clone()))?;
+            items.push((event.into_any(), d.envelope.priority));
+        }
+        let mut refused = Vec::new();
+        let shed = self.queue.get().inner.push_each(items, |i, _| refused.push(i));
+        if let (Some(d), false) = (&self.dedup, refused.is_empty()) {
+            d.get().with_inner(|w| {
+                for &i in &refused {
+                    let line = &decoded[i];
+                    w.forget(&line.envelope.id.as_str(line.bytes));
+                }
+            });
+        }
+        Ok(PyIngestResult {
+            accepted: decoded.len() - refused.len(),
+            duplicates,
+            invalid,
+            rejected: refused.iter().map(|&i| decoded[i].index).collect(),
+            shed,
+        })
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyIngestor>()?;
+    m.add_class::<PyIngestResult>()?;
+    Ok(())
+}
