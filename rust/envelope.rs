@@ -32,11 +32,11 @@ pub struct EnvelopeIndex {
     pub session_id: Span,
     pub priority: u8,
     pub type_: Span,
-    /// Byte range of the payload's raw JSON.
-    pub payload: (usize, usize),
+    /// Byte range of the payload's raw JSON (a span that is never escaped).
+    pub payload: Span,
     pub parent_id: Option<Span>,
     /// Fields this version does not know: the key and the raw value's byte range.
-    pub extra: Vec<(Span, (usize, usize))>,
+    pub extra: Vec<(Span, Span)>,
 }
 
 const F_ID: u16 = 1;
@@ -76,17 +76,33 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<EnvelopeIndex, JsonError> {
         session_id: Span::default(),
         priority: 0,
         type_: Span::default(),
-        payload: (0, 0),
+        payload: Span::default(),
         parent_id: None,
         extra: Vec::new(),
     };
     let mut first = true;
-    while let Some(key) = s.next_key(first)? {
+    // Envelopes usually carry their fields in the spec's order, so the next key
+    // is first tried as a literal; any other order takes the general path.
+    let mut canonical = 0;
+    while s.object_sep(first)? {
         first = false;
-        let flag = if key.escaped() { field_flag(key.as_str(buf).as_bytes()) } else { field_flag(key.raw(buf)) };
+        let (key, flag) = match CANONICAL.get(canonical) {
+            Some(lit) if lit.matches(buf, s.pos()) => {
+                canonical += 1;
+                let start = s.pos();
+                s.skip(lit.len);
+                (Span::new(start + 1, start + lit.len - 2, false), lit.flag)
+            }
+            _ => {
+                let key = s.key()?;
+                let flag = if key.escaped() { field_flag(key.as_str(buf).as_bytes()) } else { field_flag(key.raw(buf)) };
+                (key, flag)
+            }
+        };
         if flag == 0 {
             let name = key.as_str(buf);
-            let value = s.skip_value(1)?;
+            let (a, b) = s.skip_value(1)?;
+            let value = Span::new(a, b, false);
             if idx.extra.iter().any(|(k, _)| k.as_str(buf) == name) {
                 return Err(JsonError::at(key.start() - 1, "duplicate field").in_field(name.into_owned()));
             }
@@ -105,8 +121,9 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<EnvelopeIndex, JsonError> {
             F_PARENT => idx.parent_id = Some(nonempty_string(&mut s, "parentId")?),
             F_TYPE => {
                 let span = string_field(&mut s, "type")?;
-                let value = span.as_str(buf);
-                if !is_event_type(&value) {
+                let valid = if span.escaped() { is_event_type(&span.as_str(buf)) } else { is_event_type_bytes(span.raw(buf)) };
+                if !valid {
+                    let value = span.as_str(buf);
                     return Err(JsonError::at(span.start() - 1, format!("{value:?} is not NAMESPACE:NAME in capitals"))
                         .in_field("type"));
                 }
@@ -114,7 +131,10 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<EnvelopeIndex, JsonError> {
             }
             F_TIMESTAMP => idx.timestamp = timestamp_field(&mut s)?,
             F_PRIORITY => idx.priority = priority_field(&mut s)?,
-            _ => idx.payload = s.skip_value(1)?,
+            _ => {
+                let (a, b) = s.skip_value(1)?;
+                idx.payload = Span::new(a, b, false);
+            }
         }
     }
     s.finish()?;
@@ -124,6 +144,55 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<EnvelopeIndex, JsonError> {
         }
     }
     Ok(idx)
+}
+
+/// The fields in the order `encode` writes them and the spec lists them, as
+/// they start on the wire (`"id":`), packed for a 16-byte masked compare.
+const CANONICAL: [KeyLiteral; 9] = [
+    KeyLiteral::new(b"\"id\":", F_ID),
+    KeyLiteral::new(b"\"timestamp\":", F_TIMESTAMP),
+    KeyLiteral::new(b"\"traceId\":", F_TRACE),
+    KeyLiteral::new(b"\"source\":", F_SOURCE),
+    KeyLiteral::new(b"\"sessionId\":", F_SESSION),
+    KeyLiteral::new(b"\"priority\":", F_PRIORITY),
+    KeyLiteral::new(b"\"type\":", F_TYPE),
+    KeyLiteral::new(b"\"payload\":", F_PAYLOAD),
+    KeyLiteral::new(b"\"parentId\":", F_PARENT),
+];
+
+#[derive(Clone, Copy)]
+struct KeyLiteral {
+    value: u128,
+    mask: u128,
+    len: usize,
+    flag: u16,
+}
+
+impl KeyLiteral {
+    const fn new(lit: &[u8], flag: u16) -> Self {
+        assert!(lit.len() <= 16);
+        let mut value = 0u128;
+        let mut i = 0;
+        while i < lit.len() {
+            value |= (lit[i] as u128) << (8 * i);
+            i += 1;
+        }
+        let mask = if lit.len() == 16 { u128::MAX } else { (1u128 << (8 * lit.len())) - 1 };
+        KeyLiteral { value, mask, len: lit.len(), flag }
+    }
+
+    /// Whether `buf` continues with this literal at `pos` (false too when fewer than 16 bytes remain).
+    #[inline(always)]
+    fn matches(&self, buf: &[u8], pos: usize) -> bool {
+        match buf.get(pos..pos + 16) {
+            Some(chunk) => {
+                let mut w = [0u8; 16];
+                w.copy_from_slice(chunk);
+                u128::from_le_bytes(w) & self.mask == self.value
+            }
+            None => false,
+        }
+    }
 }
 
 #[inline]
@@ -198,14 +267,32 @@ fn priority_field(s: &mut Scanner<'_>) -> Result<u8, JsonError> {
 /// Whether `t` is `NAMESPACE:NAME`: capitals, digits and `_`, each part starting with a capital.
 #[must_use]
 pub fn is_event_type(t: &str) -> bool {
-    fn part(p: &str) -> bool {
-        let b = p.as_bytes();
-        !b.is_empty() && b[0].is_ascii_uppercase() && b.iter().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == b'_')
+    is_event_type_bytes(t.as_bytes())
+}
+
+/// [`is_event_type`] over bytes, in one pass.
+#[inline]
+#[must_use]
+pub fn is_event_type_bytes(t: &[u8]) -> bool {
+    let mut colons = 0;
+    let mut part_start = true;
+    for &c in t {
+        if c == b':' {
+            if part_start {
+                return false;
+            }
+            colons += 1;
+            part_start = true;
+        } else if part_start {
+            if !c.is_ascii_uppercase() {
+                return false;
+            }
+            part_start = false;
+        } else if !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_') {
+            return false;
+        }
     }
-    match t.split_once(':') {
-        Some((ns, name)) => part(ns) && part(name),
-        None => false,
-    }
+    colons == 1 && !part_start
 }
 
 /// Validate a priority given as a number.
@@ -327,7 +414,7 @@ mod tests {
         assert_eq!(idx.session_id.as_str(b), "s-1");
         assert_eq!(idx.priority, 2);
         assert_eq!(idx.type_.as_str(b), "INPUT:USER_MESSAGE");
-        assert!(GOOD[idx.payload.0..idx.payload.1].starts_with("{\"text\""));
+        assert!(GOOD[idx.payload.range()].starts_with("{\"text\""));
         assert_eq!(idx.parent_id, None);
         assert!(idx.extra.is_empty());
     }
@@ -338,9 +425,9 @@ mod tests {
         let idx = dec(&s).unwrap();
         assert_eq!(idx.parent_id.unwrap().as_str(s.as_bytes()), "p");
         assert_eq!(idx.extra.len(), 1);
-        let (k, (a, b)) = idx.extra[0];
+        let (k, v) = idx.extra[0];
         assert_eq!(k.as_str(s.as_bytes()), "x-extra");
-        assert_eq!(&s[a..b], "[1,2]");
+        assert_eq!(&s[v.range()], "[1,2]");
     }
 
     #[test]
@@ -420,7 +507,7 @@ mod tests {
         assert_eq!(idx.id.as_str(&bytes), "i\"d");
         assert_eq!(idx.priority, 5);
         assert_eq!(idx.parent_id.unwrap().as_str(&bytes), "p");
-        assert_eq!(&bytes[idx.payload.0..idx.payload.1], br#"{"a":[1,2.5,"x"]}"#);
+        assert_eq!(&bytes[idx.payload.range()], br#"{"a":[1,2.5,"x"]}"#);
         assert_eq!(idx.extra.len(), 1);
     }
 

@@ -121,6 +121,13 @@ impl Span {
         self.end_flag & ESCAPED != 0
     }
 
+    /// The byte range.
+    #[inline]
+    #[must_use]
+    pub fn range(self) -> std::ops::Range<usize> {
+        self.start()..self.end()
+    }
+
     /// The raw bytes between the quotes.
     #[inline]
     #[must_use]
@@ -294,11 +301,22 @@ impl<'a> Scanner<'a> {
     /// `first` is true for the first call after [`Scanner::begin_object`].
     #[inline(always)]
     pub fn next_key(&mut self, first: bool) -> Result<Option<Span>, JsonError> {
+        if self.object_sep(first)? {
+            self.key().map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Between object members: consume `}` (returns false) or, after the first
+    /// member, the `,` before the next key (returns true).
+    #[inline(always)]
+    pub fn object_sep(&mut self, first: bool) -> Result<bool, JsonError> {
         self.skip_ws();
         match self.buf.get(self.pos) {
             Some(b'}') => {
                 self.pos += 1;
-                return Ok(None);
+                return Ok(false);
             }
             Some(b',') if !first => {
                 self.pos += 1;
@@ -310,6 +328,12 @@ impl<'a> Scanner<'a> {
             None => return Err(self.eof("an object key or '}'")),
             _ => {}
         }
+        Ok(true)
+    }
+
+    /// An object key and the `:` after it.
+    #[inline(always)]
+    pub fn key(&mut self) -> Result<Span, JsonError> {
         match self.buf.get(self.pos) {
             Some(b'"') => {}
             Some(&b) => {
@@ -319,7 +343,13 @@ impl<'a> Scanner<'a> {
         }
         let key = self.string()?;
         self.expect(b':')?;
-        Ok(Some(key))
+        Ok(key)
+    }
+
+    /// Move past `n` bytes the caller has checked.
+    #[inline(always)]
+    pub fn skip(&mut self, n: usize) {
+        self.pos = (self.pos + n).min(self.buf.len());
     }
 
     /// Start an array: consume `[`. Then call [`Scanner::next_item`] until it returns false.

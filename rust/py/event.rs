@@ -228,8 +228,7 @@ impl PyEvent {
     #[getter]
     fn payload<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let value = self.payload.get_or_try_init(py, || {
-            let (a, b) = self.idx.payload;
-            pyjson::loads_validated(py, &self.bytes(py)[a..b]).map(Bound::unbind)
+            pyjson::loads_validated(py, &self.bytes(py)[self.idx.payload.range()]).map(Bound::unbind)
         })?;
         Ok(value.bind(py).clone())
     }
@@ -237,8 +236,7 @@ impl PyEvent {
     /// The payload's raw JSON, exactly as on the wire.
     #[getter]
     fn payload_json<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        let (a, b) = self.idx.payload;
-        PyBytes::new(py, &self.bytes(py)[a..b])
+        PyBytes::new(py, &self.bytes(py)[self.idx.payload.range()])
     }
 
     /// Wire fields this version does not know, decoded (they are kept on re-encode).
@@ -246,8 +244,8 @@ impl PyEvent {
     fn extra<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let buf = self.bytes(py);
         let dict = PyDict::new(py);
-        for (key, (a, b)) in &self.idx.extra {
-            dict.set_item(key.as_str(buf), pyjson::loads_validated(py, &buf[*a..*b])?)?;
+        for (key, value) in &self.idx.extra {
+            dict.set_item(key.as_str(buf), pyjson::loads_validated(py, &buf[value.range()])?)?;
         }
         Ok(dict)
     }
