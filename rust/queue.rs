@@ -495,6 +495,16 @@ impl<T> PriorityQueue<T> {
         }
     }
 
+    /// Call `f` on every queued item (in no set order), or return `None` at once
+    /// when another thread holds the lock.
+    ///
+    /// For a garbage collector's traversal, which must neither block nor run
+    /// interpreter code: reporting nothing is safe there, blocking is not.
+    pub fn try_for_each<E>(&self, mut f: impl FnMut(&T) -> Result<(), E>) -> Option<Result<(), E>> {
+        let state = self.state.try_lock()?;
+        Some(state.lanes.iter().flatten().try_for_each(&mut f))
+    }
+
     /// How many items are queued.
     pub fn len(&self) -> usize {
         self.state.lock().len
@@ -1146,6 +1156,28 @@ mod tests {
         let dropped = q.push("b".into(), 1).unwrap();
         assert_eq!(dropped.as_deref(), Some("a"));
         assert_eq!(q.try_pop().as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn try_for_each_visits_every_item_unless_locked() {
+        let q = unbounded();
+        q.push_many(vec![(1, 0), (2, 5), (3, 3)]).unwrap();
+        let mut seen = Vec::new();
+        let r: Option<Result<(), ()>> = q.try_for_each(|&x| {
+            seen.push(x);
+            Ok(())
+        });
+        assert_eq!(r, Some(Ok(())));
+        seen.sort_unstable();
+        assert_eq!(seen, vec![1, 2, 3]);
+        assert_eq!(
+            q.try_for_each(|&x| if x == 3 { Err(x) } else { Ok(()) }),
+            Some(Err(3))
+        );
+        let guard = q.state.lock();
+        assert!(q.try_for_each(|_| Ok::<(), ()>(())).is_none());
+        drop(guard);
+        assert_eq!(q.len(), 3);
     }
 
     #[test]
