@@ -1,0 +1,709 @@
+"""``Ingestor``: NDJSON or a list of byte strings in, events in the queue, one report out."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from openstarry.core import (
+    DedupWindow,
+    Event,
+    EventQueue,
+    Ingestor,
+    IngestResult,
+    decode_event,
+    encode_event,
+)
+from openstarry.errors import DecodeError
+
+T0 = 1_700_000_000_000
+
+
+def line(event_id: str | None = None, priority: int = 2, **overrides: Any) -> bytes:
+    """One valid envelope (no newline)."""
+    env: dict[str, Any] = {
+        "id": event_id or str(uuid.uuid4()),
+        "timestamp": T0,
+        "traceId": "trace-1",
+        "source": "transport-test",
+        "sessionId": "session-1",
+        "priority": priority,
+        "type": "INPUT:USER_MESSAGE",
+        "payload": {"text": "hello"},
+    }
+    env.update(overrides)
+    return json.dumps(env).encode()
+
+
+def ndjson(*lines: bytes) -> bytes:
+    return b"".join(part + b"\n" for part in lines)
+
+
+def drain(queue: EventQueue) -> list[Event]:
+    events = []
+    while (item := queue.pop()) is not None:
+        assert isinstance(item, Event)
+        events.append(item)
+    return events
+
+
+def ids_of(lines: list[bytes]) -> list[str]:
+    return [json.loads(part)["id"] for part in lines]
+
+
+def check_counts(result: IngestResult, lines: int) -> None:
+    """Every line is accounted for exactly once."""
+    assert result.accepted + result.duplicates + len(result.invalid) + len(result.rejected) == lines
+
+
+def make(capacity: int | None = None, overflow: Any = "reject", **kwargs: Any) -> Ingestor:
+    return Ingestor(EventQueue(capacity, overflow), DedupWindow(), **kwargs)
+
+
+# --- the happy path ---------------------------------------------------------------------------
+
+
+def test_ndjson_batch_is_decoded_and_queued() -> None:
+    lines = [line() for _ in range(5)]
+    ingestor = make()
+    result = ingestor.ingest(ndjson(*lines), now_ms=T0)
+    assert result.accepted == 5
+    assert result.duplicates == 0
+    assert result.invalid == []
+    assert result.rejected == []
+    assert result.shed == []
+    events = drain(ingestor.queue)
+    assert [e.id for e in events] == ids_of(lines)
+    assert [e.payload for e in events] == [{"text": "hello"}] * 5
+
+
+def test_queued_events_keep_their_wire_bytes() -> None:
+    lines = [line(), line(priority=0, extra_field=[1, 2])]
+    ingestor = make()
+    ingestor.ingest(ndjson(*lines), now_ms=T0)
+    events = drain(ingestor.queue)
+    assert [encode_event(e) for e in events] == [lines[1], lines[0]]
+    assert events[0].extra == {"extra_field": [1, 2]}
+
+
+def test_a_sequence_of_byte_strings() -> None:
+    lines = [line() for _ in range(4)]
+    ingestor = make()
+    result = ingestor.ingest(lines, now_ms=T0)
+    assert result.accepted == 4
+    assert [e.id for e in drain(ingestor.queue)] == ids_of(lines)
+
+
+def test_a_tuple_of_byte_strings() -> None:
+    lines = (line(), line())
+    result = make().ingest(lines, now_ms=T0)
+    assert result.accepted == 2
+
+
+@pytest.mark.parametrize("kind", [bytearray, memoryview])
+def test_bytearray_and_memoryview_inputs(kind: Any) -> None:
+    lines = [line(), line()]
+    ingestor = make()
+    result = ingestor.ingest(kind(ndjson(*lines)), now_ms=T0)
+    assert result.accepted == 2
+    assert [e.id for e in drain(ingestor.queue)] == ids_of(lines)
+
+
+def test_events_come_out_in_priority_order_fifo_within_a_priority() -> None:
+    priorities = [5, 2, 0, 2, 5, 1, 0, 3, 4, 2, 0, 5]
+    lines = [line(priority=p) for p in priorities]
+    ingestor = make()
+    ingestor.ingest(ndjson(*lines), now_ms=T0)
+    events = drain(ingestor.queue)
+    expected = [
+        json.loads(part)["id"]
+        for _, _, part in sorted(
+            (p, i, part) for i, (p, part) in enumerate(zip(priorities, lines, strict=True))
+        )
+    ]
+    assert [e.id for e in events] == expected
+    assert [e.priority for e in events] == sorted(priorities)
+
+
+def test_events_are_queued_at_their_own_priority() -> None:
+    ingestor = make()
+    ingestor.ingest(ndjson(line(priority=0), line(priority=5), line(priority=5)), now_ms=T0)
+    assert ingestor.queue.depths() == [1, 0, 0, 0, 0, 2]
+
+
+def test_the_result_type() -> None:
+    result = make().ingest(ndjson(line()), now_ms=T0)
+    assert isinstance(result, IngestResult)
+
+
+def test_an_empty_batch() -> None:
+    ingestor = make()
+    inputs: list[bytes | bytearray | list[bytes]] = [b"", [], bytearray()]
+    for data in inputs:
+        result = ingestor.ingest(data, now_ms=T0)
+        assert result.accepted == 0
+        assert result.duplicates == 0
+        assert result.invalid == []
+        assert result.rejected == []
+    assert len(ingestor.queue) == 0
+
+
+# --- line framing -----------------------------------------------------------------------------
+
+
+def test_crlf_line_endings() -> None:
+    lines = [line(), line(), line()]
+    ingestor = make()
+    result = ingestor.ingest(b"\r\n".join(lines) + b"\r\n", now_ms=T0)
+    assert result.accepted == 3
+    assert result.invalid == []
+    assert [e.id for e in drain(ingestor.queue)] == ids_of(lines)
+
+
+def test_mixed_line_endings() -> None:
+    lines = [line(), line(), line()]
+    data = lines[0] + b"\r\n" + lines[1] + b"\n" + lines[2]
+    result = make().ingest(data, now_ms=T0)
+    assert result.accepted == 3
+    assert result.invalid == []
+
+
+def test_a_final_newline_is_not_a_line_and_none_is_needed() -> None:
+    lines = [line(), line()]
+    with_newline = make().ingest(b"\n".join(lines) + b"\n", now_ms=T0)
+    without_newline = make().ingest(b"\n".join(lines), now_ms=T0)
+    for result in (with_newline, without_newline):
+        assert result.accepted == 2
+        assert result.invalid == []
+        check_counts(result, 2)
+
+
+def test_an_empty_line_in_the_middle_is_invalid() -> None:
+    a, b = line(), line()
+    ingestor = make()
+    result = ingestor.ingest(a + b"\n\n" + b + b"\n", now_ms=T0)
+    assert result.accepted == 2
+    assert [index for index, _ in result.invalid] == [1]
+    assert [e.id for e in drain(ingestor.queue)] == ids_of([a, b])
+    check_counts(result, 3)
+
+
+def test_an_empty_crlf_line_is_invalid() -> None:
+    result = make().ingest(line() + b"\r\n\r\n" + line() + b"\r\n", now_ms=T0)
+    assert result.accepted == 2
+    assert [index for index, _ in result.invalid] == [1]
+
+
+def test_a_lone_newline_is_one_empty_line() -> None:
+    result = make().ingest(b"\n", now_ms=T0)
+    assert result.accepted == 0
+    assert [index for index, _ in result.invalid] == [0]
+
+
+def test_a_whitespace_only_line_is_invalid() -> None:
+    result = make().ingest(ndjson(line(), b"   ", line()), now_ms=T0)
+    assert result.accepted == 2
+    assert [index for index, _ in result.invalid] == [1]
+
+
+def test_an_empty_byte_string_in_a_sequence_is_invalid() -> None:
+    result = make().ingest([line(), b"", line()], now_ms=T0)
+    assert result.accepted == 2
+    assert [index for index, _ in result.invalid] == [1]
+
+
+def test_a_sequence_item_is_one_line_even_with_a_trailing_newline() -> None:
+    result = make().ingest([line() + b"\n", line() + b"\r\n"], now_ms=T0)
+    assert result.accepted + len(result.invalid) == 2
+
+
+def test_sequence_items_must_be_bytes() -> None:
+    with pytest.raises(TypeError):
+        make().ingest([line().decode()], now_ms=T0)  # type: ignore[list-item]
+
+
+def test_a_str_is_refused() -> None:
+    with pytest.raises(TypeError):
+        make().ingest(line().decode(), now_ms=T0)  # type: ignore[arg-type]
+
+
+# --- invalid lines ----------------------------------------------------------------------------
+
+
+def test_every_valid_line_goes_in_when_others_are_invalid() -> None:
+    good = [line(priority=p) for p in (3, 1, 4)]
+    data = ndjson(
+        b"not json",  # 0
+        good[0],  # 1
+        line(priority=9),  # 2
+        good[1],  # 3
+        b'{"id": "x"}',  # 4
+        line(type="input:bad"),  # 5
+        good[2],  # 6
+        line()[:-5],  # 7
+    )
+    ingestor = make()
+    result = ingestor.ingest(data, now_ms=T0)
+    assert result.accepted == 3
+    assert [index for index, _ in result.invalid] == [0, 2, 4, 5, 7]
+    for _, message in result.invalid:
+        assert isinstance(message, str)
+        assert message
+    check_counts(result, 8)
+    assert [e.id for e in drain(ingestor.queue)] == ids_of([good[1], good[0], good[2]])
+
+
+def test_invalid_messages_name_the_field() -> None:
+    data = ndjson(line(priority=9), line(source=""), line(type="input:bad"))
+    result = make().ingest(data, now_ms=T0)
+    messages = dict(result.invalid)
+    assert "priority" in messages[0]
+    assert "source" in messages[1]
+    assert "type" in messages[2]
+
+
+def test_invalid_lines_of_a_sequence_use_their_index() -> None:
+    result = make().ingest([b"{}", line(), b"[]", line(), b"\xff"], now_ms=T0)
+    assert result.accepted == 2
+    assert [index for index, _ in result.invalid] == [0, 2, 4]
+
+
+def test_invalid_utf8_and_nan_lines_are_invalid() -> None:
+    result = make().ingest(
+        ndjson(
+            line(source="a@b").replace(b"@", b"\xff"), line(payload="@").replace(b'"@"', b"NaN")
+        ),
+        now_ms=T0,
+    )
+    assert [index for index, _ in result.invalid] == [0, 1]
+
+
+def test_a_line_over_max_line_bytes_is_invalid_and_the_rest_still_go_in() -> None:
+    short = [line(), line()]
+    long = line(payload={"text": "x" * 1000})
+    ingestor = make(max_line_bytes=500)
+    result = ingestor.ingest(ndjson(short[0], long, short[1]), now_ms=T0)
+    assert result.accepted == 2
+    assert [index for index, _ in result.invalid] == [1]
+    assert [e.id for e in drain(ingestor.queue)] == ids_of(short)
+
+
+def test_max_line_bytes_is_an_inclusive_limit() -> None:
+    exact = line()
+    ingestor = make(max_line_bytes=len(exact))
+    assert ingestor.ingest(ndjson(exact), now_ms=T0).accepted == 1
+    too_long = line(source="transport-test!")
+    result = ingestor.ingest(ndjson(too_long), now_ms=T0)
+    assert [index for index, _ in result.invalid] == [0]
+
+
+def test_max_line_bytes_does_not_count_the_line_ending() -> None:
+    a, b = line(), line()
+    assert len(a) == len(b)
+    ingestor = make(max_line_bytes=len(a))
+    result = ingestor.ingest(a + b"\r\n" + b + b"\r\n", now_ms=T0)
+    assert result.accepted == 2
+    assert result.invalid == []
+
+
+def test_max_depth_applies_to_each_line() -> None:
+    deep = line(payload="@").replace(b'"@"', b"[" * 30 + b"]" * 30)
+    ingestor = make(max_depth=10)
+    result = ingestor.ingest(ndjson(line(), deep, line()), now_ms=T0)
+    assert result.accepted == 2
+    assert [index for index, _ in result.invalid] == [1]
+    assert make(max_depth=100).ingest(ndjson(deep), now_ms=T0).accepted == 1
+
+
+def test_a_100000_deep_line_is_invalid_not_a_crash() -> None:
+    deep = line(payload="@").replace(b'"@"', b"[" * 100_000 + b"]" * 100_000)
+    ingestor = make(max_line_bytes=len(deep) + 1)
+    result = ingestor.ingest(ndjson(line(), deep, line()), now_ms=T0)
+    assert result.accepted == 2
+    assert [index for index, _ in result.invalid] == [1]
+
+
+# --- duplicates -------------------------------------------------------------------------------
+
+
+def test_duplicates_within_a_batch() -> None:
+    a, b = line(), line()
+    ingestor = make()
+    result = ingestor.ingest(ndjson(a, b, a, a, b), now_ms=T0)
+    assert result.accepted == 2
+    assert result.duplicates == 3
+    check_counts(result, 5)
+    assert [e.id for e in drain(ingestor.queue)] == ids_of([a, b])
+
+
+def test_a_duplicate_is_by_id_even_when_the_rest_differs() -> None:
+    event_id = str(uuid.uuid4())
+    ingestor = make()
+    result = ingestor.ingest(
+        ndjson(line(event_id, priority=3), line(event_id, priority=0, payload="other")), now_ms=T0
+    )
+    assert result.accepted == 1
+    assert result.duplicates == 1
+    (event,) = drain(ingestor.queue)
+    assert event.priority == 3
+
+
+def test_duplicates_across_batches() -> None:
+    a, b, c = line(), line(), line()
+    ingestor = make()
+    first = ingestor.ingest(ndjson(a, b), now_ms=T0)
+    second = ingestor.ingest(ndjson(b, c, a), now_ms=T0 + 10)
+    assert (first.accepted, first.duplicates) == (2, 0)
+    assert (second.accepted, second.duplicates) == (1, 2)
+    assert [e.id for e in drain(ingestor.queue)] == ids_of([a, b, c])
+
+
+def test_duplicates_across_sequence_and_ndjson_inputs() -> None:
+    a = line()
+    ingestor = make()
+    assert ingestor.ingest([a], now_ms=T0).accepted == 1
+    assert ingestor.ingest(ndjson(a), now_ms=T0).duplicates == 1
+
+
+def test_uuid_ids_are_duplicates_whatever_their_case() -> None:
+    event_id = str(uuid.uuid4())
+    ingestor = make()
+    result = ingestor.ingest(ndjson(line(event_id), line(event_id.upper())), now_ms=T0)
+    assert (result.accepted, result.duplicates) == (1, 1)
+
+
+def test_ingested_ids_are_in_the_window() -> None:
+    a = line()
+    dedup = DedupWindow()
+    Ingestor(EventQueue(), dedup).ingest(ndjson(a), now_ms=T0)
+    assert json.loads(a)["id"] in dedup
+
+
+def test_invalid_lines_are_not_recorded_in_the_window() -> None:
+    event_id = str(uuid.uuid4())
+    dedup = DedupWindow()
+    ingestor = Ingestor(EventQueue(), dedup)
+    result = ingestor.ingest(ndjson(line(event_id, priority=9)), now_ms=T0)
+    assert len(result.invalid) == 1
+    assert event_id not in dedup
+    assert ingestor.ingest(ndjson(line(event_id)), now_ms=T0).accepted == 1
+
+
+def test_no_dedup_window_means_no_deduplication() -> None:
+    a = line()
+    ingestor = Ingestor(EventQueue(), None)
+    assert ingestor.dedup is None
+    first = ingestor.ingest(ndjson(a, a), now_ms=T0)
+    second = ingestor.ingest(ndjson(a))
+    assert (first.accepted, first.duplicates) == (2, 0)
+    assert (second.accepted, second.duplicates) == (1, 0)
+    assert len(ingestor.queue) == 3
+
+
+def test_dedup_defaults_to_none() -> None:
+    ingestor = Ingestor(EventQueue())
+    assert ingestor.dedup is None
+    assert ingestor.ingest(ndjson(line("same"), line("same"))).accepted == 2
+
+
+def test_now_ms_is_passed_to_the_window() -> None:
+    a = line()
+    dedup = DedupWindow(window_ms=1_000)
+    ingestor = Ingestor(EventQueue(), dedup)
+    assert ingestor.ingest(ndjson(a), now_ms=T0).accepted == 1
+    assert ingestor.ingest(ndjson(a), now_ms=T0 + 500).duplicates == 1
+    assert ingestor.ingest(ndjson(a), now_ms=T0 + 999).duplicates == 1
+    # Past the window the id is new again.
+    assert ingestor.ingest(ndjson(a), now_ms=T0 + 5_000).accepted == 1
+    assert ingestor.ingest(ndjson(a), now_ms=T0 + 5_001).duplicates == 1
+    assert len(ingestor.queue) == 2
+
+
+def test_the_event_timestamp_is_not_the_window_clock() -> None:
+    # The window runs on now_ms, not on the envelope's own timestamp.
+    event_id = str(uuid.uuid4())
+    dedup = DedupWindow(window_ms=1_000)
+    ingestor = Ingestor(EventQueue(), dedup)
+    first = ingestor.ingest(ndjson(line(event_id, timestamp=0)), now_ms=T0)
+    again = ingestor.ingest(ndjson(line(event_id, timestamp=T0 + 10**9)), now_ms=T0 + 1)
+    assert (first.accepted, again.duplicates) == (1, 1)
+
+
+def test_the_ingestor_shares_its_queue_and_window() -> None:
+    queue = EventQueue()
+    dedup = DedupWindow()
+    ingestor = Ingestor(queue, dedup)
+    a = line()
+    ingestor.ingest(ndjson(a), now_ms=T0)
+    assert len(queue) == 1
+    assert len(dedup) == 1
+    assert dedup.check_and_insert(json.loads(a)["id"], now_ms=T0) is False
+    assert len(ingestor.queue) == 1
+    assert ingestor.dedup is not None
+    assert len(ingestor.dedup) == 1
+
+
+# --- a full or closed queue -------------------------------------------------------------------
+
+
+def test_a_full_queue_under_reject_reports_the_rejected_lines() -> None:
+    lines = [line() for _ in range(5)]
+    dedup = DedupWindow()
+    ingestor = Ingestor(EventQueue(2, "reject"), dedup)
+    result = ingestor.ingest(ndjson(*lines), now_ms=T0)
+    assert result.accepted == 2
+    assert result.rejected == [2, 3, 4]
+    assert result.shed == []
+    check_counts(result, 5)
+    for event_id in ids_of(lines[2:]):
+        assert event_id not in dedup
+    for event_id in ids_of(lines[:2]):
+        assert event_id in dedup
+
+
+def test_rejected_lines_are_accepted_on_retry() -> None:
+    lines = [line() for _ in range(4)]
+    ingestor = Ingestor(EventQueue(2, "reject"), DedupWindow())
+    first = ingestor.ingest(ndjson(*lines), now_ms=T0)
+    assert first.rejected == [2, 3]
+    popped = drain(ingestor.queue)
+    assert [e.id for e in popped] == ids_of(lines[:2])
+    retry = ingestor.ingest(ndjson(*lines), now_ms=T0 + 1)
+    assert retry.duplicates == 2
+    assert retry.accepted == 2
+    assert retry.rejected == []
+    assert [e.id for e in drain(ingestor.queue)] == ids_of(lines[2:])
+
+
+def test_rejected_indexes_count_invalid_lines_too() -> None:
+    a, b, c = line(), line(), line()
+    ingestor = Ingestor(EventQueue(1, "reject"), DedupWindow())
+    result = ingestor.ingest(ndjson(b"bad", a, b"", b, a, c), now_ms=T0)
+    assert result.accepted == 1
+    assert [index for index, _ in result.invalid] == [0, 2]
+    assert result.duplicates == 1
+    assert result.rejected == [3, 5]
+
+
+def test_a_repeat_of_a_rejected_line_in_the_same_batch_is_rejected_too() -> None:
+    # A rejected id is not recorded in the window, so a later line with that id is not a
+    # duplicate of anything seen: the queue refuses it as well.
+    a, b = line(), line()
+    dedup = DedupWindow()
+    ingestor = Ingestor(EventQueue(1, "reject"), dedup)
+    result = ingestor.ingest(ndjson(a, b, b), now_ms=T0)
+    assert json.loads(b)["id"] not in dedup
+    assert (result.accepted, result.duplicates, result.rejected) == (1, 0, [1, 2])
+
+
+def test_a_closed_queue_rejects_everything() -> None:
+    lines = [line(), line()]
+    queue = EventQueue()
+    dedup = DedupWindow()
+    queue.close()
+    ingestor = Ingestor(queue, dedup)
+    result = ingestor.ingest(ndjson(*lines, b"bad"), now_ms=T0)
+    assert result.accepted == 0
+    assert result.rejected == [0, 1]
+    assert [index for index, _ in result.invalid] == [2]
+    assert len(dedup) == 0
+    for event_id in ids_of(lines):
+        assert event_id not in dedup
+
+
+def test_shed_policy_reports_what_it_dropped() -> None:
+    low = line(priority=5)
+    high = [line(priority=1), line(priority=1)]
+    queue = EventQueue(2, "shed")
+    ingestor = Ingestor(queue, DedupWindow())
+    result = ingestor.ingest(ndjson(low, *high), now_ms=T0)
+    assert result.rejected == []
+    assert len(result.shed) == 1
+    (dropped,) = result.shed
+    assert isinstance(dropped, Event)
+    assert dropped.id == json.loads(low)["id"]
+    assert queue.shed_count == 1
+    assert [e.id for e in drain(queue)] == ids_of(high)
+
+
+def test_shed_policy_may_drop_the_incoming_event() -> None:
+    high = [line(priority=0), line(priority=0)]
+    low = line(priority=5)
+    queue = EventQueue(2, "shed")
+    result = Ingestor(queue, DedupWindow()).ingest(ndjson(*high, low), now_ms=T0)
+    assert [e.id for e in result.shed] == ids_of([low])
+    assert [e.id for e in drain(queue)] == ids_of(high)
+
+
+def test_shed_results_are_per_call() -> None:
+    queue = EventQueue(1, "shed")
+    ingestor = Ingestor(queue, DedupWindow())
+    first = ingestor.ingest(ndjson(line(priority=4), line(priority=3)), now_ms=T0)
+    second = ingestor.ingest(ndjson(line(priority=4)), now_ms=T0)
+    assert len(first.shed) == 1
+    assert len(second.shed) == 1
+    assert queue.shed_count == 2
+
+
+# --- a big batch ------------------------------------------------------------------------------
+
+
+def test_a_batch_of_100000_lines_counts_exactly() -> None:
+    n = 100_000
+    lines: list[bytes] = []
+    invalid: list[int] = []
+    duplicates = 0
+    depths = [0] * 6
+    for i in range(n):
+        if i % 97 == 0:
+            lines.append(b'{"id": "broken"')
+            invalid.append(i)
+        elif i % 101 == 0:
+            lines.append(lines[-1] if lines[-1] != b'{"id": "broken"' else lines[-2])
+            duplicates += 1
+        else:
+            lines.append(line(f"evt-{i}", priority=i % 6))
+            depths[i % 6] += 1
+    ingestor = make()
+    result = ingestor.ingest(b"\n".join(lines) + b"\n", now_ms=T0)
+    accepted = n - len(invalid) - duplicates
+    assert result.accepted == accepted == sum(depths)
+    assert result.duplicates == duplicates
+    assert [index for index, _ in result.invalid] == invalid
+    assert result.rejected == []
+    assert len(ingestor.queue) == accepted
+    assert ingestor.queue.depths() == depths
+    popped = ingestor.queue.pop_many(n)
+    assert len(popped) == accepted
+    assert [e.priority for e in popped] == sorted(e.priority for e in popped)
+
+
+def test_a_batch_of_100000_byte_strings_counts_exactly() -> None:
+    lines = [line(f"id-{i}") for i in range(100_000)]
+    ingestor = make()
+    result = ingestor.ingest(lines, now_ms=T0)
+    assert result.accepted == 100_000
+    assert len(ingestor.queue) == 100_000
+    again = ingestor.ingest(lines, now_ms=T0)
+    assert again.duplicates == 100_000
+    assert again.accepted == 0
+
+
+# --- threads ----------------------------------------------------------------------------------
+
+
+def test_concurrent_ingests_share_the_window_exactly() -> None:
+    lines = [line(f"evt-{i}", priority=i % 6) for i in range(5_000)]
+    data = ndjson(*lines)
+    queue = EventQueue()
+    dedup = DedupWindow()
+    # Several ingestors over one queue and one window, as several transports would have.
+    ingestors = [Ingestor(queue, dedup) for _ in range(4)]
+    results: list[IngestResult] = []
+    barrier = threading.Barrier(len(ingestors))
+
+    def run(ingestor: Ingestor) -> None:
+        barrier.wait()
+        results.append(ingestor.ingest(data, now_ms=T0))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in ingestors]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(r.accepted for r in results) == 5_000
+    assert sum(r.duplicates for r in results) == 15_000
+    assert all(r.invalid == [] and r.rejected == [] for r in results)
+    popped = queue.pop_many(100_000)
+    assert sorted(e.id for e in popped) == sorted(ids_of(lines))
+
+
+def test_ingest_while_another_thread_pops() -> None:
+    batches = [[line(f"b{b}-{i}") for i in range(1_000)] for b in range(10)]
+    queue = EventQueue(capacity=None)
+    ingestor = Ingestor(queue, DedupWindow())
+    popped: list[Event] = []
+    done = threading.Event()
+
+    def consume() -> None:
+        while not (done.is_set() and len(queue) == 0):
+            popped.extend(queue.pop_many(100, timeout=0.01))
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    accepted = sum(ingestor.ingest(batch, now_ms=T0).accepted for batch in batches)
+    done.set()
+    consumer.join()
+    assert accepted == 10_000
+    assert len({e.id for e in popped}) == 10_000
+
+
+# --- a model ----------------------------------------------------------------------------------
+
+MODEL_IDS = ["a", "b", "c", "d", "e", "f"]
+model_lines = st.one_of(
+    st.builds(lambda i, p: line(i, priority=p), st.sampled_from(MODEL_IDS), st.integers(0, 5)),
+    st.sampled_from([b"", b"   ", b"{", b"[]", b"not json", line(priority=6), line(type="x")]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(model_lines, max_size=30),
+    capacity=st.none() | st.integers(1, 8),
+    use_dedup=st.booleans(),
+    crlf=st.booleans(),
+    final_newline=st.booleans(),
+    as_list=st.booleans(),
+)
+def test_ingest_matches_a_plain_python_model(
+    lines: list[bytes],
+    capacity: int | None,
+    use_dedup: bool,
+    crlf: bool,
+    final_newline: bool,
+    as_list: bool,
+) -> None:
+    if not as_list and not final_newline and lines and lines[-1] == b"":
+        lines = [*lines, line("z")]  # without a final newline a trailing empty line vanishes
+    # The model: decode_event is the validity oracle, a set is the window, a list the queue.
+    seen: set[str] = set()
+    queued: list[tuple[int, int, str]] = []
+    accepted = duplicates = 0
+    invalid: list[int] = []
+    rejected: list[int] = []
+    for index, part in enumerate(lines):
+        try:
+            event = decode_event(part)
+        except DecodeError:
+            invalid.append(index)
+            continue
+        if use_dedup and event.id in seen:
+            duplicates += 1
+        elif capacity is not None and len(queued) >= capacity:
+            rejected.append(index)
+        else:
+            accepted += 1
+            seen.add(event.id)
+            queued.append((event.priority, index, event.id))
+
+    queue = EventQueue(capacity, "reject")
+    ingestor = Ingestor(queue, DedupWindow() if use_dedup else None)
+    ending = b"\r\n" if crlf else b"\n"
+    data: bytes | list[bytes] = lines
+    if not as_list:
+        data = ending.join(lines) + (ending if final_newline and lines else b"")
+    result = ingestor.ingest(data, now_ms=T0)
+
+    assert result.accepted == accepted
+    assert result.duplicates == duplicates
+    assert [index for index, _ in result.invalid] == invalid
+    assert result.rejected == rejected
+    assert result.shed == []
+    assert [e.id for e in drain(queue)] == [event_id for _, _, event_id in sorted(queued)]
