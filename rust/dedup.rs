@@ -43,29 +43,55 @@ const TAG_OTHER: u8 = 1;
 
 /// The 128-bit value of a canonical UUID (`8-4-4-4-12` hex digits, any case), or `None`.
 #[must_use]
+#[inline]
 pub fn uuid_key(id: &str) -> Option<u128> {
-    let bytes = id.as_bytes();
-    if bytes.len() != 36 {
+    let b = id.as_bytes();
+    if b.len() != 36 || b[8] != b'-' || b[13] != b'-' || b[18] != b'-' || b[23] != b'-' {
         return None;
     }
+    // Each digit's value, or 0x10 and up for a byte that is not a hex digit;
+    // OR-ing the values together flags a bad digit anywhere at once.
     let mut value: u128 = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        if matches!(i, 8 | 13 | 18 | 23) {
-            if b != b'-' {
-                return None;
-            }
-            continue;
-        }
-        let digit = match b {
-            b'0'..=b'9' => b - b'0',
-            b'a'..=b'f' => b - b'a' + 10,
-            b'A'..=b'F' => b - b'A' + 10,
-            _ => return None,
-        };
-        value = (value << 4) | u128::from(digit);
+    let mut bad = 0u8;
+    for &i in &UUID_DIGITS {
+        let d = HEX[b[i] as usize];
+        bad |= d;
+        value = (value << 4) | u128::from(d & 0x0f);
     }
-    Some(value)
+    (bad < 0x10).then_some(value)
 }
+
+/// Where the 32 hex digits of a canonical UUID stand.
+const UUID_DIGITS: [usize; 32] = {
+    let mut out = [0usize; 32];
+    let mut i = 0;
+    let mut pos = 0;
+    while pos < 36 {
+        if !(pos == 8 || pos == 13 || pos == 18 || pos == 23) {
+            out[i] = pos;
+            i += 1;
+        }
+        pos += 1;
+    }
+    out
+};
+
+/// Hex digit values; 0x10 for every other byte.
+static HEX: [u8; 256] = {
+    let mut t = [0x10u8; 256];
+    let mut c = 0;
+    while c < 10 {
+        t[b'0' as usize + c] = c as u8;
+        c += 1;
+    }
+    let mut c = 0;
+    while c < 6 {
+        t[b'a' as usize + c] = 10 + c as u8;
+        t[b'A' as usize + c] = 10 + c as u8;
+        c += 1;
+    }
+    t
+};
 
 /// The key an id is held under.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -54,11 +54,41 @@ pub fn decode_lines<'a>(
 }
 
 /// Phase 2: keep the lines whose id is new to the window (recording them);
-/// returns how many were duplicates.
-pub fn dedup_lines(decoded: &mut Vec<Decoded<'_>>, window: &mut DedupWindow, now_ms: i64) -> usize {
-    let before = decoded.len();
-    decoded.retain(|d| window.check_and_insert(&d.envelope.id.as_str(d.bytes), now_ms));
-    before - decoded.len()
+/// returns the duplicates, taken out of `decoded`.
+pub fn dedup_lines<'a>(decoded: &mut Vec<Decoded<'a>>, window: &mut DedupWindow, now_ms: i64) -> Vec<Decoded<'a>> {
+    let mut duplicates = Vec::new();
+    let all = std::mem::take(decoded);
+    decoded.reserve(all.len());
+    for d in all {
+        if window.check_and_insert(&d.envelope.id.as_str(d.bytes), now_ms) {
+            decoded.push(d);
+        } else {
+            duplicates.push(d);
+        }
+    }
+    duplicates
+}
+
+/// After the queue refused some new lines (and the window forgot their ids):
+/// a later line of the same batch with the id of a refused line was a
+/// duplicate of that line alone, so it is refused too. Takes those lines out
+/// of `duplicates` and returns every refused line index, in order.
+pub fn refused_lines(decoded: &[Decoded<'_>], refused: &[usize], duplicates: &mut Vec<Decoded<'_>>) -> Vec<usize> {
+    let mut lines: Vec<usize> = refused.iter().map(|&i| decoded[i].index).collect();
+    if refused.is_empty() || duplicates.is_empty() {
+        return lines;
+    }
+    let ids: std::collections::HashSet<std::borrow::Cow<'_, str>> =
+        refused.iter().map(|&i| decoded[i].envelope.id.as_str(decoded[i].bytes)).collect();
+    duplicates.retain(|d| {
+        let repeat = ids.contains(&d.envelope.id.as_str(d.bytes));
+        if repeat {
+            lines.push(d.index);
+        }
+        !repeat
+    });
+    lines.sort_unstable();
+    lines
 }
 
 /// What [`ingest`] did.
@@ -86,9 +116,9 @@ pub fn ingest<'a, T>(
 ) -> Report<T> {
     let mut invalid = Vec::new();
     let mut decoded = decode_lines(lines, limits, &mut invalid);
-    let duplicates = match window.as_deref_mut() {
+    let mut duplicates = match window.as_deref_mut() {
         Some(w) => dedup_lines(&mut decoded, w, now_ms),
-        None => 0,
+        None => Vec::new(),
     };
     let items: Vec<(T, u8)> = decoded.iter().map(|d| (make(d), d.envelope.priority)).collect();
     let mut refused = Vec::new();
@@ -99,13 +129,8 @@ pub fn ingest<'a, T>(
             w.forget(&d.envelope.id.as_str(d.bytes));
         }
     }
-    Report {
-        accepted: decoded.len() - refused.len(),
-        duplicates,
-        invalid,
-        rejected: refused.iter().map(|&i| decoded[i].index).collect(),
-        shed,
-    }
+    let rejected = refused_lines(&decoded, &refused, &mut duplicates);
+    Report { accepted: decoded.len() - refused.len(), duplicates: duplicates.len(), invalid, rejected, shed }
 }
 
 #[cfg(test)]
@@ -155,5 +180,17 @@ mod tests {
         assert_eq!(queue.try_pop().as_deref(), Some("a"));
         let report = ingest(split_lines(data.as_bytes()), &Limits::default(), Some(&mut window), 1, &queue, make);
         assert_eq!((report.accepted, report.duplicates), (1, 2));
+    }
+
+    #[test]
+    fn repeats_of_a_refused_line_are_refused_too() {
+        let data = [line("a", 1), line("b", 1), line("b", 1), line("a", 1)].join("\n");
+        let queue = PriorityQueue::new(Some(1), Overflow::Reject, None);
+        let mut window = DedupWindow::new(60_000, 100);
+        let make = |d: &Decoded<'_>| d.envelope.id.as_str(d.bytes).into_owned();
+        let report = ingest(split_lines(data.as_bytes()), &Limits::default(), Some(&mut window), 0, &queue, make);
+        assert_eq!((report.accepted, report.duplicates, report.rejected.clone()), (1, 1, vec![1, 2]));
+        assert!(!window.contains("b"));
+        assert!(window.contains("a"));
     }
 }

@@ -66,6 +66,11 @@ pub const DEFAULT_MAX_BYTES: usize = 1 << 20;
 /// Deepest nesting of arrays and objects a decoder accepts unless told otherwise.
 pub const DEFAULT_MAX_DEPTH: usize = 64;
 
+/// The deepest nesting any decoder accepts, whatever its `max_depth` says: the
+/// scanner and the conversion to Python recurse once per level, and this keeps
+/// them well inside the smallest thread stacks.
+pub const MAX_DEPTH: usize = 512;
+
 /// Limits that protect the process from hostile input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -219,7 +224,7 @@ impl<'a> Scanner<'a> {
         if buf.starts_with(b"\xEF\xBB\xBF") {
             return Err(JsonError::at(0, "a byte order mark is not allowed"));
         }
-        Ok(Scanner { buf, pos: 0, max_depth: limits.max_depth })
+        Ok(Scanner { buf, pos: 0, max_depth: limits.max_depth.min(MAX_DEPTH) })
     }
 
     #[must_use]
@@ -763,6 +768,13 @@ mod tests {
         assert!(validate(too.as_bytes(), &Limits::default()).is_err());
         let e = validate(b"[1, 2, 3]", &Limits { max_bytes: 4, max_depth: 64 }).unwrap_err();
         assert!(e.message.contains("exceeds"), "{e}");
+    }
+
+    #[test]
+    fn depth_is_capped_whatever_the_limits_say() {
+        let deep = "[".repeat(100_000) + &"]".repeat(100_000);
+        let e = validate(deep.as_bytes(), &Limits { max_bytes: usize::MAX, max_depth: usize::MAX }).unwrap_err();
+        assert!(e.message.contains("512"), "{e}");
     }
 
     #[test]

@@ -3,6 +3,29 @@
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal, final
 
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_DEPTH",
+    "DEFAULT_PRIORITY",
+    "MAX_DEPTH",
+    "PRIORITY_HIGHEST",
+    "PRIORITY_LOWEST",
+    "ContentSegment",
+    "DedupWindow",
+    "Event",
+    "EventQueue",
+    "IngestResult",
+    "Ingestor",
+    "ProviderResponse",
+    "ToolCall",
+    "__version__",
+    "_event_from_wire",
+    "decode_event",
+    "decode_response",
+    "encode_event",
+    "encode_response",
+]
+
 __version__: Final[str]
 
 #: Highest (served first) and lowest priorities of an event.
@@ -13,6 +36,8 @@ DEFAULT_PRIORITY: Final[int]
 #: Default limits applied by the decoders.
 DEFAULT_MAX_BYTES: Final[int]
 DEFAULT_MAX_DEPTH: Final[int]
+#: The largest ``max_depth`` any decoder accepts.
+MAX_DEPTH: Final[int]
 
 @final
 class Event:
@@ -113,7 +138,7 @@ class Event:
         """The envelope as a dict with its wire (camelCase) field names."""
 
     def __hash__(self) -> int: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
     def __reduce__(self) -> tuple[Any, tuple[bytes]]: ...
 
 def decode_event(
@@ -124,6 +149,9 @@ def decode_event(
     Raises:
         openstarry.errors.DecodeError: naming the field or the byte offset.
     """
+
+def _event_from_wire(data: bytes) -> Event:
+    """Rebuild a pickled event (used by ``Event.__reduce__``)."""
 
 def encode_event(event: Event) -> bytes:
     """The event's wire bytes; for a decoded event, the very bytes it came from."""
@@ -141,7 +169,7 @@ class ToolCall:
     def name(self) -> str: ...
     @property
     def args(self) -> Any: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
 @final
 class ContentSegment:
@@ -171,7 +199,7 @@ class ContentSegment:
     def tool_call(self) -> ToolCall | None: ...
     @property
     def ui(self) -> Any: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
 @final
 class ProviderResponse:
@@ -184,7 +212,7 @@ class ProviderResponse:
     def segments(self) -> list[ContentSegment]: ...
     @property
     def metadata(self) -> Any: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
 def decode_response(
     data: bytes | bytearray | memoryview, *, max_bytes: int = ..., max_depth: int = ...
@@ -290,7 +318,7 @@ class DedupWindow:
     def check_and_insert_many(self, ids: Iterable[str], now_ms: int | None = None) -> list[bool]:
         """``check_and_insert`` for each id in order, in one call."""
 
-    def __contains__(self, id: object) -> bool:
+    def __contains__(self, id: object, /) -> bool:
         """Whether ``id`` is in the window (without inserting it or expiring anything)."""
 
     def expire(self, now_ms: int | None = None) -> int:

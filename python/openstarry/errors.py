@@ -36,9 +36,10 @@ class DecodeError(OpenStarryError, ValueError):
     Attributes:
         field: The wire name of the offending field (``"priority"``,
             ``"segments[1].toolCall.name"``), or ``None`` when the input is
-            not valid JSON at all.
-        offset: The byte offset where decoding failed, or ``None`` when the
-            JSON was well formed but a field's value was invalid.
+            not valid JSON at all or the error is not tied to one field.
+        offset: The byte offset where decoding failed (for a field's invalid
+            value, where that value starts), or ``None`` when no single place
+            is at fault, such as a missing required field.
     """
 
     def __init__(

@@ -5,7 +5,7 @@ use pyo3::pyclass::CompareOp;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 use super::errors::CoreError;
-use super::event::as_bytes_object;
+use super::event::{as_bytes_object, limits_arg};
 use super::pyjson;
 use crate::json::{write_str, Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
 use crate::segment::{self, Args, SegmentType};
@@ -399,8 +399,9 @@ fn decode(py: Python<'_>, buf: &[u8], limits: &Limits) -> PyResult<PyResponse> {
 #[pyfunction]
 #[pyo3(signature = (data, *, max_bytes=DEFAULT_MAX_BYTES, max_depth=DEFAULT_MAX_DEPTH))]
 fn decode_response(py: Python<'_>, data: &Bound<'_, PyAny>, max_bytes: usize, max_depth: usize) -> PyResult<PyResponse> {
+    let limits = limits_arg(max_bytes, max_depth)?;
     let buf = as_bytes_object(data)?;
-    decode(py, buf.bind(py).as_bytes(), &Limits { max_bytes, max_depth })
+    decode(py, buf.as_bytes(py), &limits)
 }
 
 /// Encode a ``ProviderResponse`` to JSON with the spec's wire field names.

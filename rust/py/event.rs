@@ -10,11 +10,18 @@ use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 use super::errors::CoreError;
 use super::pyjson;
 use crate::envelope::{self, EnvelopeIndex, Header};
-use crate::json::{JsonError, Limits, Span, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
+use crate::json::{JsonError, Limits, Span, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, MAX_DEPTH, MAX_INPUT};
 
 /// Priority given by `Event.new` when none is passed.
 pub const DEFAULT_PRIORITY: u8 = 2;
 
+/// The spec 002 event envelope: immutable, hashable by id.
+///
+/// On the wire its fields are ``id``, ``timestamp``, ``traceId``, ``source``,
+/// ``sessionId``, ``priority``, ``type``, ``payload`` and, for an event caused
+/// by another one, ``parentId``. The event keeps its wire bytes: ``payload`` is
+/// decoded from them on first access, and :func:`encode_event` returns them
+/// unchanged.
 #[pyclass(frozen, name = "Event", module = "openstarry._core")]
 pub struct PyEvent {
     buf: Py<PyBytes>,
@@ -58,7 +65,7 @@ impl PyEvent {
         let payload = pyjson::dumps(payload, DEFAULT_MAX_DEPTH)?;
         let bytes = envelope::encode(header, &payload, &[]);
         let buf = PyBytes::new(py, &bytes).unbind();
-        Ok(PyEvent::from_bytes(py, buf, &Limits { max_bytes: usize::MAX, max_depth: DEFAULT_MAX_DEPTH + 1 })?)
+        Ok(PyEvent::from_bytes(py, buf, &Limits { max_bytes: MAX_INPUT, max_depth: DEFAULT_MAX_DEPTH + 1 })?)
     }
 }
 
@@ -72,9 +79,14 @@ fn priority_arg(value: &Bound<'_, PyAny>) -> PyResult<u8> {
     Ok(envelope::check_priority(p).map_err(|e| CoreError::Value(e.to_string()))?)
 }
 
-/// Validate a priority argument given from Python (shared with the queue).
-pub fn extract_priority(value: &Bound<'_, PyAny>) -> PyResult<u8> {
-    priority_arg(value)
+fn timestamp_arg(value: &Bound<'_, PyAny>) -> PyResult<i64> {
+    if value.is_instance_of::<pyo3::types::PyBool>() || !value.is_instance_of::<pyo3::types::PyInt>() {
+        let name = value.get_type().name().map_or_else(|_| "?".to_owned(), |n| n.to_string());
+        return Err(CoreError::Value(format!("timestamp must be an integer (Unix time in ms), not {name}")).into());
+    }
+    value
+        .extract()
+        .map_err(|_| CoreError::Value("timestamp must fit in a signed 64-bit integer".into()).into())
 }
 
 #[pymethods]
@@ -85,7 +97,7 @@ impl PyEvent {
     fn py_new(
         py: Python<'_>,
         id: &str,
-        timestamp: i64,
+        timestamp: &Bound<'_, PyAny>,
         trace_id: &str,
         source: &str,
         session_id: &str,
@@ -96,7 +108,7 @@ impl PyEvent {
     ) -> PyResult<Self> {
         let header = Header {
             id,
-            timestamp,
+            timestamp: timestamp_arg(timestamp)?,
             trace_id,
             source,
             session_id,
@@ -290,7 +302,7 @@ impl PyEvent {
     }
 
     fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let decode = py.import("openstarry._core")?.getattr("decode_event")?;
+        let decode = py.import("openstarry._core")?.getattr("_event_from_wire")?;
         PyTuple::new(py, [decode, PyTuple::new(py, [self.buf.clone_ref(py)])?.into_any()])
     }
 
@@ -305,6 +317,14 @@ impl PyEvent {
             self.idx.trace_id.as_str(buf),
         )
     }
+}
+
+/// Decoder limits from Python arguments: `max_depth` above [`MAX_DEPTH`] is refused.
+pub fn limits_arg(max_bytes: usize, max_depth: usize) -> PyResult<Limits> {
+    if max_depth > MAX_DEPTH {
+        return Err(CoreError::Value(format!("max_depth must be at most {MAX_DEPTH}, not {max_depth}")).into());
+    }
+    Ok(Limits { max_bytes: max_bytes.min(MAX_INPUT), max_depth })
 }
 
 /// Turn `bytes`, `bytearray` or `memoryview` into a `bytes` object (no copy for `bytes`).
@@ -329,8 +349,16 @@ pub fn as_bytes_object(data: &Bound<'_, PyAny>) -> PyResult<Py<PyBytes>> {
 #[pyfunction]
 #[pyo3(signature = (data, *, max_bytes=DEFAULT_MAX_BYTES, max_depth=DEFAULT_MAX_DEPTH))]
 fn decode_event(py: Python<'_>, data: &Bound<'_, PyAny>, max_bytes: usize, max_depth: usize) -> PyResult<PyEvent> {
+    let limits = limits_arg(max_bytes, max_depth)?;
     let buf = as_bytes_object(data)?;
-    Ok(PyEvent::from_bytes(py, buf, &Limits { max_bytes, max_depth })?)
+    Ok(PyEvent::from_bytes(py, buf, &limits)?)
+}
+
+/// Rebuild a pickled event: its bytes were valid when it was made, whatever the
+/// limits it was decoded with, so only the hard limits apply.
+#[pyfunction]
+fn _event_from_wire(py: Python<'_>, data: Py<PyBytes>) -> PyResult<PyEvent> {
+    Ok(PyEvent::from_bytes(py, data, &Limits { max_bytes: MAX_INPUT, max_depth: MAX_DEPTH })?)
 }
 
 /// The event's wire bytes; for a decoded event, the very bytes it came from.
@@ -343,10 +371,12 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEvent>()?;
     m.add_function(wrap_pyfunction!(decode_event, m)?)?;
     m.add_function(wrap_pyfunction!(encode_event, m)?)?;
+    m.add_function(wrap_pyfunction!(_event_from_wire, m)?)?;
     m.add("PRIORITY_HIGHEST", 0u8)?;
     m.add("PRIORITY_LOWEST", envelope::LOWEST_PRIORITY)?;
     m.add("DEFAULT_PRIORITY", DEFAULT_PRIORITY)?;
     m.add("DEFAULT_MAX_BYTES", DEFAULT_MAX_BYTES)?;
     m.add("DEFAULT_MAX_DEPTH", DEFAULT_MAX_DEPTH)?;
+    m.add("MAX_DEPTH", MAX_DEPTH)?;
     Ok(())
 }

@@ -5,10 +5,10 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use super::dedup::PyDedupWindow;
 use super::errors::CoreError;
-use super::event::{as_bytes_object, PyEvent};
+use super::event::{as_bytes_object, limits_arg, PyEvent};
 use super::queue::PyEventQueue;
 use crate::envelope;
-use crate::ingest::{decode_lines, dedup_lines, split_lines};
+use crate::ingest::{decode_lines, dedup_lines, refused_lines, split_lines};
 use crate::json::{Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
 
 /// What one :meth:`Ingestor.ingest` call did.
@@ -81,8 +81,8 @@ impl PyIngestor {
         dedup: Option<Py<PyDedupWindow>>,
         max_line_bytes: usize,
         max_depth: usize,
-    ) -> Self {
-        PyIngestor { queue, dedup, limits: Limits { max_bytes: max_line_bytes, max_depth } }
+    ) -> PyResult<Self> {
+        Ok(PyIngestor { queue, dedup, limits: limits_arg(max_line_bytes, max_depth)? })
     }
 
     #[getter]
@@ -127,9 +127,9 @@ impl PyIngestor {
         let mut invalid = Vec::new();
         let mut decoded = decode_lines(lines.iter().copied(), &self.limits, &mut invalid);
         let now = now_ms.unwrap_or_else(envelope::now_ms);
-        let duplicates = match &self.dedup {
+        let mut duplicates = match &self.dedup {
             Some(d) => d.get().with_inner(|w| dedup_lines(&mut decoded, w, now)),
-            None => 0,
+            None => Vec::new(),
         };
 
         // Build the events outside every lock: allocation may run arbitrary Python code.
@@ -150,11 +150,12 @@ impl PyIngestor {
                 }
             });
         }
+        let rejected = refused_lines(&decoded, &refused, &mut duplicates);
         Ok(PyIngestResult {
             accepted: decoded.len() - refused.len(),
-            duplicates,
+            duplicates: duplicates.len(),
             invalid,
-            rejected: refused.iter().map(|&i| decoded[i].index).collect(),
+            rejected,
             shed,
         })
     }
