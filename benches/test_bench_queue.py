@@ -1,0 +1,200 @@
+"""EventQueue against Python priority queues: one call per item, then batch calls."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import operator
+from collections.abc import Callable
+from itertools import count
+from typing import Any
+
+import pytest
+
+from benches.baselines import SixDequeQueue
+from benches.data import envelopes
+from benches.harness import Benchmark, measure
+from openstarry.core import Event, EventQueue, decode_event
+
+N = 1000
+ROUNDS = 1000
+SINGLE = "queue: push+pop, one call each (per item)"
+BATCH = "queue: push_many(1000)+pop_many(1000) (per item)"
+
+Pairs = list[tuple[Event, int]]
+Push = Callable[[Any, int], object]
+Pop = Callable[[], Any]
+
+
+@pytest.fixture(scope="module")
+def events() -> list[Event]:
+    return [decode_event(b) for b in envelopes(N, seed=1)]
+
+
+@pytest.fixture(scope="module")
+def pairs(events: list[Event]) -> Pairs:
+    return [(e, e.priority) for e in events]
+
+
+def _expected(events: list[Event]) -> list[Event]:
+    return sorted(events, key=lambda e: e.priority)  # stable: FIFO within a priority
+
+
+# ---------------------------------------------------------------- one call each
+
+
+def _one_call_each(push: Push, pop: Pop, pairs: Pairs) -> list[Any]:
+    """Push every item, then pop as many: the loop shared by EventQueue, six deques, floor."""
+    for item, priority in pairs:
+        push(item, priority)
+    return [pop() for _ in range(len(pairs))]
+
+
+def _openstarry(pairs: Pairs) -> tuple[tuple[Push, Pop, Pairs], dict[str, Any]]:
+    q = EventQueue()
+    return (q.push, q.pop, pairs), {}
+
+
+def _six_deques(pairs: Pairs) -> tuple[tuple[Push, Pop, Pairs], dict[str, Any]]:
+    q = SixDequeQueue()
+    return (q.push, q.pop, pairs), {}
+
+
+def _asyncio_round(q: asyncio.PriorityQueue[tuple[int, int, Any]], pairs: Pairs) -> list[Any]:
+    put = q.put_nowait
+    seq = count()
+    for item, priority in pairs:
+        put((priority, next(seq), item))
+    get = q.get_nowait
+    return [get()[2] for _ in range(len(pairs))]
+
+
+def _heapq_round(heap: list[tuple[int, int, Any]], pairs: Pairs) -> list[Any]:
+    push, pop = heapq.heappush, heapq.heappop
+    seq = count()
+    for item, priority in pairs:
+        push(heap, (priority, next(seq), item))
+    return [pop(heap)[2] for _ in range(len(pairs))]
+
+
+def test_single_openstarry(benchmark: Benchmark, pairs: Pairs, events: list[Event]) -> None:
+    assert _one_call_each(*_openstarry(pairs)[0]) == _expected(events)
+    measure(
+        benchmark,
+        _one_call_each,
+        group=SINGLE,
+        label="EventQueue.push / .pop",
+        ops=N,
+        rounds=ROUNDS,
+        role="openstarry",
+        setup=lambda: _openstarry(pairs),
+    )
+
+
+def test_single_six_deques(benchmark: Benchmark, pairs: Pairs, events: list[Event]) -> None:
+    assert _one_call_each(*_six_deques(pairs)[0]) == _expected(events)
+    measure(
+        benchmark,
+        _one_call_each,
+        group=SINGLE,
+        label="six deques (Python class)",
+        ops=N,
+        rounds=ROUNDS,
+        target=3.5,
+        setup=lambda: _six_deques(pairs),
+    )
+
+
+def test_single_asyncio(benchmark: Benchmark, pairs: Pairs, events: list[Event]) -> None:
+    assert _asyncio_round(asyncio.PriorityQueue(), pairs) == _expected(events)
+    measure(
+        benchmark,
+        _asyncio_round,
+        group=SINGLE,
+        label="asyncio.PriorityQueue *_nowait",
+        ops=N,
+        rounds=ROUNDS,
+        target=20.0,
+        setup=lambda: ((asyncio.PriorityQueue(), pairs), {}),
+    )
+
+
+def test_single_heapq(benchmark: Benchmark, pairs: Pairs, events: list[Event]) -> None:
+    assert _heapq_round([], pairs) == _expected(events)
+    measure(
+        benchmark,
+        _heapq_round,
+        group=SINGLE,
+        label="heapq (priority, seq, item)",
+        ops=N,
+        rounds=ROUNDS,
+        setup=lambda: (([], pairs), {}),
+    )
+
+
+def test_single_floor(benchmark: Benchmark, pairs: Pairs) -> None:
+    measure(
+        benchmark,
+        _one_call_each,
+        group=SINGLE,
+        label="the loop alone (C no-op push, pop)",
+        ops=N,
+        rounds=ROUNDS,
+        role="floor",
+        setup=lambda: ((operator.is_, "".isdigit, pairs), {}),
+        note="The loop that drives one push and one pop per item, timed with C no-op callees.",
+    )
+
+
+# ---------------------------------------------------------------- batch calls
+
+
+def _openstarry_batch(q: EventQueue, events: list[Event]) -> list[Any]:
+    q.push_many(events)
+    return q.pop_many(len(events))
+
+
+def _six_deque_batch(q: SixDequeQueue, events: list[Event]) -> list[Any]:
+    q.push_many(events)
+    return q.pop_many(len(events))
+
+
+def test_batch_openstarry(benchmark: Benchmark, events: list[Event]) -> None:
+    assert _openstarry_batch(EventQueue(), events) == _expected(events)
+    measure(
+        benchmark,
+        _openstarry_batch,
+        group=BATCH,
+        label="EventQueue.push_many / .pop_many",
+        ops=N,
+        rounds=ROUNDS,
+        role="openstarry",
+        setup=lambda: ((EventQueue(), events), {}),
+    )
+
+
+def test_batch_six_deques_one_call_each(benchmark: Benchmark, pairs: Pairs) -> None:
+    measure(
+        benchmark,
+        _one_call_each,
+        group=BATCH,
+        label="six deques, 1000 push + 1000 pop calls",
+        ops=N,
+        rounds=ROUNDS,
+        target=15.0,
+        setup=lambda: _six_deques(pairs),
+    )
+
+
+def test_batch_six_deques_batch_methods(benchmark: Benchmark, events: list[Event]) -> None:
+    assert _six_deque_batch(SixDequeQueue(), events) == _expected(events)
+    measure(
+        benchmark,
+        _six_deque_batch,
+        group=BATCH,
+        label="six deques, Python push_many / pop_many",
+        ops=N,
+        rounds=ROUNDS,
+        setup=lambda: ((SixDequeQueue(), events), {}),
+        note="Batch methods in Python: a loop of appends, then whole lanes moved by list.extend.",
+    )
