@@ -44,8 +44,8 @@ const TAG_OTHER: u8 = 1;
 /// The 128-bit value of a canonical UUID (`8-4-4-4-12` hex digits, any case), or `None`.
 #[must_use]
 #[inline]
-pub fn uuid_key(id: &str) -> Option<u128> {
-    let b = id.as_bytes();
+pub fn uuid_key(id: impl AsRef<[u8]>) -> Option<u128> {
+    let b = id.as_ref();
     if b.len() != 36 || b[8] != b'-' || b[13] != b'-' || b[18] != b'-' || b[23] != b'-' {
         return None;
     }
@@ -275,7 +275,8 @@ impl DedupWindow {
 
     /// `true` the first time `id` is seen within the window (it is then recorded),
     /// `false` for a duplicate.
-    pub fn check_and_insert(&mut self, id: &str, now_ms: i64) -> bool {
+    pub fn check_and_insert(&mut self, id: impl AsRef<[u8]>, now_ms: i64) -> bool {
+        let id = id.as_ref();
         let now = self.advance(now_ms);
         self.expire_to(now);
         let key = if let Some(k) = uuid_key(id) {
@@ -284,10 +285,10 @@ impl DedupWindow {
             }
             Key::Uuid(k)
         } else {
-            if self.others.contains_key(id.as_bytes()) {
+            if self.others.contains_key(id) {
                 return false;
             }
-            Key::Other(Arc::from(id.as_bytes()))
+            Key::Other(Arc::from(id))
         };
         self.insert(key, now);
         self.enforce_count();
@@ -298,20 +299,22 @@ impl DedupWindow {
     ///
     /// An entry that has left the window at the latest time seen counts as absent.
     #[must_use]
-    pub fn contains(&self, id: &str) -> bool {
+    pub fn contains(&self, id: impl AsRef<[u8]>) -> bool {
+        let id = id.as_ref();
         let slot = match uuid_key(id) {
             Some(k) => self.uuids.get(&k),
-            None => self.others.get(id.as_bytes()),
+            None => self.others.get(id),
         };
         slot.is_some_and(|slot| !expired(slot.ts, self.last_now, self.window_ms))
     }
 
     /// Remove `id` (the ingestor un-records the events its queue refused).
     /// Returns whether it was held.
-    pub fn forget(&mut self, id: &str) -> bool {
+    pub fn forget(&mut self, id: impl AsRef<[u8]>) -> bool {
+        let id = id.as_ref();
         let removed = match uuid_key(id) {
             Some(k) => self.uuids.remove(&k),
-            None => self.others.remove(id.as_bytes()),
+            None => self.others.remove(id),
         };
         let Some(slot) = removed else {
             return false;

@@ -19,10 +19,21 @@ use crate::queue::{PriorityQueue, PushError};
 /// and no line for the empty piece after a final newline.
 pub fn split_lines(data: &[u8]) -> impl Iterator<Item = &[u8]> {
     let body = data.strip_suffix(b"\n").unwrap_or(data);
-    let empty = data.is_empty();
-    body.split(|&b| b == b'\n')
-        .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
-        .filter(move |_| !empty)
+    let mut rest = (!data.is_empty()).then_some(body);
+    std::iter::from_fn(move || {
+        let chunk = rest?;
+        let line = match memchr::memchr(b'\n', chunk) {
+            Some(i) => {
+                rest = Some(&chunk[i + 1..]);
+                &chunk[..i]
+            }
+            None => {
+                rest = None;
+                chunk
+            }
+        };
+        Some(line.strip_suffix(b"\r").unwrap_or(line))
+    })
 }
 
 /// One line after decoding.
@@ -32,14 +43,30 @@ pub struct Decoded<'a> {
     pub envelope: EnvelopeIndex,
 }
 
-/// Phase 1: decode every line; invalid lines go to `invalid` as (index, message).
+impl Decoded<'_> {
+    /// The event's id as bytes (borrowed unless it was escaped on the wire).
+    #[must_use]
+    pub fn id(&self) -> std::borrow::Cow<'_, [u8]> {
+        self.envelope.id.as_bytes(self.bytes)
+    }
+}
+
+/// How many lines a host should take through the phases at a time: large
+/// enough to pay for a lock once per batch, small enough to stay in cache.
+pub const CHUNK_LINES: usize = 256;
+
+/// Phase 1: decode every line, numbering them from `first_index`; invalid
+/// lines go to `invalid` as (index, message).
 pub fn decode_lines<'a>(
     lines: impl IntoIterator<Item = &'a [u8]>,
+    first_index: usize,
     limits: &Limits,
     invalid: &mut Vec<(usize, String)>,
 ) -> Vec<Decoded<'a>> {
-    let mut out = Vec::new();
-    for (index, bytes) in lines.into_iter().enumerate() {
+    let lines = lines.into_iter();
+    let mut out = Vec::with_capacity(lines.size_hint().0);
+    for (n, bytes) in lines.enumerate() {
+        let index = first_index + n;
         let result = if bytes.iter().all(u8::is_ascii_whitespace) {
             Err(JsonError::at(0, "empty line"))
         } else {
@@ -60,7 +87,7 @@ pub fn dedup_lines<'a>(decoded: &mut Vec<Decoded<'a>>, window: &mut DedupWindow,
     let all = std::mem::take(decoded);
     decoded.reserve(all.len());
     for d in all {
-        if window.check_and_insert(&d.envelope.id.as_str(d.bytes), now_ms) {
+        if window.check_and_insert(d.id(), now_ms) {
             decoded.push(d);
         } else {
             duplicates.push(d);
@@ -78,10 +105,9 @@ pub fn refused_lines(decoded: &[Decoded<'_>], refused: &[usize], duplicates: &mu
     if refused.is_empty() || duplicates.is_empty() {
         return lines;
     }
-    let ids: std::collections::HashSet<std::borrow::Cow<'_, str>> =
-        refused.iter().map(|&i| decoded[i].envelope.id.as_str(decoded[i].bytes)).collect();
+    let ids: std::collections::HashSet<std::borrow::Cow<'_, [u8]>> = refused.iter().map(|&i| decoded[i].id()).collect();
     duplicates.retain(|d| {
-        let repeat = ids.contains(&d.envelope.id.as_str(d.bytes));
+        let repeat = ids.contains(&d.id());
         if repeat {
             lines.push(d.index);
         }
@@ -115,7 +141,7 @@ pub fn ingest<'a, T>(
     mut make: impl FnMut(&Decoded<'a>) -> T,
 ) -> Report<T> {
     let mut invalid = Vec::new();
-    let mut decoded = decode_lines(lines, limits, &mut invalid);
+    let mut decoded = decode_lines(lines, 0, limits, &mut invalid);
     let mut duplicates = match window.as_deref_mut() {
         Some(w) => dedup_lines(&mut decoded, w, now_ms),
         None => Vec::new(),
@@ -126,7 +152,7 @@ pub fn ingest<'a, T>(
     if let Some(w) = window {
         for &i in &refused {
             let d = &decoded[i];
-            w.forget(&d.envelope.id.as_str(d.bytes));
+            w.forget(d.id());
         }
     }
     let rejected = refused_lines(&decoded, &refused, &mut duplicates);

@@ -153,6 +153,16 @@ impl Span {
         }
     }
 
+    /// The string's UTF-8 bytes, unescaped when needed (borrowed when not).
+    #[must_use]
+    pub fn as_bytes(self, buf: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+        if self.escaped() {
+            std::borrow::Cow::Owned(unescape(str_unchecked(self.raw(buf))).into_bytes())
+        } else {
+            std::borrow::Cow::Borrowed(self.raw(buf))
+        }
+    }
+
     #[must_use]
     pub fn is_empty(self) -> bool {
         self.start() == self.end()

@@ -5,10 +5,10 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use super::dedup::PyDedupWindow;
 use super::errors::CoreError;
-use super::event::{as_bytes_object, limits_arg, PyEvent};
+use super::event::{as_bytes_object, limits_arg, PyEvent, Wire};
 use super::queue::PyEventQueue;
 use crate::envelope;
-use crate::ingest::{decode_lines, dedup_lines, refused_lines, split_lines};
+use crate::ingest::{decode_lines, dedup_lines, refused_lines, split_lines, CHUNK_LINES};
 use crate::json::{Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
 
 /// What one :meth:`Ingestor.ingest` call did.
@@ -124,40 +124,41 @@ impl PyIngestor {
             split_lines(whole.as_ref().map_or(&[][..], |w| w.as_bytes(py))).collect()
         };
 
-        let mut invalid = Vec::new();
-        let mut decoded = decode_lines(lines.iter().copied(), &self.limits, &mut invalid);
         let now = now_ms.unwrap_or_else(envelope::now_ms);
-        let mut duplicates = match &self.dedup {
-            Some(d) => d.get().with_inner(|w| dedup_lines(&mut decoded, w, now)),
-            None => Vec::new(),
-        };
+        let mut result =
+            PyIngestResult { accepted: 0, duplicates: 0, invalid: Vec::new(), rejected: Vec::new(), shed: Vec::new() };
+        // A chunk at a time: each phase's working set stays in cache, and each
+        // lock is taken once per chunk.
+        for (n, chunk) in lines.chunks(CHUNK_LINES).enumerate() {
+            let first = n * CHUNK_LINES;
+            let mut decoded = decode_lines(chunk.iter().copied(), first, &self.limits, &mut result.invalid);
+            let mut duplicates = match &self.dedup {
+                Some(d) => d.get().with_inner(|w| dedup_lines(&mut decoded, w, now)),
+                None => Vec::new(),
+            };
 
-        // Build the events outside every lock: allocation may run arbitrary Python code.
-        let mut items = Vec::with_capacity(decoded.len());
-        for d in &decoded {
-            // A line given as its own bytes object is kept as is; NDJSON lines are copied out.
-            let buf = if whole.is_none() { parts[d.index].clone_ref(py) } else { PyBytes::new(py, d.bytes).unbind() };
-            let event = Py::new(py, PyEvent::from_index(buf, d.envelope.clone()))?;
-            items.push((event.into_any(), d.envelope.priority));
+            // Build the events outside every lock: allocation may run arbitrary Python code.
+            let mut items = Vec::with_capacity(decoded.len());
+            for d in &decoded {
+                // A line given as its own bytes object is kept as is; NDJSON lines are copied out.
+                let buf = if whole.is_none() { Wire::Shared(parts[d.index].clone_ref(py)) } else { Wire::Owned(d.bytes.into()) };
+                let event = PyEvent::from_index(buf, d.envelope.clone()).into_py(py)?;
+                items.push((event.into_any(), d.envelope.priority));
+            }
+            let mut refused = Vec::new();
+            result.shed.extend(self.queue.get().inner.push_each(items, |i, _| refused.push(i)));
+            if let (Some(d), false) = (&self.dedup, refused.is_empty()) {
+                d.get().with_inner(|w| {
+                    for &i in &refused {
+                        w.forget(decoded[i].id());
+                    }
+                });
+            }
+            result.rejected.extend(refused_lines(&decoded, &refused, &mut duplicates));
+            result.accepted += decoded.len() - refused.len();
+            result.duplicates += duplicates.len();
         }
-        let mut refused = Vec::new();
-        let shed = self.queue.get().inner.push_each(items, |i, _| refused.push(i));
-        if let (Some(d), false) = (&self.dedup, refused.is_empty()) {
-            d.get().with_inner(|w| {
-                for &i in &refused {
-                    let line = &decoded[i];
-                    w.forget(&line.envelope.id.as_str(line.bytes));
-                }
-            });
-        }
-        let rejected = refused_lines(&decoded, &refused, &mut duplicates);
-        Ok(PyIngestResult {
-            accepted: decoded.len() - refused.len(),
-            duplicates: duplicates.len(),
-            invalid,
-            rejected,
-            shed,
-        })
+        Ok(result)
     }
 }
 
