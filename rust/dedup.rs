@@ -22,6 +22,7 @@
 //! entry from a stale one, and the ring is compacted when stale entries
 //! outnumber live ones.
 
+use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 use std::mem::size_of;
 use std::sync::Arc;
@@ -194,17 +195,24 @@ impl DedupWindow {
         let Some(entry) = self.ring.pop_front() else {
             return false;
         };
-        let live = self.is_live(&entry);
-        if live {
-            match &entry.key {
-                Key::Uuid(k) => {
-                    self.uuids.remove(k);
+        // One lookup in the common case: remove, and put back the rare slot
+        // that a later insertion of the same id (after a `forget`) owns.
+        let live = match &entry.key {
+            Key::Uuid(k) => match self.uuids.remove(k) {
+                Some(slot) if slot.seq != entry.seq => {
+                    self.uuids.insert(*k, slot);
+                    false
                 }
-                Key::Other(k) => {
-                    self.others.remove(&**k);
+                removed => removed.is_some(),
+            },
+            Key::Other(k) => match self.others.remove_entry(&**k) {
+                Some((key, slot)) if slot.seq != entry.seq => {
+                    self.others.insert(key, slot);
+                    false
                 }
-            }
-        }
+                removed => removed.is_some(),
+            },
+        };
         if let Key::Other(k) = &entry.key {
             self.other_key_bytes -= arc_bytes(k.len());
         }
@@ -280,10 +288,22 @@ impl DedupWindow {
         let now = self.advance(now_ms);
         self.expire_to(now);
         let key = if let Some(k) = uuid_key(id) {
-            if self.uuids.contains_key(&k) {
-                return false;
+            // One lookup for the common case: probe and insert together.
+            let seq = self.next_seq;
+            match self.uuids.entry(k) {
+                Entry::Occupied(_) => return false,
+                Entry::Vacant(v) => {
+                    v.insert(Slot { ts: now, seq });
+                }
             }
-            Key::Uuid(k)
+            self.next_seq += 1;
+            self.ring.push_back(RingEntry {
+                ts: now,
+                seq,
+                key: Key::Uuid(k),
+            });
+            self.enforce_count();
+            return true;
         } else {
             if self.others.contains_key(id) {
                 return false;
@@ -607,7 +627,7 @@ mod tests {
             uuid_key(U1),
             Some(0x123e_4567_e89b_42d3_a456_4266_1417_4000)
         );
-        assert_eq!(uuid_key(&U1.to_uppercase()), uuid_key(U1));
+        assert_eq!(uuid_key(U1.to_uppercase()), uuid_key(U1));
         assert_eq!(uuid_key("00000000-0000-0000-0000-000000000000"), Some(0));
         assert_eq!(
             uuid_key("ffffffff-ffff-ffff-ffff-ffffffffffff"),
@@ -635,7 +655,7 @@ mod tests {
         assert!(w.is_empty());
         assert!(w.check_and_insert(U1, 0));
         assert!(!w.check_and_insert(U1, 1));
-        assert!(!w.check_and_insert(&U1.to_uppercase(), 2));
+        assert!(!w.check_and_insert(U1.to_uppercase(), 2));
         assert!(w.check_and_insert("plain-id", 3));
         assert!(!w.check_and_insert("plain-id", 4));
         assert!(
@@ -651,7 +671,7 @@ mod tests {
         let mut w = DedupWindow::new(1000, 100);
         assert!(w.check_and_insert(U1, 0));
         // Same hex digits, not canonical: a different id.
-        assert!(w.check_and_insert(&U1.replace('-', ""), 0));
+        assert!(w.check_and_insert(U1.replace('-', ""), 0));
         assert!(w.check_and_insert("", 0));
         assert!(!w.check_and_insert("", 0));
         assert_eq!(w.len(), 3);
@@ -810,7 +830,7 @@ mod tests {
         for i in 0..10_000 {
             let id = format!("id-{i}");
             assert!(w.check_and_insert(&id, i));
-            assert!(w.check_and_insert(&format!("x-{i}"), i));
+            assert!(w.check_and_insert(format!("x-{i}"), i));
             assert!(w.forget(&id)); // not the newest: leaves a stale entry
         }
         assert_eq!(w.len(), 10_001);
@@ -828,8 +848,8 @@ mod tests {
             .sum();
         assert_eq!(w.other_key_bytes, live_bytes);
         for i in 0..10_000 {
-            assert!(!w.contains(&format!("id-{i}")));
-            assert!(w.contains(&format!("x-{i}")));
+            assert!(!w.contains(format!("id-{i}")));
+            assert!(w.contains(format!("x-{i}")));
         }
     }
 
@@ -857,7 +877,7 @@ mod tests {
         }
         let uuids = w.memory_usage();
         assert!(uuids >= empty + 1000 * (size_of::<(u128, Slot)>() + size_of::<RingEntry>()));
-        w.check_and_insert(&"x".repeat(10_000), 0);
+        w.check_and_insert("x".repeat(10_000), 0);
         assert!(w.memory_usage() >= uuids + 10_000);
     }
 

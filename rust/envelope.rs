@@ -64,7 +64,10 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<EnvelopeIndex, JsonError> {
     let mut s = Scanner::new(buf, limits)?;
     let kind = s.peek_kind()?;
     if kind != Kind::Object {
-        return Err(JsonError::at(s.pos(), format!("an event must be a JSON object, found {}", kind.name())));
+        return Err(JsonError::at(
+            s.pos(),
+            format!("an event must be a JSON object, found {}", kind.name()),
+        ));
     }
     s.begin_object()?;
     let mut seen: u16 = 0;
@@ -95,7 +98,11 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<EnvelopeIndex, JsonError> {
             }
             _ => {
                 let key = s.key()?;
-                let flag = if key.escaped() { field_flag(key.as_str(buf).as_bytes()) } else { field_flag(key.raw(buf)) };
+                let flag = if key.escaped() {
+                    field_flag(key.as_str(buf).as_bytes())
+                } else {
+                    field_flag(key.raw(buf))
+                };
                 (key, flag)
             }
         };
@@ -104,13 +111,16 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<EnvelopeIndex, JsonError> {
             let (a, b) = s.skip_value(1)?;
             let value = Span::new(a, b, false);
             if idx.extra.iter().any(|(k, _)| k.as_str(buf) == name) {
-                return Err(JsonError::at(key.start() - 1, "duplicate field").in_field(name.into_owned()));
+                return Err(
+                    JsonError::at(key.start() - 1, "duplicate field").in_field(name.into_owned())
+                );
             }
             idx.extra.push((key, value));
             continue;
         }
         if seen & flag != 0 {
-            return Err(JsonError::at(key.start() - 1, "duplicate field").in_field(key.as_str(buf).into_owned()));
+            return Err(JsonError::at(key.start() - 1, "duplicate field")
+                .in_field(key.as_str(buf).into_owned()));
         }
         seen |= flag;
         match flag {
@@ -121,11 +131,18 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<EnvelopeIndex, JsonError> {
             F_PARENT => idx.parent_id = Some(nonempty_string(&mut s, "parentId")?),
             F_TYPE => {
                 let span = string_field(&mut s, "type")?;
-                let valid = if span.escaped() { is_event_type(&span.as_str(buf)) } else { is_event_type_bytes(span.raw(buf)) };
+                let valid = if span.escaped() {
+                    is_event_type(&span.as_str(buf))
+                } else {
+                    is_event_type_bytes(span.raw(buf))
+                };
                 if !valid {
                     let value = span.as_str(buf);
-                    return Err(JsonError::at(span.start() - 1, format!("{value:?} is not NAMESPACE:NAME in capitals"))
-                        .in_field("type"));
+                    return Err(JsonError::at(
+                        span.start() - 1,
+                        format!("{value:?} is not NAMESPACE:NAME in capitals"),
+                    )
+                    .in_field("type"));
                 }
                 idx.type_ = span;
             }
@@ -177,8 +194,17 @@ impl KeyLiteral {
             value |= (lit[i] as u128) << (8 * i);
             i += 1;
         }
-        let mask = if lit.len() == 16 { u128::MAX } else { (1u128 << (8 * lit.len())) - 1 };
-        KeyLiteral { value, mask, len: lit.len(), flag }
+        let mask = if lit.len() == 16 {
+            u128::MAX
+        } else {
+            (1u128 << (8 * lit.len())) - 1
+        };
+        KeyLiteral {
+            value,
+            mask,
+            len: lit.len(),
+            flag,
+        }
     }
 
     /// Whether `buf` continues with this literal at `pos` (false too when fewer than 16 bytes remain).
@@ -242,11 +268,18 @@ fn timestamp_field(s: &mut Scanner<'_>) -> Result<i64, JsonError> {
     }
     let (start, end, integer) = s.number()?;
     let text = std::str::from_utf8(&s.buf()[start..end]).unwrap_or_default();
-    let value = if integer { text.parse::<i64>().ok() } else { None };
+    let value = if integer {
+        text.parse::<i64>().ok()
+    } else {
+        None
+    };
     match value {
         Some(v) if v >= 0 => Ok(v),
-        _ => Err(JsonError::at(start, format!("expected a non-negative integer (Unix time in ms), found {text}"))
-            .in_field("timestamp")),
+        _ => Err(JsonError::at(
+            start,
+            format!("expected a non-negative integer (Unix time in ms), found {text}"),
+        )
+        .in_field("timestamp")),
     }
 }
 
@@ -259,8 +292,14 @@ fn priority_field(s: &mut Scanner<'_>) -> Result<u8, JsonError> {
     let text = &s.buf()[start..end];
     match text {
         [d @ b'0'..=b'5'] if integer => Ok(d - b'0'),
-        _ => Err(JsonError::at(start, format!("expected an integer 0..5, found {}", String::from_utf8_lossy(text)))
-            .in_field("priority")),
+        _ => Err(JsonError::at(
+            start,
+            format!(
+                "expected an integer 0..5, found {}",
+                String::from_utf8_lossy(text)
+            ),
+        )
+        .in_field("priority")),
     }
 }
 
@@ -300,7 +339,10 @@ pub fn check_priority(p: i64) -> Result<u8, JsonError> {
     if (0..=i64::from(LOWEST_PRIORITY)).contains(&p) {
         Ok(p as u8)
     } else {
-        Err(JsonError::field("priority", format!("expected an integer 0..5, found {p}")))
+        Err(JsonError::field(
+            "priority",
+            format!("expected an integer 0..5, found {p}"),
+        ))
     }
 }
 
@@ -334,11 +376,17 @@ impl Header<'_> {
             return Err(JsonError::field("parentId", "must be a non-empty string"));
         }
         if self.timestamp < 0 {
-            return Err(JsonError::field("timestamp", "expected a non-negative integer (Unix time in ms)"));
+            return Err(JsonError::field(
+                "timestamp",
+                "expected a non-negative integer (Unix time in ms)",
+            ));
         }
         check_priority(i64::from(self.priority))?;
         if !is_event_type(self.type_) {
-            return Err(JsonError::field("type", format!("{:?} is not NAMESPACE:NAME in capitals", self.type_)));
+            return Err(JsonError::field(
+                "type",
+                format!("{:?} is not NAMESPACE:NAME in capitals", self.type_),
+            ));
         }
         Ok(())
     }
@@ -347,8 +395,11 @@ impl Header<'_> {
 /// Encode an envelope: the header, the payload's raw JSON, then `extra` fields
 /// (key and raw JSON value). The caller guarantees `payload` and the extra
 /// values are valid JSON.
+#[must_use]
 pub fn encode(h: &Header<'_>, payload: &[u8], extra: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(160 + payload.len() + h.id.len() + h.trace_id.len() + h.source.len() + h.session_id.len());
+    let mut out = Vec::with_capacity(
+        160 + payload.len() + h.id.len() + h.trace_id.len() + h.source.len() + h.session_id.len(),
+    );
     out.extend_from_slice(b"{\"id\":");
     write_str(&mut out, h.id);
     out.extend_from_slice(b",\"timestamp\":");
@@ -432,7 +483,9 @@ mod tests {
 
     #[test]
     fn rejects_bad_priorities() {
-        for p in ["6", "-1", "\"2\"", "2.5", "2.0", "true", "null", "20", "2e0"] {
+        for p in [
+            "6", "-1", "\"2\"", "2.5", "2.0", "true", "null", "20", "2e0",
+        ] {
             let s = GOOD.replace("\"priority\":2", &format!("\"priority\":{p}"));
             let e = dec(&s).unwrap_err();
             assert_eq!(e.field.as_deref(), Some("priority"), "{p}: {e}");
@@ -446,16 +499,48 @@ mod tests {
     #[test]
     fn rejects_bad_fields() {
         let cases = [
-            ("\"timestamp\":1730000000000", "\"timestamp\":\"1\"", "timestamp"),
-            ("\"timestamp\":1730000000000", "\"timestamp\":1.5", "timestamp"),
-            ("\"timestamp\":1730000000000", "\"timestamp\":-5", "timestamp"),
+            (
+                "\"timestamp\":1730000000000",
+                "\"timestamp\":\"1\"",
+                "timestamp",
+            ),
+            (
+                "\"timestamp\":1730000000000",
+                "\"timestamp\":1.5",
+                "timestamp",
+            ),
+            (
+                "\"timestamp\":1730000000000",
+                "\"timestamp\":-5",
+                "timestamp",
+            ),
             ("\"traceId\":\"t-1\"", "\"traceId\":\"\"", "traceId"),
-            ("\"source\":\"transport-websocket-01\"", "\"source\":7", "source"),
+            (
+                "\"source\":\"transport-websocket-01\"",
+                "\"source\":7",
+                "source",
+            ),
             ("\"sessionId\":\"s-1\"", "\"sessionId\":null", "sessionId"),
-            ("\"type\":\"INPUT:USER_MESSAGE\"", "\"type\":\"input:user_message\"", "type"),
-            ("\"type\":\"INPUT:USER_MESSAGE\"", "\"type\":\"INPUT\"", "type"),
-            ("\"type\":\"INPUT:USER_MESSAGE\"", "\"type\":\"INPUT:\"", "type"),
-            ("\"id\":\"5f0c6f2e-8d1a-4a4b-9a39-0a3c1b2d3e4f\"", "\"id\":\"\"", "id"),
+            (
+                "\"type\":\"INPUT:USER_MESSAGE\"",
+                "\"type\":\"input:user_message\"",
+                "type",
+            ),
+            (
+                "\"type\":\"INPUT:USER_MESSAGE\"",
+                "\"type\":\"INPUT\"",
+                "type",
+            ),
+            (
+                "\"type\":\"INPUT:USER_MESSAGE\"",
+                "\"type\":\"INPUT:\"",
+                "type",
+            ),
+            (
+                "\"id\":\"5f0c6f2e-8d1a-4a4b-9a39-0a3c1b2d3e4f\"",
+                "\"id\":\"\"",
+                "id",
+            ),
         ];
         for (from, to, field) in cases {
             let e = dec(&GOOD.replace(from, to)).unwrap_err();
@@ -468,7 +553,11 @@ mod tests {
         let e = dec(&GOOD.replace("\"sessionId\":\"s-1\",", "")).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("sessionId"));
         assert!(e.message.contains("missing"));
-        let e = dec(&GOOD.replace("\"sessionId\":\"s-1\",", "\"sessionId\":\"s-1\",\"sessionId\":\"s-2\",")).unwrap_err();
+        let e = dec(&GOOD.replace(
+            "\"sessionId\":\"s-1\",",
+            "\"sessionId\":\"s-1\",\"sessionId\":\"s-2\",",
+        ))
+        .unwrap_err();
         assert!(e.message.contains("duplicate"), "{e}");
     }
 
@@ -484,7 +573,9 @@ mod tests {
         for t in SPEC_TYPES.iter().chain(&["CUSTOM:THING_2"]) {
             assert!(is_event_type(t), "{t}");
         }
-        for t in ["", "INPUT", ":X", "X:", "a:B", "A:b", "A:B:C", "A :B", "_A:B", "1A:B"] {
+        for t in [
+            "", "INPUT", ":X", "X:", "a:B", "A:b", "A:B:C", "A :B", "_A:B", "1A:B",
+        ] {
             assert!(!is_event_type(t), "{t}");
         }
     }

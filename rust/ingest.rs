@@ -22,15 +22,12 @@ pub fn split_lines(data: &[u8]) -> impl Iterator<Item = &[u8]> {
     let mut rest = (!data.is_empty()).then_some(body);
     std::iter::from_fn(move || {
         let chunk = rest?;
-        let line = match memchr::memchr(b'\n', chunk) {
-            Some(i) => {
-                rest = Some(&chunk[i + 1..]);
-                &chunk[..i]
-            }
-            None => {
-                rest = None;
-                chunk
-            }
+        let line = if let Some(i) = memchr::memchr(b'\n', chunk) {
+            rest = Some(&chunk[i + 1..]);
+            &chunk[..i]
+        } else {
+            rest = None;
+            chunk
         };
         Some(line.strip_suffix(b"\r").unwrap_or(line))
     })
@@ -73,7 +70,11 @@ pub fn decode_lines<'a>(
             envelope::decode(bytes, limits)
         };
         match result {
-            Ok(envelope) => out.push(Decoded { index, bytes, envelope }),
+            Ok(envelope) => out.push(Decoded {
+                index,
+                bytes,
+                envelope,
+            }),
             Err(e) => invalid.push((index, e.to_string())),
         }
     }
@@ -82,7 +83,11 @@ pub fn decode_lines<'a>(
 
 /// Phase 2: keep the lines whose id is new to the window (recording them);
 /// returns the duplicates, taken out of `decoded`.
-pub fn dedup_lines<'a>(decoded: &mut Vec<Decoded<'a>>, window: &mut DedupWindow, now_ms: i64) -> Vec<Decoded<'a>> {
+pub fn dedup_lines<'a>(
+    decoded: &mut Vec<Decoded<'a>>,
+    window: &mut DedupWindow,
+    now_ms: i64,
+) -> Vec<Decoded<'a>> {
     let mut duplicates = Vec::new();
     let all = std::mem::take(decoded);
     decoded.reserve(all.len());
@@ -100,12 +105,17 @@ pub fn dedup_lines<'a>(decoded: &mut Vec<Decoded<'a>>, window: &mut DedupWindow,
 /// a later line of the same batch with the id of a refused line was a
 /// duplicate of that line alone, so it is refused too. Takes those lines out
 /// of `duplicates` and returns every refused line index, in order.
-pub fn refused_lines(decoded: &[Decoded<'_>], refused: &[usize], duplicates: &mut Vec<Decoded<'_>>) -> Vec<usize> {
+pub fn refused_lines(
+    decoded: &[Decoded<'_>],
+    refused: &[usize],
+    duplicates: &mut Vec<Decoded<'_>>,
+) -> Vec<usize> {
     let mut lines: Vec<usize> = refused.iter().map(|&i| decoded[i].index).collect();
     if refused.is_empty() || duplicates.is_empty() {
         return lines;
     }
-    let ids: std::collections::HashSet<std::borrow::Cow<'_, [u8]>> = refused.iter().map(|&i| decoded[i].id()).collect();
+    let ids: std::collections::HashSet<std::borrow::Cow<'_, [u8]>> =
+        refused.iter().map(|&i| decoded[i].id()).collect();
     duplicates.retain(|d| {
         let repeat = ids.contains(&d.id());
         if repeat {
@@ -146,7 +156,10 @@ pub fn ingest<'a, T>(
         Some(w) => dedup_lines(&mut decoded, w, now_ms),
         None => Vec::new(),
     };
-    let items: Vec<(T, u8)> = decoded.iter().map(|d| (make(d), d.envelope.priority)).collect();
+    let items: Vec<(T, u8)> = decoded
+        .iter()
+        .map(|d| (make(d), d.envelope.priority))
+        .collect();
     let mut refused = Vec::new();
     let shed = queue.push_each(items, |i, _: PushError<T>| refused.push(i));
     if let Some(w) = window {
@@ -156,7 +169,13 @@ pub fn ingest<'a, T>(
         }
     }
     let rejected = refused_lines(&decoded, &refused, &mut duplicates);
-    Report { accepted: decoded.len() - refused.len(), duplicates: duplicates.len(), invalid, rejected, shed }
+    Report {
+        accepted: decoded.len() - refused.len(),
+        duplicates: duplicates.len(),
+        invalid,
+        rejected,
+        shed,
+    }
 }
 
 #[cfg(test)]
@@ -181,15 +200,31 @@ mod tests {
 
     #[test]
     fn ingests_valid_lines_and_reports_the_rest() {
-        let data = [line("a", 3), "{bad".into(), line("b", 0), line("a", 3), String::new(), line("c", 5)].join("\n");
+        let data = [
+            line("a", 3),
+            "{bad".into(),
+            line("b", 0),
+            line("a", 3),
+            String::new(),
+            line("c", 5),
+        ]
+        .join("\n");
         let queue = PriorityQueue::new(None, Overflow::Reject, None);
         let mut window = DedupWindow::new(60_000, 100);
-        let report = ingest(split_lines(data.as_bytes()), &Limits::default(), Some(&mut window), 0, &queue, |d| {
-            d.envelope.id.as_str(d.bytes).into_owned()
-        });
+        let report = ingest(
+            split_lines(data.as_bytes()),
+            &Limits::default(),
+            Some(&mut window),
+            0,
+            &queue,
+            |d| d.envelope.id.as_str(d.bytes).into_owned(),
+        );
         assert_eq!(report.accepted, 3);
         assert_eq!(report.duplicates, 1);
-        assert_eq!(report.invalid.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![1, 4]);
+        assert_eq!(
+            report.invalid.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+            vec![1, 4]
+        );
         assert!(report.invalid[1].1.contains("empty line"));
         let order: Vec<String> = std::iter::from_fn(|| queue.try_pop()).collect();
         assert_eq!(order, vec!["b", "a", "c"]);
@@ -201,10 +236,24 @@ mod tests {
         let queue = PriorityQueue::new(Some(2), Overflow::Reject, None);
         let mut window = DedupWindow::new(60_000, 100);
         let make = |d: &Decoded<'_>| d.envelope.id.as_str(d.bytes).into_owned();
-        let report = ingest(split_lines(data.as_bytes()), &Limits::default(), Some(&mut window), 0, &queue, make);
+        let report = ingest(
+            split_lines(data.as_bytes()),
+            &Limits::default(),
+            Some(&mut window),
+            0,
+            &queue,
+            make,
+        );
         assert_eq!((report.accepted, report.rejected.clone()), (2, vec![2]));
         assert_eq!(queue.try_pop().as_deref(), Some("a"));
-        let report = ingest(split_lines(data.as_bytes()), &Limits::default(), Some(&mut window), 1, &queue, make);
+        let report = ingest(
+            split_lines(data.as_bytes()),
+            &Limits::default(),
+            Some(&mut window),
+            1,
+            &queue,
+            make,
+        );
         assert_eq!((report.accepted, report.duplicates), (1, 2));
     }
 
@@ -214,8 +263,18 @@ mod tests {
         let queue = PriorityQueue::new(Some(1), Overflow::Reject, None);
         let mut window = DedupWindow::new(60_000, 100);
         let make = |d: &Decoded<'_>| d.envelope.id.as_str(d.bytes).into_owned();
-        let report = ingest(split_lines(data.as_bytes()), &Limits::default(), Some(&mut window), 0, &queue, make);
-        assert_eq!((report.accepted, report.duplicates, report.rejected.clone()), (1, 1, vec![1, 2]));
+        let report = ingest(
+            split_lines(data.as_bytes()),
+            &Limits::default(),
+            Some(&mut window),
+            0,
+            &queue,
+            make,
+        );
+        assert_eq!(
+            (report.accepted, report.duplicates, report.rejected.clone()),
+            (1, 1, vec![1, 2])
+        );
         assert!(!window.contains("b"));
         assert!(window.contains("a"));
     }

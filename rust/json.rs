@@ -28,13 +28,21 @@ impl JsonError {
     #[cold]
     #[must_use]
     pub fn at(offset: usize, message: impl Into<String>) -> Self {
-        JsonError(Box::new(JsonErrorInner { message: message.into(), field: None, offset: Some(offset) }))
+        JsonError(Box::new(JsonErrorInner {
+            message: message.into(),
+            field: None,
+            offset: Some(offset),
+        }))
     }
 
     #[cold]
     #[must_use]
     pub fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
-        JsonError(Box::new(JsonErrorInner { message: message.into(), field: Some(field.into()), offset: None }))
+        JsonError(Box::new(JsonErrorInner {
+            message: message.into(),
+            field: Some(field.into()),
+            offset: None,
+        }))
     }
 
     /// The same error, attributed to `field`.
@@ -80,7 +88,10 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_bytes: DEFAULT_MAX_BYTES, max_depth: DEFAULT_MAX_DEPTH }
+        Limits {
+            max_bytes: DEFAULT_MAX_BYTES,
+            max_depth: DEFAULT_MAX_DEPTH,
+        }
     }
 }
 
@@ -104,7 +115,10 @@ impl Span {
     #[inline]
     #[must_use]
     pub fn new(start: usize, end: usize, escaped: bool) -> Self {
-        Span { start: start as u32, end_flag: end as u32 | if escaped { ESCAPED } else { 0 } }
+        Span {
+            start: start as u32,
+            end_flag: end as u32 | if escaped { ESCAPED } else { 0 },
+        }
     }
 
     #[inline]
@@ -171,7 +185,13 @@ impl Span {
 
 impl fmt::Debug for Span {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Span({}..{}{})", self.start(), self.end(), if self.escaped() { ", escaped" } else { "" })
+        write!(
+            f,
+            "Span({}..{}{})",
+            self.start(),
+            self.end(),
+            if self.escaped() { ", escaped" } else { "" }
+        )
     }
 }
 
@@ -228,13 +248,20 @@ impl<'a> Scanner<'a> {
         if buf.len() > max_bytes {
             return Err(JsonError::at(
                 max_bytes,
-                format!("input of {} bytes exceeds the limit of {max_bytes} bytes", buf.len()),
+                format!(
+                    "input of {} bytes exceeds the limit of {max_bytes} bytes",
+                    buf.len()
+                ),
             ));
         }
         if buf.starts_with(b"\xEF\xBB\xBF") {
             return Err(JsonError::at(0, "a byte order mark is not allowed"));
         }
-        Ok(Scanner { buf, pos: 0, max_depth: limits.max_depth.min(MAX_DEPTH) })
+        Ok(Scanner {
+            buf,
+            pos: 0,
+            max_depth: limits.max_depth.min(MAX_DEPTH),
+        })
     }
 
     #[must_use]
@@ -264,12 +291,18 @@ impl<'a> Scanner<'a> {
         if self.pos == self.buf.len() {
             Ok(())
         } else {
-            Err(JsonError::at(self.pos, "unexpected data after the JSON value"))
+            Err(JsonError::at(
+                self.pos,
+                "unexpected data after the JSON value",
+            ))
         }
     }
 
     fn eof(&self, what: &str) -> JsonError {
-        JsonError::at(self.pos, format!("unexpected end of input, expected {what}"))
+        JsonError::at(
+            self.pos,
+            format!("unexpected end of input, expected {what}"),
+        )
     }
 
     /// Skip whitespace and tell what kind of value starts here.
@@ -285,7 +318,10 @@ impl<'a> Scanner<'a> {
             Some(b't') => Ok(Kind::True),
             Some(b'f') => Ok(Kind::False),
             Some(b'n') => Ok(Kind::Null),
-            Some(&b) => Err(JsonError::at(self.pos, format!("unexpected character {}", show_byte(b)))),
+            Some(&b) => Err(JsonError::at(
+                self.pos,
+                format!("unexpected character {}", show_byte(b)),
+            )),
         }
     }
 
@@ -338,7 +374,10 @@ impl<'a> Scanner<'a> {
                 self.skip_ws();
             }
             Some(&b) if !first => {
-                return Err(JsonError::at(self.pos, format!("expected ',' or '}}', found {}", show_byte(b))));
+                return Err(JsonError::at(
+                    self.pos,
+                    format!("expected ',' or '}}', found {}", show_byte(b)),
+                ));
             }
             None => return Err(self.eof("an object key or '}'")),
             _ => {}
@@ -352,7 +391,10 @@ impl<'a> Scanner<'a> {
         match self.buf.get(self.pos) {
             Some(b'"') => {}
             Some(&b) => {
-                return Err(JsonError::at(self.pos, format!("expected an object key, found {}", show_byte(b))));
+                return Err(JsonError::at(
+                    self.pos,
+                    format!("expected an object key, found {}", show_byte(b)),
+                ));
             }
             None => return Err(self.eof("an object key")),
         }
@@ -386,9 +428,10 @@ impl<'a> Scanner<'a> {
                 self.pos += 1;
                 Ok(true)
             }
-            Some(&b) if !first => {
-                Err(JsonError::at(self.pos, format!("expected ',' or ']', found {}", show_byte(b))))
-            }
+            Some(&b) if !first => Err(JsonError::at(
+                self.pos,
+                format!("expected ',' or ']', found {}", show_byte(b)),
+            )),
             None => Err(self.eof("a value or ']'")),
             _ => Ok(true),
         }
@@ -400,7 +443,10 @@ impl<'a> Scanner<'a> {
         self.skip_ws();
         if self.buf.get(self.pos) != Some(&b'"') {
             return Err(match self.buf.get(self.pos) {
-                Some(&b) => JsonError::at(self.pos, format!("expected a string, found {}", show_byte(b))),
+                Some(&b) => JsonError::at(
+                    self.pos,
+                    format!("expected a string, found {}", show_byte(b)),
+                ),
                 None => self.eof("a string"),
             });
         }
@@ -427,7 +473,10 @@ impl<'a> Scanner<'a> {
                 Some(&b) => {
                     return Err(JsonError::at(
                         i,
-                        format!("control character {} must be escaped in a string", show_byte(b)),
+                        format!(
+                            "control character {} must be escaped in a string",
+                            show_byte(b)
+                        ),
                     ));
                 }
             }
@@ -489,7 +538,10 @@ impl<'a> Scanner<'a> {
             integer = false;
             i += 1;
             if !matches!(buf.get(i), Some(b'0'..=b'9')) {
-                return Err(JsonError::at(start, "invalid number: digits expected after '.'"));
+                return Err(JsonError::at(
+                    start,
+                    "invalid number: digits expected after '.'",
+                ));
             }
             while matches!(buf.get(i), Some(b'0'..=b'9')) {
                 i += 1;
@@ -502,7 +554,10 @@ impl<'a> Scanner<'a> {
                 i += 1;
             }
             if !matches!(buf.get(i), Some(b'0'..=b'9')) {
-                return Err(JsonError::at(start, "invalid number: digits expected in the exponent"));
+                return Err(JsonError::at(
+                    start,
+                    "invalid number: digits expected in the exponent",
+                ));
             }
             while matches!(buf.get(i), Some(b'0'..=b'9')) {
                 i += 1;
@@ -570,7 +625,10 @@ impl<'a> Scanner<'a> {
     /// Check that opening one more container at `depth` stays within the limit.
     pub fn enter(&self, depth: usize) -> Result<(), JsonError> {
         if depth >= self.max_depth {
-            Err(JsonError::at(self.pos, format!("nesting deeper than {} levels", self.max_depth)))
+            Err(JsonError::at(
+                self.pos,
+                format!("nesting deeper than {} levels", self.max_depth),
+            ))
         } else {
             Ok(())
         }
@@ -599,7 +657,9 @@ fn find_special(buf: &[u8], mut i: usize) -> usize {
     const LO: u64 = 0x0101_0101_0101_0101;
     const HI: u64 = 0x8080_8080_8080_8080;
     while let Some(chunk) = buf.get(i..i + 8) {
-        let w = u64::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7]]);
+        let w = u64::from_le_bytes([
+            chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7],
+        ]);
         let quote = w ^ (LO * u64::from(b'"'));
         let slash = w ^ (LO * u64::from(b'\\'));
         let flags = ((quote.wrapping_sub(LO) & !quote)
@@ -740,7 +800,16 @@ mod tests {
     #[test]
     fn accepts_valid_documents() {
         for s in [
-            "{}", "[]", "0", "-0", "1.5e10", "-1E-2", "\"\"", "true", "false", "null",
+            "{}",
+            "[]",
+            "0",
+            "-0",
+            "1.5e10",
+            "-1E-2",
+            "\"\"",
+            "true",
+            "false",
+            "null",
             " {\"a\": [1, 2, {\"b\": null}], \"c\": \"\\u00e9\\ud83d\\ude00\\n\"} ",
             "\"caf\u{e9}\"",
         ] {
@@ -751,9 +820,32 @@ mod tests {
     #[test]
     fn rejects_invalid_documents() {
         for s in [
-            "", " ", "{", "[1,]", "{\"a\":1,}", "01", "1.", ".5", "1e", "-", "+1", "tru", "nul",
-            "NaN", "Infinity", "\"abc", "\"\\x\"", "\"\\ud800\"", "\"\\udc00\"", "\"\\ud800\\u0041\"",
-            "\"a\u{1}b\"", "{1:2}", "{\"a\" 1}", "[1 2]", "1 2", "{}x",
+            "",
+            " ",
+            "{",
+            "[1,]",
+            "{\"a\":1,}",
+            "01",
+            "1.",
+            ".5",
+            "1e",
+            "-",
+            "+1",
+            "tru",
+            "nul",
+            "NaN",
+            "Infinity",
+            "\"abc",
+            "\"\\x\"",
+            "\"\\ud800\"",
+            "\"\\udc00\"",
+            "\"\\ud800\\u0041\"",
+            "\"a\u{1}b\"",
+            "{1:2}",
+            "{\"a\" 1}",
+            "[1 2]",
+            "1 2",
+            "{}x",
         ] {
             assert!(!ok(s), "{s:?} should be rejected");
         }
@@ -770,26 +862,52 @@ mod tests {
     #[test]
     fn bounds_depth_and_size() {
         let deep = "[".repeat(100_000) + &"]".repeat(100_000);
-        let e = validate(deep.as_bytes(), &Limits { max_bytes: 1 << 30, max_depth: 64 }).unwrap_err();
+        let e = validate(
+            deep.as_bytes(),
+            &Limits {
+                max_bytes: 1 << 30,
+                max_depth: 64,
+            },
+        )
+        .unwrap_err();
         assert!(e.message.contains("nesting"), "{e}");
         let ok64 = "[".repeat(64) + &"]".repeat(64);
         assert!(validate(ok64.as_bytes(), &Limits::default()).is_ok());
         let too = "[".repeat(65) + &"]".repeat(65);
         assert!(validate(too.as_bytes(), &Limits::default()).is_err());
-        let e = validate(b"[1, 2, 3]", &Limits { max_bytes: 4, max_depth: 64 }).unwrap_err();
+        let e = validate(
+            b"[1, 2, 3]",
+            &Limits {
+                max_bytes: 4,
+                max_depth: 64,
+            },
+        )
+        .unwrap_err();
         assert!(e.message.contains("exceeds"), "{e}");
     }
 
     #[test]
     fn depth_is_capped_whatever_the_limits_say() {
         let deep = "[".repeat(100_000) + &"]".repeat(100_000);
-        let e = validate(deep.as_bytes(), &Limits { max_bytes: usize::MAX, max_depth: usize::MAX }).unwrap_err();
+        let e = validate(
+            deep.as_bytes(),
+            &Limits {
+                max_bytes: usize::MAX,
+                max_depth: usize::MAX,
+            },
+        )
+        .unwrap_err();
         assert!(e.message.contains("512"), "{e}");
     }
 
     #[test]
     fn unescape_and_write_round_trip() {
-        let samples = ["plain", "quote \" back \\ slash", "ctl \u{1}\u{1f}\n\r\t\u{8}\u{c}", "é😀"];
+        let samples = [
+            "plain",
+            "quote \" back \\ slash",
+            "ctl \u{1}\u{1f}\n\r\t\u{8}\u{c}",
+            "é😀",
+        ];
         for s in samples {
             let mut out = Vec::new();
             write_str(&mut out, s);

@@ -1,7 +1,7 @@
 //! openstarry's hot core.
 //!
-//! The logic lives in plain Rust modules with no PyO3 in them, so `cargo test`
-//! needs no Python and another runtime could embed the same code. The PyO3
+//! The logic lives in plain Rust modules with no `PyO3` in them, so `cargo test`
+//! needs no Python and another runtime could embed the same code. The `PyO3`
 //! wrappers sit apart in [`py`], behind the `python` feature that maturin turns on.
 
 pub mod dedup;

@@ -112,7 +112,11 @@ fn object<'a>(
     let buf = s.buf();
     let kind = s.peek_kind()?;
     if kind != Kind::Object {
-        return Err(err(path, s.pos(), format!("expected an object, found {}", kind.name())));
+        return Err(err(
+            path,
+            s.pos(),
+            format!("expected an object, found {}", kind.name()),
+        ));
     }
     s.begin_object()?;
     let mut keys: Vec<Span> = Vec::new();
@@ -145,7 +149,11 @@ fn opt_string(s: &mut Scanner<'_>, path: &str) -> Result<Option<Span>, JsonError
             Ok(None)
         }
         Kind::String => Ok(Some(s.string()?)),
-        k => Err(err(path, s.pos(), format!("expected a string, found {}", k.name()))),
+        k => Err(err(
+            path,
+            s.pos(),
+            format!("expected a string, found {}", k.name()),
+        )),
     }
 }
 
@@ -161,7 +169,11 @@ fn opt_value(s: &mut Scanner<'_>, depth: usize) -> Result<Option<Raw>, JsonError
 /// Decode and validate a `ProviderResponse`.
 pub fn decode(buf: &[u8], limits: &Limits) -> Result<ResponseIndex, JsonError> {
     let mut s = Scanner::new(buf, limits)?;
-    let mut resp = ResponseIndex { segments: Vec::new(), metadata: None, extra: Vec::new() };
+    let mut resp = ResponseIndex {
+        segments: Vec::new(),
+        metadata: None,
+        extra: Vec::new(),
+    };
     let mut have_segments = false;
     object(&mut s, "", |s, key, name| {
         match name {
@@ -169,7 +181,11 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<ResponseIndex, JsonError> {
                 have_segments = true;
                 let kind = s.peek_kind()?;
                 if kind != Kind::Array {
-                    return Err(err("segments", s.pos(), format!("expected an array, found {}", kind.name())));
+                    return Err(err(
+                        "segments",
+                        s.pos(),
+                        format!("expected an array, found {}", kind.name()),
+                    ));
                 }
                 s.enter(1)?;
                 s.begin_array()?;
@@ -211,7 +227,8 @@ fn segment(s: &mut Scanner<'_>, path: &str, limits: &Limits) -> Result<SegmentIn
         match name {
             "type" => {
                 let at = s.pos();
-                let span = opt_string(s, &field)?.ok_or_else(|| err(&field, at, "expected a string, found null"))?;
+                let span = opt_string(s, &field)?
+                    .ok_or_else(|| err(&field, at, "expected a string, found null"))?;
                 let value = span.as_str(buf);
                 kind = Some(SegmentType::parse(&value).ok_or_else(|| {
                     err(&field, at, format!("unknown segment type {value:?}; expected text, image, audio, video, ui or tool_call"))
@@ -254,7 +271,12 @@ fn tool_call(s: &mut Scanner<'_>, path: &str, limits: &Limits) -> Result<ToolCal
     let buf = s.buf();
     let start = s.pos();
     s.enter(3)?;
-    let mut call = ToolCallIndex { id: None, name: Span::default(), args: Args::Missing, extra: Vec::new() };
+    let mut call = ToolCallIndex {
+        id: None,
+        name: Span::default(),
+        args: Args::Missing,
+        extra: Vec::new(),
+    };
     let mut name_seen = false;
     object(s, path, |s, key, name| {
         let field = join(path, name);
@@ -313,11 +335,16 @@ mod tests {
         let r = dec(s).unwrap();
         assert_eq!(r.segments.len(), 2);
         assert_eq!(r.segments[0].kind, SegmentType::Text);
-        assert_eq!(r.segments[0].text.unwrap().as_str(s.as_bytes()), "Sure, let me check.");
+        assert_eq!(
+            r.segments[0].text.unwrap().as_str(s.as_bytes()),
+            "Sure, let me check."
+        );
         let call = r.segments[1].tool_call.as_ref().unwrap();
         assert_eq!(call.name.as_str(s.as_bytes()), "get_weather");
         assert!(call.id.is_none());
-        let Args::Value((a, b)) = call.args else { panic!("args") };
+        let Args::Value((a, b)) = call.args else {
+            panic!("args")
+        };
         assert_eq!(&s[a..b], r#"{"location":"Taipei"}"#);
     }
 
@@ -325,20 +352,38 @@ mod tests {
     fn parses_args_given_as_a_json_string() {
         let s = r#"{"segments":[{"type":"tool_call","toolCall":{"id":"c1","name":"f","args":"{\"a\": 1}"}}]}"#;
         let r = dec(s).unwrap();
-        assert_eq!(r.segments[0].tool_call.as_ref().unwrap().args, Args::Text("{\"a\": 1}".into()));
+        assert_eq!(
+            r.segments[0].tool_call.as_ref().unwrap().args,
+            Args::Text("{\"a\": 1}".into())
+        );
         let bad = r#"{"segments":[{"type":"tool_call","toolCall":{"name":"f","args":"{oops"}}]}"#;
-        assert_eq!(dec(bad).unwrap_err().field.as_deref(), Some("segments[0].toolCall.args"));
+        assert_eq!(
+            dec(bad).unwrap_err().field.as_deref(),
+            Some("segments[0].toolCall.args")
+        );
     }
 
     #[test]
     fn enforces_per_type_rules() {
         let cases = [
             (r#"{"segments":[{"type":"text"}]}"#, "segments[0].text"),
-            (r#"{"segments":[{"type":"text","text":"a"},{"type":"image","mimeType":"image/png"}]}"#, "segments[1].data"),
-            (r#"{"segments":[{"type":"tool_call","toolCall":{"args":{}}}]}"#, "segments[0].toolCall.name"),
-            (r#"{"segments":[{"type":"tool_call"}]}"#, "segments[0].toolCall"),
+            (
+                r#"{"segments":[{"type":"text","text":"a"},{"type":"image","mimeType":"image/png"}]}"#,
+                "segments[1].data",
+            ),
+            (
+                r#"{"segments":[{"type":"tool_call","toolCall":{"args":{}}}]}"#,
+                "segments[0].toolCall.name",
+            ),
+            (
+                r#"{"segments":[{"type":"tool_call"}]}"#,
+                "segments[0].toolCall",
+            ),
             (r#"{"segments":[{"type":"ui"}]}"#, "segments[0].ui"),
-            (r#"{"segments":[{"type":"movie","data":"x"}]}"#, "segments[0].type"),
+            (
+                r#"{"segments":[{"type":"movie","data":"x"}]}"#,
+                "segments[0].type",
+            ),
             (r#"{"segments":[{"text":"x"}]}"#, "segments[0].type"),
             (r#"{"segments":{}}"#, "segments"),
             (r#"{"metadata":{}}"#, "segments"),
@@ -351,7 +396,8 @@ mod tests {
 
     #[test]
     fn keeps_unknown_fields() {
-        let s = r#"{"segments":[{"type":"text","text":"a","x":1}],"metadata":{"usage":3},"y":[true]}"#;
+        let s =
+            r#"{"segments":[{"type":"text","text":"a","x":1}],"metadata":{"usage":3},"y":[true]}"#;
         let r = dec(s).unwrap();
         assert_eq!(r.extra.len(), 1);
         assert_eq!(r.segments[0].extra.len(), 1);

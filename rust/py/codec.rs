@@ -14,7 +14,10 @@ use crate::segment::{self, Args, SegmentType};
 type Extra = Vec<(String, Vec<u8>)>;
 
 fn extra_of(buf: &[u8], fields: &[(crate::json::Span, segment::Raw)]) -> Extra {
-    fields.iter().map(|(k, (a, b))| (k.as_str(buf).into_owned(), buf[*a..*b].to_vec())).collect()
+    fields
+        .iter()
+        .map(|(k, (a, b))| (k.as_str(buf).into_owned(), buf[*a..*b].to_vec()))
+        .collect()
 }
 
 fn write_extra(out: &mut Vec<u8>, extra: &Extra) {
@@ -44,7 +47,10 @@ pub struct PyToolCall {
     extra: Extra,
 }
 
-fn parse_args<'py>(py: Python<'py>, args: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+fn parse_args<'py>(
+    py: Python<'py>,
+    args: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
     match args {
         None => Ok(PyDict::new(py).into_any()),
         Some(a) if a.is_none() => Ok(PyDict::new(py).into_any()),
@@ -65,7 +71,12 @@ impl PyToolCall {
     /// ``args`` defaults to ``{}``; a JSON string is parsed; a missing ``id`` gets a UUID v4.
     #[new]
     #[pyo3(signature = (name, args=None, id=None))]
-    fn py_new(py: Python<'_>, name: &str, args: Option<&Bound<'_, PyAny>>, id: Option<&str>) -> PyResult<Self> {
+    fn py_new(
+        py: Python<'_>,
+        name: &str,
+        args: Option<&Bound<'_, PyAny>>,
+        id: Option<&str>,
+    ) -> PyResult<Self> {
         if name.is_empty() {
             return Err(CoreError::Value("a tool call needs a non-empty name".into()).into());
         }
@@ -73,7 +84,9 @@ impl PyToolCall {
         // Fail now, not at encoding time, for arguments that are not JSON.
         pyjson::dumps(&args, DEFAULT_MAX_DEPTH)?;
         Ok(PyToolCall {
-            id: id.filter(|i| !i.is_empty()).map_or_else(crate::envelope::new_uuid, str::to_owned),
+            id: id
+                .filter(|i| !i.is_empty())
+                .map_or_else(crate::envelope::new_uuid, str::to_owned),
             name: name.to_owned(),
             args: args.unbind(),
             extra: Vec::new(),
@@ -95,20 +108,35 @@ impl PyToolCall {
         self.args.clone_ref(py)
     }
 
-    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp, py: Python<'_>) -> PyResult<Py<PyAny>> {
+    fn __richcmp__(
+        &self,
+        other: &Bound<'_, PyAny>,
+        op: CompareOp,
+        py: Python<'_>,
+    ) -> PyResult<Py<PyAny>> {
         let Ok(other) = other.cast::<PyToolCall>() else {
             return Ok(py.NotImplemented());
         };
         let o = other.get();
         let equal = || -> PyResult<bool> {
-            Ok(self.id == o.id && self.name == o.name && self.extra == o.extra && self.args.bind(py).eq(o.args.bind(py))?)
+            Ok(self.id == o.id
+                && self.name == o.name
+                && self.extra == o.extra
+                && self.args.bind(py).eq(o.args.bind(py))?)
         };
         eq_result(py, op, equal())
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
-        let args = self.args.bind(py).repr().map_or_else(|_| "?".to_owned(), |r| r.to_string());
-        format!("ToolCall(name={:?}, args={args}, id={:?})", self.name, self.id)
+        let args = self
+            .args
+            .bind(py)
+            .repr()
+            .map_or_else(|_| "?".to_owned(), |r| r.to_string());
+        format!(
+            "ToolCall(name={:?}, args={args}, id={:?})",
+            self.name, self.id
+        )
     }
 }
 
@@ -171,9 +199,19 @@ impl PySegment {
                 "toolCall" => "tool_call",
                 f => f,
             };
-            return Err(CoreError::Value(format!("a {} segment needs {field}", kind.as_str())).into());
+            return Err(
+                CoreError::Value(format!("a {} segment needs {field}", kind.as_str())).into(),
+            );
         }
-        Ok(PySegment { kind, text, data, mime_type, tool_call, ui: ui.map(|u| u.clone().unbind()), extra: Vec::new() })
+        Ok(PySegment {
+            kind,
+            text,
+            data,
+            mime_type,
+            tool_call,
+            ui: ui.map(|u| u.clone().unbind()),
+            extra: Vec::new(),
+        })
     }
 
     #[getter(r#type)]
@@ -203,10 +241,17 @@ impl PySegment {
 
     #[getter]
     fn ui(&self, py: Python<'_>) -> Py<PyAny> {
-        self.ui.as_ref().map_or_else(|| py.None(), |u| u.clone_ref(py))
+        self.ui
+            .as_ref()
+            .map_or_else(|| py.None(), |u| u.clone_ref(py))
     }
 
-    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp, py: Python<'_>) -> PyResult<Py<PyAny>> {
+    fn __richcmp__(
+        &self,
+        other: &Bound<'_, PyAny>,
+        op: CompareOp,
+        py: Python<'_>,
+    ) -> PyResult<Py<PyAny>> {
         let Ok(other) = other.cast::<PySegment>() else {
             return Ok(py.NotImplemented());
         };
@@ -242,7 +287,10 @@ impl PySegment {
         }
         if let Some(d) = &self.data {
             let shown: String = d.chars().take(32).collect();
-            parts.push(format!("data={shown:?}{}", if d.len() > shown.len() { "..." } else { "" }));
+            parts.push(format!(
+                "data={shown:?}{}",
+                if d.len() > shown.len() { "..." } else { "" }
+            ));
         }
         if let Some(m) = &self.mime_type {
             parts.push(format!("mime_type={m:?}"));
@@ -251,7 +299,12 @@ impl PySegment {
             parts.push(format!("tool_call={}", tc.get().__repr__(py)));
         }
         if let Some(ui) = &self.ui {
-            parts.push(format!("ui={}", ui.bind(py).repr().map_or_else(|_| "?".to_owned(), |r| r.to_string())));
+            parts.push(format!(
+                "ui={}",
+                ui.bind(py)
+                    .repr()
+                    .map_or_else(|_| "?".to_owned(), |r| r.to_string())
+            ));
         }
         format!("ContentSegment({})", parts.join(", "))
     }
@@ -261,7 +314,11 @@ impl PySegment {
     fn write(&self, py: Python<'_>, out: &mut Vec<u8>) -> PyResult<()> {
         out.extend_from_slice(b"{\"type\":");
         write_str(out, self.kind.as_str());
-        for (name, value) in [("text", &self.text), ("data", &self.data), ("mimeType", &self.mime_type)] {
+        for (name, value) in [
+            ("text", &self.text),
+            ("data", &self.data),
+            ("mimeType", &self.mime_type),
+        ] {
             if let Some(v) = value {
                 out.extend_from_slice(b",\"");
                 out.extend_from_slice(name.as_bytes());
@@ -299,16 +356,20 @@ impl PyResponse {
         let mut list = Vec::new();
         for item in segments.try_iter()? {
             let item = item?;
-            let seg = item.cast::<PySegment>().map_err(|_| {
-                CoreError::Type("segments must be ContentSegment objects".into())
-            })?;
+            let seg = item
+                .cast::<PySegment>()
+                .map_err(|_| CoreError::Type("segments must be ContentSegment objects".into()))?;
             list.push(seg.clone().unbind());
         }
         let metadata = metadata.filter(|m| !m.is_none());
         if let Some(m) = metadata {
             pyjson::dumps(m, DEFAULT_MAX_DEPTH)?;
         }
-        Ok(PyResponse { segments: list, metadata: metadata.map(|m| m.clone().unbind()), extra: Vec::new() })
+        Ok(PyResponse {
+            segments: list,
+            metadata: metadata.map(|m| m.clone().unbind()),
+            extra: Vec::new(),
+        })
     }
 
     #[getter]
@@ -318,10 +379,17 @@ impl PyResponse {
 
     #[getter]
     fn metadata(&self, py: Python<'_>) -> Py<PyAny> {
-        self.metadata.as_ref().map_or_else(|| py.None(), |m| m.clone_ref(py))
+        self.metadata
+            .as_ref()
+            .map_or_else(|| py.None(), |m| m.clone_ref(py))
     }
 
-    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp, py: Python<'_>) -> PyResult<Py<PyAny>> {
+    fn __richcmp__(
+        &self,
+        other: &Bound<'_, PyAny>,
+        op: CompareOp,
+        py: Python<'_>,
+    ) -> PyResult<Py<PyAny>> {
         let Ok(other) = other.cast::<PyResponse>() else {
             return Ok(py.NotImplemented());
         };
@@ -364,7 +432,10 @@ fn decode(py: Python<'_>, buf: &[u8], limits: &Limits) -> PyResult<PyResponse> {
                     Args::Text(text) => pyjson::loads_validated(py, text.as_bytes())?,
                 };
                 let call = PyToolCall {
-                    id: tc.id.filter(|s| !s.is_empty()).map_or_else(crate::envelope::new_uuid, |s| s.as_str(buf).into_owned()),
+                    id: tc
+                        .id
+                        .filter(|s| !s.is_empty())
+                        .map_or_else(crate::envelope::new_uuid, |s| s.as_str(buf).into_owned()),
                     name: tc.name.as_str(buf).into_owned(),
                     args: args.unbind(),
                     extra: extra_of(buf, &tc.extra),
@@ -392,13 +463,22 @@ fn decode(py: Python<'_>, buf: &[u8], limits: &Limits) -> PyResult<PyResponse> {
         Some(raw) => Some(value(raw)?.unbind()),
         None => None,
     };
-    Ok(PyResponse { segments, metadata, extra: extra_of(buf, &idx.extra) })
+    Ok(PyResponse {
+        segments,
+        metadata,
+        extra: extra_of(buf, &idx.extra),
+    })
 }
 
 /// Decode and validate a JSON ``ProviderResponse``.
 #[pyfunction]
 #[pyo3(signature = (data, *, max_bytes=DEFAULT_MAX_BYTES, max_depth=DEFAULT_MAX_DEPTH))]
-fn decode_response(py: Python<'_>, data: &Bound<'_, PyAny>, max_bytes: usize, max_depth: usize) -> PyResult<PyResponse> {
+fn decode_response(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    max_bytes: usize,
+    max_depth: usize,
+) -> PyResult<PyResponse> {
     let limits = limits_arg(max_bytes, max_depth)?;
     let buf = as_bytes_object(data)?;
     decode(py, buf.as_bytes(py), &limits)
@@ -406,7 +486,10 @@ fn decode_response(py: Python<'_>, data: &Bound<'_, PyAny>, max_bytes: usize, ma
 
 /// Encode a ``ProviderResponse`` to JSON with the spec's wire field names.
 #[pyfunction]
-fn encode_response<'py>(py: Python<'py>, response: &Bound<'py, PyResponse>) -> PyResult<Bound<'py, PyBytes>> {
+fn encode_response<'py>(
+    py: Python<'py>,
+    response: &Bound<'py, PyResponse>,
+) -> PyResult<Bound<'py, PyBytes>> {
     let r = response.get();
     let mut out = Vec::with_capacity(128);
     out.extend_from_slice(b"{\"segments\":[");
@@ -434,4 +517,3 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_response, m)?)?;
     Ok(())
 }
-

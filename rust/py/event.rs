@@ -10,7 +10,9 @@ use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 use super::errors::CoreError;
 use super::pyjson;
 use crate::envelope::{self, EnvelopeIndex, Header};
-use crate::json::{JsonError, Limits, Span, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, MAX_DEPTH, MAX_INPUT};
+use crate::json::{
+    JsonError, Limits, Span, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, MAX_DEPTH, MAX_INPUT,
+};
 
 /// Priority given by `Event.new` when none is passed.
 pub const DEFAULT_PRIORITY: u8 = 2;
@@ -41,14 +43,27 @@ pub enum Wire {
 
 impl PyEvent {
     /// Decode `buf` (the event keeps this very bytes object).
-    pub fn from_bytes(py: Python<'_>, buf: Py<PyBytes>, limits: &Limits) -> Result<Self, JsonError> {
+    pub fn from_bytes(
+        py: Python<'_>,
+        buf: Py<PyBytes>,
+        limits: &Limits,
+    ) -> Result<Self, JsonError> {
         let idx = envelope::decode(buf.bind(py).as_bytes(), limits)?;
-        Ok(PyEvent { buf: Wire::Shared(buf), idx, payload: PyOnceLock::new() })
+        Ok(PyEvent {
+            buf: Wire::Shared(buf),
+            idx,
+            payload: PyOnceLock::new(),
+        })
     }
 
     /// An event over bytes already decoded to `idx`.
+    #[must_use]
     pub fn from_index(buf: Wire, idx: EnvelopeIndex) -> Self {
-        PyEvent { buf, idx, payload: PyOnceLock::new() }
+        PyEvent {
+            buf,
+            idx,
+            payload: PyOnceLock::new(),
+        }
     }
 
     /// Put the event on the Python heap, untracked by the cycle collector.
@@ -99,28 +114,52 @@ impl PyEvent {
         let payload = pyjson::dumps(payload, DEFAULT_MAX_DEPTH)?;
         let bytes = envelope::encode(header, &payload, &[]);
         let buf = PyBytes::new(py, &bytes).unbind();
-        Ok(PyEvent::from_bytes(py, buf, &Limits { max_bytes: MAX_INPUT, max_depth: DEFAULT_MAX_DEPTH + 1 })?)
+        Ok(PyEvent::from_bytes(
+            py,
+            buf,
+            &Limits {
+                max_bytes: MAX_INPUT,
+                max_depth: DEFAULT_MAX_DEPTH + 1,
+            },
+        )?)
     }
 }
 
 fn priority_arg(value: &Bound<'_, PyAny>) -> PyResult<u8> {
     // Exactly an int: not a bool, not a float, not a string.
-    if value.is_instance_of::<pyo3::types::PyBool>() || !value.is_instance_of::<pyo3::types::PyInt>() {
-        let name = value.get_type().name().map_or_else(|_| "?".to_owned(), |n| n.to_string());
-        return Err(CoreError::Value(format!("priority must be an integer 0..5, not {name}")).into());
+    if value.is_instance_of::<pyo3::types::PyBool>()
+        || !value.is_instance_of::<pyo3::types::PyInt>()
+    {
+        let name = value
+            .get_type()
+            .name()
+            .map_or_else(|_| "?".to_owned(), |n| n.to_string());
+        return Err(
+            CoreError::Value(format!("priority must be an integer 0..5, not {name}")).into(),
+        );
     }
-    let p: i64 = value.extract().map_err(|_| CoreError::Value("priority must be an integer 0..5".into()))?;
+    let p: i64 = value
+        .extract()
+        .map_err(|_| CoreError::Value("priority must be an integer 0..5".into()))?;
     Ok(envelope::check_priority(p).map_err(|e| CoreError::Value(e.to_string()))?)
 }
 
 fn timestamp_arg(value: &Bound<'_, PyAny>) -> PyResult<i64> {
-    if value.is_instance_of::<pyo3::types::PyBool>() || !value.is_instance_of::<pyo3::types::PyInt>() {
-        let name = value.get_type().name().map_or_else(|_| "?".to_owned(), |n| n.to_string());
-        return Err(CoreError::Value(format!("timestamp must be an integer (Unix time in ms), not {name}")).into());
+    if value.is_instance_of::<pyo3::types::PyBool>()
+        || !value.is_instance_of::<pyo3::types::PyInt>()
+    {
+        let name = value
+            .get_type()
+            .name()
+            .map_or_else(|_| "?".to_owned(), |n| n.to_string());
+        return Err(CoreError::Value(format!(
+            "timestamp must be an integer (Unix time in ms), not {name}"
+        ))
+        .into());
     }
-    value
-        .extract()
-        .map_err(|_| CoreError::Value("timestamp must fit in a signed 64-bit integer".into()).into())
+    value.extract().map_err(|_| {
+        CoreError::Value("timestamp must fit in a signed 64-bit integer".into()).into()
+    })
 }
 
 #[pymethods]
@@ -170,12 +209,11 @@ impl PyEvent {
     ) -> PyResult<Py<Self>> {
         let id = envelope::new_uuid();
         let fresh_trace;
-        let trace_id = match trace_id {
-            Some(t) => t,
-            None => {
-                fresh_trace = envelope::new_uuid();
-                &fresh_trace
-            }
+        let trace_id = if let Some(t) = trace_id {
+            t
+        } else {
+            fresh_trace = envelope::new_uuid();
+            &fresh_trace
         };
         let header = Header {
             id: &id,
@@ -274,7 +312,8 @@ impl PyEvent {
     #[getter]
     fn payload<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let value = self.payload.get_or_try_init(py, || {
-            pyjson::loads_validated(py, &self.bytes(py)[self.idx.payload.range()]).map(Bound::unbind)
+            pyjson::loads_validated(py, &self.bytes(py)[self.idx.payload.range()])
+                .map(Bound::unbind)
         })?;
         Ok(value.bind(py).clone())
     }
@@ -291,7 +330,10 @@ impl PyEvent {
         let buf = self.bytes(py);
         let dict = PyDict::new(py);
         for (key, value) in &self.idx.extra {
-            dict.set_item(key.as_str(buf), pyjson::loads_validated(py, &buf[value.range()])?)?;
+            dict.set_item(
+                key.as_str(buf),
+                pyjson::loads_validated(py, &buf[value.range()])?,
+            )?;
         }
         Ok(dict)
     }
@@ -329,8 +371,12 @@ impl PyEvent {
         };
         let equal = self.bytes(py) == other.get().bytes(py);
         match op {
-            CompareOp::Eq => equal.into_pyobject(py).map_or_else(|_| py.None(), |b| b.to_owned().into_any().unbind()),
-            CompareOp::Ne => (!equal).into_pyobject(py).map_or_else(|_| py.None(), |b| b.to_owned().into_any().unbind()),
+            CompareOp::Eq => equal
+                .into_pyobject(py)
+                .map_or_else(|_| py.None(), |b| b.to_owned().into_any().unbind()),
+            CompareOp::Ne => (!equal)
+                .into_pyobject(py)
+                .map_or_else(|_| py.None(), |b| b.to_owned().into_any().unbind()),
             _ => py.NotImplemented(),
         }
     }
@@ -356,9 +402,15 @@ impl PyEvent {
 /// Decoder limits from Python arguments: `max_depth` above [`MAX_DEPTH`] is refused.
 pub fn limits_arg(max_bytes: usize, max_depth: usize) -> PyResult<Limits> {
     if max_depth > MAX_DEPTH {
-        return Err(CoreError::Value(format!("max_depth must be at most {MAX_DEPTH}, not {max_depth}")).into());
+        return Err(CoreError::Value(format!(
+            "max_depth must be at most {MAX_DEPTH}, not {max_depth}"
+        ))
+        .into());
     }
-    Ok(Limits { max_bytes: max_bytes.min(MAX_INPUT), max_depth })
+    Ok(Limits {
+        max_bytes: max_bytes.min(MAX_INPUT),
+        max_depth,
+    })
 }
 
 /// Turn `bytes`, `bytearray` or `memoryview` into a `bytes` object (no copy for `bytes`).
@@ -367,12 +419,24 @@ pub fn as_bytes_object(data: &Bound<'_, PyAny>) -> PyResult<Py<PyBytes>> {
         return Ok(b.clone().unbind());
     }
     if data.is_instance_of::<PyString>() {
-        return Err(CoreError::Type("expected bytes, bytearray or memoryview, not str (encode it as UTF-8 first)".into()).into());
+        return Err(CoreError::Type(
+            "expected bytes, bytearray or memoryview, not str (encode it as UTF-8 first)".into(),
+        )
+        .into());
     }
-    let copied = data.py().get_type::<PyBytes>().call1((data,)).map_err(|_| {
-        let name = data.get_type().name().map_or_else(|_| "?".to_owned(), |n| n.to_string());
-        PyErr::from(CoreError::Type(format!("expected bytes, bytearray or memoryview, not {name}")))
-    })?;
+    let copied = data
+        .py()
+        .get_type::<PyBytes>()
+        .call1((data,))
+        .map_err(|_| {
+            let name = data
+                .get_type()
+                .name()
+                .map_or_else(|_| "?".to_owned(), |n| n.to_string());
+            PyErr::from(CoreError::Type(format!(
+                "expected bytes, bytearray or memoryview, not {name}"
+            )))
+        })?;
     Ok(copied.cast_into::<PyBytes>()?.unbind())
 }
 
@@ -382,7 +446,12 @@ pub fn as_bytes_object(data: &Bound<'_, PyAny>) -> PyResult<Py<PyBytes>> {
 ///     openstarry.errors.DecodeError: naming the field or the byte offset.
 #[pyfunction]
 #[pyo3(signature = (data, *, max_bytes=DEFAULT_MAX_BYTES, max_depth=DEFAULT_MAX_DEPTH))]
-fn decode_event(py: Python<'_>, data: &Bound<'_, PyAny>, max_bytes: usize, max_depth: usize) -> PyResult<Py<PyEvent>> {
+fn decode_event(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    max_bytes: usize,
+    max_depth: usize,
+) -> PyResult<Py<PyEvent>> {
     let limits = limits_arg(max_bytes, max_depth)?;
     let buf = as_bytes_object(data)?;
     PyEvent::from_bytes(py, buf, &limits)?.into_py(py)
@@ -392,7 +461,14 @@ fn decode_event(py: Python<'_>, data: &Bound<'_, PyAny>, max_bytes: usize, max_d
 /// limits it was decoded with, so only the hard limits apply.
 #[pyfunction]
 fn _event_from_wire(py: Python<'_>, data: Py<PyBytes>) -> PyResult<PyEvent> {
-    Ok(PyEvent::from_bytes(py, data, &Limits { max_bytes: MAX_INPUT, max_depth: MAX_DEPTH })?)
+    Ok(PyEvent::from_bytes(
+        py,
+        data,
+        &Limits {
+            max_bytes: MAX_INPUT,
+            max_depth: MAX_DEPTH,
+        },
+    )?)
 }
 
 /// The event's wire bytes; for a decoded event, the very bytes it came from.

@@ -33,7 +33,15 @@ impl PyIngestResult {
         let items = self
             .invalid
             .iter()
-            .map(|(i, m)| PyTuple::new(py, [i.into_pyobject(py)?.into_any(), m.into_pyobject(py)?.into_any()]))
+            .map(|(i, m)| {
+                PyTuple::new(
+                    py,
+                    [
+                        i.into_pyobject(py)?.into_any(),
+                        m.into_pyobject(py)?.into_any(),
+                    ],
+                )
+            })
             .collect::<PyResult<Vec<_>>>()?;
         PyList::new(py, items)
     }
@@ -82,7 +90,11 @@ impl PyIngestor {
         max_line_bytes: usize,
         max_depth: usize,
     ) -> PyResult<Self> {
-        Ok(PyIngestor { queue, dedup, limits: limits_arg(max_line_bytes, max_depth)? })
+        Ok(PyIngestor {
+            queue,
+            dedup,
+            limits: limits_arg(max_line_bytes, max_depth)?,
+        })
     }
 
     #[getter]
@@ -101,19 +113,28 @@ impl PyIngestor {
     /// ``\r\n`` line ending is accepted; the empty piece after a final newline
     /// is not a line; any other empty line is reported invalid.
     #[pyo3(signature = (data, now_ms=None))]
-    fn ingest(&self, py: Python<'_>, data: &Bound<'_, PyAny>, now_ms: Option<i64>) -> PyResult<PyIngestResult> {
+    fn ingest(
+        &self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        now_ms: Option<i64>,
+    ) -> PyResult<PyIngestResult> {
         // Keep every input buffer alive while the lines borrow from it.
         let whole: Option<Py<PyBytes>>;
         let parts: Vec<Py<PyBytes>>;
-        let lines: Vec<&[u8]> = if data.is_instance_of::<PyList>() || data.is_instance_of::<PyTuple>() {
+        let lines: Vec<&[u8]> = if data.is_instance_of::<PyList>()
+            || data.is_instance_of::<PyTuple>()
+        {
             parts = data
                 .try_iter()?
                 .enumerate()
                 .map(|(i, item)| {
                     let item = item?;
-                    item.cast::<PyBytes>().map(|b| b.clone().unbind()).map_err(|_| {
-                        CoreError::Type(format!("item {i} of the batch is not bytes")).into()
-                    })
+                    item.cast::<PyBytes>()
+                        .map(|b| b.clone().unbind())
+                        .map_err(|_| {
+                            CoreError::Type(format!("item {i} of the batch is not bytes")).into()
+                        })
                 })
                 .collect::<PyResult<_>>()?;
             whole = None;
@@ -125,13 +146,23 @@ impl PyIngestor {
         };
 
         let now = now_ms.unwrap_or_else(envelope::now_ms);
-        let mut result =
-            PyIngestResult { accepted: 0, duplicates: 0, invalid: Vec::new(), rejected: Vec::new(), shed: Vec::new() };
+        let mut result = PyIngestResult {
+            accepted: 0,
+            duplicates: 0,
+            invalid: Vec::new(),
+            rejected: Vec::new(),
+            shed: Vec::new(),
+        };
         // A chunk at a time: each phase's working set stays in cache, and each
         // lock is taken once per chunk.
         for (n, chunk) in lines.chunks(CHUNK_LINES).enumerate() {
             let first = n * CHUNK_LINES;
-            let mut decoded = decode_lines(chunk.iter().copied(), first, &self.limits, &mut result.invalid);
+            let mut decoded = decode_lines(
+                chunk.iter().copied(),
+                first,
+                &self.limits,
+                &mut result.invalid,
+            );
             let mut duplicates = match &self.dedup {
                 Some(d) => d.get().with_inner(|w| dedup_lines(&mut decoded, w, now)),
                 None => Vec::new(),
@@ -141,12 +172,21 @@ impl PyIngestor {
             let mut items = Vec::with_capacity(decoded.len());
             for d in &decoded {
                 // A line given as its own bytes object is kept as is; NDJSON lines are copied out.
-                let buf = if whole.is_none() { Wire::Shared(parts[d.index].clone_ref(py)) } else { Wire::Owned(d.bytes.into()) };
+                let buf = if whole.is_none() {
+                    Wire::Shared(parts[d.index].clone_ref(py))
+                } else {
+                    Wire::Owned(d.bytes.into())
+                };
                 let event = PyEvent::from_index(buf, d.envelope.clone()).into_py(py)?;
                 items.push((event.into_any(), d.envelope.priority));
             }
             let mut refused = Vec::new();
-            result.shed.extend(self.queue.get().inner.push_each(items, |i, _| refused.push(i)));
+            result.shed.extend(
+                self.queue
+                    .get()
+                    .inner
+                    .push_each(items, |i, _| refused.push(i)),
+            );
             if let (Some(d), false) = (&self.dedup, refused.is_empty()) {
                 d.get().with_inner(|w| {
                     for &i in &refused {
@@ -154,7 +194,9 @@ impl PyIngestor {
                     }
                 });
             }
-            result.rejected.extend(refused_lines(&decoded, &refused, &mut duplicates));
+            result
+                .rejected
+                .extend(refused_lines(&decoded, &refused, &mut duplicates));
             result.accepted += decoded.len() - refused.len();
             result.duplicates += duplicates.len();
         }

@@ -1,4 +1,4 @@
-//! The PyO3 bindings: `openstarry._core`, re-exported as `openstarry.core`.
+//! The `PyO3` bindings: `openstarry._core`, re-exported as `openstarry.core`.
 
 use pyo3::prelude::*;
 

@@ -16,7 +16,14 @@ pub fn loads<'py>(py: Python<'py>, buf: &[u8], limits: &Limits) -> PyResult<Boun
 
 /// Decode a region already validated by a scanner (no size check, same depth rule).
 pub fn loads_validated<'py>(py: Python<'py>, buf: &[u8]) -> PyResult<Bound<'py, PyAny>> {
-    loads(py, buf, &Limits { max_bytes: usize::MAX, max_depth: usize::MAX })
+    loads(
+        py,
+        buf,
+        &Limits {
+            max_bytes: usize::MAX,
+            max_depth: usize::MAX,
+        },
+    )
 }
 
 fn value<'py>(py: Python<'py>, s: &mut Scanner<'_>, depth: usize) -> PyResult<Bound<'py, PyAny>> {
@@ -58,7 +65,9 @@ fn value<'py>(py: Python<'py>, s: &mut Scanner<'_>, depth: usize) -> PyResult<Bo
                     Err(_) => py.get_type::<PyInt>().call1((text,))?,
                 }
             } else {
-                let v: f64 = text.parse().map_err(|_| JsonError::at(start, "invalid number"))?;
+                let v: f64 = text
+                    .parse()
+                    .map_err(|_| JsonError::at(start, "invalid number"))?;
                 PyFloat::new(py, v).into_any()
             }
         }
@@ -85,7 +94,12 @@ pub fn dumps(obj: &Bound<'_, PyAny>, max_depth: usize) -> PyResult<Vec<u8>> {
     Ok(out)
 }
 
-fn write(obj: &Bound<'_, PyAny>, out: &mut Vec<u8>, depth: usize, max_depth: usize) -> PyResult<()> {
+fn write(
+    obj: &Bound<'_, PyAny>,
+    out: &mut Vec<u8>,
+    depth: usize,
+    max_depth: usize,
+) -> PyResult<()> {
     if let Ok(s) = obj.cast::<PyString>() {
         write_str(out, &s.to_cow()?);
     } else if obj.is_none() {
@@ -113,7 +127,9 @@ fn write(obj: &Bound<'_, PyAny>, out: &mut Vec<u8>, depth: usize, max_depth: usi
             let key = k.cast::<PyString>().map_err(|_| {
                 PyTypeError::new_err(format!(
                     "JSON object keys must be str, not {}",
-                    k.get_type().name().map_or_else(|_| "?".to_owned(), |n| n.to_string())
+                    k.get_type()
+                        .name()
+                        .map_or_else(|_| "?".to_owned(), |n| n.to_string())
                 ))
             })?;
             write_str(out, &key.to_cow()?);
@@ -132,8 +148,13 @@ fn write(obj: &Bound<'_, PyAny>, out: &mut Vec<u8>, depth: usize, max_depth: usi
         }
         out.push(b']');
     } else {
-        let name = obj.get_type().name().map_or_else(|_| "?".to_owned(), |n| n.to_string());
-        return Err(PyTypeError::new_err(format!("Object of type {name} is not JSON serializable")));
+        let name = obj
+            .get_type()
+            .name()
+            .map_or_else(|_| "?".to_owned(), |n| n.to_string());
+        return Err(PyTypeError::new_err(format!(
+            "Object of type {name} is not JSON serializable"
+        )));
     }
     Ok(())
 }
