@@ -76,7 +76,7 @@ class Event:
         trace_id: str | None = None,
         parent_id: str | None = None,
     ) -> Event:
-        """A new event with a fresh UUID v4 id, the current time in ms and, unless given, a fresh trace id.
+        """A new event: a fresh UUID v4 id, the current time in ms, a fresh trace id unless given.
 
         ``priority`` defaults to :data:`DEFAULT_PRIORITY` (2).
         """
@@ -359,7 +359,7 @@ class IngestResult:
 
     @property
     def rejected(self) -> list[int]:
-        """Line indexes of valid, new events the queue refused (full, ``"reject"`` policy, or closed).
+        """Line indexes of valid, new events the queue refused (full under ``"reject"``, or closed).
 
         They are not recorded in the dedup window, so a retry is not a duplicate.
         """
