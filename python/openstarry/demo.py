@@ -20,8 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from openstarry.core import DedupWindow, Event, EventQueue, Ingestor, decode_event
-from openstarry.errors import DecodeError
+from openstarry.core import DecodeError, DedupWindow, Event, EventQueue, Ingestor, decode_event
 
 __all__ = ["main"]
 
@@ -59,6 +58,8 @@ def _report_file(path: Path, data: bytes) -> list[Event]:
     )
     for index, message in result.invalid:
         print(f"  line {index + 1}: {message}")
+    if result.rejected:  # only a bounded or closed queue refuses events
+        print(f"  refused by the queue: lines {', '.join(str(i + 1) for i in result.rejected)}")
 
     events = _drain(queue)
     print(f"\nPopped in priority order (0 first, FIFO within a priority): {len(events)} events")
