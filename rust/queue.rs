@@ -364,6 +364,18 @@ impl<T> PriorityQueue<T> {
         }
         let count = items.len();
         let mut dropped = Vec::new();
+        if self
+            .capacity
+            .is_none_or(|cap| count <= cap.saturating_sub(state.len))
+        {
+            // Room for the whole batch: no admission decision per item.
+            for (item, priority) in items {
+                state.enqueue(item, priority);
+            }
+            drop(state);
+            self.notify(count);
+            return Ok(dropped);
+        }
         for (item, priority) in items {
             match state.admit(item, priority, self.capacity, self.overflow) {
                 Admit::Queued => {}

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt};
+use pyo3::types::{PyBool, PyInt, PyList};
 use pyo3::PyTraverseError;
 
 use super::errors::CoreError;
@@ -58,7 +58,8 @@ fn item_priority(item: &Bound<'_, PyAny>, priority: Option<u8>) -> Result<u8, Co
     if let Some(p) = priority {
         return Ok(p);
     }
-    match item.cast::<PyEvent>() {
+    // `Event` cannot be subclassed: an exact type check is enough, and cheaper.
+    match item.cast_exact::<PyEvent>() {
         Ok(event) => Ok(event.get().priority()),
         Err(_) => Err(CoreError::Type(format!(
             "an item that is not an Event needs a priority, got a {}",
@@ -241,14 +242,24 @@ impl PyEventQueue {
     ) -> PyResult<Vec<Py<PyAny>>> {
         let priority = priority.map(extract_priority).transpose()?;
         // Every item is checked before any is queued; the iterable runs outside the lock.
-        let batch = items
-            .try_iter()?
-            .map(|item| {
-                let item = item?;
+        let batch = if let Ok(list) = items.cast::<PyList>() {
+            // Lists, the common case, without the iterator protocol.
+            let mut batch = Vec::with_capacity(list.len());
+            for item in list.iter() {
                 let lane = item_priority(&item, priority)?;
-                Ok((item.unbind(), lane))
-            })
-            .collect::<PyResult<Vec<_>>>()?;
+                batch.push((item.unbind(), lane));
+            }
+            batch
+        } else {
+            items
+                .try_iter()?
+                .map(|item| {
+                    let item = item?;
+                    let lane = item_priority(&item, priority)?;
+                    Ok((item.unbind(), lane))
+                })
+                .collect::<PyResult<Vec<_>>>()?
+        };
         Ok(self.inner.push_many(batch).map_err(refused)?)
     }
 
