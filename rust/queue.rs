@@ -368,7 +368,15 @@ impl<T> PriorityQueue<T> {
             .capacity
             .is_none_or(|cap| count <= cap.saturating_sub(state.len))
         {
-            // Room for the whole batch: no admission decision per item.
+            // Room for the whole batch: no admission decision per item, and
+            // each lane grows once.
+            let mut per_lane = [0usize; LANES];
+            for &(_, priority) in &items {
+                per_lane[usize::from(priority)] += 1;
+            }
+            for (lane, extra) in state.lanes.iter_mut().zip(per_lane) {
+                lane.reserve(extra);
+            }
             for (item, priority) in items {
                 state.enqueue(item, priority);
             }
