@@ -4,7 +4,7 @@ use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use super::errors::CoreError;
+use super::errors::{repr, CoreError};
 use super::event::{as_bytes_object, limits_arg};
 use super::pyjson;
 use crate::json::{write_str, Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
@@ -128,11 +128,7 @@ impl PyToolCall {
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
-        let args = self
-            .args
-            .bind(py)
-            .repr()
-            .map_or_else(|_| "?".to_owned(), |r| r.to_string());
+        let args = repr(self.args.bind(py));
         format!(
             "ToolCall(name={:?}, args={args}, id={:?})",
             self.name, self.id
@@ -299,12 +295,7 @@ impl PySegment {
             parts.push(format!("tool_call={}", tc.get().__repr__(py)));
         }
         if let Some(ui) = &self.ui {
-            parts.push(format!(
-                "ui={}",
-                ui.bind(py)
-                    .repr()
-                    .map_or_else(|_| "?".to_owned(), |r| r.to_string())
-            ));
+            parts.push(format!("ui={}", repr(ui.bind(py))));
         }
         format!("ContentSegment({})", parts.join(", "))
     }

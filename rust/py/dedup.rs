@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyString};
 
-use super::errors::CoreError;
+use super::errors::{type_name, CoreError};
 use crate::dedup::DedupWindow;
 
 /// The wall clock in milliseconds since the Unix epoch.
@@ -99,10 +99,7 @@ impl PyDedupWindow {
                 id.cast_into::<PyString>().map_err(|e| {
                     CoreError::Type(format!(
                         "ids must be str, got {}",
-                        e.into_inner()
-                            .get_type()
-                            .name()
-                            .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+                        type_name(&e.into_inner())
                     ))
                     .into()
                 })

@@ -67,6 +67,31 @@ impl From<JsonError> for PyErr {
     }
 }
 
+/// The name of `obj`'s type, for error messages.
+#[must_use]
+pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+}
+
+/// `repr(obj)`, for error messages and reprs.
+#[must_use]
+pub fn repr(obj: &Bound<'_, PyAny>) -> String {
+    obj.repr()
+        .map_or_else(|_| "?".to_owned(), |r| r.to_string())
+}
+
+/// `obj` as an `int` that is not a `bool`, if it is one and fits in 64 bits.
+#[must_use]
+pub fn strict_int(obj: &Bound<'_, PyAny>) -> Option<i64> {
+    if obj.is_instance_of::<pyo3::types::PyInt>() && !obj.is_instance_of::<pyo3::types::PyBool>() {
+        obj.extract().ok()
+    } else {
+        None
+    }
+}
+
 /// Build `DecodeError(message, field=..., offset=...)`.
 fn decode_error(py: Python<'_>, e: &JsonError) -> PyErr {
     let build = || -> PyResult<PyErr> {

@@ -7,7 +7,7 @@ use pyo3::pyclass::CompareOp;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 
-use super::errors::CoreError;
+use super::errors::{repr, strict_int, type_name, CoreError};
 use super::pyjson;
 use crate::envelope::{self, EnvelopeIndex, Header};
 use crate::json::{
@@ -125,40 +125,24 @@ impl PyEvent {
     }
 }
 
-fn priority_arg(value: &Bound<'_, PyAny>) -> PyResult<u8> {
-    // Exactly an int: not a bool, not a float, not a string.
-    if value.is_instance_of::<pyo3::types::PyBool>()
-        || !value.is_instance_of::<pyo3::types::PyInt>()
-    {
-        let name = value
-            .get_type()
-            .name()
-            .map_or_else(|_| "?".to_owned(), |n| n.to_string());
-        return Err(
-            CoreError::Value(format!("priority must be an integer 0..5, not {name}")).into(),
-        );
+/// A priority given from Python: an `int` (not a `bool`) from 0 to 5.
+pub fn priority_arg(value: &Bound<'_, PyAny>) -> Result<u8, CoreError> {
+    match strict_int(value) {
+        Some(p) if (0..=i64::from(envelope::LOWEST_PRIORITY)).contains(&p) => Ok(p as u8),
+        _ => Err(CoreError::Value(format!(
+            "priority must be an int from 0 to {}, got {}",
+            envelope::LOWEST_PRIORITY,
+            repr(value)
+        ))),
     }
-    let p: i64 = value
-        .extract()
-        .map_err(|_| CoreError::Value("priority must be an integer 0..5".into()))?;
-    Ok(envelope::check_priority(p).map_err(|e| CoreError::Value(e.to_string()))?)
 }
 
-fn timestamp_arg(value: &Bound<'_, PyAny>) -> PyResult<i64> {
-    if value.is_instance_of::<pyo3::types::PyBool>()
-        || !value.is_instance_of::<pyo3::types::PyInt>()
-    {
-        let name = value
-            .get_type()
-            .name()
-            .map_or_else(|_| "?".to_owned(), |n| n.to_string());
-        return Err(CoreError::Value(format!(
-            "timestamp must be an integer (Unix time in ms), not {name}"
+fn timestamp_arg(value: &Bound<'_, PyAny>) -> Result<i64, CoreError> {
+    strict_int(value).ok_or_else(|| {
+        CoreError::Value(format!(
+            "timestamp must be an int (Unix time in ms) that fits in 64 bits, got {}",
+            repr(value)
         ))
-        .into());
-    }
-    value.extract().map_err(|_| {
-        CoreError::Value("timestamp must fit in a signed 64-bit integer".into()).into()
     })
 }
 
@@ -429,10 +413,7 @@ pub fn as_bytes_object(data: &Bound<'_, PyAny>) -> PyResult<Py<PyBytes>> {
         .get_type::<PyBytes>()
         .call1((data,))
         .map_err(|_| {
-            let name = data
-                .get_type()
-                .name()
-                .map_or_else(|_| "?".to_owned(), |n| n.to_string());
+            let name = type_name(data);
             PyErr::from(CoreError::Type(format!(
                 "expected bytes, bytearray or memoryview, not {name}"
             )))

@@ -4,6 +4,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
+use super::errors::type_name;
 use crate::json::{write_str, JsonError, Kind, Limits, Scanner};
 
 /// Decode one JSON document into Python objects.
@@ -127,9 +128,7 @@ fn write(
             let key = k.cast::<PyString>().map_err(|_| {
                 PyTypeError::new_err(format!(
                     "JSON object keys must be str, not {}",
-                    k.get_type()
-                        .name()
-                        .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+                    type_name(&k)
                 ))
             })?;
             write_str(out, &key.to_cow()?);
@@ -148,10 +147,7 @@ fn write(
         }
         out.push(b']');
     } else {
-        let name = obj
-            .get_type()
-            .name()
-            .map_or_else(|_| "?".to_owned(), |n| n.to_string());
+        let name = type_name(obj);
         return Err(PyTypeError::new_err(format!(
             "Object of type {name} is not JSON serializable"
         )));

@@ -4,12 +4,13 @@ use std::time::{Duration, Instant};
 
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyList};
+use pyo3::types::PyList;
 use pyo3::PyTraverseError;
 
+use super::errors::type_name;
 use super::errors::CoreError;
-use super::event::PyEvent;
-use crate::queue::{Overflow, PriorityQueue, PushError, LANES};
+use super::event::{priority_arg, PyEvent};
+use crate::queue::{Overflow, PriorityQueue, PushError};
 
 /// The longest a blocking pop waits with the GIL released before it checks for signals.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
@@ -30,24 +31,6 @@ fn refused<T>(err: PushError<T>) -> CoreError {
     }
 }
 
-/// An explicit priority: an `int` (not a `bool`) from 0 to 5.
-fn extract_priority(obj: &Bound<'_, PyAny>) -> Result<u8, CoreError> {
-    let max = LANES as i64 - 1;
-    if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>() {
-        if let Ok(p) = obj.extract::<i64>() {
-            if (0..=max).contains(&p) {
-                return Ok(p as u8);
-            }
-        }
-    }
-    let shown = obj
-        .repr()
-        .map_or_else(|_| "?".to_owned(), |r| r.to_string());
-    Err(CoreError::Value(format!(
-        "priority must be an int from 0 to {max}, got {shown}"
-    )))
-}
-
 /// The lane of `item`: the explicit priority, else the item's own as an `Event`.
 fn item_priority(item: &Bound<'_, PyAny>, priority: Option<u8>) -> Result<u8, CoreError> {
     if item.is_none() {
@@ -63,9 +46,7 @@ fn item_priority(item: &Bound<'_, PyAny>, priority: Option<u8>) -> Result<u8, Co
         Ok(event) => Ok(event.get().priority()),
         Err(_) => Err(CoreError::Type(format!(
             "an item that is not an Event needs a priority, got a {}",
-            item.get_type()
-                .name()
-                .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+            type_name(item)
         ))),
     }
 }
@@ -223,7 +204,7 @@ impl PyEventQueue {
         item: &Bound<'_, PyAny>,
         priority: Option<&Bound<'_, PyAny>>,
     ) -> Result<Option<Py<PyAny>>, CoreError> {
-        let priority = priority.map(extract_priority).transpose()?;
+        let priority = priority.map(priority_arg).transpose()?;
         let lane = item_priority(item, priority)?;
         self.inner
             .push(item.clone().unbind(), lane)
@@ -240,7 +221,7 @@ impl PyEventQueue {
         items: &Bound<'_, PyAny>,
         priority: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<Py<PyAny>>> {
-        let priority = priority.map(extract_priority).transpose()?;
+        let priority = priority.map(priority_arg).transpose()?;
         // Every item is checked before any is queued; the iterable runs outside the lock.
         let batch = if let Ok(list) = items.cast::<PyList>() {
             // Lists, the common case, without the iterator protocol.
