@@ -602,6 +602,49 @@ mod tests {
         assert_eq!(idx.extra.len(), 1);
     }
 
+    /// Random edits of a valid envelope: every result is an error or an
+    /// envelope whose spans lie inside the input; nothing panics.
+    #[test]
+    fn mutated_input_never_panics() {
+        let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let alphabet = b"{}[]:,\"\\ 0123456789-+.eEtrufalsn\x00\x1f\x80\xc3\xa9\xff";
+        let limits = Limits::default();
+        for _ in 0..50_000 {
+            let mut buf = GOOD.as_bytes().to_vec();
+            for _ in 0..=(next() % 4) {
+                let at = (next() as usize) % (buf.len() + 1);
+                let byte = alphabet[(next() as usize) % alphabet.len()];
+                match next() % 3 {
+                    0 if at < buf.len() => buf[at] = byte,
+                    1 if at < buf.len() => {
+                        buf.remove(at);
+                    }
+                    _ => buf.insert(at, byte),
+                }
+            }
+            if let Ok(idx) = decode(&buf, &limits) {
+                for span in [
+                    idx.id,
+                    idx.trace_id,
+                    idx.source,
+                    idx.session_id,
+                    idx.type_,
+                    idx.payload,
+                ] {
+                    assert!(span.end() <= buf.len() && span.start() <= span.end());
+                    let _ = span.as_str(&buf);
+                }
+                assert!(idx.priority <= LOWEST_PRIORITY);
+            }
+        }
+    }
+
     #[test]
     fn uuids_are_v4() {
         let u = uuid::Uuid::parse_str(&new_uuid()).unwrap();
