@@ -45,6 +45,17 @@ test: wheel ## Set up, then run every test: cargo test, pytest against the wheel
 	$(SMOKE_VENV)/bin/python -m pip install --quiet --no-deps --no-index dist/openstarry-*.whl
 	$(SMOKE_VENV)/bin/python tests/smoke_wheel.py
 
+.PHONY: compat
+compat: wheel ## Smoke-test the abi3 wheel on every other CPython >= 3.10 found (python3.N on PATH or under pyenv)
+	@found=0; for v in 10 11 12 13 14; do \
+	  py=$$(ls -d $$HOME/.pyenv/versions/3.$$v.*/bin/python3 2>/dev/null | tail -n 1); \
+	  [ -n "$$py" ] || py=$$(command -v python3.$$v); \
+	  [ -n "$$py" ] && $$py -c pass 2>/dev/null || continue; found=1; \
+	  rm -rf .venv-compat && $$py -m venv .venv-compat && \
+	  .venv-compat/bin/python -m pip install --quiet --no-deps --no-index dist/openstarry-*.whl && \
+	  echo "$$($$py --version):" && .venv-compat/bin/python tests/smoke_wheel.py || exit 1; \
+	done; rm -rf .venv-compat; [ $$found = 1 ] || echo "no other CPython found"
+
 .PHONY: bench
 bench: dev ## Run the benchmarks: each openstarry piece beside its pure-Python baseline, as ratios
 	$(PY) -m pytest benches --benchmark-enable --benchmark-only --benchmark-group-by=group --benchmark-columns=min,median,mean,ops -q -p no:randomly
