@@ -94,6 +94,21 @@ static HEX: [u8; 256] = {
     t
 };
 
+/// How the window tells ids apart, for callers that must agree with it:
+/// canonical UUIDs by value (so letter case does not matter), other ids whole.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum IdKey {
+    Uuid(u128),
+    Other(Box<[u8]>),
+}
+
+impl IdKey {
+    #[must_use]
+    pub fn of(id: &[u8]) -> Self {
+        uuid_key(id).map_or_else(|| IdKey::Other(id.into()), IdKey::Uuid)
+    }
+}
+
 /// The key an id is held under.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Key {

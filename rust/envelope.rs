@@ -5,7 +5,7 @@
 //! copied or decoded until asked for, and an envelope that was not changed
 //! encodes to the very bytes it came from.
 
-use crate::json::{write_str, JsonError, Kind, Limits, Scanner, Span};
+use crate::json::{write_str, JsonError, KeySet, Kind, Limits, Scanner, Span};
 
 /// The eight event types of spec 002.
 pub const SPEC_TYPES: [&str; 8] = [
@@ -18,6 +18,9 @@ pub const SPEC_TYPES: [&str; 8] = [
     "EXEC:TOOL_CALL",
     "EXEC:TOOL_RESULT",
 ];
+
+/// How deep the payload sits in an envelope (the envelope's object is level 1).
+pub const PAYLOAD_DEPTH: usize = 1;
 
 /// Lowest priority number (served last). Priority 0 is served first.
 pub const LOWEST_PRIORITY: u8 = 5;
@@ -83,6 +86,7 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<EnvelopeIndex, JsonError> {
         parent_id: None,
         extra: Vec::new(),
     };
+    let mut extra_names = KeySet::default();
     let mut first = true;
     // Envelopes usually carry their fields in the spec's order, so the next key
     // is first tried as a literal; any other order takes the general path.
@@ -108,14 +112,13 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<EnvelopeIndex, JsonError> {
         };
         if flag == 0 {
             let name = key.as_str(buf);
-            let (a, b) = s.skip_value(1)?;
-            let value = Span::new(a, b, false);
-            if idx.extra.iter().any(|(k, _)| k.as_str(buf) == name) {
+            if !extra_names.insert(name.clone()) {
                 return Err(
                     JsonError::at(key.start() - 1, "duplicate field").in_field(name.into_owned())
                 );
             }
-            idx.extra.push((key, value));
+            let (a, b) = s.skip_value(1)?;
+            idx.extra.push((key, Span::new(a, b, false)));
             continue;
         }
         if seen & flag != 0 {
@@ -149,7 +152,7 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<EnvelopeIndex, JsonError> {
             F_TIMESTAMP => idx.timestamp = timestamp_field(&mut s)?,
             F_PRIORITY => idx.priority = priority_field(&mut s)?,
             _ => {
-                let (a, b) = s.skip_value(1)?;
+                let (a, b) = s.skip_value(PAYLOAD_DEPTH)?;
                 idx.payload = Span::new(a, b, false);
             }
         }
@@ -253,6 +256,7 @@ fn string_field(s: &mut Scanner<'_>, field: &str) -> Result<Span, JsonError> {
 
 #[inline]
 fn nonempty_string(s: &mut Scanner<'_>, field: &str) -> Result<Span, JsonError> {
+    s.skip_ws();
     let at = s.pos();
     let span = string_field(s, field)?;
     if span.is_empty() {
@@ -546,6 +550,31 @@ mod tests {
             let e = dec(&GOOD.replace(from, to)).unwrap_err();
             assert_eq!(e.field.as_deref(), Some(field), "{to}: {e}");
         }
+    }
+
+    #[test]
+    fn many_unknown_fields_take_linear_time() {
+        use std::fmt::Write as _;
+        // 100,000 distinct unknown keys, then a repeat of the first: refused.
+        // (Comparing every key with every other, as a first version did, made
+        // this test run for minutes.)
+        let mut s = GOOD[..GOOD.len() - 1].to_string();
+        for i in 0..100_000 {
+            write!(s, ",\"k{i}\":0").unwrap();
+        }
+        let limits = Limits {
+            max_bytes: 1 << 24,
+            max_depth: 64,
+        };
+        assert_eq!(
+            decode(format!("{s}}}").as_bytes(), &limits)
+                .unwrap()
+                .extra
+                .len(),
+            100_000
+        );
+        let e = decode(format!("{s},\"k0\":1}}").as_bytes(), &limits).unwrap_err();
+        assert!(e.message.contains("duplicate"), "{e}");
     }
 
     #[test]

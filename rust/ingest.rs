@@ -10,7 +10,9 @@
 //! shared state under their own locks and build its objects outside them; see
 //! [`ingest`] for the whole pipeline in plain Rust.
 
-use crate::dedup::DedupWindow;
+use std::collections::hash_map::{Entry, HashMap};
+
+use crate::dedup::{DedupWindow, IdKey};
 use crate::envelope::{self, EnvelopeIndex};
 use crate::json::{JsonError, Limits};
 use crate::queue::{PriorityQueue, PushError};
@@ -81,47 +83,78 @@ pub fn decode_lines<'a>(
     out
 }
 
-/// Phase 2: keep the lines whose id is new to the window (recording them);
-/// returns the duplicates, taken out of `decoded`.
-pub fn dedup_lines<'a>(
-    decoded: &mut Vec<Decoded<'a>>,
-    window: &mut DedupWindow,
-    now_ms: i64,
-) -> Vec<Decoded<'a>> {
-    let mut duplicates = Vec::new();
-    let all = std::mem::take(decoded);
-    decoded.reserve(all.len());
-    for d in all {
-        if window.check_and_insert(d.id(), now_ms) {
-            decoded.push(d);
-        } else {
-            duplicates.push(d);
-        }
-    }
-    duplicates
+/// The valid lines of a batch, sorted by the dedup window.
+pub struct Screened<'a> {
+    /// Lines whose id is new to the window and first in the batch, in order.
+    pub fresh: Vec<Decoded<'a>>,
+    /// Lines whose id the window holds (`None`), or that repeat the id of
+    /// `fresh[i]` (`Some(i)`).
+    pub repeats: Vec<(Decoded<'a>, Option<usize>)>,
 }
 
-/// After the queue refused some new lines (and the window forgot their ids):
-/// a later line of the same batch with the id of a refused line was a
-/// duplicate of that line alone, so it is refused too. Takes those lines out
-/// of `duplicates` and returns every refused line index, in order.
+/// Phase 2: screen the lines against the window (expired to `now_ms` first)
+/// and against each other, recording nothing yet.
+///
+/// Nothing is recorded until the queue has taken the lines (phase 4,
+/// [`record`]): a line the queue refuses must leave the window as it was,
+/// without an id of its own and without having evicted an older one.
+pub fn screen<'a>(
+    decoded: Vec<Decoded<'a>>,
+    window: &mut DedupWindow,
+    now_ms: i64,
+) -> Screened<'a> {
+    window.expire(now_ms);
+    let mut first_of: HashMap<IdKey, usize> = HashMap::with_capacity(decoded.len());
+    let mut screened = Screened {
+        fresh: Vec::with_capacity(decoded.len()),
+        repeats: Vec::new(),
+    };
+    for d in decoded {
+        let id = d.id();
+        if window.contains(&id) {
+            screened.repeats.push((d, None));
+            continue;
+        }
+        match first_of.entry(IdKey::of(&id)) {
+            Entry::Occupied(first) => screened.repeats.push((d, Some(*first.get()))),
+            Entry::Vacant(slot) => {
+                slot.insert(screened.fresh.len());
+                screened.fresh.push(d);
+            }
+        }
+    }
+    screened
+}
+
+/// Phase 4: record the ids of the fresh lines the queue took (`refused` holds
+/// the indexes into `fresh` it did not take, in order).
+pub fn record(fresh: &[Decoded<'_>], refused: &[usize], window: &mut DedupWindow, now_ms: i64) {
+    let mut refused = refused.iter().peekable();
+    for (i, d) in fresh.iter().enumerate() {
+        if refused.next_if_eq(&&i).is_none() {
+            window.check_and_insert(d.id(), now_ms);
+        }
+    }
+}
+
+/// Phase 5: the line indexes refused by the queue, in order: the fresh lines
+/// it refused, and the repeats of those in the same batch, which were repeats
+/// of a line that never got in (they leave `repeats`).
 pub fn refused_lines(
-    decoded: &[Decoded<'_>],
+    fresh: &[Decoded<'_>],
     refused: &[usize],
-    duplicates: &mut Vec<Decoded<'_>>,
+    repeats: &mut Vec<(Decoded<'_>, Option<usize>)>,
 ) -> Vec<usize> {
-    let mut lines: Vec<usize> = refused.iter().map(|&i| decoded[i].index).collect();
-    if refused.is_empty() || duplicates.is_empty() {
+    let mut lines: Vec<usize> = refused.iter().map(|&i| fresh[i].index).collect();
+    if refused.is_empty() {
         return lines;
     }
-    let ids: std::collections::HashSet<std::borrow::Cow<'_, [u8]>> =
-        refused.iter().map(|&i| decoded[i].id()).collect();
-    duplicates.retain(|d| {
-        let repeat = ids.contains(&d.id());
-        if repeat {
+    repeats.retain(|(d, of)| {
+        let repeat_of_refused = of.is_some_and(|i| refused.binary_search(&i).is_ok());
+        if repeat_of_refused {
             lines.push(d.index);
         }
-        !repeat
+        !repeat_of_refused
     });
     lines.sort_unstable();
     lines
@@ -139,9 +172,8 @@ pub struct Report<T> {
     pub shed: Vec<T>,
 }
 
-/// The whole pipeline: decode, de-duplicate, build each item with `make`,
-/// enqueue; ids of refused events are forgotten by the window so a retry is
-/// not taken for a duplicate.
+/// The whole pipeline: decode, screen against the window, build each item
+/// with `make`, enqueue, and record the ids of what the queue took.
 pub fn ingest<'a, T>(
     lines: impl IntoIterator<Item = &'a [u8]>,
     limits: &Limits,
@@ -151,27 +183,27 @@ pub fn ingest<'a, T>(
     mut make: impl FnMut(&Decoded<'a>) -> T,
 ) -> Report<T> {
     let mut invalid = Vec::new();
-    let mut decoded = decode_lines(lines, 0, limits, &mut invalid);
-    let mut duplicates = match window.as_deref_mut() {
-        Some(w) => dedup_lines(&mut decoded, w, now_ms),
-        None => Vec::new(),
+    let decoded = decode_lines(lines, 0, limits, &mut invalid);
+    let Screened { fresh, mut repeats } = match window.as_deref_mut() {
+        Some(w) => screen(decoded, w, now_ms),
+        None => Screened {
+            fresh: decoded,
+            repeats: Vec::new(),
+        },
     };
-    let items: Vec<(T, u8)> = decoded
+    let items: Vec<(T, u8)> = fresh
         .iter()
         .map(|d| (make(d), d.envelope.priority))
         .collect();
     let mut refused = Vec::new();
     let shed = queue.push_each(items, |i, _: PushError<T>| refused.push(i));
     if let Some(w) = window {
-        for &i in &refused {
-            let d = &decoded[i];
-            w.forget(d.id());
-        }
+        record(&fresh, &refused, w, now_ms);
     }
-    let rejected = refused_lines(&decoded, &refused, &mut duplicates);
+    let rejected = refused_lines(&fresh, &refused, &mut repeats);
     Report {
-        accepted: decoded.len() - refused.len(),
-        duplicates: duplicates.len(),
+        accepted: fresh.len() - refused.len(),
+        duplicates: repeats.len(),
         invalid,
         rejected,
         shed,
@@ -255,6 +287,56 @@ mod tests {
             make,
         );
         assert_eq!((report.accepted, report.duplicates), (1, 2));
+    }
+
+    #[test]
+    fn a_refused_line_does_not_evict_from_a_full_window() {
+        let queue = PriorityQueue::new(Some(2), Overflow::Reject, None);
+        let mut window = DedupWindow::new(60_000, 2);
+        let make = |d: &Decoded<'_>| d.envelope.id.as_str(d.bytes).into_owned();
+        let data = [line("a", 1), line("b", 1), line("c", 1)].join("\n");
+        let report = ingest(
+            split_lines(data.as_bytes()),
+            &Limits::default(),
+            Some(&mut window),
+            0,
+            &queue,
+            make,
+        );
+        assert_eq!((report.accepted, report.rejected.clone()), (2, vec![2]));
+        assert!(window.contains("a") && window.contains("b") && !window.contains("c"));
+        while queue.try_pop().is_some() {}
+        let again = line("a", 1);
+        let report = ingest(
+            split_lines(again.as_bytes()),
+            &Limits::default(),
+            Some(&mut window),
+            1,
+            &queue,
+            make,
+        );
+        assert_eq!((report.accepted, report.duplicates), (0, 1));
+    }
+
+    #[test]
+    fn uuid_repeats_in_another_case_follow_the_refused_line() {
+        let u = "5f0c6f2e-8d1a-4a4b-9a39-0a3c1b2d3e4f";
+        let data = [line("x", 1), line(&u.to_uppercase(), 1), line(u, 1)].join("\n");
+        let queue = PriorityQueue::new(Some(1), Overflow::Reject, None);
+        let mut window = DedupWindow::new(60_000, 100);
+        let make = |d: &Decoded<'_>| d.envelope.id.as_str(d.bytes).into_owned();
+        let report = ingest(
+            split_lines(data.as_bytes()),
+            &Limits::default(),
+            Some(&mut window),
+            0,
+            &queue,
+            make,
+        );
+        assert_eq!(
+            (report.accepted, report.duplicates, report.rejected.clone()),
+            (1, 0, vec![1, 2])
+        );
     }
 
     #[test]

@@ -79,6 +79,10 @@ pub const DEFAULT_MAX_DEPTH: usize = 64;
 /// them well inside the smallest thread stacks.
 pub const MAX_DEPTH: usize = 512;
 
+/// The longest integer literal accepted (the default limit of `CPython` for converting
+/// digits to an `int`).
+pub const MAX_INT_DIGITS: usize = 4300;
+
 /// Limits that protect the process from hostile input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -192,6 +196,33 @@ impl fmt::Debug for Span {
             self.end(),
             if self.escaped() { ", escaped" } else { "" }
         )
+    }
+}
+
+/// The names of one object's members seen so far, to refuse duplicates in
+/// linear time: a short list while it is short, then a hash set.
+#[derive(Default)]
+pub struct KeySet<'a> {
+    few: Vec<std::borrow::Cow<'a, str>>,
+    many: Option<std::collections::HashSet<std::borrow::Cow<'a, str>>>,
+}
+
+impl<'a> KeySet<'a> {
+    const FEW: usize = 8;
+
+    /// Record `key`; false when it was already there.
+    pub fn insert(&mut self, key: std::borrow::Cow<'a, str>) -> bool {
+        if let Some(set) = &mut self.many {
+            return set.insert(key);
+        }
+        if self.few.contains(&key) {
+            return false;
+        }
+        self.few.push(key);
+        if self.few.len() > Self::FEW {
+            self.many = Some(self.few.drain(..).collect());
+        }
+        true
     }
 }
 
@@ -566,6 +597,15 @@ impl<'a> Scanner<'a> {
         if matches!(buf.get(i), Some(b'0'..=b'9')) {
             return Err(JsonError::at(start, "invalid number: leading zero"));
         }
+        // Python refuses to convert integers of more than 4300 digits: refuse
+        // them here, not when the payload is first read. (A float beyond f64
+        // is read as inf, as Python's json module reads it.)
+        if integer && i - start > MAX_INT_DIGITS {
+            return Err(JsonError::at(
+                start,
+                format!("integer of more than {MAX_INT_DIGITS} digits"),
+            ));
+        }
         self.pos = i;
         Ok((start, i, integer))
     }
@@ -589,37 +629,76 @@ impl<'a> Scanner<'a> {
 
     /// Validate and skip one value; returns its byte range. `depth` is the
     /// nesting depth of the container holding the value (0 at top level).
+    ///
+    /// Iterative, with the open containers kept in a bit stack: the machine
+    /// stack does not grow with the nesting, whatever the limit.
     pub fn skip_value(&mut self, depth: usize) -> Result<(usize, usize), JsonError> {
-        let kind = self.peek_kind()?;
+        self.skip_ws();
         let start = self.pos;
-        match kind {
-            Kind::Object => {
-                self.enter(depth)?;
-                self.begin_object()?;
-                let mut first = true;
-                while self.next_key(first)?.is_some() {
-                    first = false;
-                    self.skip_value(depth + 1)?;
+        // Bit n of `objects` is set when the container open at level n is an object.
+        let mut objects = [0u64; MAX_DEPTH.div_ceil(64)];
+        let mut level = 0usize;
+        loop {
+            // A value starts here.
+            let kind = self.peek_kind()?;
+            let opened = match kind {
+                Kind::Object => {
+                    self.enter(depth + level)?;
+                    self.begin_object()?;
+                    self.object_sep(true)? && {
+                        self.key()?;
+                        true
+                    }
                 }
-            }
-            Kind::Array => {
-                self.enter(depth)?;
-                self.begin_array()?;
-                let mut first = true;
-                while self.next_item(first)? {
-                    first = false;
-                    self.skip_value(depth + 1)?;
+                Kind::Array => {
+                    self.enter(depth + level)?;
+                    self.begin_array()?;
+                    self.next_item(true)?
                 }
+                Kind::String => {
+                    self.string()?;
+                    false
+                }
+                Kind::Number => {
+                    self.number()?;
+                    false
+                }
+                Kind::True | Kind::False | Kind::Null => {
+                    self.literal(kind)?;
+                    false
+                }
+            };
+            if opened {
+                // A non-empty container: its first value is next.
+                let bit = 1u64 << (level % 64);
+                if kind == Kind::Object {
+                    objects[level / 64] |= bit;
+                } else {
+                    objects[level / 64] &= !bit;
+                }
+                level += 1;
+                continue;
             }
-            Kind::String => {
-                self.string()?;
+            // A value ended (a scalar or an empty container): close what it ends.
+            loop {
+                if level == 0 {
+                    return Ok((start, self.pos));
+                }
+                let top = level - 1;
+                let more = if objects[top / 64] & (1u64 << (top % 64)) != 0 {
+                    self.object_sep(false)? && {
+                        self.key()?;
+                        true
+                    }
+                } else {
+                    self.next_item(false)?
+                };
+                if more {
+                    break;
+                }
+                level -= 1;
             }
-            Kind::Number => {
-                self.number()?;
-            }
-            Kind::True | Kind::False | Kind::Null => self.literal(kind)?,
         }
-        Ok((start, self.pos))
     }
 
     /// Check that opening one more container at `depth` stays within the limit.
@@ -884,6 +963,36 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message.contains("exceeds"), "{e}");
+    }
+
+    #[test]
+    fn integers_are_bounded_like_python_ints() {
+        assert!(ok("1e400"), "read as inf, as Python's json module does");
+        assert!(ok(&"9".repeat(MAX_INT_DIGITS)));
+        assert!(!ok(&"9".repeat(MAX_INT_DIGITS + 1)));
+    }
+
+    #[test]
+    fn skipping_is_iterative_and_exact() {
+        let limits = Limits {
+            max_bytes: usize::MAX,
+            max_depth: MAX_DEPTH,
+        };
+        let deep = "[{\"a\":".repeat(255) + "1" + &"}]".repeat(255);
+        assert!(validate(deep.as_bytes(), &limits).is_ok());
+        let mut s = Scanner::new(b"[1,{\"a\":[]},{}] 7", &limits).unwrap();
+        assert_eq!(s.skip_value(0).unwrap(), (0, 15));
+        for bad in [
+            "[1,]",
+            "{\"a\":1,}",
+            "[{]",
+            "{\"a\" []}",
+            "[1 2]",
+            "[[]",
+            "{\"a\":{}",
+        ] {
+            assert!(validate(bad.as_bytes(), &limits).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -6,7 +6,13 @@
 //! `audio`, `video`) need `data`; a `ui` segment needs `ui`. A `null` optional
 //! field counts as absent. Unknown fields are kept for re-encoding.
 
-use crate::json::{JsonError, Kind, Limits, Scanner, Span};
+use crate::json::{JsonError, KeySet, Kind, Limits, Scanner, Span};
+
+/// How deep the values that hold arbitrary JSON sit in a response: the
+/// encoders allow them as many levels as the decoder will.
+pub const METADATA_DEPTH: usize = 1;
+pub const UI_DEPTH: usize = 3;
+pub const ARGS_DEPTH: usize = 4;
 
 /// What a segment carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,15 +125,14 @@ fn object<'a>(
         ));
     }
     s.begin_object()?;
-    let mut keys: Vec<Span> = Vec::new();
+    let mut keys = KeySet::default();
     let mut first = true;
     while let Some(key) = s.next_key(first)? {
         first = false;
         let name = key.as_str(buf);
-        if keys.iter().any(|k| k.as_str(buf) == name) {
+        if !keys.insert(name.clone()) {
             return Err(err(&join(path, &name), key.start() - 1, "duplicate field"));
         }
-        keys.push(key);
         f(s, key, &name)?;
     }
     Ok(())
@@ -196,7 +201,7 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<ResponseIndex, JsonError> {
                     resp.segments.push(segment(s, &path, limits)?);
                 }
             }
-            "metadata" => resp.metadata = opt_value(s, 1)?,
+            "metadata" => resp.metadata = opt_value(s, METADATA_DEPTH)?,
             _ => resp.extra.push((key, s.skip_value(1)?)),
         }
         Ok(())
@@ -226,6 +231,7 @@ fn segment(s: &mut Scanner<'_>, path: &str, limits: &Limits) -> Result<SegmentIn
         let field = join(path, name);
         match name {
             "type" => {
+                s.skip_ws();
                 let at = s.pos();
                 let span = opt_string(s, &field)?
                     .ok_or_else(|| err(&field, at, "expected a string, found null"))?;
@@ -237,7 +243,7 @@ fn segment(s: &mut Scanner<'_>, path: &str, limits: &Limits) -> Result<SegmentIn
             "text" => seg.text = opt_string(s, &field)?,
             "data" => seg.data = opt_string(s, &field)?,
             "mimeType" => seg.mime_type = opt_string(s, &field)?,
-            "ui" => seg.ui = opt_value(s, 3)?,
+            "ui" => seg.ui = opt_value(s, UI_DEPTH)?,
             "toolCall" => {
                 if s.peek_kind()? == Kind::Null {
                     s.literal(Kind::Null)?;
@@ -283,6 +289,7 @@ fn tool_call(s: &mut Scanner<'_>, path: &str, limits: &Limits) -> Result<ToolCal
         match name {
             "id" => call.id = opt_string(s, &field)?,
             "name" => {
+                s.skip_ws();
                 let at = s.pos();
                 match opt_string(s, &field)? {
                     Some(span) if !span.is_empty() => {
@@ -299,15 +306,14 @@ fn tool_call(s: &mut Scanner<'_>, path: &str, limits: &Limits) -> Result<ToolCal
                         Args::Missing
                     }
                     Kind::String => {
+                        s.skip_ws();
                         let at = s.pos();
                         let span = s.string()?;
                         let text = span.as_str(buf).into_owned();
-                        crate::json::validate(text.as_bytes(), limits).map_err(|e| {
-                            err(&field, at, format!("a string that is not valid JSON: {e}"))
-                        })?;
+                        args_text(&text, limits).map_err(|e| err(&field, at, e.message.clone()))?;
                         Args::Text(text)
                     }
-                    _ => Args::Value(s.skip_value(4)?),
+                    _ => Args::Value(s.skip_value(ARGS_DEPTH)?),
                 };
             }
             _ => call.extra.push((key, s.skip_value(4)?)),
@@ -318,6 +324,29 @@ fn tool_call(s: &mut Scanner<'_>, path: &str, limits: &Limits) -> Result<ToolCal
         return Err(err(&join(path, "name"), start, "missing required field"));
     }
     Ok(call)
+}
+
+/// Check arguments sent as JSON text: a JSON object, within the depth it will
+/// have once encoded in place.
+pub fn args_text(text: &str, limits: &Limits) -> Result<(), JsonError> {
+    let inner = Limits {
+        max_bytes: limits.max_bytes,
+        max_depth: limits
+            .max_depth
+            .min(crate::json::MAX_DEPTH)
+            .saturating_sub(ARGS_DEPTH),
+    };
+    let bad = |e: JsonError| JsonError::at(0, format!("a string that is not valid JSON: {e}"));
+    let mut s = Scanner::new(text.as_bytes(), &inner).map_err(bad)?;
+    let kind = s.peek_kind().map_err(bad)?;
+    if kind != Kind::Object {
+        return Err(JsonError::at(
+            0,
+            format!("a string must hold a JSON object, not {}", kind.name()),
+        ));
+    }
+    s.skip_value(0).map_err(bad)?;
+    s.finish().map_err(bad)
 }
 
 #[cfg(test)]

@@ -161,7 +161,9 @@ class ToolCall:
     """An agent's intent to run a tool (spec 000 section 3A). Wire name ``toolCall``."""
 
     def __new__(cls, name: str, args: Any = None, id: str | None = None) -> ToolCall:
-        """``args`` defaults to ``{}``; a JSON string is parsed; a missing ``id`` gets a UUID v4."""
+        """``args`` defaults to ``{}``; a string is parsed as JSON and must hold an object;
+        a missing ``id`` gets a UUID v4.
+        """
 
     @property
     def id(self) -> str: ...
@@ -361,7 +363,9 @@ class IngestResult:
     def rejected(self) -> list[int]:
         """Line indexes of valid, new events the queue refused (full under ``"reject"``, or closed).
 
-        They are not recorded in the dedup window, so a retry is not a duplicate.
+        The window records only what the queue took, so a refused line leaves it
+        as it was (a retry is not a duplicate, and nothing was evicted for it).
+        A later line of the batch with the id of a refused line is refused too.
         """
 
     @property

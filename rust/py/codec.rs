@@ -1,8 +1,10 @@
 //! `ToolCall`, `ContentSegment` and `ProviderResponse` (spec 000 section 3) and their codec.
 
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
 use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::PyTraverseError;
 
 use super::errors::{repr, CoreError};
 use super::event::{as_bytes_object, limits_arg};
@@ -57,9 +59,9 @@ fn parse_args<'py>(
         Some(a) => match a.cast::<pyo3::types::PyString>() {
             Ok(s) => {
                 let text = s.to_cow()?;
-                pyjson::loads(py, text.as_bytes(), &Limits::default()).map_err(|e| {
-                    CoreError::Value(format!("args is a string that is not valid JSON: {e}")).into()
-                })
+                segment::args_text(&text, &Limits::default())
+                    .map_err(|e| CoreError::Value(format!("args is {}", e.message)))?;
+                pyjson::loads_validated(py, text.as_bytes())
             }
             Err(_) => Ok(a.clone()),
         },
@@ -82,7 +84,7 @@ impl PyToolCall {
         }
         let args = parse_args(py, args)?;
         // Fail now, not at encoding time, for arguments that are not JSON.
-        pyjson::dumps(&args, DEFAULT_MAX_DEPTH)?;
+        pyjson::dumps_at(&args, segment::ARGS_DEPTH, DEFAULT_MAX_DEPTH)?;
         Ok(PyToolCall {
             id: id
                 .filter(|i| !i.is_empty())
@@ -91,6 +93,10 @@ impl PyToolCall {
             args: args.unbind(),
             extra: Vec::new(),
         })
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.args)
     }
 
     #[getter]
@@ -143,7 +149,11 @@ impl PyToolCall {
         out.extend_from_slice(b",\"name\":");
         write_str(out, &self.name);
         out.extend_from_slice(b",\"args\":");
-        out.extend_from_slice(&pyjson::dumps(self.args.bind(py), DEFAULT_MAX_DEPTH)?);
+        out.extend_from_slice(&pyjson::dumps_at(
+            self.args.bind(py),
+            segment::ARGS_DEPTH,
+            DEFAULT_MAX_DEPTH,
+        )?);
         write_extra(out, &self.extra);
         out.push(b'}');
         Ok(())
@@ -182,7 +192,7 @@ impl PySegment {
         })?;
         let ui = ui.filter(|u| !u.is_none());
         if let Some(u) = ui {
-            pyjson::dumps(u, DEFAULT_MAX_DEPTH)?;
+            pyjson::dumps_at(u, segment::UI_DEPTH, DEFAULT_MAX_DEPTH)?;
         }
         let present = match kind {
             SegmentType::Text => text.is_some(),
@@ -208,6 +218,16 @@ impl PySegment {
             ui: ui.map(|u| u.clone().unbind()),
             extra: Vec::new(),
         })
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(tool_call) = &self.tool_call {
+            visit.call(tool_call)?;
+        }
+        if let Some(ui) = &self.ui {
+            visit.call(ui)?;
+        }
+        Ok(())
     }
 
     #[getter(r#type)]
@@ -323,7 +343,11 @@ impl PySegment {
         }
         if let Some(ui) = &self.ui {
             out.extend_from_slice(b",\"ui\":");
-            out.extend_from_slice(&pyjson::dumps(ui.bind(py), DEFAULT_MAX_DEPTH)?);
+            out.extend_from_slice(&pyjson::dumps_at(
+                ui.bind(py),
+                segment::UI_DEPTH,
+                DEFAULT_MAX_DEPTH,
+            )?);
         }
         write_extra(out, &self.extra);
         out.push(b'}');
@@ -354,13 +378,23 @@ impl PyResponse {
         }
         let metadata = metadata.filter(|m| !m.is_none());
         if let Some(m) = metadata {
-            pyjson::dumps(m, DEFAULT_MAX_DEPTH)?;
+            pyjson::dumps_at(m, segment::METADATA_DEPTH, DEFAULT_MAX_DEPTH)?;
         }
         Ok(PyResponse {
             segments: list,
             metadata: metadata.map(|m| m.clone().unbind()),
             extra: Vec::new(),
         })
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        for segment in &self.segments {
+            visit.call(segment)?;
+        }
+        if let Some(metadata) = &self.metadata {
+            visit.call(metadata)?;
+        }
+        Ok(())
     }
 
     #[getter]
@@ -493,7 +527,11 @@ fn encode_response<'py>(
     out.push(b']');
     if let Some(m) = &r.metadata {
         out.extend_from_slice(b",\"metadata\":");
-        out.extend_from_slice(&pyjson::dumps(m.bind(py), DEFAULT_MAX_DEPTH)?);
+        out.extend_from_slice(&pyjson::dumps_at(
+            m.bind(py),
+            segment::METADATA_DEPTH,
+            DEFAULT_MAX_DEPTH,
+        )?);
     }
     write_extra(&mut out, &r.extra);
     out.push(b'}');

@@ -1,11 +1,13 @@
 //! `Event`: the spec 002 envelope as an immutable Python object over its wire bytes.
 
 use std::hash::{Hash, Hasher};
+use std::sync::OnceLock;
 
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
+use pyo3::PyTraverseError;
 
 use super::errors::{repr, strict_int, type_name, CoreError};
 use super::pyjson;
@@ -28,7 +30,9 @@ pub const DEFAULT_PRIORITY: u8 = 2;
 pub struct PyEvent {
     buf: Wire,
     idx: EnvelopeIndex,
-    payload: PyOnceLock<Py<PyAny>>,
+    /// The decoded payload, once read. A std `OnceLock` rather than the one of `PyO3`, so
+    /// that `__traverse__`, which may not use the interpreter, can read it.
+    payload: OnceLock<Py<PyAny>>,
 }
 
 /// An event's wire bytes.
@@ -52,7 +56,7 @@ impl PyEvent {
         Ok(PyEvent {
             buf: Wire::Shared(buf),
             idx,
-            payload: PyOnceLock::new(),
+            payload: OnceLock::new(),
         })
     }
 
@@ -62,26 +66,40 @@ impl PyEvent {
         PyEvent {
             buf,
             idx,
-            payload: PyOnceLock::new(),
+            payload: OnceLock::new(),
         }
     }
 
     /// Put the event on the Python heap, untracked by the cycle collector.
     ///
-    /// An event holds only a `bytes` object and its decoded payload, and it does
-    /// not traverse them, so the collector could never find a cycle through it:
-    /// tracking it would only make every collection walk each live event.
-    /// Ingesting millions of events, that walk was a tenth of the time.
+    /// Until its payload is decoded, an event refers to nothing that could lead
+    /// back to it (its bytes, at most a `bytes` object), so it cannot be part of
+    /// a cycle, and tracking it would only make every collection walk each live
+    /// event: ingesting millions of events, that walk was a tenth of the time.
+    /// Reading the payload tracks the event again (see `payload`).
     pub fn into_py(self, py: Python<'_>) -> PyResult<Py<PyEvent>> {
         let obj = Py::new(py, self)?;
-        // SAFETY: `obj` is a live object of a GC type that we own, the GIL is
-        // held, and CPython's untrack is a no-op for an untracked object; PyO3's
-        // deallocator untracks only tracked objects.
+        // SAFETY: `obj` is a live object of a GC type, just created, and the
+        // GIL is held. CPython's untrack is a no-op for an untracked object,
+        // and PyO3's deallocator untracks only tracked objects.
         #[allow(unsafe_code)]
         unsafe {
             pyo3::ffi::PyObject_GC_UnTrack(obj.as_ptr().cast());
         }
         Ok(obj)
+    }
+
+    /// Track `slf` by the cycle collector again, if it is not tracked.
+    fn track(slf: &Bound<'_, Self>) {
+        // SAFETY: `slf` is a live object of a GC type whose `__traverse__`
+        // visits what it holds, and the GIL is held; tracking an object that is
+        // already tracked is an error, hence the check first.
+        #[allow(unsafe_code)]
+        unsafe {
+            if pyo3::ffi::PyObject_GC_IsTracked(slf.as_ptr()) == 0 {
+                pyo3::ffi::PyObject_GC_Track(slf.as_ptr().cast());
+            }
+        }
     }
 
     #[must_use]
@@ -111,7 +129,7 @@ impl PyEvent {
 
     fn build(py: Python<'_>, header: &Header<'_>, payload: &Bound<'_, PyAny>) -> PyResult<Self> {
         header.validate().map_err(CoreError::Decode)?;
-        let payload = pyjson::dumps(payload, DEFAULT_MAX_DEPTH)?;
+        let payload = pyjson::dumps_at(payload, envelope::PAYLOAD_DEPTH, DEFAULT_MAX_DEPTH)?;
         let bytes = envelope::encode(header, &payload, &[]);
         let buf = PyBytes::new(py, &bytes).unbind();
         Ok(PyEvent::from_bytes(
@@ -119,7 +137,7 @@ impl PyEvent {
             buf,
             &Limits {
                 max_bytes: MAX_INPUT,
-                max_depth: DEFAULT_MAX_DEPTH + 1,
+                max_depth: DEFAULT_MAX_DEPTH,
             },
         )?)
     }
@@ -294,12 +312,27 @@ impl PyEvent {
     /// The cached object is shared by every access: mutating it does not change
     /// the event's wire bytes.
     #[getter]
-    fn payload<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let value = self.payload.get_or_try_init(py, || {
-            pyjson::loads_validated(py, &self.bytes(py)[self.idx.payload.range()])
-                .map(Bound::unbind)
-        })?;
-        Ok(value.bind(py).clone())
+    fn payload<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
+        if let Some(value) = this.payload.get() {
+            return Ok(value.bind(py).clone());
+        }
+        let value = pyjson::loads_validated(py, &this.bytes(py)[this.idx.payload.range()])?;
+        // Another thread may have decoded it meanwhile: the first value stays.
+        let value = this.payload.get_or_init(|| value.unbind()).bind(py).clone();
+        if is_container(&value) {
+            // The payload can now lead back to the event: let the collector see it.
+            Self::track(slf);
+        }
+        Ok(value)
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(payload) = self.payload.get() {
+            visit.call(payload)?;
+        }
+        Ok(())
     }
 
     /// The payload's raw JSON, exactly as on the wire.
@@ -323,20 +356,22 @@ impl PyEvent {
     }
 
     /// The envelope as a dict with its wire (camelCase) field names.
-    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn to_dict<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyDict>> {
+        let py = slf.py();
+        let this = slf.get();
         let d = PyDict::new(py);
-        d.set_item("id", self.id(py))?;
-        d.set_item("timestamp", self.idx.timestamp)?;
-        d.set_item("traceId", self.trace_id(py))?;
-        d.set_item("source", self.source(py))?;
-        d.set_item("sessionId", self.session_id(py))?;
-        d.set_item("priority", self.idx.priority)?;
-        d.set_item("type", self.event_type(py))?;
-        d.set_item("payload", self.payload(py)?)?;
-        if let Some(parent) = self.parent_id(py) {
+        d.set_item("id", this.id(py))?;
+        d.set_item("timestamp", this.idx.timestamp)?;
+        d.set_item("traceId", this.trace_id(py))?;
+        d.set_item("source", this.source(py))?;
+        d.set_item("sessionId", this.session_id(py))?;
+        d.set_item("priority", this.idx.priority)?;
+        d.set_item("type", this.event_type(py))?;
+        d.set_item("payload", Self::payload(slf)?)?;
+        if let Some(parent) = this.parent_id(py) {
             d.set_item("parentId", parent)?;
         }
-        for (k, v) in self.extra(py)? {
+        for (k, v) in this.extra(py)? {
             d.set_item(k, v)?;
         }
         Ok(d)
@@ -383,6 +418,11 @@ impl PyEvent {
     }
 }
 
+/// Whether a decoded payload can hold references (and so lead back to its event).
+fn is_container(value: &Bound<'_, PyAny>) -> bool {
+    value.is_instance_of::<PyDict>() || value.is_instance_of::<pyo3::types::PyList>()
+}
+
 /// Decoder limits from Python arguments: `max_depth` above [`MAX_DEPTH`] is refused.
 pub fn limits_arg(max_bytes: usize, max_depth: usize) -> PyResult<Limits> {
     if max_depth > MAX_DEPTH {
@@ -408,16 +448,17 @@ pub fn as_bytes_object(data: &Bound<'_, PyAny>) -> PyResult<Py<PyBytes>> {
         )
         .into());
     }
-    let copied = data
-        .py()
-        .get_type::<PyBytes>()
-        .call1((data,))
-        .map_err(|_| {
-            let name = type_name(data);
-            PyErr::from(CoreError::Type(format!(
-                "expected bytes, bytearray or memoryview, not {name}"
-            )))
-        })?;
+    if !(data.is_instance_of::<pyo3::types::PyByteArray>()
+        || data.is_instance_of::<pyo3::types::PyMemoryView>())
+    {
+        return Err(CoreError::Type(format!(
+            "expected bytes, bytearray or memoryview, not {}",
+            type_name(data)
+        ))
+        .into());
+    }
+    // A copy: the buffer may change after this call, the event must not.
+    let copied = data.py().get_type::<PyBytes>().call1((data,))?;
     Ok(copied.cast_into::<PyBytes>()?.unbind())
 }
 

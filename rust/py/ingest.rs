@@ -1,14 +1,18 @@
 //! `Ingestor`: NDJSON or a list of byte strings to the queue in one call.
 
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::PyTraverseError;
 
 use super::dedup::PyDedupWindow;
 use super::errors::CoreError;
 use super::event::{as_bytes_object, limits_arg, PyEvent, Wire};
 use super::queue::PyEventQueue;
 use crate::envelope;
-use crate::ingest::{decode_lines, dedup_lines, refused_lines, split_lines, CHUNK_LINES};
+use crate::ingest::{
+    decode_lines, record, refused_lines, screen, split_lines, Screened, CHUNK_LINES,
+};
 use crate::json::{Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
 
 /// What one :meth:`Ingestor.ingest` call did.
@@ -27,6 +31,13 @@ pub struct PyIngestResult {
 
 #[pymethods]
 impl PyIngestResult {
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        for item in &self.shed {
+            visit.call(item)?;
+        }
+        Ok(())
+    }
+
     /// (line index, message) for each line that could not be decoded.
     #[getter]
     fn invalid<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
@@ -97,6 +108,14 @@ impl PyIngestor {
         })
     }
 
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.queue)?;
+        if let Some(dedup) = &self.dedup {
+            visit.call(dedup)?;
+        }
+        Ok(())
+    }
+
     #[getter]
     fn queue(&self, py: Python<'_>) -> Py<PyEventQueue> {
         self.queue.clone_ref(py)
@@ -157,20 +176,23 @@ impl PyIngestor {
         // lock is taken once per chunk.
         for (n, chunk) in lines.chunks(CHUNK_LINES).enumerate() {
             let first = n * CHUNK_LINES;
-            let mut decoded = decode_lines(
+            let decoded = decode_lines(
                 chunk.iter().copied(),
                 first,
                 &self.limits,
                 &mut result.invalid,
             );
-            let mut duplicates = match &self.dedup {
-                Some(d) => d.get().with_inner(|w| dedup_lines(&mut decoded, w, now)),
-                None => Vec::new(),
+            let Screened { fresh, mut repeats } = match &self.dedup {
+                Some(d) => d.get().with_inner(|w| screen(decoded, w, now)),
+                None => Screened {
+                    fresh: decoded,
+                    repeats: Vec::new(),
+                },
             };
 
             // Build the events outside every lock: allocation may run arbitrary Python code.
-            let mut items = Vec::with_capacity(decoded.len());
-            for d in &decoded {
+            let mut items = Vec::with_capacity(fresh.len());
+            for d in &fresh {
                 // A line given as its own bytes object is kept as is; NDJSON lines are copied out.
                 let buf = if whole.is_none() {
                     Wire::Shared(parts[d.index].clone_ref(py))
@@ -187,18 +209,14 @@ impl PyIngestor {
                     .inner
                     .push_each(items, |i, _| refused.push(i)),
             );
-            if let (Some(d), false) = (&self.dedup, refused.is_empty()) {
-                d.get().with_inner(|w| {
-                    for &i in &refused {
-                        w.forget(decoded[i].id());
-                    }
-                });
+            if let Some(d) = &self.dedup {
+                d.get().with_inner(|w| record(&fresh, &refused, w, now));
             }
             result
                 .rejected
-                .extend(refused_lines(&decoded, &refused, &mut duplicates));
-            result.accepted += decoded.len() - refused.len();
-            result.duplicates += duplicates.len();
+                .extend(refused_lines(&fresh, &refused, &mut repeats));
+            result.accepted += fresh.len() - refused.len();
+            result.duplicates += repeats.len();
         }
         Ok(result)
     }

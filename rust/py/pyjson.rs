@@ -27,71 +27,113 @@ pub fn loads_validated<'py>(py: Python<'py>, buf: &[u8]) -> PyResult<Bound<'py, 
     )
 }
 
+/// A container being filled, with the key its next value goes under.
+enum Frame<'py> {
+    Dict(Bound<'py, PyDict>, Bound<'py, PyString>),
+    List(Bound<'py, PyList>),
+}
+
+/// Convert the value at the cursor. Iterative, with the open containers on a
+/// heap stack: the machine stack does not grow with the nesting.
 fn value<'py>(py: Python<'py>, s: &mut Scanner<'_>, depth: usize) -> PyResult<Bound<'py, PyAny>> {
     let buf = s.buf();
-    Ok(match s.peek_kind()? {
-        Kind::Object => {
-            s.enter(depth)?;
-            s.begin_object()?;
-            let dict = PyDict::new(py);
-            let mut first = true;
-            while let Some(key) = s.next_key(first)? {
-                first = false;
-                let k = PyString::new(py, &key.as_str(buf));
-                dict.set_item(k, value(py, s, depth + 1)?)?;
-            }
-            dict.into_any()
-        }
-        Kind::Array => {
-            s.enter(depth)?;
-            s.begin_array()?;
-            let list = PyList::empty(py);
-            let mut first = true;
-            while s.next_item(first)? {
-                first = false;
-                list.append(value(py, s, depth + 1)?)?;
-            }
-            list.into_any()
-        }
-        Kind::String => {
-            let span = s.string()?;
-            PyString::new(py, &span.as_str(buf)).into_any()
-        }
-        Kind::Number => {
-            let (start, end, integer) = s.number()?;
-            let text = std::str::from_utf8(&buf[start..end]).unwrap_or("0");
-            if integer {
-                match text.parse::<i64>() {
-                    Ok(v) => v.into_pyobject(py)?.into_any(),
-                    Err(_) => py.get_type::<PyInt>().call1((text,))?,
+    let mut stack: Vec<Frame<'py>> = Vec::new();
+    loop {
+        let mut v = match s.peek_kind()? {
+            Kind::Object => {
+                s.enter(depth + stack.len())?;
+                s.begin_object()?;
+                let dict = PyDict::new(py);
+                if s.object_sep(true)? {
+                    let key = s.key()?;
+                    stack.push(Frame::Dict(dict, PyString::new(py, &key.as_str(buf))));
+                    continue;
                 }
-            } else {
-                let v: f64 = text
-                    .parse()
-                    .map_err(|_| JsonError::at(start, "invalid number"))?;
-                PyFloat::new(py, v).into_any()
+                dict.into_any()
             }
+            Kind::Array => {
+                s.enter(depth + stack.len())?;
+                s.begin_array()?;
+                let list = PyList::empty(py);
+                if s.next_item(true)? {
+                    stack.push(Frame::List(list));
+                    continue;
+                }
+                list.into_any()
+            }
+            Kind::String => {
+                let span = s.string()?;
+                PyString::new(py, &span.as_str(buf)).into_any()
+            }
+            Kind::Number => number(py, s)?,
+            kind @ (Kind::True | Kind::False) => {
+                s.literal(kind)?;
+                PyBool::new(py, kind == Kind::True).to_owned().into_any()
+            }
+            Kind::Null => {
+                s.literal(Kind::Null)?;
+                py.None().into_bound(py)
+            }
+        };
+        // Put the value into its container; close the containers it completes.
+        loop {
+            let more = match stack.last_mut() {
+                None => return Ok(v),
+                Some(Frame::Dict(dict, key)) => {
+                    dict.set_item(&*key, v)?;
+                    let more = s.object_sep(false)?;
+                    if more {
+                        *key = PyString::new(py, &s.key()?.as_str(buf));
+                    }
+                    more
+                }
+                Some(Frame::List(list)) => {
+                    list.append(v)?;
+                    s.next_item(false)?
+                }
+            };
+            if more {
+                break;
+            }
+            v = match stack.pop() {
+                Some(Frame::Dict(dict, _)) => dict.into_any(),
+                Some(Frame::List(list)) => list.into_any(),
+                None => unreachable!("a frame was just read"),
+            };
         }
-        Kind::True => {
-            s.literal(Kind::True)?;
-            PyBool::new(py, true).to_owned().into_any()
+    }
+}
+
+fn number<'py>(py: Python<'py>, s: &mut Scanner<'_>) -> PyResult<Bound<'py, PyAny>> {
+    let (start, end, integer) = s.number()?;
+    let text = std::str::from_utf8(&s.buf()[start..end]).unwrap_or("0");
+    if integer {
+        if let Ok(v) = text.parse::<i64>() {
+            return Ok(v.into_pyobject(py)?.into_any());
         }
-        Kind::False => {
-            s.literal(Kind::False)?;
-            PyBool::new(py, false).to_owned().into_any()
-        }
-        Kind::Null => {
-            s.literal(Kind::Null)?;
-            py.None().into_bound(py)
-        }
-    })
+        // The scanner bounds the digits; a lowered sys.set_int_max_str_digits can still refuse.
+        return py
+            .get_type::<PyInt>()
+            .call1((text,))
+            .map_err(|e| JsonError::at(start, format!("integer not convertible: {e}")).into());
+    }
+    let v: f64 = text
+        .parse()
+        .map_err(|_| JsonError::at(start, "invalid number"))?;
+    Ok(PyFloat::new(py, v).into_any())
 }
 
 /// Encode a Python object as JSON: dicts with string keys, lists and tuples,
 /// strings, integers of any size, finite floats, booleans and `None`.
 pub fn dumps(obj: &Bound<'_, PyAny>, max_depth: usize) -> PyResult<Vec<u8>> {
+    dumps_at(obj, 0, max_depth)
+}
+
+/// [`dumps`] for a value that will sit `depth` levels deep in its document,
+/// so that what encodes here also decodes there under `max_depth`.
+pub fn dumps_at(obj: &Bound<'_, PyAny>, depth: usize, max_depth: usize) -> PyResult<Vec<u8>> {
     let mut out = Vec::with_capacity(64);
-    write(obj, &mut out, 0, max_depth)?;
+    write(obj, &mut out, depth, max_depth)?;
     Ok(out)
 }
 
@@ -108,9 +150,12 @@ fn write(
     } else if let Ok(b) = obj.cast::<PyBool>() {
         out.extend_from_slice(if b.is_true() { b"true" } else { b"false" });
     } else if let Ok(i) = obj.cast::<PyInt>() {
-        match i.extract::<i64>() {
-            Ok(v) => out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes()),
-            Err(_) => out.extend_from_slice(i.str()?.to_cow()?.as_bytes()),
+        if let Ok(v) = i.extract::<i64>() {
+            out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+        } else {
+            // int.__repr__, not str(): a subclass's own __str__ must not write the JSON.
+            let digits = i.py().get_type::<PyInt>().call_method1("__repr__", (i,))?;
+            out.extend_from_slice(digits.cast::<PyString>()?.to_cow()?.as_bytes());
         }
     } else if let Ok(f) = obj.cast::<PyFloat>() {
         let v = f.value();
@@ -136,14 +181,25 @@ fn write(
             write(&v, out, depth + 1, max_depth)?;
         }
         out.push(b'}');
-    } else if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
+    } else if let Ok(list) = obj.cast::<PyList>() {
+        // Item by item, not through __iter__: no user code runs while encoding.
         enter(depth, max_depth)?;
         out.push(b'[');
-        for (n, item) in obj.try_iter()?.enumerate() {
+        for (n, item) in list.iter().enumerate() {
             if n > 0 {
                 out.push(b',');
             }
-            write(&item?, out, depth + 1, max_depth)?;
+            write(&item, out, depth + 1, max_depth)?;
+        }
+        out.push(b']');
+    } else if let Ok(tuple) = obj.cast::<PyTuple>() {
+        enter(depth, max_depth)?;
+        out.push(b'[');
+        for (n, item) in tuple.iter().enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            write(&item, out, depth + 1, max_depth)?;
         }
         out.push(b']');
     } else {

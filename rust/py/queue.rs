@@ -7,8 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::PyTraverseError;
 
-use super::errors::type_name;
 use super::errors::CoreError;
+use super::errors::{repr, strict_int, type_name};
 use super::event::{priority_arg, PyEvent};
 use crate::queue::{Overflow, PriorityQueue, PushError};
 
@@ -126,15 +126,21 @@ impl PyEventQueue {
     #[new]
     #[pyo3(signature = (capacity=None, overflow="reject", starvation_limit=None))]
     fn new(
-        capacity: Option<i64>,
+        capacity: Option<&Bound<'_, PyAny>>,
         overflow: &str,
-        starvation_limit: Option<i64>,
+        starvation_limit: Option<&Bound<'_, PyAny>>,
     ) -> Result<Self, CoreError> {
         let capacity = capacity
             .map(|c| {
-                usize::try_from(c).ok().filter(|&c| c >= 1).ok_or_else(|| {
-                    CoreError::Value(format!("capacity must be None or at least 1, got {c}"))
-                })
+                strict_int(c)
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|&n| n >= 1)
+                    .ok_or_else(|| {
+                        CoreError::Value(format!(
+                            "capacity must be None or an int of at least 1, got {}",
+                            repr(c)
+                        ))
+                    })
             })
             .transpose()?;
         let overflow = match overflow {
@@ -148,12 +154,16 @@ impl PyEventQueue {
         };
         let starvation_limit = starvation_limit
             .map(|k| {
-                u32::try_from(k).ok().filter(|&k| k >= 1).ok_or_else(|| {
-                    CoreError::Value(format!(
-                        "starvation_limit must be None or from 1 to {}, got {k}",
-                        u32::MAX
-                    ))
-                })
+                strict_int(k)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .filter(|&n| n >= 1)
+                    .ok_or_else(|| {
+                        CoreError::Value(format!(
+                            "starvation_limit must be None or an int from 1 to {}, got {}",
+                            u32::MAX,
+                            repr(k)
+                        ))
+                    })
             })
             .transpose()?;
         Ok(PyEventQueue {
