@@ -50,16 +50,19 @@ pub fn uuid_key(id: impl AsRef<[u8]>) -> Option<u128> {
     if b.len() != 36 || b[8] != b'-' || b[13] != b'-' || b[18] != b'-' || b[23] != b'-' {
         return None;
     }
-    // Each digit's value, or 0x10 and up for a byte that is not a hex digit;
-    // OR-ing the values together flags a bad digit anywhere at once.
-    let mut value: u128 = 0;
+    // Each digit's value, or 0x10 for a byte that is not a hex digit; OR-ing
+    // the values together flags a bad digit anywhere at once. Two 64-bit
+    // halves: independent chains of plain shifts.
+    let mut halves = [0u64; 2];
     let mut bad = 0u8;
-    for &i in &UUID_DIGITS {
-        let d = HEX[b[i] as usize];
-        bad |= d;
-        value = (value << 4) | u128::from(d & 0x0f);
+    for (half, digits) in halves.iter_mut().zip(UUID_DIGITS.chunks_exact(16)) {
+        for &i in digits {
+            let d = HEX[b[i] as usize];
+            bad |= d;
+            *half = (*half << 4) | u64::from(d & 0x0f);
+        }
     }
-    (bad < 0x10).then_some(value)
+    (bad < 0x10).then_some((u128::from(halves[0]) << 64) | u128::from(halves[1]))
 }
 
 /// Where the 32 hex digits of a canonical UUID stand.
@@ -96,16 +99,18 @@ static HEX: [u8; 256] = {
 
 /// How the window tells ids apart, for callers that must agree with it:
 /// canonical UUIDs by value (so letter case does not matter), other ids whole.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum IdKey {
+/// Parse an id once with [`IdKey::of`] and use the `_key` methods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IdKey<'a> {
     Uuid(u128),
-    Other(Box<[u8]>),
+    Other(&'a [u8]),
 }
 
-impl IdKey {
+impl<'a> IdKey<'a> {
     #[must_use]
-    pub fn of(id: &[u8]) -> Self {
-        uuid_key(id).map_or_else(|| IdKey::Other(id.into()), IdKey::Uuid)
+    #[inline]
+    pub fn of(id: &'a [u8]) -> Self {
+        uuid_key(id).map_or(IdKey::Other(id), IdKey::Uuid)
     }
 }
 
@@ -299,31 +304,38 @@ impl DedupWindow {
     /// `true` the first time `id` is seen within the window (it is then recorded),
     /// `false` for a duplicate.
     pub fn check_and_insert(&mut self, id: impl AsRef<[u8]>, now_ms: i64) -> bool {
-        let id = id.as_ref();
+        self.check_and_insert_key(IdKey::of(id.as_ref()), now_ms)
+    }
+
+    /// [`DedupWindow::check_and_insert`] for an id already parsed.
+    pub fn check_and_insert_key(&mut self, key: IdKey<'_>, now_ms: i64) -> bool {
         let now = self.advance(now_ms);
         self.expire_to(now);
-        let key = if let Some(k) = uuid_key(id) {
-            // One lookup for the common case: probe and insert together.
-            let seq = self.next_seq;
-            match self.uuids.entry(k) {
-                Entry::Occupied(_) => return false,
-                Entry::Vacant(v) => {
-                    v.insert(Slot { ts: now, seq });
+        let key = match key {
+            IdKey::Uuid(k) => {
+                // One lookup for the common case: probe and insert together.
+                let seq = self.next_seq;
+                match self.uuids.entry(k) {
+                    Entry::Occupied(_) => return false,
+                    Entry::Vacant(v) => {
+                        v.insert(Slot { ts: now, seq });
+                    }
                 }
+                self.next_seq += 1;
+                self.ring.push_back(RingEntry {
+                    ts: now,
+                    seq,
+                    key: Key::Uuid(k),
+                });
+                self.enforce_count();
+                return true;
             }
-            self.next_seq += 1;
-            self.ring.push_back(RingEntry {
-                ts: now,
-                seq,
-                key: Key::Uuid(k),
-            });
-            self.enforce_count();
-            return true;
-        } else {
-            if self.others.contains_key(id) {
-                return false;
+            IdKey::Other(id) => {
+                if self.others.contains_key(id) {
+                    return false;
+                }
+                Key::Other(Arc::from(id))
             }
-            Key::Other(Arc::from(id))
         };
         self.insert(key, now);
         self.enforce_count();
@@ -335,10 +347,15 @@ impl DedupWindow {
     /// An entry that has left the window at the latest time seen counts as absent.
     #[must_use]
     pub fn contains(&self, id: impl AsRef<[u8]>) -> bool {
-        let id = id.as_ref();
-        let slot = match uuid_key(id) {
-            Some(k) => self.uuids.get(&k),
-            None => self.others.get(id),
+        self.contains_key(IdKey::of(id.as_ref()))
+    }
+
+    /// [`DedupWindow::contains`] for an id already parsed.
+    #[must_use]
+    pub fn contains_key(&self, key: IdKey<'_>) -> bool {
+        let slot = match key {
+            IdKey::Uuid(k) => self.uuids.get(&k),
+            IdKey::Other(id) => self.others.get(id),
         };
         slot.is_some_and(|slot| !expired(slot.ts, self.last_now, self.window_ms))
     }

@@ -10,7 +10,9 @@
 //! shared state under their own locks and build its objects outside them; see
 //! [`ingest`] for the whole pipeline in plain Rust.
 
-use std::collections::hash_map::{Entry, HashMap};
+use std::collections::hash_map::Entry;
+
+use foldhash::{HashMap, HashMapExt};
 
 use crate::dedup::{DedupWindow, IdKey};
 use crate::envelope::{self, EnvelopeIndex};
@@ -42,10 +44,10 @@ pub struct Decoded<'a> {
     pub envelope: EnvelopeIndex,
 }
 
-impl Decoded<'_> {
+impl<'a> Decoded<'a> {
     /// The event's id as bytes (borrowed unless it was escaped on the wire).
     #[must_use]
-    pub fn id(&self) -> std::borrow::Cow<'_, [u8]> {
+    pub fn id(&self) -> std::borrow::Cow<'a, [u8]> {
         self.envelope.id.as_bytes(self.bytes)
     }
 }
@@ -83,13 +85,25 @@ pub fn decode_lines<'a>(
     out
 }
 
-/// The valid lines of a batch, sorted by the dedup window.
-pub struct Screened<'a> {
+/// The valid lines of a batch, sorted by the dedup window: indexes into the
+/// decoded lines, which stay where they are.
+pub struct Screened {
     /// Lines whose id is new to the window and first in the batch, in order.
-    pub fresh: Vec<Decoded<'a>>,
-    /// Lines whose id the window holds (`None`), or that repeat the id of
-    /// `fresh[i]` (`Some(i)`).
-    pub repeats: Vec<(Decoded<'a>, Option<usize>)>,
+    pub fresh: Vec<usize>,
+    /// Lines whose id the window holds (`None`), or that repeat the id of the
+    /// line `fresh[i]` (`Some(i)`).
+    pub repeats: Vec<(usize, Option<usize>)>,
+}
+
+impl Screened {
+    /// Every line fresh: what no dedup window makes of a batch.
+    #[must_use]
+    pub fn all(lines: usize) -> Self {
+        Screened {
+            fresh: (0..lines).collect(),
+            repeats: Vec::new(),
+        }
+    }
 }
 
 /// Phase 2: screen the lines against the window (expired to `now_ms` first)
@@ -98,28 +112,26 @@ pub struct Screened<'a> {
 /// Nothing is recorded until the queue has taken the lines (phase 4,
 /// [`record`]): a line the queue refuses must leave the window as it was,
 /// without an id of its own and without having evicted an older one.
-pub fn screen<'a>(
-    decoded: Vec<Decoded<'a>>,
-    window: &mut DedupWindow,
-    now_ms: i64,
-) -> Screened<'a> {
+pub fn screen(decoded: &[Decoded<'_>], window: &mut DedupWindow, now_ms: i64) -> Screened {
     window.expire(now_ms);
-    let mut first_of: HashMap<IdKey, usize> = HashMap::with_capacity(decoded.len());
+    // Ids are borrowed from the lines, but for the rare escaped id.
+    let ids: Vec<std::borrow::Cow<'_, [u8]>> = decoded.iter().map(Decoded::id).collect();
+    let mut first_of: HashMap<IdKey<'_>, usize> = HashMap::with_capacity(decoded.len());
     let mut screened = Screened {
         fresh: Vec::with_capacity(decoded.len()),
         repeats: Vec::new(),
     };
-    for d in decoded {
-        let id = d.id();
-        if window.contains(&id) {
-            screened.repeats.push((d, None));
+    for (line, id) in ids.iter().enumerate() {
+        let key = IdKey::of(id);
+        if window.contains_key(key) {
+            screened.repeats.push((line, None));
             continue;
         }
-        match first_of.entry(IdKey::of(&id)) {
-            Entry::Occupied(first) => screened.repeats.push((d, Some(*first.get()))),
+        match first_of.entry(key) {
+            Entry::Occupied(first) => screened.repeats.push((line, Some(*first.get()))),
             Entry::Vacant(slot) => {
                 slot.insert(screened.fresh.len());
-                screened.fresh.push(d);
+                screened.fresh.push(line);
             }
         }
     }
@@ -127,32 +139,41 @@ pub fn screen<'a>(
 }
 
 /// Phase 4: record the ids of the fresh lines the queue took (`refused` holds
-/// the indexes into `fresh` it did not take, in order).
-pub fn record(fresh: &[Decoded<'_>], refused: &[usize], window: &mut DedupWindow, now_ms: i64) {
+/// the positions in `fresh` it did not take, in order).
+pub fn record(
+    decoded: &[Decoded<'_>],
+    fresh: &[usize],
+    refused: &[usize],
+    window: &mut DedupWindow,
+    now_ms: i64,
+) {
     let mut refused = refused.iter().peekable();
-    for (i, d) in fresh.iter().enumerate() {
+    for (i, &line) in fresh.iter().enumerate() {
         if refused.next_if_eq(&&i).is_none() {
-            window.check_and_insert(d.id(), now_ms);
+            window.check_and_insert_key(IdKey::of(&decoded[line].id()), now_ms);
         }
     }
 }
 
 /// Phase 5: the line indexes refused by the queue, in order: the fresh lines
 /// it refused, and the repeats of those in the same batch, which were repeats
-/// of a line that never got in (they leave `repeats`).
+/// of a line that never got in (they leave `screened.repeats`).
 pub fn refused_lines(
-    fresh: &[Decoded<'_>],
+    decoded: &[Decoded<'_>],
+    screened: &mut Screened,
     refused: &[usize],
-    repeats: &mut Vec<(Decoded<'_>, Option<usize>)>,
 ) -> Vec<usize> {
-    let mut lines: Vec<usize> = refused.iter().map(|&i| fresh[i].index).collect();
+    let mut lines: Vec<usize> = refused
+        .iter()
+        .map(|&i| decoded[screened.fresh[i]].index)
+        .collect();
     if refused.is_empty() {
         return lines;
     }
-    repeats.retain(|(d, of)| {
+    screened.repeats.retain(|&(line, of)| {
         let repeat_of_refused = of.is_some_and(|i| refused.binary_search(&i).is_ok());
         if repeat_of_refused {
-            lines.push(d.index);
+            lines.push(decoded[line].index);
         }
         !repeat_of_refused
     });
@@ -184,26 +205,24 @@ pub fn ingest<'a, T>(
 ) -> Report<T> {
     let mut invalid = Vec::new();
     let decoded = decode_lines(lines, 0, limits, &mut invalid);
-    let Screened { fresh, mut repeats } = match window.as_deref_mut() {
-        Some(w) => screen(decoded, w, now_ms),
-        None => Screened {
-            fresh: decoded,
-            repeats: Vec::new(),
-        },
+    let mut screened = match window.as_deref_mut() {
+        Some(w) => screen(&decoded, w, now_ms),
+        None => Screened::all(decoded.len()),
     };
-    let items: Vec<(T, u8)> = fresh
+    let items: Vec<(T, u8)> = screened
+        .fresh
         .iter()
-        .map(|d| (make(d), d.envelope.priority))
+        .map(|&line| (make(&decoded[line]), decoded[line].envelope.priority))
         .collect();
     let mut refused = Vec::new();
     let shed = queue.push_each(items, |i, _: PushError<T>| refused.push(i));
     if let Some(w) = window {
-        record(&fresh, &refused, w, now_ms);
+        record(&decoded, &screened.fresh, &refused, w, now_ms);
     }
-    let rejected = refused_lines(&fresh, &refused, &mut repeats);
+    let rejected = refused_lines(&decoded, &mut screened, &refused);
     Report {
-        accepted: fresh.len() - refused.len(),
-        duplicates: repeats.len(),
+        accepted: screened.fresh.len() - refused.len(),
+        duplicates: screened.repeats.len(),
         invalid,
         rejected,
         shed,

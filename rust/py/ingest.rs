@@ -182,17 +182,15 @@ impl PyIngestor {
                 &self.limits,
                 &mut result.invalid,
             );
-            let Screened { fresh, mut repeats } = match &self.dedup {
-                Some(d) => d.get().with_inner(|w| screen(decoded, w, now)),
-                None => Screened {
-                    fresh: decoded,
-                    repeats: Vec::new(),
-                },
+            let mut screened = match &self.dedup {
+                Some(d) => d.get().with_inner(|w| screen(&decoded, w, now)),
+                None => Screened::all(decoded.len()),
             };
 
             // Build the events outside every lock: allocation may run arbitrary Python code.
-            let mut items = Vec::with_capacity(fresh.len());
-            for d in &fresh {
+            let mut items = Vec::with_capacity(screened.fresh.len());
+            for &line in &screened.fresh {
+                let d = &decoded[line];
                 // A line given as its own bytes object is kept as is; NDJSON lines are copied out.
                 let buf = if whole.is_none() {
                     Wire::Shared(parts[d.index].clone_ref(py))
@@ -210,13 +208,14 @@ impl PyIngestor {
                     .push_each(items, |i, _| refused.push(i)),
             );
             if let Some(d) = &self.dedup {
-                d.get().with_inner(|w| record(&fresh, &refused, w, now));
+                d.get()
+                    .with_inner(|w| record(&decoded, &screened.fresh, &refused, w, now));
             }
             result
                 .rejected
-                .extend(refused_lines(&fresh, &refused, &mut repeats));
-            result.accepted += fresh.len() - refused.len();
-            result.duplicates += repeats.len();
+                .extend(refused_lines(&decoded, &mut screened, &refused));
+            result.accepted += screened.fresh.len() - refused.len();
+            result.duplicates += screened.repeats.len();
         }
         Ok(result)
     }
