@@ -32,22 +32,30 @@ fn refused<T>(err: PushError<T>) -> CoreError {
 }
 
 /// The lane of `item`: the explicit priority, else the item's own as an `Event`.
+#[inline]
 fn item_priority(item: &Bound<'_, PyAny>, priority: Option<u8>) -> Result<u8, CoreError> {
+    let lane = if item.is_none() {
+        None
+    } else if priority.is_some() {
+        priority
+    } else {
+        // `Event` cannot be subclassed: an exact type check is enough, and cheaper.
+        item.cast_exact::<PyEvent>()
+            .ok()
+            .map(|event| event.get().priority())
+    };
+    lane.ok_or_else(|| unqueueable(item))
+}
+
+#[cold]
+fn unqueueable(item: &Bound<'_, PyAny>) -> CoreError {
     if item.is_none() {
-        return Err(CoreError::Type(
-            "None cannot be queued: pop() answers None for an empty queue".to_owned(),
-        ));
-    }
-    if let Some(p) = priority {
-        return Ok(p);
-    }
-    // `Event` cannot be subclassed: an exact type check is enough, and cheaper.
-    match item.cast_exact::<PyEvent>() {
-        Ok(event) => Ok(event.get().priority()),
-        Err(_) => Err(CoreError::Type(format!(
+        CoreError::Type("None cannot be queued: pop() answers None for an empty queue".to_owned())
+    } else {
+        CoreError::Type(format!(
             "an item that is not an Event needs a priority, got a {}",
             type_name(item)
-        ))),
+        ))
     }
 }
 
@@ -235,8 +243,11 @@ impl PyEventQueue {
         // Every item is checked before any is queued; the iterable runs outside the lock.
         let batch = if let Ok(list) = items.cast::<PyList>() {
             // Lists, the common case, without the iterator protocol.
-            let mut batch = Vec::with_capacity(list.len());
-            for item in list.iter() {
+            // No user code runs in this loop, so the list cannot change size.
+            let len = list.len();
+            let mut batch = Vec::with_capacity(len);
+            for i in 0..len {
+                let item = list.get_item(i)?;
                 let lane = item_priority(&item, priority)?;
                 batch.push((item.unbind(), lane));
             }
