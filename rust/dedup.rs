@@ -114,6 +114,22 @@ impl<'a> IdKey<'a> {
     }
 }
 
+/// An [`IdKey`] that owns its bytes, to keep in a set.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum OwnedIdKey {
+    Uuid(u128),
+    Other(Box<[u8]>),
+}
+
+impl From<IdKey<'_>> for OwnedIdKey {
+    fn from(key: IdKey<'_>) -> Self {
+        match key {
+            IdKey::Uuid(k) => OwnedIdKey::Uuid(k),
+            IdKey::Other(id) => OwnedIdKey::Other(id.into()),
+        }
+    }
+}
+
 /// The key an id is held under.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Key {

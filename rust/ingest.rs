@@ -12,12 +12,12 @@
 
 use std::collections::hash_map::Entry;
 
-use foldhash::{HashMap, HashMapExt};
+use foldhash::{HashMap, HashMapExt, HashSet};
 
-use crate::dedup::{DedupWindow, IdKey};
+use crate::dedup::{DedupWindow, IdKey, OwnedIdKey};
 use crate::envelope::{self, EnvelopeIndex};
 use crate::json::{JsonError, Limits};
-use crate::queue::{PriorityQueue, PushError};
+use crate::queue::PriorityQueue;
 
 /// The lines of an NDJSON buffer: split on `\n`, one trailing `\r` removed,
 /// and no line for the empty piece after a final newline.
@@ -87,18 +87,18 @@ pub fn decode_lines<'a>(
 
 /// The valid lines of a batch, sorted by the dedup window: indexes into the
 /// decoded lines, which stay where they are.
-pub struct Screened {
+struct Screened {
     /// Lines whose id is new to the window and first in the batch, in order.
-    pub fresh: Vec<usize>,
+    fresh: Vec<usize>,
     /// Lines whose id the window holds (`None`), or that repeat the id of the
     /// line `fresh[i]` (`Some(i)`).
-    pub repeats: Vec<(usize, Option<usize>)>,
+    repeats: Vec<(usize, Option<usize>)>,
 }
 
 impl Screened {
     /// Every line fresh: what no dedup window makes of a batch.
     #[must_use]
-    pub fn all(lines: usize) -> Self {
+    fn all(lines: usize) -> Self {
         Screened {
             fresh: (0..lines).collect(),
             repeats: Vec::new(),
@@ -112,7 +112,7 @@ impl Screened {
 /// Nothing is recorded until the queue has taken the lines (phase 4,
 /// [`record`]): a line the queue refuses must leave the window as it was,
 /// without an id of its own and without having evicted an older one.
-pub fn screen(decoded: &[Decoded<'_>], window: &mut DedupWindow, now_ms: i64) -> Screened {
+fn screen(decoded: &[Decoded<'_>], window: &mut DedupWindow, now_ms: i64) -> Screened {
     window.expire(now_ms);
     // Ids are borrowed from the lines, but for the rare escaped id.
     let ids: Vec<std::borrow::Cow<'_, [u8]>> = decoded.iter().map(Decoded::id).collect();
@@ -138,19 +138,26 @@ pub fn screen(decoded: &[Decoded<'_>], window: &mut DedupWindow, now_ms: i64) ->
     screened
 }
 
-/// Phase 4: record the ids of the fresh lines the queue took (`refused` holds
-/// the positions in `fresh` it did not take, in order).
-pub fn record(
+/// Phase 4: record the ids of the fresh lines the queue kept: not those it
+/// refused (`refused` holds their positions in `fresh`, in order), nor those
+/// whose id is in `dropped` (shed by the queue in the same call).
+fn record(
     decoded: &[Decoded<'_>],
     fresh: &[usize],
     refused: &[usize],
+    dropped: &HashSet<OwnedIdKey>,
     window: &mut DedupWindow,
     now_ms: i64,
 ) {
     let mut refused = refused.iter().peekable();
     for (i, &line) in fresh.iter().enumerate() {
-        if refused.next_if_eq(&&i).is_none() {
-            window.check_and_insert_key(IdKey::of(&decoded[line].id()), now_ms);
+        if refused.next_if_eq(&&i).is_some() {
+            continue;
+        }
+        let id = decoded[line].id();
+        let key = IdKey::of(&id);
+        if dropped.is_empty() || !dropped.contains(&OwnedIdKey::from(key)) {
+            window.check_and_insert_key(key, now_ms);
         }
     }
 }
@@ -158,7 +165,7 @@ pub fn record(
 /// Phase 5: the line indexes refused by the queue, in order: the fresh lines
 /// it refused, and the repeats of those in the same batch, which were repeats
 /// of a line that never got in (they leave `screened.repeats`).
-pub fn refused_lines(
+fn refused_lines(
     decoded: &[Decoded<'_>],
     screened: &mut Screened,
     refused: &[usize],
@@ -181,6 +188,73 @@ pub fn refused_lines(
     lines
 }
 
+/// What [`admit`] did with one batch of decoded lines.
+#[derive(Debug)]
+pub struct Admitted<T> {
+    /// Lines whose item went into the queue (under the shed policy it may
+    /// have been dropped again: then it is in `shed`).
+    pub accepted: usize,
+    pub duplicates: usize,
+    /// Line indexes of valid, new events that the queue refused (full or closed).
+    pub rejected: Vec<usize>,
+    /// Items the queue dropped under its shed policy.
+    pub shed: Vec<T>,
+    /// The items of the rejected lines, for the caller to drop (after any lock).
+    pub refused: Vec<T>,
+}
+
+/// Phases 2 to 5 for lines whose items are built: screen against the window,
+/// enqueue the fresh lines' items, record the ids of what the queue kept, and
+/// forget the ids of what it shed (a shed event was never processed, so a
+/// redelivery must get in).
+///
+/// Run it with the window held for the whole call (the Python bindings hold
+/// its lock): two ingestors sharing a window then cannot both take an id.
+/// `items[i]` is the item for `decoded[i]`; the fresh lines' items are taken
+/// out, the rest stay for the caller to drop. `id_of` reads an item's id, for
+/// the shed ones. No caller code runs under the queue's lock.
+pub fn admit<T>(
+    decoded: &[Decoded<'_>],
+    items: &mut [Option<T>],
+    mut window: Option<&mut DedupWindow>,
+    now_ms: i64,
+    queue: &PriorityQueue<T>,
+    id_of: impl Fn(&T) -> Option<Vec<u8>>,
+) -> Admitted<T> {
+    let mut screened = match window.as_deref_mut() {
+        Some(w) => screen(decoded, w, now_ms),
+        None => Screened::all(decoded.len()),
+    };
+    let batch: Vec<(T, u8)> = screened
+        .fresh
+        .iter()
+        .filter_map(|&line| Some((items[line].take()?, decoded[line].envelope.priority)))
+        .collect();
+    let mut refused = Vec::new();
+    let mut refused_items = Vec::new();
+    let shed = queue.push_each(batch, |i, err| {
+        refused.push(i);
+        refused_items.push(err.into_inner());
+    });
+    if let Some(w) = window {
+        let dropped: Vec<Vec<u8>> = shed.iter().filter_map(&id_of).collect();
+        let dropped_keys: HashSet<OwnedIdKey> =
+            dropped.iter().map(|id| IdKey::of(id).into()).collect();
+        record(decoded, &screened.fresh, &refused, &dropped_keys, w, now_ms);
+        for id in &dropped {
+            w.forget(id);
+        }
+    }
+    let rejected = refused_lines(decoded, &mut screened, &refused);
+    Admitted {
+        accepted: screened.fresh.len() - refused.len(),
+        duplicates: screened.repeats.len(),
+        rejected,
+        shed,
+        refused: refused_items,
+    }
+}
+
 /// What [`ingest`] did.
 #[derive(Debug)]
 pub struct Report<T> {
@@ -193,39 +267,27 @@ pub struct Report<T> {
     pub shed: Vec<T>,
 }
 
-/// The whole pipeline: decode, screen against the window, build each item
-/// with `make`, enqueue, and record the ids of what the queue took.
+/// The whole pipeline in plain Rust: decode, build each item with `make`,
+/// then [`admit`] the batch.
 pub fn ingest<'a, T>(
     lines: impl IntoIterator<Item = &'a [u8]>,
     limits: &Limits,
-    mut window: Option<&mut DedupWindow>,
+    window: Option<&mut DedupWindow>,
     now_ms: i64,
     queue: &PriorityQueue<T>,
     mut make: impl FnMut(&Decoded<'a>) -> T,
+    id_of: impl Fn(&T) -> Option<Vec<u8>>,
 ) -> Report<T> {
     let mut invalid = Vec::new();
     let decoded = decode_lines(lines, 0, limits, &mut invalid);
-    let mut screened = match window.as_deref_mut() {
-        Some(w) => screen(&decoded, w, now_ms),
-        None => Screened::all(decoded.len()),
-    };
-    let items: Vec<(T, u8)> = screened
-        .fresh
-        .iter()
-        .map(|&line| (make(&decoded[line]), decoded[line].envelope.priority))
-        .collect();
-    let mut refused = Vec::new();
-    let shed = queue.push_each(items, |i, _: PushError<T>| refused.push(i));
-    if let Some(w) = window {
-        record(&decoded, &screened.fresh, &refused, w, now_ms);
-    }
-    let rejected = refused_lines(&decoded, &mut screened, &refused);
+    let mut items: Vec<Option<T>> = decoded.iter().map(|d| Some(make(d))).collect();
+    let admitted = admit(&decoded, &mut items, window, now_ms, queue, id_of);
     Report {
-        accepted: screened.fresh.len() - refused.len(),
-        duplicates: screened.repeats.len(),
+        accepted: admitted.accepted,
+        duplicates: admitted.duplicates,
         invalid,
-        rejected,
-        shed,
+        rejected: admitted.rejected,
+        shed: admitted.shed,
     }
 }
 
@@ -233,6 +295,47 @@ pub fn ingest<'a, T>(
 mod tests {
     use super::*;
     use crate::queue::Overflow;
+
+    #[test]
+    fn shed_events_are_not_remembered() {
+        // Capacity 1, shed: the low-priority line is shed on arrival, the
+        // other stays; the window holds only what stayed.
+        let queue = PriorityQueue::new(Some(1), Overflow::Shed, None);
+        let mut window = DedupWindow::new(60_000, 100);
+        let make = |d: &Decoded<'_>| d.envelope.id.as_str(d.bytes).into_owned();
+        let limits = Limits::default();
+        let data = [line("mid", 3), line("low", 5)].join("\n");
+        let report = ingest(
+            split_lines(data.as_bytes()),
+            &limits,
+            Some(&mut window),
+            0,
+            &queue,
+            make,
+            own_id,
+        );
+        assert_eq!(report.shed, vec!["low".to_owned()]);
+        assert!(window.contains("mid") && !window.contains("low"));
+        // A higher-priority line then sheds "mid", queued by the earlier call:
+        // its id is forgotten, so a redelivery gets in.
+        let data = line("top", 0);
+        let report = ingest(
+            split_lines(data.as_bytes()),
+            &limits,
+            Some(&mut window),
+            1,
+            &queue,
+            make,
+            own_id,
+        );
+        assert_eq!(report.shed, vec!["mid".to_owned()]);
+        assert!(window.contains("top") && !window.contains("mid"));
+    }
+
+    #[allow(clippy::unnecessary_wraps, clippy::ptr_arg)]
+    fn own_id(item: &String) -> Option<Vec<u8>> {
+        Some(item.clone().into_bytes())
+    }
 
     fn line(id: &str, priority: u8) -> String {
         format!(
@@ -269,6 +372,7 @@ mod tests {
             0,
             &queue,
             |d| d.envelope.id.as_str(d.bytes).into_owned(),
+            own_id,
         );
         assert_eq!(report.accepted, 3);
         assert_eq!(report.duplicates, 1);
@@ -294,6 +398,7 @@ mod tests {
             0,
             &queue,
             make,
+            own_id,
         );
         assert_eq!((report.accepted, report.rejected.clone()), (2, vec![2]));
         assert_eq!(queue.try_pop().as_deref(), Some("a"));
@@ -304,6 +409,7 @@ mod tests {
             1,
             &queue,
             make,
+            own_id,
         );
         assert_eq!((report.accepted, report.duplicates), (1, 2));
     }
@@ -321,6 +427,7 @@ mod tests {
             0,
             &queue,
             make,
+            own_id,
         );
         assert_eq!((report.accepted, report.rejected.clone()), (2, vec![2]));
         assert!(window.contains("a") && window.contains("b") && !window.contains("c"));
@@ -333,6 +440,7 @@ mod tests {
             1,
             &queue,
             make,
+            own_id,
         );
         assert_eq!((report.accepted, report.duplicates), (0, 1));
     }
@@ -351,6 +459,7 @@ mod tests {
             0,
             &queue,
             make,
+            own_id,
         );
         assert_eq!(
             (report.accepted, report.duplicates, report.rejected.clone()),
@@ -371,6 +480,7 @@ mod tests {
             0,
             &queue,
             make,
+            own_id,
         );
         assert_eq!(
             (report.accepted, report.duplicates, report.rejected.clone()),

@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from openstarry._asyncqueue import AsyncEventQueue
-from openstarry._core import Event, EventQueue
+from openstarry._core import DedupWindow, Event, EventQueue, Ingestor
 from openstarry.errors import OpenStarryError, QueueClosed, QueueEmpty, QueueFull
 
 pytestmark = pytest.mark.anyio
@@ -29,7 +29,7 @@ def event(priority: int) -> Event:
     )
 
 
-def drain(q: AsyncEventQueue) -> list[Any]:
+def drain(q: AsyncEventQueue[Any]) -> list[Any]:
     out = []
     while not q.empty():
         out.append(q.get_nowait())
@@ -40,7 +40,7 @@ def drain(q: AsyncEventQueue) -> list[Any]:
 
 
 async def test_unbounded_by_default() -> None:
-    q = AsyncEventQueue()
+    q: AsyncEventQueue[Any] = AsyncEventQueue()
     assert q.maxsize == 0
     assert q.empty()
     assert not q.full()
@@ -53,13 +53,13 @@ async def test_unbounded_by_default() -> None:
 
 @pytest.mark.parametrize("maxsize", [0, -1, -100])
 async def test_maxsize_zero_or_less_is_unbounded(maxsize: int) -> None:
-    q = AsyncEventQueue(maxsize)
+    q: AsyncEventQueue[Any] = AsyncEventQueue(maxsize)
     assert q.maxsize == 0
     assert q.queue.capacity is None
 
 
 async def test_bounded_sizes() -> None:
-    q = AsyncEventQueue(2)
+    q: AsyncEventQueue[Any] = AsyncEventQueue(2)
     assert q.maxsize == 2
     q.put_nowait("a", 1)
     assert (q.qsize(), q.empty(), q.full()) == (1, False, False)
@@ -68,7 +68,7 @@ async def test_bounded_sizes() -> None:
 
 
 async def test_passes_its_arguments_to_the_event_queue() -> None:
-    q = AsyncEventQueue(5, overflow="shed", starvation_limit=3)
+    q: AsyncEventQueue[Any] = AsyncEventQueue(5, overflow="shed", starvation_limit=3)
     assert isinstance(q.queue, EventQueue)
     assert (q.queue.capacity, q.queue.overflow, q.queue.starvation_limit) == (5, "shed", 3)
 
@@ -76,7 +76,7 @@ async def test_passes_its_arguments_to_the_event_queue() -> None:
 async def test_wraps_an_existing_queue() -> None:
     inner = EventQueue(capacity=3)
     inner.push("already there", 4)
-    q = AsyncEventQueue(queue=inner)
+    q: AsyncEventQueue[Any] = AsyncEventQueue(queue=inner)
     assert q.queue is inner
     assert q.maxsize == 3
     await q.put("new", 0)
@@ -97,7 +97,7 @@ async def test_queue_and_other_arguments_conflict(kwargs: dict[str, Any]) -> Non
 
 
 async def test_repr_names_the_state() -> None:
-    q = AsyncEventQueue(4)
+    q: AsyncEventQueue[Any] = AsyncEventQueue(4)
     q.put_nowait("a", 1)
     text = repr(q)
     assert "AsyncEventQueue" in text
@@ -109,7 +109,7 @@ async def test_repr_names_the_state() -> None:
 
 
 async def test_get_serves_by_priority_then_fifo() -> None:
-    q = AsyncEventQueue()
+    q: AsyncEventQueue[Any] = AsyncEventQueue()
     pushes = [(5, "a"), (0, "b"), (3, "c"), (0, "d"), (1, "e"), (5, "f")]
     for priority, name in pushes:
         await q.put(name, priority)
@@ -118,7 +118,7 @@ async def test_get_serves_by_priority_then_fifo() -> None:
 
 
 async def test_an_event_takes_its_own_priority() -> None:
-    q = AsyncEventQueue()
+    q: AsyncEventQueue[Any] = AsyncEventQueue()
     low, high, mid = event(5), event(0), event(2)
     await q.put(low)
     q.put_nowait(high)
@@ -130,7 +130,7 @@ async def test_an_event_takes_its_own_priority() -> None:
 
 
 async def test_put_validates_like_the_event_queue() -> None:
-    q = AsyncEventQueue()
+    q: AsyncEventQueue[Any] = AsyncEventQueue()
     with pytest.raises(TypeError):
         await q.put("not an event")
     with pytest.raises(TypeError):
@@ -141,7 +141,7 @@ async def test_put_validates_like_the_event_queue() -> None:
 
 
 async def test_starvation_limit_applies_to_get() -> None:
-    q = AsyncEventQueue(starvation_limit=2)
+    q: AsyncEventQueue[Any] = AsyncEventQueue(starvation_limit=2)
     await q.put("low", 5)
     for i in range(4):
         await q.put(i, 0)
@@ -152,7 +152,7 @@ async def test_starvation_limit_applies_to_get() -> None:
 
 
 async def test_put_nowait_on_a_full_queue_raises_queue_full() -> None:
-    q = AsyncEventQueue(1)
+    q: AsyncEventQueue[Any] = AsyncEventQueue(1)
     q.put_nowait("a", 0)
     with pytest.raises(asyncio.QueueFull) as info:
         q.put_nowait("b", 0)
@@ -162,7 +162,7 @@ async def test_put_nowait_on_a_full_queue_raises_queue_full() -> None:
 
 
 async def test_get_nowait_on_an_empty_queue_raises_queue_empty() -> None:
-    q = AsyncEventQueue()
+    q: AsyncEventQueue[Any] = AsyncEventQueue()
     with pytest.raises(asyncio.QueueEmpty) as info:
         q.get_nowait()
     assert isinstance(info.value, QueueEmpty)
@@ -173,7 +173,7 @@ async def test_get_nowait_on_an_empty_queue_raises_queue_empty() -> None:
 
 
 async def test_get_waits_until_a_put() -> None:
-    q = AsyncEventQueue()
+    q: AsyncEventQueue[Any] = AsyncEventQueue()
     got: list[Any] = []
 
     async def getter() -> None:
@@ -190,7 +190,7 @@ async def test_get_waits_until_a_put() -> None:
 
 
 async def test_put_waits_while_full_and_resumes_after_a_get() -> None:
-    q = AsyncEventQueue(1)
+    q: AsyncEventQueue[Any] = AsyncEventQueue(1)
     await q.put("a", 0)
     done: list[str] = []
 
@@ -210,7 +210,7 @@ async def test_put_waits_while_full_and_resumes_after_a_get() -> None:
 
 
 async def test_waiting_getters_are_served_in_arrival_order() -> None:
-    q = AsyncEventQueue()
+    q: AsyncEventQueue[Any] = AsyncEventQueue()
     got: list[tuple[int, Any]] = []
 
     async def getter(n: int) -> None:
@@ -228,7 +228,7 @@ async def test_waiting_getters_are_served_in_arrival_order() -> None:
 
 
 async def test_waiting_putters_are_served_in_arrival_order() -> None:
-    q = AsyncEventQueue(1)
+    q: AsyncEventQueue[Any] = AsyncEventQueue(1)
     await q.put("first", 0)
 
     async def putter(n: int) -> None:
@@ -247,7 +247,7 @@ async def test_waiting_putters_are_served_in_arrival_order() -> None:
 
 
 async def test_shed_put_never_waits_and_returns_what_was_dropped() -> None:
-    q = AsyncEventQueue(2, overflow="shed")
+    q: AsyncEventQueue[Any] = AsyncEventQueue(2, overflow="shed")
     assert await q.put("a", 1) is None
     assert await q.put("b", 4) is None
     assert await q.put("c", 0) == "b"
@@ -261,7 +261,7 @@ async def test_shed_put_never_waits_and_returns_what_was_dropped() -> None:
 
 
 async def test_a_cancelled_getter_loses_no_item() -> None:
-    q = AsyncEventQueue()
+    q: AsyncEventQueue[Any] = AsyncEventQueue()
     got: list[Any] = []
 
     async def getter(scope: anyio.CancelScope) -> None:
@@ -284,7 +284,7 @@ async def test_a_cancelled_getter_loses_no_item() -> None:
 
 
 async def test_a_getter_cancelled_after_its_wake_up_passes_it_on() -> None:
-    q = AsyncEventQueue()
+    q: AsyncEventQueue[Any] = AsyncEventQueue()
     got: list[Any] = []
     closed: list[int] = []
 
@@ -319,7 +319,7 @@ async def test_an_asyncio_getter_cancelled_after_its_wake_up_passes_it_on() -> N
     # Task.cancel() lands even when the wake-up already arrived (anyio's cancel
     # scopes wait for the next checkpoint instead), so this is the sure way to
     # take the pass-on path.
-    q = AsyncEventQueue()
+    q: AsyncEventQueue[Any] = AsyncEventQueue()
     with anyio.fail_after(TIMEOUT):
         first = asyncio.ensure_future(q.get())
         await anyio.wait_all_tasks_blocked()
@@ -335,7 +335,7 @@ async def test_an_asyncio_getter_cancelled_after_its_wake_up_passes_it_on() -> N
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_an_asyncio_putter_cancelled_after_its_wake_up_passes_it_on() -> None:
-    q = AsyncEventQueue(1)
+    q: AsyncEventQueue[Any] = AsyncEventQueue(1)
     q.put_nowait("a", 0)
     with anyio.fail_after(TIMEOUT):
         first = asyncio.ensure_future(q.put("b", 0))
@@ -351,7 +351,7 @@ async def test_an_asyncio_putter_cancelled_after_its_wake_up_passes_it_on() -> N
 
 
 async def test_a_cancelled_putter_loses_no_wake_up() -> None:
-    q = AsyncEventQueue(1)
+    q: AsyncEventQueue[Any] = AsyncEventQueue(1)
     await q.put("a", 0)
     put: list[str] = []
 
@@ -381,7 +381,7 @@ async def test_a_cancelled_putter_loses_no_wake_up() -> None:
 
 
 async def test_many_cancelled_getters_then_items() -> None:
-    q = AsyncEventQueue()
+    q: AsyncEventQueue[Any] = AsyncEventQueue()
     got: list[Any] = []
     scopes = [anyio.CancelScope() for _ in range(10)]
 
@@ -407,13 +407,13 @@ async def test_many_cancelled_getters_then_items() -> None:
 
 
 async def test_join_returns_at_once_when_nothing_is_unfinished() -> None:
-    q = AsyncEventQueue()
+    q: AsyncEventQueue[Any] = AsyncEventQueue()
     with anyio.fail_after(TIMEOUT):
         await q.join()
 
 
 async def test_join_waits_for_every_task_done() -> None:
-    q = AsyncEventQueue()
+    q: AsyncEventQueue[Any] = AsyncEventQueue()
     for i in range(3):
         await q.put(i, 1)
     joined: list[bool] = []
@@ -439,7 +439,7 @@ async def test_join_waits_for_every_task_done() -> None:
 
 
 async def test_task_done_too_many_times() -> None:
-    q = AsyncEventQueue()
+    q: AsyncEventQueue[Any] = AsyncEventQueue()
     with pytest.raises(ValueError, match="task_done"):
         q.task_done()
     await q.put("a", 0)
@@ -450,7 +450,7 @@ async def test_task_done_too_many_times() -> None:
 
 
 async def test_a_shed_item_counts_as_done() -> None:
-    q = AsyncEventQueue(1, overflow="shed")
+    q: AsyncEventQueue[Any] = AsyncEventQueue(1, overflow="shed")
     await q.put("a", 5)
     assert await q.put("b", 0) == "a"
     assert await q.put("c", 3) == "c"
@@ -466,7 +466,7 @@ async def test_a_shed_item_counts_as_done() -> None:
 
 
 async def test_close_lets_consumers_drain_then_raises() -> None:
-    q = AsyncEventQueue()
+    q: AsyncEventQueue[Any] = AsyncEventQueue()
     await q.put("a", 3)
     await q.put("b", 1)
     q.close()
@@ -485,7 +485,8 @@ async def test_close_lets_consumers_drain_then_raises() -> None:
 
 
 async def test_close_wakes_waiting_getters_and_putters() -> None:
-    empty, full = AsyncEventQueue(), AsyncEventQueue(1)
+    empty: AsyncEventQueue[Any] = AsyncEventQueue()
+    full: AsyncEventQueue[Any] = AsyncEventQueue(1)
     await full.put("x", 0)
     outcomes: list[str] = []
 
@@ -516,7 +517,7 @@ async def test_close_wakes_waiting_getters_and_putters() -> None:
 
 @pytest.mark.parametrize("maxsize", [0, 1, 16])
 async def test_many_producers_and_consumers_count_every_item_once(maxsize: int) -> None:
-    q = AsyncEventQueue(maxsize)
+    q: AsyncEventQueue[Any] = AsyncEventQueue(maxsize)
     producers, consumers, per_producer = 5, 4, 400
     rng = random.Random(maxsize)
     priorities = [[rng.randrange(6) for _ in range(per_producer)] for _ in range(producers)]
@@ -568,7 +569,7 @@ async def test_many_producers_and_consumers_count_every_item_once(maxsize: int) 
 
 async def _ping_pong() -> list[Any]:
     """A consumer and a producer through a queue of one slot, on whatever loop runs this."""
-    q = AsyncEventQueue(1)
+    q: AsyncEventQueue[Any] = AsyncEventQueue(1)
     got: list[Any] = []
 
     async def consume() -> None:
@@ -624,7 +625,7 @@ def test_works_on_asyncio_without_anyio() -> None:
         from openstarry.errors import QueueClosed
 
         async def main():
-            q = AsyncEventQueue(1)
+            q: AsyncEventQueue[Any] = AsyncEventQueue(1)
             got = []
 
             async def consume():
@@ -662,3 +663,64 @@ def test_importing_does_not_import_anyio() -> None:
         """
     )
     assert out.strip() == "True"
+
+
+# ----------------------------------------------------------- ingestion, fairness, typing
+
+LINE = (
+    b'{"id":"e1","timestamp":1,"traceId":"t","source":"s","sessionId":"x",'
+    b'"priority":2,"type":"INPUT:SIGNAL","payload":null}\n'
+)
+
+
+async def test_ingest_wakes_a_waiting_get_and_counts_for_join() -> None:
+    q: AsyncEventQueue[Any] = AsyncEventQueue(100)
+    ingestor = Ingestor(q.queue, DedupWindow())
+    got: list[Any] = []
+
+    async def consumer() -> None:
+        got.append(await q.get())
+        q.task_done()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consumer)
+            await anyio.wait_all_tasks_blocked()
+            result = q.ingest(ingestor, LINE)
+            assert result.accepted == 1
+        await q.join()
+    assert [e.id for e in got] == ["e1"]
+
+
+async def test_ingest_refuses_an_ingestor_of_another_queue() -> None:
+    with pytest.raises(ValueError, match="another queue"):
+        AsyncEventQueue().ingest(Ingestor(EventQueue()), LINE)
+
+
+async def test_woken_getters_that_lose_their_items_keep_their_turns() -> None:
+    q: AsyncEventQueue[Any] = AsyncEventQueue()
+    order: list[tuple[int, Any]] = []
+
+    async def getter(n: int) -> None:
+        order.append((n, await q.get()))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for n in (1, 2, 3):
+                tg.start_soon(getter, n)
+                await anyio.wait_all_tasks_blocked()
+            q.put_nowait("a", 0)
+            q.put_nowait("b", 0)  # wakes getters 1 and 2 ...
+            q.get_nowait()
+            q.get_nowait()  # ... whose items this task takes first
+            await anyio.wait_all_tasks_blocked()
+            for item in "xyz":
+                q.put_nowait(item, 0)
+                await anyio.wait_all_tasks_blocked()
+    assert order == [(1, "x"), (2, "y"), (3, "z")]
+
+
+def test_is_generic_like_asyncio_queue() -> None:
+    q: AsyncEventQueue[str] = AsyncEventQueue[str]()
+    q.put_nowait("x", 1)
+    assert q.get_nowait() == "x"

@@ -437,16 +437,14 @@ def test_duplicate_key_spelled_with_an_escape() -> None:
     field_error(data, "source")
 
 
-def test_duplicate_keys_inside_the_payload_do_not_crash() -> None:
-    # Refusing them or keeping the bytes as they are are both fine; the envelope's own keys are
-    # what must be unique.
+def test_duplicate_keys_inside_the_payload_are_kept_and_the_last_wins() -> None:
+    # The envelope's own keys must be unique; inside the payload the bytes stay as they
+    # came, and reading them does what Python's json module does: the last key wins.
     data = with_payload(b'{"a": 1, "a": 2}')
-    try:
-        event = decode_event(data)
-    except DecodeError:
-        return
+    event = decode_event(data)
     assert event.payload_json == b'{"a": 1, "a": 2}'
     assert encode_event(event) == data
+    assert event.payload == {"a": 2}
 
 
 # --- limits -----------------------------------------------------------------------------------

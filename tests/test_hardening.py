@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 import weakref
 from typing import Any
@@ -260,3 +261,56 @@ def test_error_offsets_point_at_the_value_not_the_whitespace_before_it() -> None
         decode_event(data)
     assert info.value.field == "sessionId"
     assert data[info.value.offset or 0 :].startswith(b'""')
+
+
+def test_a_cycle_through_a_list_payload_is_collected() -> None:
+    sentinel = Sentinel()
+    alive = weakref.ref(sentinel)
+    event = decode_event(line(payload=[1, 2]))
+    event.payload.append(sentinel)
+    event.payload.append(event)
+    del event, sentinel
+    gc.collect()
+    assert alive() is None
+
+
+def test_a_finalizer_running_another_ingest_cannot_let_an_id_in_twice() -> None:
+    """Two ingestors share a window; a finalizer runs the second in the middle of the first."""
+    queue, window = EventQueue(), DedupWindow()
+    first, second = Ingestor(queue, window), Ingestor(queue, window)
+    data = line(id="same-id")
+    results = []
+
+    class Intruder:
+        def __del__(self) -> None:
+            thread = threading.Thread(target=lambda: results.append(second.ingest(data, now_ms=1)))
+            thread.start()
+            thread.join()
+
+    intruder = Intruder()
+    intruder.cycle = intruder  # type: ignore[attr-defined]
+    del intruder
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1)  # the next allocation of the ingest collects the intruder
+    try:
+        results.append(first.ingest(data, now_ms=1))
+    finally:
+        gc.set_threshold(*thresholds)
+    gc.collect()
+    assert sorted(r.accepted for r in results) == [0, 1]
+    assert [e.id for e in queue.pop_many(10)] == ["same-id"]
+
+
+def test_shed_events_leave_the_window_so_a_redelivery_gets_in() -> None:
+    queue, window = EventQueue(capacity=1, overflow="shed"), DedupWindow()
+    ingestor = Ingestor(queue, window)
+    result = ingestor.ingest([line(id="mid", priority=3), line(id="low", priority=5)], now_ms=0)
+    assert [e.id for e in result.shed] == ["low"]  # shed on arrival
+    assert "mid" in window
+    assert "low" not in window
+    result = ingestor.ingest([line(id="top", priority=0)], now_ms=1)
+    assert [e.id for e in result.shed] == ["mid"]  # queued earlier, then shed
+    assert "mid" not in window
+    assert queue.pop().id == "top"
+    again = ingestor.ingest([line(id="mid", priority=3)], now_ms=2)
+    assert (again.accepted, again.duplicates) == (1, 0)

@@ -854,15 +854,16 @@ def run_producers_and_consumers(
     def consume(c: int) -> None:
         got = seen[c]
         while True:
+            # With no time limit, a pop comes back empty only once the queue is
+            # closed and drained: nothing more will come.
             if c < 2:
-                item = q.pop(timeout=1.0)
+                item = q.pop(timeout=math.inf)
                 batch = [] if item is None else [item]
             else:
-                batch = q.pop_many(64, timeout=1.0)
-            if batch:
-                got.extend(batch)
-            elif q.closed:
-                return  # closed and drained: nothing more will come
+                batch = q.pop_many(64, timeout=math.inf)
+            if not batch:
+                return
+            got.extend(batch)
 
     producers = [threading.Thread(target=produce, args=(p,)) for p in range(PRODUCERS)]
     consumers = [threading.Thread(target=consume, args=(c,)) for c in range(CONSUMERS)]
@@ -929,9 +930,9 @@ def test_threads_single_consumer_sees_each_producer_in_order() -> None:
                     threading.Event().wait(0.0001)  # back off while the consumer catches up
 
     def consume() -> None:
-        while (item := q.pop(timeout=1.0)) is not None or not q.closed:
-            if item is not None:
-                got.append(item)
+        # None only once the queue is closed and drained.
+        while (item := q.pop(timeout=math.inf)) is not None:
+            got.append(item)
 
     producers = [threading.Thread(target=produce, args=(p,)) for p in range(PRODUCERS)]
     consumer = threading.Thread(target=consume)

@@ -13,14 +13,17 @@ imported and ``asyncio.Event`` otherwise.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, Literal, Protocol, TypeVar
 
-from openstarry._core import EventQueue
+from openstarry._core import EventQueue, Ingestor, IngestResult
 from openstarry.errors import QueueClosed, QueueEmpty, QueueFull
 
 __all__ = ["AsyncEventQueue"]
+
+T = TypeVar("T")
 
 
 class _Waker(Protocol):
@@ -56,36 +59,46 @@ def _new_waker() -> _Waker:
     return factory()
 
 
-def _wake_next(waiters: deque[_Waker]) -> None:
+#: A waiter in line: its ticket (the order it first started waiting in) and its wake-up.
+_Waiter = tuple[int, _Waker]
+_tickets = itertools.count()
+
+
+def _wake_next(waiters: deque[_Waiter]) -> None:
     """Wake the longest-waiting waiter, if any."""
     if waiters:
-        waiters.popleft().set()
+        waiters.popleft()[1].set()
 
 
-async def _wait(waiters: deque[_Waker], retry: bool) -> None:
-    """Wait in line in ``waiters`` until woken.
+async def _wait(waiters: deque[_Waiter], ticket: int | None) -> int:
+    """Wait in line in ``waiters`` until woken; returns the waiter's ticket.
 
-    A waiter that was woken but lost its item to another task waits again at the
-    head of the line (``retry``), so it keeps its turn. A waiter cancelled after
-    being woken passes its wake-up to the next one, so no wake-up is lost.
+    A first wait (``ticket`` None) joins the end of the line. A waiter that was
+    woken but lost its item to another task waits again with its ticket, back
+    in the place its ticket gives it, so waiters keep their turns. A waiter
+    cancelled after being woken passes its wake-up to the next one, so no
+    wake-up is lost.
     """
-    waker = _new_waker()
-    if retry:
-        waiters.appendleft(waker)
+    waiter = (next(_tickets) if ticket is None else ticket, _new_waker())
+    if ticket is None or not waiters or waiters[-1][0] < ticket:
+        waiters.append(waiter)
     else:
-        waiters.append(waker)
+        # Rare: several woken waiters lost their items. Keep the line in ticket order.
+        at = next(i for i, (t, _) in enumerate(waiters) if t > ticket)
+        waiters.insert(at, waiter)
     try:
-        await waker.wait()
+        await waiter[1].wait()
     except BaseException:
         try:
-            waiters.remove(waker)
+            waiters.remove(waiter)
         except ValueError:
             # Already woken: hand the wake-up on.
             _wake_next(waiters)
         raise
+    return waiter[0]
 
 
-class AsyncEventQueue:
+class AsyncEventQueue(Generic[T]):
     """An ``asyncio.Queue``-compatible priority queue over the Rust ``EventQueue``.
 
     Items are served by priority (0 first), first in first out within a
@@ -99,7 +112,8 @@ class AsyncEventQueue:
     directly does not wake a waiting :meth:`get` (it is found by the next
     ``get``). To feed the queue from threads, consume it from threads too, with
     ``EventQueue.pop(timeout)``, or poll with :meth:`get_nowait`. Likewise, close
-    it with :meth:`close`, not ``queue.close()``, so that waiters wake up.
+    it with :meth:`close`, not ``queue.close()``, so that waiters wake up, and
+    feed it from an ``Ingestor`` through :meth:`ingest`.
 
     Task accounting (:meth:`task_done`, :meth:`join`) counts the items queued
     when the wrapper was made and those put through it; an item dropped by the
@@ -137,8 +151,8 @@ class AsyncEventQueue:
         elif maxsize != 0 or overflow != "reject" or starvation_limit is not None:
             raise TypeError("pass either queue or maxsize/overflow/starvation_limit, not both")
         self._queue = queue
-        self._getters: deque[_Waker] = deque()
-        self._putters: deque[_Waker] = deque()
+        self._getters: deque[_Waiter] = deque()
+        self._putters: deque[_Waiter] = deque()
         self._unfinished_tasks = len(queue)
         self._finished: _Waker | None = None
 
@@ -179,7 +193,7 @@ class AsyncEventQueue:
         capacity = self._queue.capacity
         return capacity is not None and len(self._queue) >= capacity
 
-    def put_nowait(self, item: Any, priority: int | None = None) -> Any:
+    def put_nowait(self, item: T, priority: int | None = None) -> T | None:
         """Queue ``item`` without waiting; an ``Event`` takes its own priority by default.
 
         Returns:
@@ -192,14 +206,16 @@ class AsyncEventQueue:
             ValueError: a priority outside 0..5.
             TypeError: ``item`` is ``None``, or not an ``Event`` and no priority given.
         """
-        shed = self._queue.push(item, priority)
+        # Everything in the queue came in through put (typed T) or was there
+        # when the wrapper was made (the caller's promise, by choosing T).
+        shed: T | None = self._queue.push(item, priority)
         if shed is None:
             self._unfinished_tasks += 1
         # Under "shed" one item went in and one came out: the count is unchanged.
         _wake_next(self._getters)
         return shed
 
-    async def put(self, item: Any, priority: int | None = None) -> Any:
+    async def put(self, item: T, priority: int | None = None) -> T | None:
         """Queue ``item``, waiting while the queue is full under the ``"reject"`` policy.
 
         Returns:
@@ -208,23 +224,22 @@ class AsyncEventQueue:
         Raises:
             QueueClosed: the queue is closed, or gets closed while waiting.
         """
-        retry = False
+        ticket = None
         while True:
             try:
                 return self.put_nowait(item, priority)
             except QueueFull:
                 pass
-            await _wait(self._putters, retry)
-            retry = True
+            ticket = await _wait(self._putters, ticket)
 
-    def get_nowait(self) -> Any:
+    def get_nowait(self) -> T:
         """The next item, without waiting.
 
         Raises:
             QueueEmpty: no item is queued (an :class:`asyncio.QueueEmpty`).
             QueueClosed: no item is queued and the queue is closed, so none will be.
         """
-        item = self._queue.pop()
+        item: T | None = self._queue.pop()
         if item is None:
             if self._queue.closed:
                 raise QueueClosed("the queue is closed and drained")
@@ -232,20 +247,19 @@ class AsyncEventQueue:
         _wake_next(self._putters)
         return item
 
-    async def get(self) -> Any:
+    async def get(self) -> T:
         """The next item, waiting for one if the queue is empty.
 
         Raises:
             QueueClosed: the queue is closed and drained.
         """
-        retry = False
+        ticket = None
         while True:
             try:
                 return self.get_nowait()
             except QueueEmpty:
                 pass
-            await _wait(self._getters, retry)
-            retry = True
+            ticket = await _wait(self._getters, ticket)
 
     def task_done(self) -> None:
         """Mark one item got earlier as processed, for :meth:`join`.
@@ -277,4 +291,27 @@ class AsyncEventQueue:
         self._queue.close()
         for waiters in (self._getters, self._putters):
             while waiters:
-                waiters.popleft().set()
+                _wake_next(waiters)
+
+    def ingest(
+        self,
+        ingestor: Ingestor,
+        data: bytes | bytearray | memoryview | Sequence[bytes],
+        now_ms: int | None = None,
+    ) -> IngestResult:
+        """Run ``ingestor.ingest(data, now_ms)`` into this queue, then wake getters.
+
+        Use this rather than calling the ingestor directly, which would leave
+        waiting getters asleep and :meth:`join` uncounted: the accepted events
+        count as put, and the items the ``"shed"`` policy dropped as done.
+
+        Raises:
+            ValueError: ``ingestor`` feeds another queue.
+        """
+        if ingestor.queue is not self._queue:
+            raise ValueError("the ingestor feeds another queue")
+        result = ingestor.ingest(data, now_ms)
+        self._unfinished_tasks += result.accepted - len(result.shed)
+        for _ in range(min(result.accepted, len(self._getters))):
+            _wake_next(self._getters)
+        return result

@@ -349,7 +349,8 @@ class IngestResult:
 
     @property
     def accepted(self) -> int:
-        """Events decoded, new, and queued."""
+        """Events decoded, new, and queued (the ``"shed"`` policy may have dropped
+        some again at once: those are in :attr:`shed`)."""
 
     @property
     def duplicates(self) -> int:
@@ -370,7 +371,11 @@ class IngestResult:
 
     @property
     def shed(self) -> list[Any]:
-        """Items the queue dropped under the ``"shed"`` policy to make room."""
+        """Items the queue dropped under the ``"shed"`` policy to make room.
+
+        The ids of the shed events leave the dedup window: they were never
+        processed, so a redelivery gets in.
+        """
 
 @final
 class Ingestor:

@@ -102,6 +102,12 @@ impl PyEvent {
         }
     }
 
+    /// The id's UTF-8 bytes.
+    #[must_use]
+    pub fn id_bytes(&self, py: Python<'_>) -> Vec<u8> {
+        self.idx.id.as_bytes(self.bytes(py)).into_owned()
+    }
+
     #[must_use]
     pub fn priority(&self) -> u8 {
         self.idx.priority

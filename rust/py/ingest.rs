@@ -10,9 +10,7 @@ use super::errors::CoreError;
 use super::event::{as_bytes_object, limits_arg, PyEvent, Wire};
 use super::queue::PyEventQueue;
 use crate::envelope;
-use crate::ingest::{
-    decode_lines, record, refused_lines, screen, split_lines, Screened, CHUNK_LINES,
-};
+use crate::ingest::{admit, decode_lines, split_lines, CHUNK_LINES};
 use crate::json::{Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
 
 /// What one :meth:`Ingestor.ingest` call did.
@@ -182,43 +180,50 @@ impl PyIngestor {
                 &self.limits,
                 &mut result.invalid,
             );
-            let mut screened = match &self.dedup {
-                Some(d) => d.get().with_inner(|w| screen(&decoded, w, now)),
-                None => Screened::all(decoded.len()),
-            };
-
-            // Build the events outside every lock: allocation may run arbitrary Python code.
-            let mut items = Vec::with_capacity(screened.fresh.len());
-            for &line in &screened.fresh {
-                let d = &decoded[line];
+            // Build every line's event first, outside every lock: allocation
+            // may run arbitrary Python code (a collection, a finalizer), and
+            // with it another thread's ingest.
+            let mut items: Vec<Option<Py<PyAny>>> = Vec::with_capacity(decoded.len());
+            for d in &decoded {
                 // A line given as its own bytes object is kept as is; NDJSON lines are copied out.
                 let buf = if whole.is_none() {
                     Wire::Shared(parts[d.index].clone_ref(py))
                 } else {
                     Wire::Owned(d.bytes.into())
                 };
-                let event = PyEvent::from_index(buf, d.envelope.clone()).into_py(py)?;
-                items.push((event.into_any(), d.envelope.priority));
+                items.push(Some(
+                    PyEvent::from_index(buf, d.envelope.clone())
+                        .into_py(py)?
+                        .into_any(),
+                ));
             }
-            let mut refused = Vec::new();
-            result.shed.extend(
-                self.queue
+            // Then screen, enqueue and record with the window held throughout:
+            // two ingestors sharing it cannot both take an id. No Python code
+            // runs in there.
+            let queue = &self.queue.get().inner;
+            let id_of = |item: &Py<PyAny>| shed_id(py, item);
+            let admitted = match &self.dedup {
+                Some(d) => d
                     .get()
-                    .inner
-                    .push_each(items, |i, _| refused.push(i)),
-            );
-            if let Some(d) = &self.dedup {
-                d.get()
-                    .with_inner(|w| record(&decoded, &screened.fresh, &refused, w, now));
-            }
-            result
-                .rejected
-                .extend(refused_lines(&decoded, &mut screened, &refused));
-            result.accepted += screened.fresh.len() - refused.len();
-            result.duplicates += screened.repeats.len();
+                    .with_inner(|w| admit(&decoded, &mut items, Some(w), now, queue, id_of)),
+                None => admit(&decoded, &mut items, None, now, queue, id_of),
+            };
+            result.accepted += admitted.accepted;
+            result.duplicates += admitted.duplicates;
+            result.rejected.extend(admitted.rejected);
+            result.shed.extend(admitted.shed);
+            // The events of duplicate and refused lines are dropped here, after the locks.
+            drop(admitted.refused);
+            drop(items);
         }
         Ok(result)
     }
+}
+
+/// The id of an item the queue shed, if it is an event.
+fn shed_id(py: Python<'_>, item: &Py<PyAny>) -> Option<Vec<u8>> {
+    let event = item.bind(py).cast_exact::<PyEvent>().ok()?;
+    Some(event.get().id_bytes(py))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
