@@ -112,17 +112,14 @@ impl Screened {
 /// Nothing is recorded until the queue has taken the lines (phase 4,
 /// [`record`]): a line the queue refuses must leave the window as it was,
 /// without an id of its own and without having evicted an older one.
-fn screen(decoded: &[Decoded<'_>], window: &mut DedupWindow, now_ms: i64) -> Screened {
+fn screen(keys: &[IdKey<'_>], window: &mut DedupWindow, now_ms: i64) -> Screened {
     window.expire(now_ms);
-    // Ids are borrowed from the lines, but for the rare escaped id.
-    let ids: Vec<std::borrow::Cow<'_, [u8]>> = decoded.iter().map(Decoded::id).collect();
-    let mut first_of: HashMap<IdKey<'_>, usize> = HashMap::with_capacity(decoded.len());
+    let mut first_of: HashMap<IdKey<'_>, usize> = HashMap::with_capacity(keys.len());
     let mut screened = Screened {
-        fresh: Vec::with_capacity(decoded.len()),
+        fresh: Vec::with_capacity(keys.len()),
         repeats: Vec::new(),
     };
-    for (line, id) in ids.iter().enumerate() {
-        let key = IdKey::of(id);
+    for (line, &key) in keys.iter().enumerate() {
         if window.contains_key(key) {
             screened.repeats.push((line, None));
             continue;
@@ -142,7 +139,7 @@ fn screen(decoded: &[Decoded<'_>], window: &mut DedupWindow, now_ms: i64) -> Scr
 /// refused (`refused` holds their positions in `fresh`, in order), nor those
 /// whose id is in `dropped` (shed by the queue in the same call).
 fn record(
-    decoded: &[Decoded<'_>],
+    keys: &[IdKey<'_>],
     fresh: &[usize],
     refused: &[usize],
     dropped: &HashSet<OwnedIdKey>,
@@ -154,8 +151,7 @@ fn record(
         if refused.next_if_eq(&&i).is_some() {
             continue;
         }
-        let id = decoded[line].id();
-        let key = IdKey::of(&id);
+        let key = keys[line];
         if dropped.is_empty() || !dropped.contains(&OwnedIdKey::from(key)) {
             window.check_and_insert_key(key, now_ms);
         }
@@ -221,8 +217,14 @@ pub fn admit<T>(
     queue: &PriorityQueue<T>,
     id_of: impl Fn(&T) -> Option<Vec<u8>>,
 ) -> Admitted<T> {
+    // Each id parsed once; borrowed from the lines, but for the rare escaped id.
+    let ids: Vec<std::borrow::Cow<'_, [u8]>> = match window {
+        Some(_) => decoded.iter().map(Decoded::id).collect(),
+        None => Vec::new(),
+    };
+    let keys: Vec<IdKey<'_>> = ids.iter().map(|id| IdKey::of(id)).collect();
     let mut screened = match window.as_deref_mut() {
-        Some(w) => screen(decoded, w, now_ms),
+        Some(w) => screen(&keys, w, now_ms),
         None => Screened::all(decoded.len()),
     };
     let batch: Vec<(T, u8)> = screened
@@ -240,7 +242,7 @@ pub fn admit<T>(
         let dropped: Vec<Vec<u8>> = shed.iter().filter_map(&id_of).collect();
         let dropped_keys: HashSet<OwnedIdKey> =
             dropped.iter().map(|id| IdKey::of(id).into()).collect();
-        record(decoded, &screened.fresh, &refused, &dropped_keys, w, now_ms);
+        record(&keys, &screened.fresh, &refused, &dropped_keys, w, now_ms);
         for id in &dropped {
             w.forget(id);
         }
