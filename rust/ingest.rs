@@ -304,39 +304,36 @@ mod tests {
         // other stays; the window holds only what stayed.
         let queue = PriorityQueue::new(Some(1), Overflow::Shed, None);
         let mut window = DedupWindow::new(60_000, 100);
-        let make = |d: &Decoded<'_>| d.envelope.id.as_str(d.bytes).into_owned();
-        let limits = Limits::default();
         let data = [line("mid", 3), line("low", 5)].join("\n");
-        let report = ingest(
-            split_lines(data.as_bytes()),
-            &limits,
-            Some(&mut window),
-            0,
-            &queue,
-            make,
-            own_id,
-        );
+        let report = run(&data, &queue, &mut window, 0);
         assert_eq!(report.shed, vec!["low".to_owned()]);
         assert!(window.contains("mid") && !window.contains("low"));
         // A higher-priority line then sheds "mid", queued by the earlier call:
         // its id is forgotten, so a redelivery gets in.
         let data = line("top", 0);
-        let report = ingest(
-            split_lines(data.as_bytes()),
-            &limits,
-            Some(&mut window),
-            1,
-            &queue,
-            make,
-            own_id,
-        );
+        let report = run(&data, &queue, &mut window, 1);
         assert_eq!(report.shed, vec!["mid".to_owned()]);
         assert!(window.contains("top") && !window.contains("mid"));
     }
 
-    #[allow(clippy::unnecessary_wraps, clippy::ptr_arg)]
-    fn own_id(item: &String) -> Option<Vec<u8>> {
-        Some(item.clone().into_bytes())
+    /// Ingest NDJSON `data` with each event's id as its item.
+    fn run(
+        data: &str,
+        queue: &PriorityQueue<String>,
+        window: &mut DedupWindow,
+        now_ms: i64,
+    ) -> Report<String> {
+        let make = |d: &Decoded<'_>| d.envelope.id.as_str(d.bytes).into_owned();
+        let id_of = |item: &String| Some(item.clone().into_bytes());
+        ingest(
+            split_lines(data.as_bytes()),
+            &Limits::default(),
+            Some(window),
+            now_ms,
+            queue,
+            make,
+            id_of,
+        )
     }
 
     fn line(id: &str, priority: u8) -> String {
@@ -367,15 +364,7 @@ mod tests {
         .join("\n");
         let queue = PriorityQueue::new(None, Overflow::Reject, None);
         let mut window = DedupWindow::new(60_000, 100);
-        let report = ingest(
-            split_lines(data.as_bytes()),
-            &Limits::default(),
-            Some(&mut window),
-            0,
-            &queue,
-            |d| d.envelope.id.as_str(d.bytes).into_owned(),
-            own_id,
-        );
+        let report = run(&data, &queue, &mut window, 0);
         assert_eq!(report.accepted, 3);
         assert_eq!(report.duplicates, 1);
         assert_eq!(
@@ -392,27 +381,10 @@ mod tests {
         let data = [line("a", 1), line("b", 1), line("c", 1)].join("\n");
         let queue = PriorityQueue::new(Some(2), Overflow::Reject, None);
         let mut window = DedupWindow::new(60_000, 100);
-        let make = |d: &Decoded<'_>| d.envelope.id.as_str(d.bytes).into_owned();
-        let report = ingest(
-            split_lines(data.as_bytes()),
-            &Limits::default(),
-            Some(&mut window),
-            0,
-            &queue,
-            make,
-            own_id,
-        );
+        let report = run(&data, &queue, &mut window, 0);
         assert_eq!((report.accepted, report.rejected.clone()), (2, vec![2]));
         assert_eq!(queue.try_pop().as_deref(), Some("a"));
-        let report = ingest(
-            split_lines(data.as_bytes()),
-            &Limits::default(),
-            Some(&mut window),
-            1,
-            &queue,
-            make,
-            own_id,
-        );
+        let report = run(&data, &queue, &mut window, 1);
         assert_eq!((report.accepted, report.duplicates), (1, 2));
     }
 
@@ -420,30 +392,13 @@ mod tests {
     fn a_refused_line_does_not_evict_from_a_full_window() {
         let queue = PriorityQueue::new(Some(2), Overflow::Reject, None);
         let mut window = DedupWindow::new(60_000, 2);
-        let make = |d: &Decoded<'_>| d.envelope.id.as_str(d.bytes).into_owned();
         let data = [line("a", 1), line("b", 1), line("c", 1)].join("\n");
-        let report = ingest(
-            split_lines(data.as_bytes()),
-            &Limits::default(),
-            Some(&mut window),
-            0,
-            &queue,
-            make,
-            own_id,
-        );
+        let report = run(&data, &queue, &mut window, 0);
         assert_eq!((report.accepted, report.rejected.clone()), (2, vec![2]));
         assert!(window.contains("a") && window.contains("b") && !window.contains("c"));
         while queue.try_pop().is_some() {}
         let again = line("a", 1);
-        let report = ingest(
-            split_lines(again.as_bytes()),
-            &Limits::default(),
-            Some(&mut window),
-            1,
-            &queue,
-            make,
-            own_id,
-        );
+        let report = run(&again, &queue, &mut window, 1);
         assert_eq!((report.accepted, report.duplicates), (0, 1));
     }
 
@@ -453,16 +408,7 @@ mod tests {
         let data = [line("x", 1), line(&u.to_uppercase(), 1), line(u, 1)].join("\n");
         let queue = PriorityQueue::new(Some(1), Overflow::Reject, None);
         let mut window = DedupWindow::new(60_000, 100);
-        let make = |d: &Decoded<'_>| d.envelope.id.as_str(d.bytes).into_owned();
-        let report = ingest(
-            split_lines(data.as_bytes()),
-            &Limits::default(),
-            Some(&mut window),
-            0,
-            &queue,
-            make,
-            own_id,
-        );
+        let report = run(&data, &queue, &mut window, 0);
         assert_eq!(
             (report.accepted, report.duplicates, report.rejected.clone()),
             (1, 0, vec![1, 2])
@@ -474,16 +420,7 @@ mod tests {
         let data = [line("a", 1), line("b", 1), line("b", 1), line("a", 1)].join("\n");
         let queue = PriorityQueue::new(Some(1), Overflow::Reject, None);
         let mut window = DedupWindow::new(60_000, 100);
-        let make = |d: &Decoded<'_>| d.envelope.id.as_str(d.bytes).into_owned();
-        let report = ingest(
-            split_lines(data.as_bytes()),
-            &Limits::default(),
-            Some(&mut window),
-            0,
-            &queue,
-            make,
-            own_id,
-        );
+        let report = run(&data, &queue, &mut window, 0);
         assert_eq!(
             (report.accepted, report.duplicates, report.rejected.clone()),
             (1, 1, vec![1, 2])
