@@ -31,6 +31,15 @@ fn write_extra(out: &mut Vec<u8>, extra: &Extra) {
     }
 }
 
+/// Python equality of two optional fields: both absent, or both present and equal.
+fn opt_eq<T>(py: Python<'_>, a: Option<&Py<T>>, b: Option<&Py<T>>) -> PyResult<bool> {
+    match (a, b) {
+        (None, None) => Ok(true),
+        (Some(a), Some(b)) => a.bind(py).as_any().eq(b.bind(py).as_any()),
+        _ => Ok(false),
+    }
+}
+
 fn eq_result(py: Python<'_>, op: CompareOp, equal: PyResult<bool>) -> PyResult<Py<PyAny>> {
     let equal = equal?;
     Ok(match op {
@@ -281,17 +290,8 @@ impl PySegment {
             {
                 return Ok(false);
             }
-            let tc = match (&self.tool_call, &o.tool_call) {
-                (None, None) => true,
-                (Some(a), Some(b)) => a.bind(py).eq(b.bind(py))?,
-                _ => false,
-            };
-            let ui = match (&self.ui, &o.ui) {
-                (None, None) => true,
-                (Some(a), Some(b)) => a.bind(py).eq(b.bind(py))?,
-                _ => false,
-            };
-            Ok(tc && ui)
+            Ok(opt_eq(py, self.tool_call.as_ref(), o.tool_call.as_ref())?
+                && opt_eq(py, self.ui.as_ref(), o.ui.as_ref())?)
         };
         eq_result(py, op, equal())
     }
@@ -428,11 +428,7 @@ impl PyResponse {
                     return Ok(false);
                 }
             }
-            match (&self.metadata, &o.metadata) {
-                (None, None) => Ok(true),
-                (Some(a), Some(b)) => a.bind(py).eq(b.bind(py)),
-                _ => Ok(false),
-            }
+            opt_eq(py, self.metadata.as_ref(), o.metadata.as_ref())
         };
         eq_result(py, op, equal())
     }
