@@ -21,7 +21,10 @@ __all__ = [
     "QueueClosed",
     "QueueEmpty",
     "QueueFull",
+    "ManifestError",
     "RecursionLimitExceeded",
+    "ToolArgumentsError",
+    "ToolError",
     "ToolNotFound",
 ]
 
@@ -68,6 +71,44 @@ class AgentPainException(OpenStarryError):
 
 class ToolNotFound(OpenStarryError, LookupError):
     """A tool call named a tool the agent does not have."""
+
+
+class ToolArgumentsError(OpenStarryError, ValueError):
+    """A tool call's arguments do not satisfy the tool's JSON Schema.
+
+    The message lists each offending argument; the execution loop feeds it back
+    to the provider as a system observation (spec 000 section 7).
+    """
+
+
+class ToolError(OpenStarryError):
+    """A tool failed. Tools raise it to report a failure with a code of their own.
+
+    Attributes:
+        code: A short machine-readable code, such as ``"EPERM"`` or ``"ENOENT"``;
+            it becomes ``error.code`` of the ``EXEC:TOOL_RESULT`` payload.
+    """
+
+    def __init__(self, message: str, *, code: str = "TOOL_ERROR") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ManifestError(OpenStarryError, ValueError):
+    """An ``agent.json`` manifest that cannot be loaded.
+
+    The message names the file and the offending field.
+
+    Attributes:
+        path: The manifest's file, or ``None`` for a manifest given as data.
+        field: The dotted path of the offending field (``"limits.toolTimeout"``),
+            or ``None`` when the file as a whole is at fault.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.field = field
 
 
 class RecursionLimitExceeded(OpenStarryError):

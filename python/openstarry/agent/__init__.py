@@ -1,0 +1,1 @@
+"""The agent layer: interfaces, session memory, slash commands and the execution loop."""

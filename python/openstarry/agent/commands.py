@@ -1,0 +1,131 @@
+"""Slash commands: a user's line that starts with ``/`` (spec 000 section 1).
+
+Two kinds:
+
+- the built-ins: ``/help``, ``/reset``, ``/stop``, ``/quit``, ``/metrics``;
+- a tool, run directly without asking the provider: ``/read notes.txt`` runs
+  ``fs.read`` with ``{"path": "notes.txt"}``. The command is a tool's full name
+  (``/fs.read``) or the part after its last dot when only one tool ends that
+  way (``/read``).
+
+Arguments are split like a shell line (quotes group words). ``key=value`` sets
+one argument by name; the other words fill the tool's parameters in the order
+of its JSON Schema. A value is read as JSON when it parses (``count=3`` is a
+number, ``tags=["a"]`` a list) and as text otherwise. A line whose arguments
+start with ``{`` is one JSON object of arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from openstarry.agent.interfaces import Tool
+from openstarry.errors import ToolArgumentsError
+
+__all__ = [
+    "BUILTIN_COMMANDS",
+    "SlashCommand",
+    "find_tool",
+    "parse_line",
+    "parse_tool_args",
+]
+
+#: The built-in commands and what each does, as ``/help`` shows them.
+BUILTIN_COMMANDS: Mapping[str, str] = {
+    "help": "list the commands and the tools",
+    "reset": "stop the current run, forget this session's memory and lift a lock-out",
+    "stop": "cancel the run in progress (and drop the inputs queued behind it)",
+    "quit": "stop and end this session",
+    "metrics": "show the event bus and loop metrics",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SlashCommand:
+    """A parsed ``/name rest of the line``."""
+
+    name: str
+    argline: str
+
+    @property
+    def is_builtin(self) -> bool:
+        return self.name in BUILTIN_COMMANDS
+
+
+def parse_line(line: str) -> SlashCommand | None:
+    """The command in ``line``, or ``None`` when it is not a slash command.
+
+    A line of only ``/`` or one starting with ``//`` is ordinary text.
+    """
+    text = line.strip()
+    if len(text) < 2 or text[0] != "/" or text[1] == "/" or text[1].isspace():
+        return None
+    name, _, argline = text[1:].partition(" ")
+    return SlashCommand(name, argline.strip())
+
+
+def find_tool(name: str, tools: Mapping[str, Tool]) -> Tool | None:
+    """The tool a command names: exact name first, else the one tool whose last dotted part is ``name``."""
+    tool = tools.get(name)
+    if tool is not None:
+        return tool
+    matches = [t for key, t in tools.items() if key.rsplit(".", 1)[-1] == name]
+    return matches[0] if len(matches) == 1 else None
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def parse_tool_args(tool: Tool, argline: str) -> dict[str, Any]:
+    """The arguments of ``/tool argline`` for ``tool`` (see the module's rules).
+
+    Raises:
+        ToolArgumentsError: unbalanced quotes, a JSON object that does not parse,
+            more words than the tool has parameters, or an argument given twice.
+    """
+    if argline.startswith("{"):
+        try:
+            args = json.loads(argline)
+        except ValueError as exc:
+            raise ToolArgumentsError(f"/{tool.name}: arguments are not a JSON object: {exc}") from None
+        if not isinstance(args, dict):
+            raise ToolArgumentsError(f"/{tool.name}: arguments must be a JSON object")
+        return args
+    try:
+        words = shlex.split(argline)
+    except ValueError as exc:
+        raise ToolArgumentsError(f"/{tool.name}: {exc}") from None
+    names = list(tool.parameters.get("properties", {}))
+    args: dict[str, Any] = {}
+    positional: list[str] = []
+    for word in words:
+        key, eq, value = word.partition("=")
+        if eq and key in names:
+            if key in args:
+                raise ToolArgumentsError(f"/{tool.name}: argument {key!r} given twice")
+            args[key] = _value(value)
+        else:
+            positional.append(word)
+    free = [n for n in names if n not in args]
+    if len(positional) > len(free):
+        last = tool.parameters.get("properties", {}).get(free[-1], {}) if free else {}
+        if free and free[-1] == names[-1] and last.get("type") == "string":
+            # The last parameter takes the rest of the line: `/write notes.txt hello world`.
+            positional[len(free) - 1 :] = [" ".join(positional[len(free) - 1 :])]
+        else:
+            raise ToolArgumentsError(
+                f"/{tool.name}: {len(positional)} words for {len(free)} parameter(s) {free}"
+            )
+    for key, word in zip(free, positional, strict=False):
+        prop = tool.parameters.get("properties", {}).get(key, {})
+        # A string parameter takes the word as written, even when it looks like JSON.
+        args[key] = word if prop.get("type") == "string" else _value(word)
+    return args

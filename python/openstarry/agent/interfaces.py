@@ -1,0 +1,132 @@
+"""The interfaces between the core and its plugins (spec 000 sections 3 and 4).
+
+- :class:`Provider` is the agent's brain: ``generate(prompt, context)`` returns a
+  :class:`~openstarry.core.ProviderResponse` (or the pydantic
+  :class:`openstarry.protocol.ProviderResponse`, which the loop converts).
+- :class:`Tool` is what the agent can do: a name, a description, a JSON Schema
+  of its parameters, and ``run``, sync or async. The :func:`openstarry.tool`
+  decorator makes one from a typed function.
+- :class:`AgentContext` is what the core shows a provider and a tool: the tools
+  by name (``context.tools``, spec 000 section 4), the session and its memory.
+"""
+
+from __future__ import annotations
+
+import abc
+import inspect
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from openstarry.agent.memory import Memory, Session
+from openstarry.errors import ToolArgumentsError
+
+if TYPE_CHECKING:
+    from openstarry.core import ProviderResponse
+
+__all__ = ["AgentContext", "Provider", "Tool"]
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """Turns a prompt and the agent's context into a response (spec 000 ``IProvider``).
+
+    ``prompt`` is the text of the input being answered, on every round of it;
+    what happened since (tool calls, their outcomes, observations) is in
+    ``context.memory``, and ``context.round`` counts the rounds from 1. The tools
+    the provider may call are ``context.tools``.
+
+    A provider that cannot make sense of its model's output returns a text
+    segment saying so or raises :class:`~openstarry.errors.AgentPainException`
+    (spec 000 section 7); any other failure may raise
+    :class:`~openstarry.errors.ProviderError`.
+    """
+
+    name: str
+
+    async def generate(self, prompt: str, context: AgentContext) -> ProviderResponse: ...
+
+
+class Tool(abc.ABC):
+    """A capability of the agent: subclass it, or decorate a function with :func:`openstarry.tool`.
+
+    Attributes:
+        name: Unique within an agent; what a ``toolCall.name`` must match exactly.
+        description: What the tool does, for the provider.
+        parameters: A JSON Schema (``{"type": "object", ...}``) of the arguments.
+    """
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = {"type": "object", "properties": {}}
+
+    def validate(self, args: Any) -> dict[str, Any]:
+        """The arguments to pass to :meth:`run`, checked against :attr:`parameters`.
+
+        The base class checks that ``args`` is an object and that the schema's
+        ``required`` names are present; :func:`openstarry.tool` validates fully.
+
+        Raises:
+            ToolArgumentsError: naming each offending argument.
+        """
+        if not isinstance(args, dict):
+            raise ToolArgumentsError(
+                f"{self.name}: arguments must be an object, not {type(args).__name__}"
+            )
+        missing = [name for name in self.parameters.get("required", ()) if name not in args]
+        if missing:
+            raise ToolArgumentsError(f"{self.name}: missing required argument(s): {missing}")
+        return args
+
+    @abc.abstractmethod
+    def run(self, args: dict[str, Any], context: AgentContext) -> Any | Awaitable[Any]:
+        """Do the work; ``args`` has passed :meth:`validate`.
+
+        May be ``async def``. A plain ``def`` runs in a worker thread, so it does
+        not block the event loop. Return any JSON-serialisable value; raise
+        :class:`~openstarry.errors.ToolError` (with a ``code``) or any exception
+        to report a failure.
+        """
+
+    @property
+    def is_async(self) -> bool:
+        """Whether :meth:`run` is a coroutine function (run on the event loop)."""
+        return inspect.iscoroutinefunction(self.run)
+
+    def describe(self) -> dict[str, Any]:
+        """``{"name", "description", "parameters"}``: what providers translate for their API."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": dict(self.parameters),
+        }
+
+    def __repr__(self) -> str:
+        return f"<Tool {self.name!r}>"
+
+
+@dataclass(slots=True, eq=False)
+class AgentContext:
+    """What the core exposes to providers and tools during one run.
+
+    Attributes:
+        tools: The agent's tools by name (spec 000 section 4, ``context.tools``).
+        session: The session being served; its memory is :attr:`memory`.
+        agent_name: The manifest's ``identity.name``.
+        trace_id: The ``traceId`` shared by every event of this run.
+        round: The provider call of this run, counting from 1 (0 for a slash command).
+    """
+
+    tools: Mapping[str, Tool]
+    session: Session
+    agent_name: str = "openstarry"
+    trace_id: str = ""
+    round: int = 0
+
+    @property
+    def memory(self) -> Memory:
+        return self.session.memory
+
+    @property
+    def session_id(self) -> str:
+        return self.session.id

@@ -1,0 +1,777 @@
+"""The execution loop: spec 000 section 5, with the events of spec 002.
+
+An ``INPUT:USER_MESSAGE`` starts a run in its session. Each round of the run:
+
+1. ``KERNEL:TICK_START`` (``{"round": n}``), then ``KERNEL:STATE_CHANGE`` to ``THINKING``;
+2. the provider's ``generate(prompt, context)``, under the provider timeout;
+3. its text (and other non-tool) segments go out as one ``OUTPUT:AGENT_MESSAGE``;
+4. when it asked for tools: ``KERNEL:STATE_CHANGE`` to ``EXECUTING``, one
+   ``EXEC:TOOL_CALL`` per ``tool_call`` segment, the tools run (concurrently,
+   up to ``max_concurrent_tools``, each under the tool timeout), one
+   ``EXEC:TOOL_RESULT`` per call in the order of the calls, and the outcomes go
+   into the session memory before the next round.
+
+The run ends with a response that asks for no tool, and goes back to ``IDLE``.
+Every event of a run is a descendant of the input (:meth:`Event.child
+<openstarry.core.Event.child>`): same ``traceId`` and ``sessionId``, and a
+``parentId``: ticks and messages point at the input, state changes and tool
+calls at their tick, a tool result at its call.
+
+What is not the provider's success is told to it rather than raised (spec 000
+section 7): an unknown tool or arguments that fail the tool's schema become a
+failed ``EXEC:TOOL_RESULT`` and a system observation in memory; a tool that
+raises or times out becomes a failed result. Three identical failing calls in a
+row add a warning observation; ``max_failure_streak`` failures in a row lock the
+session until ``/reset``. A provider that fails (``AgentPainException``, another
+exception, or the timeout) ends the run with a ``KERNEL:ERROR``.
+
+Sessions are isolated: each has its memory and its own worker task, so a slow
+session never holds up another. A ``/stop`` (a slash line, or an
+``INPUT:SYSTEM_COMMAND`` at priority 0, which overtakes everything queued on the
+bus) cancels the run in progress at once; the session stays usable.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from openstarry.agent.commands import BUILTIN_COMMANDS, find_tool, parse_line, parse_tool_args
+from openstarry.agent.interfaces import AgentContext, Provider, Tool
+from openstarry.agent.memory import (
+    AssistantTurn,
+    Memory,
+    Observation,
+    Session,
+    ToolFailure,
+    ToolOutcome,
+    UserTurn,
+)
+from openstarry.bus import EventBus, Subscription
+from openstarry.core import (
+    ContentSegment,
+    Event,
+    ProviderResponse,
+    ToolCall,
+    decode_response,
+)
+from openstarry.errors import (
+    AgentPainException,
+    DecodeError,
+    QueueClosed,
+    ToolArgumentsError,
+    ToolError,
+)
+from openstarry.events import OUTPUT_AGENT_MESSAGE, AgentState, EventType
+
+__all__ = ["ExecutionLoop", "LoopLimits", "RunResult"]
+
+_USER_MESSAGE = EventType.USER_MESSAGE.value
+_SYSTEM_COMMAND = EventType.SYSTEM_COMMAND.value
+_TICK_START = EventType.TICK_START.value
+_STATE_CHANGE = EventType.STATE_CHANGE.value
+_ERROR = EventType.ERROR.value
+_TOOL_CALL = EventType.TOOL_CALL.value
+_TOOL_RESULT = EventType.TOOL_RESULT.value
+_IDLE, _THINKING, _EXECUTING = AgentState.IDLE, AgentState.THINKING, AgentState.EXECUTING
+
+
+@dataclass(frozen=True, slots=True)
+class LoopLimits:
+    """The limits of a run; the manifest's ``limits`` (seconds for timeouts)."""
+
+    max_tool_rounds: int = 10
+    tool_timeout: float = 30.0
+    provider_timeout: float = 120.0
+    max_concurrent_tools: int = 4
+    #: Failed tool calls in a row (across rounds and inputs) that lock the session.
+    max_failure_streak: int = 5
+    #: Identical failing calls in a row that add a warning observation.
+    repeated_failure_warning: int = 3
+    #: Inputs that may wait behind a session's run; more are refused with ``KERNEL:ERROR``.
+    max_pending_inputs: int = 64
+    #: Sessions kept; past it the least recently used idle one is forgotten.
+    max_sessions: int = 10_000
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_tool_rounds",
+            "max_concurrent_tools",
+            "max_failure_streak",
+            "max_pending_inputs",
+            "max_sessions",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.repeated_failure_warning < 2:
+            raise ValueError("repeated_failure_warning must be at least 2")
+        for name in ("tool_timeout", "provider_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
+
+
+@dataclass(slots=True)
+class RunResult:
+    """How one input ended, for :meth:`ExecutionLoop.ask`.
+
+    Attributes:
+        trace_id: The ``traceId`` shared by the run's events.
+        replies: The text of each ``OUTPUT:AGENT_MESSAGE`` of the run, in order.
+        stopped: The run was cancelled by ``/stop``, ``/reset`` or ``/quit``.
+        error: The ``KERNEL:ERROR`` payload that ended the run, if one did.
+    """
+
+    trace_id: str
+    replies: list[str] = field(default_factory=list)
+    stopped: bool = False
+    error: dict[str, Any] | None = None
+
+    @property
+    def text(self) -> str:
+        """The replies joined by newlines."""
+        return "\n".join(self.replies)
+
+
+class _SessionRuntime:
+    """The loop's private state of one session."""
+
+    __slots__ = ("failure_key", "failure_repeats", "pending", "running", "scope", "session")
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.pending: deque[Event] = deque()
+        self.running = False
+        self.scope: anyio.CancelScope | None = None
+        self.failure_key: tuple[str, str] | None = None
+        self.failure_repeats = 0
+
+
+class _Run:
+    """One input being served: the events it emits all descend from ``input``."""
+
+    __slots__ = ("context", "input", "result", "rt", "state", "tick")
+
+    def __init__(self, rt: _SessionRuntime, event: Event, context: AgentContext) -> None:
+        self.rt = rt
+        self.input = event
+        self.tick = event
+        self.state = _IDLE
+        self.context = context
+        self.result: RunResult | None = None
+
+
+def _segment_dict(segment: ContentSegment) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": segment.type}
+    if segment.text is not None:
+        out["text"] = segment.text
+    if segment.data is not None:
+        out["data"] = segment.data
+    if segment.mime_type is not None:
+        out["mimeType"] = segment.mime_type
+    if segment.ui is not None:
+        out["ui"] = segment.ui
+    return out
+
+
+def _coerce_response(response: Any) -> ProviderResponse:
+    """A provider's return value as the core ``ProviderResponse``, or ``AgentPainException``."""
+    if type(response) is ProviderResponse:
+        return response
+    to_core = getattr(response, "to_core", None)
+    if callable(to_core):
+        core = to_core()
+        if type(core) is ProviderResponse:
+            return core
+    if isinstance(response, dict):
+        try:
+            return decode_response(json.dumps(response).encode())
+        except (DecodeError, TypeError, ValueError) as exc:
+            raise AgentPainException(f"the provider's response is not a ProviderResponse: {exc}") from None
+    raise AgentPainException(
+        f"the provider returned {type(response).__name__}, not a ProviderResponse"
+    )
+
+
+def _failure_of(exc: BaseException) -> ToolFailure:
+    if isinstance(exc, ToolError):
+        return ToolFailure(exc.code, str(exc), "tool")
+    if isinstance(exc, ToolArgumentsError):
+        return ToolFailure("INVALID_ARGUMENTS", str(exc), "core")
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return ToolFailure(errno.errorcode.get(exc.errno, "EIO"), exc.strerror or str(exc), "tool")
+    return ToolFailure("TOOL_ERROR", f"{type(exc).__name__}: {exc}", "tool")
+
+
+class ExecutionLoop:
+    """Runs an agent's think-act loop for every session, driven by events on a bus.
+
+    Use it as an async context manager inside a running :class:`EventBus`:
+
+        async with EventBus() as bus, ExecutionLoop(bus, provider, tools) as loop:
+            result = await loop.ask("Query weather in Taipei", session_id="s1")
+
+    Args:
+        bus: The bus it subscribes to (``INPUT:USER_MESSAGE`` and
+            ``INPUT:SYSTEM_COMMAND``) and publishes its events on.
+        provider: The agent's brain.
+        tools: The agent's tools, as a list or by name.
+        limits: The run limits (defaults: 10 tool rounds, 30 s per tool,
+            120 s per provider call, 4 tools at once).
+        agent_name: The agent's name, shown to providers and as the events' source.
+        memory_window: User turns each session's memory keeps (``None``: all).
+    """
+
+    def __init__(
+        self,
+        bus: EventBus,
+        provider: Provider,
+        tools: Iterable[Tool] | Mapping[str, Tool] = (),
+        *,
+        limits: LoopLimits | None = None,
+        agent_name: str = "openstarry",
+        memory_window: int | None = 50,
+    ) -> None:
+        self.bus = bus
+        self.provider = provider
+        items = tools.values() if isinstance(tools, Mapping) else tools
+        by_name: dict[str, Tool] = {}
+        for tool in items:
+            if not isinstance(tool, Tool):
+                raise TypeError(f"tools must be openstarry Tool objects, not {type(tool).__name__}")
+            if tool.name in by_name:
+                raise ValueError(f"two tools are named {tool.name!r}")
+            by_name[tool.name] = tool
+        self.tools: Mapping[str, Tool] = by_name
+        self.limits = limits or LoopLimits()
+        self.agent_name = agent_name
+        self.source = f"agent:{agent_name}"
+        self.memory_window = memory_window
+        self._sessions: OrderedDict[str, _SessionRuntime] = OrderedDict()
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._subscriptions: list[Subscription] = []
+        self._waiting: dict[str, RunResult] = {}
+        self._done: dict[str, anyio.Event] = {}
+        self._limiter = anyio.CapacityLimiter(self.limits.max_concurrent_tools)
+        self._quit_hooks: list[Callable[[str], None]] = []
+        self.runs_completed = 0
+        self.runs_stopped = 0
+        self._dropped = 0
+
+    # -- lifecycle -------------------------------------------------------
+
+    async def __aenter__(self) -> ExecutionLoop:
+        if self._task_group is not None:
+            raise RuntimeError("this ExecutionLoop is already running")
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
+        self._subscriptions = [
+            self.bus.subscribe(_USER_MESSAGE, self._on_user_message),
+            self.bus.subscribe(_SYSTEM_COMMAND, self._on_system_command),
+        ]
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> bool | None:
+        for subscription in self._subscriptions:
+            subscription.cancel()
+        task_group, self._task_group = self._task_group, None
+        if task_group is None:
+            return None
+        for result in self._waiting.values():
+            result.stopped = True
+        for done in self._done.values():
+            done.set()
+        # Runs in progress are cancelled: leaving the loop means the agent stops.
+        task_group.cancel_scope.cancel()
+        return await task_group.__aexit__(*exc_info)  # type: ignore[arg-type]
+
+    def on_quit(self, hook: Callable[[str], None]) -> None:
+        """Call ``hook(session_id)`` when a session sends ``/quit``."""
+        self._quit_hooks.append(hook)
+
+    # -- sessions --------------------------------------------------------
+
+    def session(self, session_id: str) -> Session:
+        """The session of that id, created empty on first use."""
+        return self._runtime(session_id).session
+
+    @property
+    def sessions(self) -> Mapping[str, Session]:
+        return {key: rt.session for key, rt in self._sessions.items()}
+
+    def _runtime(self, session_id: str) -> _SessionRuntime:
+        rt = self._sessions.get(session_id)
+        if rt is None:
+            if len(self._sessions) >= self.limits.max_sessions:
+                self._evict_idle()
+            rt = _SessionRuntime(Session(session_id, Memory(self.memory_window)))
+            self._sessions[session_id] = rt
+        else:
+            self._sessions.move_to_end(session_id)
+        return rt
+
+    def _evict_idle(self) -> None:
+        for key, rt in self._sessions.items():
+            if not rt.running and not rt.pending:
+                del self._sessions[key]
+                return
+
+    # -- inputs ----------------------------------------------------------
+
+    def submit(self, text: str, *, session_id: str, source: str = "user", priority: int | None = None) -> Event:
+        """Publish an ``INPUT:USER_MESSAGE`` and return it; its ``trace_id`` names the run."""
+        event = Event.new(
+            _USER_MESSAGE,
+            {"text": text, "mimeType": "text/plain"},
+            source=source,
+            session_id=session_id,
+            priority=priority,
+        )
+        self.bus.publish(event)
+        return event
+
+    async def ask(self, text: str, *, session_id: str = "default", source: str = "user") -> RunResult:
+        """Send ``text`` to the session and wait until the run it starts has ended."""
+        event = Event.new(
+            _USER_MESSAGE, {"text": text, "mimeType": "text/plain"}, source=source, session_id=session_id
+        )
+        result = RunResult(event.trace_id)
+        done = anyio.Event()
+        self._waiting[event.id] = result
+        self._done[event.id] = done
+        try:
+            await self.bus.apublish(event)
+            await done.wait()
+        finally:
+            self._waiting.pop(event.id, None)
+            self._done.pop(event.id, None)
+        return result
+
+    def command(self, command: str, args: Sequence[str] = (), *, session_id: str, source: str = "user") -> Event:
+        """Publish an ``INPUT:SYSTEM_COMMAND`` at priority 0 (``/stop`` overtakes everything queued)."""
+        event = Event.new(
+            _SYSTEM_COMMAND,
+            {"command": command.lstrip("/"), "args": list(args)},
+            source=source,
+            session_id=session_id,
+            priority=0,
+        )
+        self.bus.publish(event)
+        return event
+
+    def _finish(self, event: Event) -> None:
+        done = self._done.get(event.id)
+        if done is not None:
+            done.set()
+
+    def _on_user_message(self, event: Event) -> None:
+        payload = event.payload
+        text = payload.get("text") if isinstance(payload, dict) else None
+        if not isinstance(text, str):
+            self._error(event, "INVALID_INPUT", "INPUT:USER_MESSAGE needs a payload with a string 'text'")
+            self._finish(event)
+            return
+        command = parse_line(text)
+        if command is not None and command.is_builtin:
+            self._builtin(event, command.name, command.argline.split())
+            self._finish(event)
+            return
+        self._enqueue(event)
+
+    def _on_system_command(self, event: Event) -> None:
+        payload = event.payload
+        name = payload.get("command") if isinstance(payload, dict) else None
+        args = payload.get("args", []) if isinstance(payload, dict) else []
+        if not isinstance(name, str) or not isinstance(args, list):
+            self._error(event, "INVALID_INPUT", "INPUT:SYSTEM_COMMAND needs {'command': str, 'args': [str]}")
+            return
+        name = name.lstrip("/")
+        if name not in BUILTIN_COMMANDS:
+            self._error(event, "UNKNOWN_COMMAND", f"unknown system command {name!r}; known: {sorted(BUILTIN_COMMANDS)}")
+            return
+        self._builtin(event, name, [str(a) for a in args])
+
+    def _enqueue(self, event: Event) -> None:
+        rt = self._runtime(event.session_id)
+        if len(rt.pending) >= self.limits.max_pending_inputs:
+            self._error(event, "SESSION_BUSY", f"session {event.session_id!r} already has {len(rt.pending)} inputs waiting")
+            self._finish(event)
+            return
+        rt.pending.append(event)
+        if not rt.running:
+            rt.running = True
+            task_group = self._task_group
+            if task_group is None:
+                raise RuntimeError("the ExecutionLoop is not running: use `async with ExecutionLoop(...)`")
+            task_group.start_soon(self._worker, rt)
+
+    # -- built-in commands -----------------------------------------------
+
+    def _builtin(self, event: Event, name: str, args: list[str]) -> None:
+        rt = self._runtime(event.session_id)
+        if name == "stop":
+            dropped = self._stop(rt)
+            self._say(event, f"Stopped.{f' Dropped {dropped} waiting input(s).' if dropped else ''}", command=name)
+        elif name == "reset":
+            self._stop(rt)
+            rt.session.memory.clear()
+            rt.session.failure_streak = 0
+            rt.session.locked = False
+            rt.failure_key, rt.failure_repeats = None, 0
+            self._say(event, "Session reset: memory cleared.", command=name)
+        elif name == "quit":
+            self._stop(rt)
+            self._say(event, "Goodbye.", command=name)
+            self._sessions.pop(event.session_id, None)
+            for hook in self._quit_hooks:
+                hook(event.session_id)
+        elif name == "metrics":
+            self._say(event, json.dumps(self.metrics(), indent=2, sort_keys=True), command=name, data=self.metrics())
+        else:  # help
+            lines = ["Commands:"]
+            lines += [f"  /{key:<8} {text}" for key, text in BUILTIN_COMMANDS.items()]
+            if self.tools:
+                lines.append("Tools (run one directly with /name args):")
+                lines += [f"  /{t.name:<8} {t.description}" for t in self.tools.values()]
+            self._say(event, "\n".join(lines), command=name)
+
+    def _stop(self, rt: _SessionRuntime) -> int:
+        dropped = len(rt.pending)
+        for waiting in rt.pending:
+            result = self._waiting.get(waiting.id)
+            if result is not None:
+                result.stopped = True
+            self._finish(waiting)
+        rt.pending.clear()
+        if rt.scope is not None:
+            rt.scope.cancel()
+        return dropped
+
+    # -- running ---------------------------------------------------------
+
+    async def _worker(self, rt: _SessionRuntime) -> None:
+        try:
+            while rt.pending:
+                event = rt.pending.popleft()
+                context = AgentContext(self.tools, rt.session, self.agent_name, event.trace_id)
+                run = _Run(rt, event, context)
+                run.result = self._waiting.get(event.id)
+                with anyio.CancelScope() as scope:
+                    rt.scope = scope
+                    try:
+                        await self._serve(run, event)
+                    except QueueClosed:
+                        return
+                rt.scope = None
+                if scope.cancelled_caught:
+                    self.runs_stopped += 1
+                    if run.result is not None:
+                        run.result.stopped = True
+                    self._set_state(run, _IDLE, reason="stopped")
+                else:
+                    self.runs_completed += 1
+                self._finish(event)
+        finally:
+            rt.running = False
+            rt.scope = None
+
+    async def _serve(self, run: _Run, event: Event) -> None:
+        text: str = event.payload["text"]
+        command = parse_line(text)
+        session = run.rt.session
+        if session.locked:
+            self._error(
+                event,
+                "SESSION_LOCKED",
+                f"session {session.id!r} is locked after {session.failure_streak} failed tool calls in a row; send /reset",
+                run=run,
+            )
+            return
+        if command is not None:
+            await self._slash_tool(run, command.name, command.argline)
+        else:
+            await self._think_act(run, text)
+
+    async def _slash_tool(self, run: _Run, name: str, argline: str) -> None:
+        event = run.input
+        tool = find_tool(name, self.tools)
+        if tool is None:
+            self._error(
+                event,
+                "UNKNOWN_COMMAND",
+                f"unknown command /{name}; built-ins: {', '.join('/' + c for c in BUILTIN_COMMANDS)}; "
+                f"tools: {', '.join('/' + t for t in self.tools) or 'none'}",
+                run=run,
+            )
+            return
+        try:
+            args: Any = parse_tool_args(tool, argline)
+        except ToolArgumentsError as exc:
+            args = {"_line": argline}
+            parse_error: ToolArgumentsError | None = exc
+        else:
+            parse_error = None
+        self._set_state(run, _EXECUTING)
+        call = ToolCall(tool.name, args)
+        outcomes = await self._execute(run, [call], parse_errors={0: parse_error} if parse_error else None)
+        if not outcomes[0].success:
+            self._count_failures(run, outcomes, [call])
+        else:
+            run.rt.session.failure_streak = 0
+        self._set_state(run, _IDLE)
+
+    async def _think_act(self, run: _Run, prompt: str) -> None:
+        session = run.rt.session
+        memory = session.memory
+        limits = self.limits
+        memory.append(UserTurn(prompt))
+        event = run.input
+        tool_rounds = 0
+        round_no = 0
+        while True:
+            round_no += 1
+            tick = event.child(_TICK_START, {"round": round_no}, source=self.source)
+            run.tick = tick
+            await self.bus.apublish(tick)
+            self._set_state(run, _THINKING)
+            run.context.round = round_no
+            try:
+                with anyio.fail_after(limits.provider_timeout):
+                    raw = await self.provider.generate(prompt, run.context)
+                response = _coerce_response(raw)
+            except TimeoutError:
+                self._error(tick, "PROVIDER_TIMEOUT", f"the provider gave no answer within {limits.provider_timeout:g} s", run=run)
+                break
+            except AgentPainException as exc:
+                self._error(tick, "AGENT_PAIN", str(exc), run=run)
+                break
+            except Exception as exc:
+                self._error(tick, "PROVIDER_ERROR", f"{type(exc).__name__}: {exc}", run=run)
+                break
+            calls: list[ToolCall] = []
+            said: list[ContentSegment] = []
+            for segment in response.segments:
+                tool_call = segment.tool_call
+                if tool_call is not None:
+                    calls.append(tool_call)
+                else:
+                    said.append(segment)
+            text = "".join(s.text for s in said if s.text is not None)
+            memory.append(AssistantTurn(text, tuple(calls)))
+            if said:
+                payload: dict[str, Any] = {
+                    "text": text,
+                    "segments": [_segment_dict(s) for s in said],
+                    "final": not calls,
+                }
+                if response.metadata is not None:
+                    payload["metadata"] = response.metadata
+                await self.bus.apublish(event.child(OUTPUT_AGENT_MESSAGE, payload, source=self.source))
+                if run.result is not None:
+                    run.result.replies.append(text)
+            if not calls:
+                break
+            if tool_rounds >= limits.max_tool_rounds:
+                message = f"the provider asked for tools after {limits.max_tool_rounds} tool rounds; the run stops here"
+                memory.append(Observation(message))
+                self._error(tick, "TOOL_ROUND_LIMIT", message, run=run)
+                break
+            tool_rounds += 1
+            self._set_state(run, _EXECUTING)
+            outcomes = await self._execute(run, calls)
+            memory.extend(outcomes)
+            if self._count_failures(run, outcomes, calls):
+                break
+        self._set_state(run, _IDLE)
+
+    def _count_failures(self, run: _Run, outcomes: Sequence[ToolOutcome], calls: Sequence[ToolCall]) -> bool:
+        """Update the failure streaks; True when the session just got locked."""
+        rt = run.rt
+        session = rt.session
+        limits = self.limits
+        for outcome, call in zip(outcomes, calls, strict=True):
+            if outcome.success:
+                session.failure_streak = 0
+                rt.failure_key, rt.failure_repeats = None, 0
+                continue
+            session.failure_streak += 1
+            key = (call.name, json.dumps(call.args, sort_keys=True, default=str))
+            rt.failure_repeats = rt.failure_repeats + 1 if key == rt.failure_key else 1
+            rt.failure_key = key
+            if rt.failure_repeats == limits.repeated_failure_warning:
+                session.memory.append(
+                    Observation(
+                        f"Warning: {call.name} has failed {rt.failure_repeats} times in a row with the same "
+                        f"arguments {key[1]}. Do not call it that way again; try something else or answer the user."
+                    )
+                )
+        if session.failure_streak >= limits.max_failure_streak and not session.locked:
+            session.locked = True
+            self._error(
+                run.tick,
+                "SESSION_LOCKED",
+                f"{session.failure_streak} tool calls failed in a row; session {session.id!r} is locked until /reset",
+                run=run,
+            )
+            return True
+        return False
+
+    async def _execute(
+        self,
+        run: _Run,
+        calls: Sequence[ToolCall],
+        parse_errors: Mapping[int, ToolArgumentsError | None] | None = None,
+    ) -> list[ToolOutcome]:
+        """Run the calls (concurrently up to the cap) and publish their events; outcomes in call order."""
+        parent = run.tick
+        call_events = []
+        for call in calls:
+            call_event = parent.child(
+                _TOOL_CALL, {"toolCallId": call.id, "name": call.name, "args": call.args}, source=self.source
+            )
+            call_events.append(call_event)
+            await self.bus.apublish(call_event)
+        outcomes: list[ToolOutcome | None] = [None] * len(calls)
+        if len(calls) == 1:
+            outcomes[0] = await self._run_one(run, calls[0], parse_errors.get(0) if parse_errors else None)
+        else:
+
+            async def one(i: int) -> None:
+                outcomes[i] = await self._run_one(run, calls[i], None)
+
+            async with anyio.create_task_group() as task_group:
+                for i in range(len(calls)):
+                    task_group.start_soon(one, i)
+        done: list[ToolOutcome] = []
+        for call_event, outcome in zip(call_events, outcomes, strict=True):
+            assert outcome is not None
+            payload: dict[str, Any] = {
+                "toolCallId": outcome.tool_call_id,
+                "name": outcome.name,
+                "success": outcome.success,
+            }
+            if outcome.success:
+                payload["result"] = outcome.result
+            else:
+                assert outcome.error is not None
+                payload["error"] = outcome.error.to_dict()
+            try:
+                result_event = call_event.child(_TOOL_RESULT, payload, source=self.source)
+            except (TypeError, ValueError) as exc:
+                # The tool returned something JSON cannot carry.
+                outcome = ToolOutcome(
+                    outcome.tool_call_id,
+                    outcome.name,
+                    False,
+                    error=ToolFailure("INVALID_RESULT", f"the tool's result is not JSON: {exc}", "core"),
+                )
+                payload = {
+                    "toolCallId": outcome.tool_call_id,
+                    "name": outcome.name,
+                    "success": False,
+                    "error": outcome.error.to_dict(),  # type: ignore[union-attr]
+                }
+                result_event = call_event.child(_TOOL_RESULT, payload, source=self.source)
+            await self.bus.apublish(result_event)
+            done.append(outcome)
+        return done
+
+    async def _run_one(self, run: _Run, call: ToolCall, parse_error: ToolArgumentsError | None) -> ToolOutcome:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            available = ", ".join(self.tools) or "none"
+            message = f"Tool {call.name!r} does not exist. Available tools: {available}."
+            run.rt.session.memory.append(Observation(message))
+            return ToolOutcome(call.id, call.name, False, error=ToolFailure("TOOL_NOT_FOUND", message, "core"))
+        try:
+            if parse_error is not None:
+                raise parse_error
+            args = tool.validate(call.args)
+        except ToolArgumentsError as exc:
+            message = f"Invalid arguments for {call.name}: {exc}. Its parameters: {json.dumps(tool.parameters)}"
+            run.rt.session.memory.append(Observation(message))
+            return ToolOutcome(call.id, call.name, False, error=ToolFailure("INVALID_ARGUMENTS", str(exc), "core"))
+        timeout = self.limits.tool_timeout
+        try:
+            async with self._limiter:
+                with anyio.fail_after(timeout):
+                    if tool.is_async:
+                        result = await tool.run(args, run.context)  # type: ignore[misc]
+                    else:
+                        result = await anyio.to_thread.run_sync(tool.run, args, run.context, abandon_on_cancel=True)
+        except TimeoutError:
+            return ToolOutcome(
+                call.id, call.name, False, error=ToolFailure("TIMEOUT", f"{call.name} did not finish within {timeout:g} s", "core")
+            )
+        except Exception as exc:
+            return ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
+        return ToolOutcome(call.id, call.name, True, result)
+
+    # -- events ----------------------------------------------------------
+
+    def _set_state(self, run: _Run, state: AgentState, *, reason: str | None = None) -> None:
+        if run.state is state:
+            return
+        payload: dict[str, Any] = {"from": run.state.value, "to": state.value}
+        if reason is not None:
+            payload["reason"] = reason
+        run.state = state
+        run.rt.session.state = state
+        self._emit(run.tick.child(_STATE_CHANGE, payload, source=self.source))
+
+    def _say(self, event: Event, text: str, *, command: str, data: Any = None) -> None:
+        metadata: dict[str, Any] = {"command": command}
+        if data is not None:
+            metadata["data"] = data
+        self._emit(
+            event.child(
+                OUTPUT_AGENT_MESSAGE,
+                {"text": text, "segments": [{"type": "text", "text": text}], "final": True, "metadata": metadata},
+                source=self.source,
+            )
+        )
+        result = self._waiting.get(event.id)
+        if result is not None:
+            result.replies.append(text)
+
+    def _error(self, parent: Event, code: str, message: str, *, run: _Run | None = None) -> None:
+        payload = {"code": code, "message": message, "source": self.source}
+        if run is not None and run.result is not None:
+            run.result.error = payload
+        else:
+            result = self._waiting.get(parent.id)
+            if result is not None:
+                result.error = payload
+        self._emit(parent.child(_ERROR, payload, source=self.source, priority=min(parent.priority, 1)))
+
+    def _emit(self, event: Event) -> None:
+        """Publish from sync code; a full bus drops the event rather than block the run."""
+        try:
+            self.bus.publish(event)
+        except QueueClosed:
+            raise
+        except Exception:  # QueueFull: counted by the bus metrics' depth; nothing else to do
+            self._dropped += 1
+
+    # -- metrics ---------------------------------------------------------
+
+    def metrics(self) -> dict[str, Any]:
+        """The bus metrics plus the loop's: sessions, runs completed and stopped, events dropped."""
+        running = sum(1 for rt in self._sessions.values() if rt.running)
+        return {
+            "bus": self.bus.metrics(),
+            "loop": {
+                "sessions": len(self._sessions),
+                "running": running,
+                "runs_completed": self.runs_completed,
+                "runs_stopped": self.runs_stopped,
+                "events_dropped": self._dropped,
+            },
+        }

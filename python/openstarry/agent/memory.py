@@ -1,0 +1,147 @@
+"""A session's memory: what the provider sees of the conversation so far.
+
+Memory is a list of entries, oldest first, of four kinds: the user's turns, the
+assistant's turns (its text and the tool calls it asked for), the outcome of
+each tool call, and system observations (what the core tells the provider, such
+as "that tool does not exist"). Provider adapters translate it into the message
+list of their API, pairing each :class:`ToolOutcome` with the call of the same
+``tool_call_id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from openstarry.core import ToolCall
+from openstarry.events import AgentState
+
+__all__ = [
+    "AssistantTurn",
+    "Memory",
+    "MemoryEntry",
+    "Observation",
+    "Session",
+    "ToolFailure",
+    "ToolOutcome",
+    "UserTurn",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class UserTurn:
+    """What the user said."""
+
+    text: str
+    role: Literal["user"] = "user"
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantTurn:
+    """What the provider answered: its text (may be empty) and the tool calls it asked for, in order."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    role: Literal["assistant"] = "assistant"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFailure:
+    """Why a tool call failed: the ``error`` object of an ``EXEC:TOOL_RESULT``."""
+
+    code: str
+    message: str
+    source: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message, "source": self.source}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """The outcome of one tool call: its result on success, its ``error`` otherwise."""
+
+    tool_call_id: str
+    name: str
+    success: bool
+    result: Any = None
+    error: ToolFailure | None = None
+    role: Literal["tool"] = "tool"
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """A system observation for the provider (spec 000 section 7), such as an unknown tool."""
+
+    text: str
+    role: Literal["system"] = "system"
+
+
+MemoryEntry = UserTurn | AssistantTurn | ToolOutcome | Observation
+
+
+class Memory(Sequence[MemoryEntry]):
+    """A session's entries, oldest first, bounded by ``window`` user turns.
+
+    When a new user turn would exceed the window, the oldest turns are dropped
+    whole (a user turn with everything that followed it up to the next user
+    turn), so a tool outcome never loses the call it answers.
+    """
+
+    __slots__ = ("_entries", "_turn_starts", "window")
+
+    def __init__(self, window: int | None = None) -> None:
+        if window is not None and window < 1:
+            raise ValueError(f"window must be at least 1, not {window}")
+        self.window = window
+        self._entries: list[MemoryEntry] = []
+        # Index in _entries of each UserTurn, oldest first.
+        self._turn_starts: list[int] = []
+
+    def append(self, entry: MemoryEntry) -> None:
+        if type(entry) is UserTurn:
+            if self.window is not None and len(self._turn_starts) >= self.window:
+                cut = self._turn_starts[len(self._turn_starts) - self.window + 1]
+                del self._entries[:cut]
+                self._turn_starts = [i - cut for i in self._turn_starts if i >= cut]
+            self._turn_starts.append(len(self._entries))
+        self._entries.append(entry)
+
+    def extend(self, entries: Sequence[MemoryEntry]) -> None:
+        for entry in entries:
+            self.append(entry)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._turn_starts.clear()
+
+    def current_turn(self) -> Sequence[MemoryEntry]:
+        """The entries from the latest user turn on (all of them when there is none)."""
+        start = self._turn_starts[-1] if self._turn_starts else 0
+        return self._entries[start:]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[MemoryEntry]:
+        return iter(self._entries)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._entries[index]
+
+    def __repr__(self) -> str:
+        return f"Memory({len(self._entries)} entries, window={self.window})"
+
+
+@dataclass(slots=True, eq=False)
+class Session:
+    """One conversation, isolated from the others by its ``id`` (the events' ``sessionId``)."""
+
+    id: str
+    memory: Memory = field(default_factory=Memory)
+    state: AgentState = AgentState.IDLE
+    #: Consecutive failed tool calls, across rounds and inputs; reset by a success or ``/reset``.
+    failure_streak: int = 0
+    #: Set when ``failure_streak`` reaches the limit: inputs are refused until ``/reset``.
+    locked: bool = False

@@ -1,0 +1,397 @@
+"""The event bus: publish and subscribe over the Rust priority queue and dedup window.
+
+``EventBus`` is where every event of an agent passes: inputs from transports,
+the execution loop's kernel and exec events, errors. Publishing puts an event in
+an :class:`~openstarry.core.EventQueue` (priority 0 first, FIFO within a
+priority) after the :class:`~openstarry.core.DedupWindow` has checked its id; one
+dispatcher task takes the events out in priority order and calls the handlers
+subscribed to their type.
+
+    async with EventBus() as bus:
+        bus.subscribe("EXEC:*", on_exec)
+        bus.publish(Event.new("INPUT:USER_MESSAGE", {"text": "hi"}, source="cli", session_id="s1"))
+
+Rules the bus keeps:
+
+- **Priority end to end.** The dispatcher takes one event at a time from the
+  queue, so a priority-0 event published while handlers run overtakes every
+  lower-priority event still waiting.
+- **Idempotency.** An event whose id was seen within the window is dropped
+  (``publish`` returns ``False``) and counted in ``metrics()["duplicates"]``.
+- **One wake-up per batch.** Publishing wakes the dispatcher only when it is
+  asleep; a burst of publishes costs one wake-up, and the dispatcher then
+  drains the queue without sleeping.
+- **Handlers never kill the bus.** A handler that raises becomes a
+  ``KERNEL:ERROR`` event (a child of the event it was handling, so it keeps the
+  ``traceId`` and ``sessionId``) and dispatch goes on.
+- **Handlers run one at a time, in order.** The dispatcher awaits an async
+  handler before it dispatches the next event, so a handler should be short;
+  long work (a whole agent run) belongs in a task the handler starts, as the
+  execution loop does.
+
+Publish from the thread that runs the event loop. Trace propagation is the
+events' own: :meth:`Event.child <openstarry.core.Event.child>` keeps the trace
+and session and records the parent.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from array import array
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from openstarry.core import DedupWindow, Event, EventQueue, Ingestor, IngestResult
+from openstarry.errors import QueueClosed, QueueFull
+from openstarry.events import EventType
+
+__all__ = ["EventBus", "Handler", "Subscription"]
+
+log = logging.getLogger("openstarry.bus")
+
+#: A handler takes the event; it may be a plain function or a coroutine function.
+Handler = Callable[[Event], "Awaitable[None] | None"]
+
+_perf_ns = time.perf_counter_ns
+_ERROR = EventType.ERROR.value
+
+
+class Subscription:
+    """What :meth:`EventBus.subscribe` returns; :meth:`cancel` ends the subscription."""
+
+    __slots__ = ("_bus", "handler", "is_async", "pattern")
+
+    def __init__(self, bus: EventBus, pattern: str, handler: Handler) -> None:
+        self._bus: EventBus | None = bus
+        self.pattern = pattern
+        self.handler = handler
+        self.is_async = inspect.iscoroutinefunction(handler)
+
+    def cancel(self) -> None:
+        """Stop delivering events to the handler; calling it again does nothing."""
+        bus, self._bus = self._bus, None
+        if bus is not None:
+            bus._unsubscribe(self)
+
+    def __repr__(self) -> str:
+        return f"<Subscription {self.pattern!r} -> {getattr(self.handler, '__qualname__', self.handler)!r}>"
+
+
+def _check_pattern(pattern: str) -> None:
+    namespace, colon, name = pattern.partition(":")
+    if pattern == "*" or (colon and namespace and name and "*" not in namespace):
+        if "*" in name and name != "*":
+            raise ValueError(f"pattern {pattern!r}: '*' stands only for a whole name (NAMESPACE:*)")
+        return
+    raise ValueError(f"pattern {pattern!r}: expected TYPE like 'INPUT:USER_MESSAGE', 'NAMESPACE:*' or '*'")
+
+
+class EventBus:
+    """Publish/subscribe over the Rust priority queue, on asyncio or trio (through anyio).
+
+    Args:
+        capacity: The most events that may wait for dispatch. At capacity,
+            :meth:`publish` raises :class:`~openstarry.errors.QueueFull` and
+            :meth:`apublish` waits for room.
+        dedup: The window that drops repeated ids: ``True`` (the default) for a
+            window of 60 s and 100,000 ids, a :class:`~openstarry.core.DedupWindow`
+            of your own (to share it, or restore it from a snapshot), or
+            ``False`` to turn de-duplication off.
+        source: The ``source`` of the ``KERNEL:ERROR`` events the bus emits.
+        latency_samples: How many recent dispatch latencies the metrics keep.
+    """
+
+    def __init__(
+        self,
+        *,
+        capacity: int | None = 65536,
+        dedup: DedupWindow | bool = True,
+        source: str = "openstarry.bus",
+        latency_samples: int = 4096,
+    ) -> None:
+        if latency_samples < 1:
+            raise ValueError(f"latency_samples must be at least 1, not {latency_samples}")
+        self._queue = EventQueue(capacity)
+        self._dedup: DedupWindow | None
+        if dedup is True:
+            self._dedup = DedupWindow(60_000, 100_000)
+        elif dedup is False:
+            self._dedup = None
+        elif isinstance(dedup, DedupWindow):
+            self._dedup = dedup
+        else:
+            raise TypeError(f"dedup must be a DedupWindow or a bool, not {type(dedup).__name__}")
+        self._ingestor: Ingestor | None = None
+        self.source = source
+        self._subscriptions: list[Subscription] = []
+        self._routes: dict[str, tuple[Subscription, ...]] = {}
+        # Dispatcher state: it sleeps on _wake only when _asleep is set.
+        self._wake = anyio.Event()
+        self._asleep = False
+        self._idle = anyio.Event()
+        self._room = anyio.Event()
+        self._room_waiters = 0
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._stopped = anyio.Event()
+        self._closing = False
+        # Metrics.
+        self._published = 0
+        self._duplicates = 0
+        self._dispatched: dict[str, int] = {}
+        self._handler_errors = 0
+        self._errors_dropped = 0
+        self._latency = array("q", bytes(8 * latency_samples))
+        self._latency_next = 0
+        self._latency_count = 0
+
+    # -- lifecycle -------------------------------------------------------
+
+    async def __aenter__(self) -> EventBus:
+        if self._task_group is not None:
+            raise RuntimeError("this EventBus is already running")
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
+        task_group.start_soon(self._dispatch_loop, name="openstarry.bus dispatcher")
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> bool | None:
+        task_group = self._task_group
+        if task_group is None:
+            return None
+        if exc_info[0] is None:
+            await self.aclose()
+        else:
+            task_group.cancel_scope.cancel()
+        return await task_group.__aexit__(*exc_info)  # type: ignore[arg-type]
+
+    async def aclose(self) -> None:
+        """Refuse new events, dispatch every event already accepted, then stop the dispatcher.
+
+        A handler that publishes during the drain gets
+        :class:`~openstarry.errors.QueueClosed`, like any other publisher.
+        """
+        if not self._closing:
+            self._closing = True
+            self._queue.close()
+            self._wake.set()
+            self._room.set()
+        if self._task_group is not None:
+            await self._stopped.wait()
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    # -- subscribing -----------------------------------------------------
+
+    def subscribe(self, pattern: str, handler: Handler) -> Subscription:
+        """Deliver to ``handler`` every event whose type matches ``pattern``.
+
+        ``pattern`` is an exact type (``"EXEC:TOOL_CALL"``), a namespace
+        (``"EXEC:*"``) or ``"*"`` for every event. Handlers of one event run in
+        the order they subscribed.
+        """
+        _check_pattern(pattern)
+        subscription = Subscription(self, pattern, handler)
+        self._subscriptions.append(subscription)
+        self._routes.clear()
+        return subscription
+
+    def _unsubscribe(self, subscription: Subscription) -> None:
+        self._subscriptions = [s for s in self._subscriptions if s is not subscription]
+        self._routes.clear()
+
+    def _route(self, event_type: str) -> tuple[Subscription, ...]:
+        namespace = event_type.partition(":")[0] + ":*"
+        route = tuple(
+            s
+            for s in self._subscriptions
+            if s.pattern == event_type or s.pattern == namespace or s.pattern == "*"
+        )
+        self._routes[event_type] = route
+        return route
+
+    # -- publishing ------------------------------------------------------
+
+    def publish(self, event: Event) -> bool:
+        """Queue ``event`` for dispatch; ``False`` when its id is a duplicate (dropped).
+
+        Raises:
+            QueueFull: the bus holds ``capacity`` events (use :meth:`apublish` to wait).
+            QueueClosed: after :meth:`aclose`.
+            TypeError: ``event`` is not an :class:`~openstarry.core.Event`.
+        """
+        if type(event) is not Event:
+            raise TypeError(f"publish takes an openstarry.core.Event, not {type(event).__name__}")
+        dedup = self._dedup
+        if dedup is not None and event.id in dedup:
+            self._duplicates += 1
+            return False
+        self._queue.push((_perf_ns(), event), event.priority)
+        if dedup is not None:
+            dedup.check_and_insert(event.id)
+        self._published += 1
+        if self._asleep:
+            self._asleep = False
+            self._wake.set()
+        return True
+
+    async def apublish(self, event: Event) -> bool:
+        """:meth:`publish`, waiting for room when the bus is at capacity."""
+        while True:
+            try:
+                return self.publish(event)
+            except QueueFull:
+                if self._closing:
+                    raise QueueClosed("the bus is closed") from None
+                self._room_waiters += 1
+                try:
+                    await self._room.wait()
+                finally:
+                    self._room_waiters -= 1
+
+    def ingest(self, data: bytes | bytearray | memoryview | Sequence[bytes]) -> IngestResult:
+        """Decode NDJSON envelopes (or a list of byte strings) straight into the bus.
+
+        The Rust :class:`~openstarry.core.Ingestor` decodes, validates and
+        de-duplicates the whole batch in one call; invalid lines are reported in
+        the result, never raised. Ingested events have no dispatch-latency sample.
+        """
+        ingestor = self._ingestor
+        if ingestor is None:
+            ingestor = self._ingestor = Ingestor(self._queue, self._dedup)
+        result = ingestor.ingest(data)
+        self._duplicates += result.duplicates
+        self._published += result.accepted
+        if result.accepted and self._asleep:
+            self._asleep = False
+            self._wake.set()
+        return result
+
+    async def wait_idle(self) -> None:
+        """Wait until every event published so far has been dispatched.
+
+        Events published by handlers meanwhile are waited for too.
+        """
+        if self._task_group is None:
+            raise RuntimeError("the bus is not running: use `async with EventBus() as bus`")
+        while self._queue or not self._asleep:
+            if self._stopped.is_set():
+                return
+            self._idle = anyio.Event() if self._idle.is_set() else self._idle
+            await self._idle.wait()
+
+    # -- dispatching -----------------------------------------------------
+
+    async def _dispatch_loop(self) -> None:
+        pop = self._queue.pop
+        routes = self._routes
+        dispatched = self._dispatched
+        latency = self._latency
+        size = len(latency)
+        try:
+            while True:
+                item = pop()
+                if item is None:
+                    if self._closing:
+                        return
+                    if self._room_waiters:
+                        self._room.set()
+                        self._room = anyio.Event()
+                    self._wake = anyio.Event()
+                    self._asleep = True
+                    self._idle.set()
+                    await self._wake.wait()
+                    continue
+                if type(item) is tuple:
+                    published_at, event = item
+                    i = self._latency_next
+                    latency[i] = _perf_ns() - published_at
+                    self._latency_next = i + 1 if i + 1 < size else 0
+                    self._latency_count += 1
+                else:
+                    event = item
+                event_type = event.type
+                dispatched[event_type] = dispatched.get(event_type, 0) + 1
+                route = routes.get(event_type)
+                if route is None:
+                    route = self._route(event_type)
+                for subscription in route:
+                    try:
+                        if subscription.is_async:
+                            await subscription.handler(event)  # type: ignore[misc]
+                        else:
+                            subscription.handler(event)
+                    except Exception as exc:
+                        self._handler_failed(event, subscription, exc)
+                if self._room_waiters:
+                    self._room.set()
+                    self._room = anyio.Event()
+        finally:
+            self._idle.set()
+            self._stopped.set()
+
+    def _handler_failed(self, event: Event, subscription: Subscription, exc: Exception) -> None:
+        self._handler_errors += 1
+        handler = getattr(subscription.handler, "__qualname__", repr(subscription.handler))
+        if event.type == _ERROR:
+            # An error handler that fails must not start a storm of errors.
+            log.error("KERNEL:ERROR handler %s failed: %r", handler, exc)
+            self._errors_dropped += 1
+            return
+        error = event.child(
+            _ERROR,
+            {
+                "code": "HANDLER_ERROR",
+                "message": f"{type(exc).__name__}: {exc}",
+                "source": handler,
+                "details": {"eventId": event.id, "eventType": event.type},
+            },
+            source=self.source,
+            priority=1,
+        )
+        try:
+            self.publish(error)
+        except (QueueFull, QueueClosed):
+            log.error("handler %s failed on %s and the bus could not take the error: %r", handler, event.type, exc)
+            self._errors_dropped += 1
+
+    # -- metrics ---------------------------------------------------------
+
+    def metrics(self) -> dict[str, Any]:
+        """Counters and gauges of the bus, as plain data.
+
+        - ``published``: events accepted (by publish or ingest);
+        - ``duplicates``: events dropped as repeated ids;
+        - ``dispatched``: events dispatched, by type;
+        - ``depth``: events waiting at each priority, 0..5;
+        - ``handler_errors``: handler exceptions turned into ``KERNEL:ERROR``;
+        - ``errors_dropped``: ``KERNEL:ERROR`` events that could not be published;
+        - ``latency_us``: publish-to-dispatch latency over the recent samples
+          (``count``, ``p50``, ``p99``, ``max``), in microseconds.
+        """
+        count = min(self._latency_count, len(self._latency))
+        samples = sorted(self._latency[:count]) if count else []
+        latency: dict[str, float | int | None] = {"count": self._latency_count}
+        for name, q in (("p50", 0.50), ("p99", 0.99)):
+            latency[name] = samples[min(count - 1, int(q * count))] / 1000 if samples else None
+        latency["max"] = samples[-1] / 1000 if samples else None
+        return {
+            "published": self._published,
+            "duplicates": self._duplicates,
+            "dispatched": dict(self._dispatched),
+            "depth": self._queue.depths(),
+            "handler_errors": self._handler_errors,
+            "errors_dropped": self._errors_dropped,
+            "latency_us": latency,
+        }
+
+    def __len__(self) -> int:
+        """Events waiting for dispatch."""
+        return len(self._queue)

@@ -1,0 +1,55 @@
+"""The event types of spec 002 and the agent states, as plain constants.
+
+This module imports nothing beyond the standard library; the pydantic models of
+the payloads are in :mod:`openstarry.protocol`.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+__all__ = [
+    "OUTPUT_AGENT_MESSAGE",
+    "AgentState",
+    "EventType",
+    "namespace_of",
+]
+
+
+class EventType(str, Enum):
+    """The eight event types of spec 002. Each member is also its wire string."""
+
+    USER_MESSAGE = "INPUT:USER_MESSAGE"
+    SYSTEM_COMMAND = "INPUT:SYSTEM_COMMAND"
+    SIGNAL = "INPUT:SIGNAL"
+    TICK_START = "KERNEL:TICK_START"
+    STATE_CHANGE = "KERNEL:STATE_CHANGE"
+    ERROR = "KERNEL:ERROR"
+    TOOL_CALL = "EXEC:TOOL_CALL"
+    TOOL_RESULT = "EXEC:TOOL_RESULT"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: openstarry's one event type beyond spec 002: what the agent says to the
+#: session (the text, image and UI segments of a provider response, or the
+#: answer of a built-in slash command). Its payload is
+#: :class:`openstarry.protocol.AgentMessage`.
+OUTPUT_AGENT_MESSAGE = "OUTPUT:AGENT_MESSAGE"
+
+
+class AgentState(str, Enum):
+    """The states of a session's execution loop (``KERNEL:STATE_CHANGE``)."""
+
+    IDLE = "IDLE"
+    THINKING = "THINKING"
+    EXECUTING = "EXECUTING"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def namespace_of(event_type: str) -> str:
+    """``"INPUT"`` for ``"INPUT:USER_MESSAGE"``."""
+    return event_type.partition(":")[0]
