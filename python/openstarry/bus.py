@@ -36,12 +36,13 @@ and session and records the parent.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import time
 from array import array
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
@@ -50,7 +51,7 @@ from openstarry.core import DedupWindow, Event, EventQueue, Ingestor, IngestResu
 from openstarry.errors import QueueClosed, QueueFull
 from openstarry.events import EventType
 
-__all__ = ["EventBus", "Handler", "Subscription"]
+__all__ = ["EventBus", "Handler", "Signal", "Subscription", "signal_factory"]
 
 log = logging.getLogger("openstarry.bus")
 
@@ -59,6 +60,45 @@ Handler = Callable[[Event], "Awaitable[None] | None"]
 
 _perf_ns = time.perf_counter_ns
 _ERROR = EventType.ERROR.value
+
+
+class Signal(Protocol):
+    """A one-shot wake-up: ``anyio.Event`` or, on asyncio, the cheaper ``asyncio.Event``."""
+
+    def set(self) -> object: ...
+    def is_set(self) -> bool: ...
+    def wait(self) -> Awaitable[object]: ...
+
+
+def signal_factory() -> Callable[[], Signal]:
+    """The cheapest one-shot event for the running backend.
+
+    ``anyio.Event()`` looks up the running library on every creation; the bus
+    and the loop create one for every sleep, so they look once. On asyncio the
+    stdlib event is the same primitive anyio would wrap (anyio's cancellation
+    reaches it like any other await).
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.Event
+    return asyncio.Event  # noqa: TID251 - what anyio.Event wraps on asyncio, minus the lookups
+
+
+class _NotRunning:
+    """The bus's signals before ``__aenter__``: setting one is harmless, waiting is an error."""
+
+    def set(self) -> None:
+        pass
+
+    def is_set(self) -> bool:
+        return False
+
+    async def wait(self) -> None:
+        raise RuntimeError("the bus is not running: use `async with EventBus() as bus`")
+
+
+_NOT_RUNNING = _NotRunning()
 
 
 class Subscription:
@@ -79,7 +119,8 @@ class Subscription:
             bus._unsubscribe(self)
 
     def __repr__(self) -> str:
-        return f"<Subscription {self.pattern!r} -> {getattr(self.handler, '__qualname__', self.handler)!r}>"
+        name = getattr(self.handler, "__qualname__", self.handler)
+        return f"<Subscription {self.pattern!r} -> {name!r}>"
 
 
 def _check_pattern(pattern: str) -> None:
@@ -88,7 +129,9 @@ def _check_pattern(pattern: str) -> None:
         if "*" in name and name != "*":
             raise ValueError(f"pattern {pattern!r}: '*' stands only for a whole name (NAMESPACE:*)")
         return
-    raise ValueError(f"pattern {pattern!r}: expected TYPE like 'INPUT:USER_MESSAGE', 'NAMESPACE:*' or '*'")
+    raise ValueError(
+        f"pattern {pattern!r}: expected TYPE like 'INPUT:USER_MESSAGE', 'NAMESPACE:*' or '*'"
+    )
 
 
 class EventBus:
@@ -130,14 +173,16 @@ class EventBus:
         self.source = source
         self._subscriptions: list[Subscription] = []
         self._routes: dict[str, tuple[Subscription, ...]] = {}
-        # Dispatcher state: it sleeps on _wake only when _asleep is set.
-        self._wake = anyio.Event()
+        # Dispatcher state: it sleeps on _wake only when _asleep is set. The
+        # signals are made for the running backend in __aenter__.
+        self.new_signal: Callable[[], Signal] = anyio.Event
+        self._wake: Signal = _NOT_RUNNING
         self._asleep = False
-        self._idle = anyio.Event()
-        self._room = anyio.Event()
+        self._idle: Signal = _NOT_RUNNING
+        self._room: Signal = _NOT_RUNNING
         self._room_waiters = 0
         self._task_group: anyio.abc.TaskGroup | None = None
-        self._stopped = anyio.Event()
+        self._stopped: Signal = _NOT_RUNNING
         self._closing = False
         # Metrics.
         self._published = 0
@@ -154,6 +199,8 @@ class EventBus:
     async def __aenter__(self) -> EventBus:
         if self._task_group is not None:
             raise RuntimeError("this EventBus is already running")
+        new_signal = self.new_signal = signal_factory()
+        self._wake, self._idle, self._room, self._stopped = (new_signal() for _ in range(4))
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
@@ -284,7 +331,7 @@ class EventBus:
         while self._queue or not self._asleep:
             if self._stopped.is_set():
                 return
-            self._idle = anyio.Event() if self._idle.is_set() else self._idle
+            self._idle = self.new_signal() if self._idle.is_set() else self._idle
             await self._idle.wait()
 
     # -- dispatching -----------------------------------------------------
@@ -295,6 +342,7 @@ class EventBus:
         dispatched = self._dispatched
         latency = self._latency
         size = len(latency)
+        new_signal = self.new_signal
         try:
             while True:
                 item = pop()
@@ -303,8 +351,8 @@ class EventBus:
                         return
                     if self._room_waiters:
                         self._room.set()
-                        self._room = anyio.Event()
-                    self._wake = anyio.Event()
+                        self._room = new_signal()
+                    self._wake = new_signal()
                     self._asleep = True
                     self._idle.set()
                     await self._wake.wait()
@@ -332,7 +380,7 @@ class EventBus:
                         self._handler_failed(event, subscription, exc)
                 if self._room_waiters:
                     self._room.set()
-                    self._room = anyio.Event()
+                    self._room = new_signal()
         finally:
             self._idle.set()
             self._stopped.set()
@@ -359,7 +407,12 @@ class EventBus:
         try:
             self.publish(error)
         except (QueueFull, QueueClosed):
-            log.error("handler %s failed on %s and the bus could not take the error: %r", handler, event.type, exc)
+            log.error(
+                "handler %s failed on %s and the bus could not take the error: %r",
+                handler,
+                event.type,
+                exc,
+            )
             self._errors_dropped += 1
 
     # -- metrics ---------------------------------------------------------

@@ -69,7 +69,10 @@ def parse_line(line: str) -> SlashCommand | None:
 
 
 def find_tool(name: str, tools: Mapping[str, Tool]) -> Tool | None:
-    """The tool a command names: exact name first, else the one tool whose last dotted part is ``name``."""
+    """The tool a command names.
+
+    Its exact name first, else the one tool whose last dotted part is ``name``.
+    """
     tool = tools.get(name)
     if tool is not None:
         return tool
@@ -93,12 +96,14 @@ def parse_tool_args(tool: Tool, argline: str) -> dict[str, Any]:
     """
     if argline.startswith("{"):
         try:
-            args = json.loads(argline)
+            parsed = json.loads(argline)
         except ValueError as exc:
-            raise ToolArgumentsError(f"/{tool.name}: arguments are not a JSON object: {exc}") from None
-        if not isinstance(args, dict):
+            raise ToolArgumentsError(
+                f"/{tool.name}: arguments are not a JSON object: {exc}"
+            ) from None
+        if not isinstance(parsed, dict):
             raise ToolArgumentsError(f"/{tool.name}: arguments must be a JSON object")
-        return args
+        return {str(key): value for key, value in parsed.items()}
     try:
         words = shlex.split(argline)
     except ValueError as exc:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,7 +55,7 @@ from openstarry.agent.memory import (
     ToolOutcome,
     UserTurn,
 )
-from openstarry.bus import EventBus, Subscription
+from openstarry.bus import EventBus, Signal, Subscription
 from openstarry.core import (
     ContentSegment,
     Event,
@@ -66,12 +67,16 @@ from openstarry.errors import (
     AgentPainException,
     DecodeError,
     QueueClosed,
+    QueueFull,
     ToolArgumentsError,
     ToolError,
 )
 from openstarry.events import OUTPUT_AGENT_MESSAGE, AgentState, EventType
 
 __all__ = ["ExecutionLoop", "LoopLimits", "RunResult"]
+
+#: Seconds a session's worker task waits for the next input before it exits.
+_WORKER_LINGER = 5.0
 
 _USER_MESSAGE = EventType.USER_MESSAGE.value
 _SYSTEM_COMMAND = EventType.SYSTEM_COMMAND.value
@@ -142,13 +147,29 @@ class RunResult:
 class _SessionRuntime:
     """The loop's private state of one session."""
 
-    __slots__ = ("failure_key", "failure_repeats", "pending", "running", "scope", "session")
+    __slots__ = (
+        "failure_key",
+        "failure_repeats",
+        "idle",
+        "pending",
+        "running",
+        "scope",
+        "session",
+        "stop_requested",
+        "wake",
+    )
 
     def __init__(self, session: Session) -> None:
         self.session = session
         self.pending: deque[Event] = deque()
+        #: A worker task serves this session (it lingers a while after its last input).
         self.running = False
+        #: The worker waits on ``wake`` for more input; ``idle`` says it is waiting.
+        self.idle = False
+        self.wake: Signal | None = None
+        #: The cancel scope of the run in progress.
         self.scope: anyio.CancelScope | None = None
+        self.stop_requested = False
         self.failure_key: tuple[str, str] | None = None
         self.failure_repeats = 0
 
@@ -193,7 +214,9 @@ def _coerce_response(response: Any) -> ProviderResponse:
         try:
             return decode_response(json.dumps(response).encode())
         except (DecodeError, TypeError, ValueError) as exc:
-            raise AgentPainException(f"the provider's response is not a ProviderResponse: {exc}") from None
+            raise AgentPainException(
+                f"the provider's response is not a ProviderResponse: {exc}"
+            ) from None
     raise AgentPainException(
         f"the provider returned {type(response).__name__}, not a ProviderResponse"
     )
@@ -257,8 +280,7 @@ class ExecutionLoop:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._subscriptions: list[Subscription] = []
         self._waiting: dict[str, RunResult] = {}
-        self._done: dict[str, anyio.Event] = {}
-        self._limiter = anyio.CapacityLimiter(self.limits.max_concurrent_tools)
+        self._done: dict[str, Signal] = {}
         self._quit_hooks: list[Callable[[str], None]] = []
         self.runs_completed = 0
         self.runs_stopped = 0
@@ -325,7 +347,9 @@ class ExecutionLoop:
 
     # -- inputs ----------------------------------------------------------
 
-    def submit(self, text: str, *, session_id: str, source: str = "user", priority: int | None = None) -> Event:
+    def submit(
+        self, text: str, *, session_id: str, source: str = "user", priority: int | None = None
+    ) -> Event:
         """Publish an ``INPUT:USER_MESSAGE`` and return it; its ``trace_id`` names the run."""
         event = Event.new(
             _USER_MESSAGE,
@@ -337,13 +361,18 @@ class ExecutionLoop:
         self.bus.publish(event)
         return event
 
-    async def ask(self, text: str, *, session_id: str = "default", source: str = "user") -> RunResult:
+    async def ask(
+        self, text: str, *, session_id: str = "default", source: str = "user"
+    ) -> RunResult:
         """Send ``text`` to the session and wait until the run it starts has ended."""
         event = Event.new(
-            _USER_MESSAGE, {"text": text, "mimeType": "text/plain"}, source=source, session_id=session_id
+            _USER_MESSAGE,
+            {"text": text, "mimeType": "text/plain"},
+            source=source,
+            session_id=session_id,
         )
         result = RunResult(event.trace_id)
-        done = anyio.Event()
+        done = self.bus.new_signal()
         self._waiting[event.id] = result
         self._done[event.id] = done
         try:
@@ -354,8 +383,14 @@ class ExecutionLoop:
             self._done.pop(event.id, None)
         return result
 
-    def command(self, command: str, args: Sequence[str] = (), *, session_id: str, source: str = "user") -> Event:
-        """Publish an ``INPUT:SYSTEM_COMMAND`` at priority 0 (``/stop`` overtakes everything queued)."""
+    def command(
+        self, command: str, args: Sequence[str] = (), *, session_id: str, source: str = "user"
+    ) -> Event:
+        """Publish an ``INPUT:SYSTEM_COMMAND`` at priority 0.
+
+        At priority 0 it overtakes everything queued on the bus, so a ``/stop``
+        takes effect at once.
+        """
         event = Event.new(
             _SYSTEM_COMMAND,
             {"command": command.lstrip("/"), "args": list(args)},
@@ -375,7 +410,9 @@ class ExecutionLoop:
         payload = event.payload
         text = payload.get("text") if isinstance(payload, dict) else None
         if not isinstance(text, str):
-            self._error(event, "INVALID_INPUT", "INPUT:USER_MESSAGE needs a payload with a string 'text'")
+            self._error(
+                event, "INVALID_INPUT", "INPUT:USER_MESSAGE needs a payload with a string 'text'"
+            )
             self._finish(event)
             return
         command = parse_line(text)
@@ -390,26 +427,42 @@ class ExecutionLoop:
         name = payload.get("command") if isinstance(payload, dict) else None
         args = payload.get("args", []) if isinstance(payload, dict) else []
         if not isinstance(name, str) or not isinstance(args, list):
-            self._error(event, "INVALID_INPUT", "INPUT:SYSTEM_COMMAND needs {'command': str, 'args': [str]}")
+            self._error(
+                event, "INVALID_INPUT", "INPUT:SYSTEM_COMMAND needs {'command': str, 'args': [str]}"
+            )
             return
         name = name.lstrip("/")
         if name not in BUILTIN_COMMANDS:
-            self._error(event, "UNKNOWN_COMMAND", f"unknown system command {name!r}; known: {sorted(BUILTIN_COMMANDS)}")
+            self._error(
+                event,
+                "UNKNOWN_COMMAND",
+                f"unknown system command {name!r}; known: {sorted(BUILTIN_COMMANDS)}",
+            )
             return
         self._builtin(event, name, [str(a) for a in args])
 
     def _enqueue(self, event: Event) -> None:
         rt = self._runtime(event.session_id)
         if len(rt.pending) >= self.limits.max_pending_inputs:
-            self._error(event, "SESSION_BUSY", f"session {event.session_id!r} already has {len(rt.pending)} inputs waiting")
+            self._error(
+                event,
+                "SESSION_BUSY",
+                f"session {event.session_id!r} already has {len(rt.pending)} inputs waiting",
+            )
             self._finish(event)
             return
         rt.pending.append(event)
-        if not rt.running:
+        if rt.idle:
+            rt.idle = False
+            assert rt.wake is not None
+            rt.wake.set()
+        elif not rt.running:
             rt.running = True
             task_group = self._task_group
             if task_group is None:
-                raise RuntimeError("the ExecutionLoop is not running: use `async with ExecutionLoop(...)`")
+                raise RuntimeError(
+                    "the ExecutionLoop is not running: use `async with ExecutionLoop(...)`"
+                )
             task_group.start_soon(self._worker, rt)
 
     # -- built-in commands -----------------------------------------------
@@ -418,7 +471,11 @@ class ExecutionLoop:
         rt = self._runtime(event.session_id)
         if name == "stop":
             dropped = self._stop(rt)
-            self._say(event, f"Stopped.{f' Dropped {dropped} waiting input(s).' if dropped else ''}", command=name)
+            self._say(
+                event,
+                f"Stopped.{f' Dropped {dropped} waiting input(s).' if dropped else ''}",
+                command=name,
+            )
         elif name == "reset":
             self._stop(rt)
             rt.session.memory.clear()
@@ -433,7 +490,12 @@ class ExecutionLoop:
             for hook in self._quit_hooks:
                 hook(event.session_id)
         elif name == "metrics":
-            self._say(event, json.dumps(self.metrics(), indent=2, sort_keys=True), command=name, data=self.metrics())
+            self._say(
+                event,
+                json.dumps(self.metrics(), indent=2, sort_keys=True),
+                command=name,
+                data=self.metrics(),
+            )
         else:  # help
             lines = ["Commands:"]
             lines += [f"  /{key:<8} {text}" for key, text in BUILTIN_COMMANDS.items()]
@@ -451,36 +513,59 @@ class ExecutionLoop:
             self._finish(waiting)
         rt.pending.clear()
         if rt.scope is not None:
+            rt.stop_requested = True
             rt.scope.cancel()
         return dropped
 
     # -- running ---------------------------------------------------------
 
     async def _worker(self, rt: _SessionRuntime) -> None:
+        """Serve the session's inputs one after the other; linger a while for more, then exit."""
         try:
-            while rt.pending:
-                event = rt.pending.popleft()
-                context = AgentContext(self.tools, rt.session, self.agent_name, event.trace_id)
-                run = _Run(rt, event, context)
-                run.result = self._waiting.get(event.id)
-                with anyio.CancelScope() as scope:
-                    rt.scope = scope
-                    try:
-                        await self._serve(run, event)
-                    except QueueClosed:
-                        return
-                rt.scope = None
-                if scope.cancelled_caught:
-                    self.runs_stopped += 1
-                    if run.result is not None:
-                        run.result.stopped = True
-                    self._set_state(run, _IDLE, reason="stopped")
-                else:
-                    self.runs_completed += 1
-                self._finish(event)
+            while True:
+                while rt.pending:
+                    await self._run(rt, rt.pending.popleft())
+                rt.wake = self.bus.new_signal()
+                rt.idle = True
+                with anyio.move_on_after(_WORKER_LINGER):
+                    await rt.wake.wait()
+                rt.idle = False
+                if not rt.pending:
+                    return
         finally:
             rt.running = False
+            rt.idle = False
             rt.scope = None
+
+    async def _run(self, rt: _SessionRuntime, event: Event) -> None:
+        context = AgentContext(self.tools, rt.session, self.agent_name, event.trace_id)
+        run = _Run(rt, event, context)
+        run.result = self._waiting.get(event.id)
+        rt.stop_requested = False
+        with anyio.CancelScope() as scope:
+            rt.scope = scope
+            await self._serve(run, event)
+        rt.scope = None
+        if scope.cancelled_caught:
+            if rt.stop_requested:
+                self.runs_stopped += 1
+                if run.result is not None:
+                    run.result.stopped = True
+                self._set_state(run, _IDLE, reason="stopped")
+            else:
+                # Only the provider call runs under the scope's deadline.
+                timeout = self.limits.provider_timeout
+                self._error(
+                    run.tick,
+                    "PROVIDER_TIMEOUT",
+                    f"the provider gave no answer within {timeout:g} s",
+                    run=run,
+                )
+                self._set_state(run, _IDLE, reason="provider timeout")
+                self.runs_completed += 1
+        else:
+            self.runs_completed += 1
+        self._finish(event)
 
     async def _serve(self, run: _Run, event: Event) -> None:
         text: str = event.payload["text"]
@@ -490,7 +575,8 @@ class ExecutionLoop:
             self._error(
                 event,
                 "SESSION_LOCKED",
-                f"session {session.id!r} is locked after {session.failure_streak} failed tool calls in a row; send /reset",
+                f"session {session.id!r} is locked after {session.failure_streak} "
+                "failed tool calls in a row; send /reset",
                 run=run,
             )
             return
@@ -506,7 +592,8 @@ class ExecutionLoop:
             self._error(
                 event,
                 "UNKNOWN_COMMAND",
-                f"unknown command /{name}; built-ins: {', '.join('/' + c for c in BUILTIN_COMMANDS)}; "
+                f"unknown command /{name}; "
+                f"built-ins: {', '.join('/' + c for c in BUILTIN_COMMANDS)}; "
                 f"tools: {', '.join('/' + t for t in self.tools) or 'none'}",
                 run=run,
             )
@@ -520,7 +607,9 @@ class ExecutionLoop:
             parse_error = None
         self._set_state(run, _EXECUTING)
         call = ToolCall(tool.name, args)
-        outcomes = await self._execute(run, [call], parse_errors={0: parse_error} if parse_error else None)
+        outcomes = await self._execute(
+            run, [call], parse_errors={0: parse_error} if parse_error else None
+        )
         if not outcomes[0].success:
             self._count_failures(run, outcomes, [call])
         else:
@@ -539,16 +628,19 @@ class ExecutionLoop:
             round_no += 1
             tick = event.child(_TICK_START, {"round": round_no}, source=self.source)
             run.tick = tick
-            await self.bus.apublish(tick)
+            await self._send(tick)
             self._set_state(run, _THINKING)
             run.context.round = round_no
+            scope = run.rt.scope
             try:
-                with anyio.fail_after(limits.provider_timeout):
-                    raw = await self.provider.generate(prompt, run.context)
+                # The run's own scope carries the provider deadline: one cancel
+                # scope fewer per round. When it fires the run ends (see _run).
+                if scope is not None:
+                    scope.deadline = anyio.current_time() + limits.provider_timeout
+                raw = await self.provider.generate(prompt, run.context)
+                if scope is not None:
+                    scope.deadline = math.inf
                 response = _coerce_response(raw)
-            except TimeoutError:
-                self._error(tick, "PROVIDER_TIMEOUT", f"the provider gave no answer within {limits.provider_timeout:g} s", run=run)
-                break
             except AgentPainException as exc:
                 self._error(tick, "AGENT_PAIN", str(exc), run=run)
                 break
@@ -573,13 +665,16 @@ class ExecutionLoop:
                 }
                 if response.metadata is not None:
                     payload["metadata"] = response.metadata
-                await self.bus.apublish(event.child(OUTPUT_AGENT_MESSAGE, payload, source=self.source))
+                await self._send(event.child(OUTPUT_AGENT_MESSAGE, payload, source=self.source))
                 if run.result is not None:
                     run.result.replies.append(text)
             if not calls:
                 break
             if tool_rounds >= limits.max_tool_rounds:
-                message = f"the provider asked for tools after {limits.max_tool_rounds} tool rounds; the run stops here"
+                message = (
+                    f"the provider asked for tools after {limits.max_tool_rounds} tool rounds; "
+                    "the run stops here"
+                )
                 memory.append(Observation(message))
                 self._error(tick, "TOOL_ROUND_LIMIT", message, run=run)
                 break
@@ -591,7 +686,9 @@ class ExecutionLoop:
                 break
         self._set_state(run, _IDLE)
 
-    def _count_failures(self, run: _Run, outcomes: Sequence[ToolOutcome], calls: Sequence[ToolCall]) -> bool:
+    def _count_failures(
+        self, run: _Run, outcomes: Sequence[ToolOutcome], calls: Sequence[ToolCall]
+    ) -> bool:
         """Update the failure streaks; True when the session just got locked."""
         rt = run.rt
         session = rt.session
@@ -608,8 +705,9 @@ class ExecutionLoop:
             if rt.failure_repeats == limits.repeated_failure_warning:
                 session.memory.append(
                     Observation(
-                        f"Warning: {call.name} has failed {rt.failure_repeats} times in a row with the same "
-                        f"arguments {key[1]}. Do not call it that way again; try something else or answer the user."
+                        f"Warning: {call.name} has failed {rt.failure_repeats} times in a row "
+                        f"with the same arguments {key[1]}. Do not call it that way again; "
+                        "try something else or answer the user."
                     )
                 )
         if session.failure_streak >= limits.max_failure_streak and not session.locked:
@@ -617,7 +715,8 @@ class ExecutionLoop:
             self._error(
                 run.tick,
                 "SESSION_LOCKED",
-                f"{session.failure_streak} tool calls failed in a row; session {session.id!r} is locked until /reset",
+                f"{session.failure_streak} tool calls failed in a row; "
+                f"session {session.id!r} is locked until /reset",
                 run=run,
             )
             return True
@@ -629,22 +728,31 @@ class ExecutionLoop:
         calls: Sequence[ToolCall],
         parse_errors: Mapping[int, ToolArgumentsError | None] | None = None,
     ) -> list[ToolOutcome]:
-        """Run the calls (concurrently up to the cap) and publish their events; outcomes in call order."""
+        """Run the calls (concurrently, up to the cap) and publish their events.
+
+        Returns the outcomes in the order of the calls.
+        """
         parent = run.tick
         call_events = []
         for call in calls:
             call_event = parent.child(
-                _TOOL_CALL, {"toolCallId": call.id, "name": call.name, "args": call.args}, source=self.source
+                _TOOL_CALL,
+                {"toolCallId": call.id, "name": call.name, "args": call.args},
+                source=self.source,
             )
             call_events.append(call_event)
-            await self.bus.apublish(call_event)
+            await self._send(call_event)
         outcomes: list[ToolOutcome | None] = [None] * len(calls)
         if len(calls) == 1:
-            outcomes[0] = await self._run_one(run, calls[0], parse_errors.get(0) if parse_errors else None)
+            outcomes[0] = await self._run_one(
+                run, calls[0], parse_errors.get(0) if parse_errors else None
+            )
         else:
+            limiter = anyio.CapacityLimiter(self.limits.max_concurrent_tools)
 
             async def one(i: int) -> None:
-                outcomes[i] = await self._run_one(run, calls[i], None)
+                async with limiter:
+                    outcomes[i] = await self._run_one(run, calls[i], None)
 
             async with anyio.create_task_group() as task_group:
                 for i in range(len(calls)):
@@ -670,7 +778,9 @@ class ExecutionLoop:
                     outcome.tool_call_id,
                     outcome.name,
                     False,
-                    error=ToolFailure("INVALID_RESULT", f"the tool's result is not JSON: {exc}", "core"),
+                    error=ToolFailure(
+                        "INVALID_RESULT", f"the tool's result is not JSON: {exc}", "core"
+                    ),
                 )
                 payload = {
                     "toolCallId": outcome.tool_call_id,
@@ -679,36 +789,49 @@ class ExecutionLoop:
                     "error": outcome.error.to_dict(),  # type: ignore[union-attr]
                 }
                 result_event = call_event.child(_TOOL_RESULT, payload, source=self.source)
-            await self.bus.apublish(result_event)
+            await self._send(result_event)
             done.append(outcome)
         return done
 
-    async def _run_one(self, run: _Run, call: ToolCall, parse_error: ToolArgumentsError | None) -> ToolOutcome:
+    async def _run_one(
+        self, run: _Run, call: ToolCall, parse_error: ToolArgumentsError | None
+    ) -> ToolOutcome:
         tool = self.tools.get(call.name)
         if tool is None:
             available = ", ".join(self.tools) or "none"
             message = f"Tool {call.name!r} does not exist. Available tools: {available}."
             run.rt.session.memory.append(Observation(message))
-            return ToolOutcome(call.id, call.name, False, error=ToolFailure("TOOL_NOT_FOUND", message, "core"))
+            return ToolOutcome(
+                call.id, call.name, False, error=ToolFailure("TOOL_NOT_FOUND", message, "core")
+            )
         try:
             if parse_error is not None:
                 raise parse_error
             args = tool.validate(call.args)
         except ToolArgumentsError as exc:
-            message = f"Invalid arguments for {call.name}: {exc}. Its parameters: {json.dumps(tool.parameters)}"
+            schema = json.dumps(tool.parameters)
+            message = f"Invalid arguments for {call.name}: {exc}. Its parameters: {schema}"
             run.rt.session.memory.append(Observation(message))
-            return ToolOutcome(call.id, call.name, False, error=ToolFailure("INVALID_ARGUMENTS", str(exc), "core"))
+            return ToolOutcome(
+                call.id, call.name, False, error=ToolFailure("INVALID_ARGUMENTS", str(exc), "core")
+            )
         timeout = self.limits.tool_timeout
         try:
-            async with self._limiter:
-                with anyio.fail_after(timeout):
-                    if tool.is_async:
-                        result = await tool.run(args, run.context)  # type: ignore[misc]
-                    else:
-                        result = await anyio.to_thread.run_sync(tool.run, args, run.context, abandon_on_cancel=True)
+            with anyio.fail_after(timeout):
+                if tool.is_async:
+                    result = await tool.run(args, run.context)
+                else:
+                    result = await anyio.to_thread.run_sync(
+                        tool.run, args, run.context, abandon_on_cancel=True
+                    )
         except TimeoutError:
             return ToolOutcome(
-                call.id, call.name, False, error=ToolFailure("TIMEOUT", f"{call.name} did not finish within {timeout:g} s", "core")
+                call.id,
+                call.name,
+                False,
+                error=ToolFailure(
+                    "TIMEOUT", f"{call.name} did not finish within {timeout:g} s", "core"
+                ),
             )
         except Exception as exc:
             return ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
@@ -733,7 +856,12 @@ class ExecutionLoop:
         self._emit(
             event.child(
                 OUTPUT_AGENT_MESSAGE,
-                {"text": text, "segments": [{"type": "text", "text": text}], "final": True, "metadata": metadata},
+                {
+                    "text": text,
+                    "segments": [{"type": "text", "text": text}],
+                    "final": True,
+                    "metadata": metadata,
+                },
                 source=self.source,
             )
         )
@@ -749,7 +877,16 @@ class ExecutionLoop:
             result = self._waiting.get(parent.id)
             if result is not None:
                 result.error = payload
-        self._emit(parent.child(_ERROR, payload, source=self.source, priority=min(parent.priority, 1)))
+        self._emit(
+            parent.child(_ERROR, payload, source=self.source, priority=min(parent.priority, 1))
+        )
+
+    async def _send(self, event: Event) -> None:
+        """Publish, waiting for room when the bus is full: the run's events are never dropped."""
+        try:
+            self.bus.publish(event)
+        except QueueFull:
+            await self.bus.apublish(event)
 
     def _emit(self, event: Event) -> None:
         """Publish from sync code; a full bus drops the event rather than block the run."""

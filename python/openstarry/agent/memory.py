@@ -39,7 +39,7 @@ class UserTurn:
 
 @dataclass(frozen=True, slots=True)
 class AssistantTurn:
-    """What the provider answered: its text (may be empty) and the tool calls it asked for, in order."""
+    """What the provider answered: its text (may be empty) and its tool calls, in order."""
 
     text: str
     tool_calls: tuple[ToolCall, ...] = ()

@@ -1,0 +1,138 @@
+"""An agent assembled from its parts, or from an ``agent.json``.
+
+    async with Agent.from_manifest("examples/weather-agent/agent.json") as agent:
+        result = await agent.ask("Query weather in Taipei")
+        print(result.text)
+
+:class:`Agent` owns an :class:`~openstarry.bus.EventBus` and an
+:class:`~openstarry.agent.loop.ExecutionLoop`; entering it starts both, leaving
+it cancels the runs in progress and drains the bus.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from openstarry.agent.interfaces import Provider, Tool
+from openstarry.agent.loop import ExecutionLoop, LoopLimits, RunResult
+from openstarry.bus import EventBus
+
+__all__ = ["Agent"]
+
+
+class Agent:
+    """A provider, tools and limits, running on a bus.
+
+    Args:
+        provider: The agent's brain.
+        tools: Its tools.
+        name: Its name (the manifest's ``identity.name``).
+        limits: Run limits.
+        memory_window: User turns each session remembers.
+        bus: A bus to run on; by default the agent makes its own.
+        manifest: The manifest it came from, if any (for transports such as MCP).
+    """
+
+    def __init__(
+        self,
+        provider: Provider,
+        tools: Iterable[Tool] | Mapping[str, Tool] = (),
+        *,
+        name: str = "openstarry",
+        limits: LoopLimits | None = None,
+        memory_window: int | None = 50,
+        bus: EventBus | None = None,
+        manifest: Any = None,
+    ) -> None:
+        self.name = name
+        self.manifest = manifest
+        self._owns_bus = bus is None
+        self.bus = bus if bus is not None else EventBus()
+        self.loop = ExecutionLoop(
+            self.bus,
+            provider,
+            tools,
+            limits=limits,
+            agent_name=name,
+            memory_window=memory_window,
+        )
+
+    @property
+    def provider(self) -> Provider:
+        return self.loop.provider
+
+    @property
+    def tools(self) -> Mapping[str, Tool]:
+        return self.loop.tools
+
+    @classmethod
+    def from_manifest(cls, manifest: str | os.PathLike[str] | Any) -> Agent:
+        """Build the agent an ``agent.json`` describes (a path, or a loaded manifest).
+
+        Raises:
+            openstarry.errors.ManifestError: a bad file, field, tool or provider,
+                naming the file and the field.
+        """
+        from openstarry.manifest import AgentManifest, load_manifest
+        from openstarry.providers import create_provider
+        from openstarry.tools import resolve_tools
+
+        where: str | None = None
+        if not isinstance(manifest, AgentManifest):
+            where = os.fspath(manifest)
+            manifest = load_manifest(manifest)
+        try:
+            tools = resolve_tools(manifest.tools, allowed_paths=manifest.allowed_paths())
+            provider = create_provider(manifest.provider)
+        except Exception as exc:
+            _name_file(exc, where)
+            raise
+        limits = manifest.limits
+        return cls(
+            provider,
+            tools,
+            name=manifest.identity.name,
+            limits=LoopLimits(
+                max_tool_rounds=limits.max_tool_rounds,
+                tool_timeout=limits.tool_timeout,
+                provider_timeout=limits.provider_timeout,
+                max_concurrent_tools=limits.max_concurrent_tools,
+                max_failure_streak=limits.max_failure_streak,
+                repeated_failure_warning=limits.repeated_failure_warning,
+            ),
+            memory_window=manifest.memory.window,
+            manifest=manifest,
+        )
+
+    async def __aenter__(self) -> Agent:
+        if self._owns_bus:
+            await self.bus.__aenter__()
+        try:
+            await self.loop.__aenter__()
+        except BaseException:
+            if self._owns_bus:
+                await self.bus.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        try:
+            await self.loop.__aexit__(*exc_info)
+        finally:
+            if self._owns_bus:
+                await self.bus.__aexit__(*exc_info)
+
+    async def ask(self, text: str, *, session_id: str = "default") -> RunResult:
+        """Send one user turn and wait for the run it starts to end."""
+        return await self.loop.ask(text, session_id=session_id)
+
+
+def _name_file(exc: Exception, where: str | None) -> None:
+    """Put the manifest's file into a ManifestError raised while resolving its parts."""
+    from openstarry.errors import ManifestError
+
+    if isinstance(exc, ManifestError) and where and exc.path is None:
+        exc.path = where
+        exc.args = (f"{where}: {exc}",)

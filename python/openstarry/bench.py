@@ -1,0 +1,267 @@
+"""``openstarry bench``: the agent layer's speed beside pure-Python baselines, in one process.
+
+Three measurements, on asyncio:
+
+- **bus latency**: the time from ``publish`` to the start of the handler, one
+  event at a time (the publisher yields until the handler has run), as p50 and
+  p99. The baseline is the usual pure-Python bus: an ``asyncio.PriorityQueue``
+  of ``(priority, sequence, event)``, a set and a deque for de-duplication, and a
+  dispatcher task routing by type.
+- **bus throughput**: a burst of events published without yielding, then
+  dispatched, per second; same baseline.
+- **loop overhead per turn**: one user turn through the execution loop with a
+  provider that answers at once and one no-op tool call: two provider calls,
+  one tool call, and the turn's eleven events through the bus. The baseline is
+  the same three calls made directly, with no events, so the difference is
+  what the loop adds.
+
+Timings vary with the machine and its load; compare the ratios of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from openstarry.agent.interfaces import AgentContext, Tool
+from openstarry.agent.loop import ExecutionLoop
+from openstarry.agent.memory import Session
+from openstarry.bus import EventBus
+from openstarry.core import ContentSegment, Event, ProviderResponse, ToolCall
+
+__all__ = ["bench_bus_latency", "bench_bus_throughput", "bench_loop_turn", "main"]
+
+_perf_ns = time.perf_counter_ns
+
+
+def _percentiles(samples: list[int]) -> dict[str, float]:
+    ordered = sorted(samples)
+    n = len(ordered)
+    return {
+        "p50_us": ordered[n // 2] / 1000,
+        "p99_us": ordered[min(n - 1, int(n * 0.99))] / 1000,
+        "max_us": ordered[-1] / 1000,
+    }
+
+
+class PurePythonBus:
+    """The baseline: what a bus in plain asyncio looks like."""
+
+    def __init__(self, window: int = 100_000) -> None:
+        self._queue: asyncio.PriorityQueue[tuple[int, int, Event]] = asyncio.PriorityQueue()
+        self._seq = itertools.count()
+        self._seen: set[str] = set()
+        self._order: deque[str] = deque()
+        self._window = window
+        self._handlers: dict[str, list[Callable[[Event], None]]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def subscribe(self, event_type: str, handler: Callable[[Event], None]) -> None:
+        self._handlers.setdefault(event_type, []).append(handler)
+
+    def publish(self, event: Event) -> bool:
+        event_id = event.id
+        if event_id in self._seen:
+            return False
+        self._seen.add(event_id)
+        self._order.append(event_id)
+        if len(self._order) > self._window:
+            self._seen.discard(self._order.popleft())
+        self._queue.put_nowait((event.priority, next(self._seq), event))
+        return True
+
+    async def _dispatch(self) -> None:
+        while True:
+            _, _, event = await self._queue.get()
+            for handler in self._handlers.get(event.type, ()):
+                handler(event)
+
+    async def __aenter__(self) -> PurePythonBus:
+        self._task = asyncio.get_running_loop().create_task(self._dispatch())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def wait_idle(self) -> None:
+        while not self._queue.empty():
+            await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+
+def _events(n: int) -> list[Event]:
+    return [Event.new("BENCH:PING", None, source="bench", session_id="s") for _ in range(n)]
+
+
+async def _latency(bus: Any, n: int, warmup: int) -> list[int]:
+    samples: list[int] = []
+    sent = [0]
+
+    def handler(event: Event) -> None:
+        samples.append(_perf_ns() - sent[0])
+
+    bus.subscribe("BENCH:PING", handler)
+    for i, event in enumerate(_events(n + warmup)):
+        if i == warmup:
+            samples.clear()
+        expected = len(samples) + 1
+        sent[0] = _perf_ns()
+        bus.publish(event)
+        while len(samples) < expected:
+            await asyncio.sleep(0)
+    if len(samples) != n:
+        raise AssertionError(f"{len(samples)} of {n} events reached the handler")
+    return samples
+
+
+def bench_bus_latency(n: int = 20_000, warmup: int = 1_000) -> dict[str, dict[str, float]]:
+    """Publish-to-handler latency of :class:`EventBus` and of the pure-Python bus."""
+
+    async def ours() -> list[int]:
+        async with EventBus() as bus:
+            return await _latency(bus, n, warmup)
+
+    async def baseline() -> list[int]:
+        async with PurePythonBus() as bus:
+            return await _latency(bus, n, warmup)
+
+    return {
+        "openstarry": _percentiles(asyncio.run(ours())),
+        "baseline": _percentiles(asyncio.run(baseline())),
+    }
+
+
+async def _burst(bus: Any, n: int) -> float:
+    count = [0]
+
+    def handler(event: Event) -> None:
+        count[0] += 1
+
+    bus.subscribe("BENCH:PING", handler)
+    events = _events(n)
+    start = _perf_ns()
+    for event in events:
+        bus.publish(event)
+    await bus.wait_idle()
+    elapsed = _perf_ns() - start
+    if count[0] != n:
+        raise AssertionError(f"{count[0]} of {n} events reached the handler")
+    return n / (elapsed / 1e9)
+
+
+def bench_bus_throughput(n: int = 100_000) -> dict[str, float]:
+    """Events per second through publish and dispatch: :class:`EventBus` and the pure-Python bus."""
+
+    async def ours() -> float:
+        async with EventBus(capacity=None) as bus:
+            return await _burst(bus, n)
+
+    async def baseline() -> float:
+        async with PurePythonBus() as bus:
+            return await _burst(bus, n)
+
+    return {"openstarry": asyncio.run(ours()), "baseline": asyncio.run(baseline())}
+
+
+class _NoOp(Tool):
+    name = "noop"
+    description = "Does nothing."
+    def __init__(self) -> None:
+        self.parameters = {"type": "object", "properties": {}}
+
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        return None
+
+
+class _Instant:
+    """A provider that answers at once: a tool call on round 1, text on round 2."""
+
+    name = "instant"
+
+    def __init__(self) -> None:
+        self._call = ProviderResponse(
+            [ContentSegment("tool_call", tool_call=ToolCall("noop", {}, "call_1"))]
+        )
+        self._done = ProviderResponse([ContentSegment("text", text="done")])
+
+    async def generate(self, prompt: str, context: AgentContext) -> ProviderResponse:
+        return self._call if context.round == 1 else self._done
+
+
+def bench_loop_turn(n: int = 2_000, warmup: int = 200) -> dict[str, float]:
+    """Time per user turn: through :class:`ExecutionLoop`, and the same calls made directly."""
+    tool = _NoOp()
+    provider = _Instant()
+
+    async def ours() -> float:
+        async with EventBus() as bus, ExecutionLoop(bus, provider, [tool], memory_window=4) as loop:
+            for _ in range(warmup):
+                await loop.ask("ping", session_id="bench")
+            await bus.wait_idle()
+            start = _perf_ns()
+            for _ in range(n):
+                result = await loop.ask("ping", session_id="bench")
+            await bus.wait_idle()
+            elapsed = _perf_ns() - start
+            if result.replies != ["done"] or result.error is not None:
+                raise AssertionError(f"unexpected turn result {result}")
+            return elapsed / n / 1000
+
+    async def direct() -> float:
+        context = AgentContext({"noop": tool}, Session("bench"))
+        start = _perf_ns()
+        for _ in range(n):
+            context.round = 1
+            first = await provider.generate("ping", context)
+            call = first.segments[0].tool_call
+            assert call is not None
+            await tool.run(tool.validate(call.args), context)
+            context.round = 2
+            await provider.generate("ping", context)
+        return (_perf_ns() - start) / n / 1000
+
+    ours_us = asyncio.run(ours())
+    direct_us = asyncio.run(direct())
+    return {"turn_us": ours_us, "direct_us": direct_us, "overhead_us": ours_us - direct_us}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the three measurements and print them; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="openstarry bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a tenth of the iterations")
+    args = parser.parse_args(argv)
+    scale = 10 if args.quick else 1
+
+    latency = bench_bus_latency(20_000 // scale, 1_000 // scale)
+    ours, base = latency["openstarry"], latency["baseline"]
+    print("bus latency, publish to handler (asyncio):")
+    for key in ("p50_us", "p99_us"):
+        print(
+            f"  {key[:3]}: openstarry {ours[key]:6.2f} us   pure Python {base[key]:6.2f} us"
+            f"   ratio {base[key] / ours[key]:.2f}x"
+        )
+    throughput = bench_bus_throughput(100_000 // scale)
+    print(
+        f"bus throughput: openstarry {throughput['openstarry'] / 1e6:.2f} M events/s"
+        f"   pure Python {throughput['baseline'] / 1e6:.2f} M events/s"
+        f"   ratio {throughput['openstarry'] / throughput['baseline']:.2f}x"
+    )
+    turn = bench_loop_turn(2_000 // scale, 200 // scale)
+    print(
+        f"loop turn (2 provider calls, 1 tool call, 11 events): {turn['turn_us']:.1f} us"
+        f"   direct calls {turn['direct_us']:.1f} us   overhead {turn['overhead_us']:.1f} us"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,212 @@
+"""The ``openstarry`` command.
+
+    openstarry run MANIFEST --input "Query weather in Taipei"  # a turn per --input, then exit
+    openstarry run MANIFEST --input "..." --events     # every event, a JSON envelope a line
+    openstarry run MANIFEST                            # an interactive prompt
+    openstarry schema manifest|protocol                # JSON Schema of agent.json or events
+    openstarry bench                                   # bus latency and loop overhead
+    openstarry demo NDJSON                             # the Rust ingestion demo
+
+Exit status: 0 on success, 1 when a turn ended with a ``KERNEL:ERROR``, 2 for a
+bad command line or manifest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+import anyio
+
+from openstarry.core import Event, encode_event
+from openstarry.errors import ManifestError
+from openstarry.events import OUTPUT_AGENT_MESSAGE, EventType
+
+__all__ = ["main"]
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = value.strip() if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = text.replace("\n", "\n    ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class ConversationPrinter:
+    """Prints a session's events as a readable conversation."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.errors = 0
+
+    def __call__(self, event: Event) -> None:
+        kind = event.type
+        payload = event.payload
+        line: str | None = None
+        if kind == EventType.USER_MESSAGE:
+            line = f"you> {payload.get('text', '')}"
+        elif kind == OUTPUT_AGENT_MESSAGE:
+            line = f"agent> {payload.get('text', '')}"
+        elif kind == EventType.TOOL_CALL:
+            line = f"  -> {payload['name']} {_short(payload.get('args', {}))}"
+        elif kind == EventType.TOOL_RESULT:
+            if payload.get("success"):
+                line = f"  <- {payload.get('name', '')}: {_short(payload.get('result'))}"
+            else:
+                error = payload.get("error") or {}
+                name = payload.get("name", "")
+                line = f"  <- {name} failed: {error.get('code')}: {error.get('message')}"
+        elif kind == EventType.ERROR:
+            self.errors += 1
+            line = f"error: {payload.get('code')}: {payload.get('message')}"
+        if line is not None:
+            print(line, file=self.out, flush=True)
+
+
+class EventPrinter:
+    """Prints every event as its JSON envelope, one a line (spec 002's wire format)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.errors = 0
+
+    def __call__(self, event: Event) -> None:
+        if event.type == EventType.ERROR:
+            self.errors += 1
+        self.out.write(encode_event(event).decode())
+        self.out.write("\n")
+        self.out.flush()
+
+
+async def _run(args: argparse.Namespace) -> int:
+    from openstarry.agent.runtime import Agent
+
+    agent = Agent.from_manifest(args.manifest)
+    printer: ConversationPrinter | EventPrinter = (
+        EventPrinter(sys.stdout) if args.events else ConversationPrinter(sys.stdout)
+    )
+    async with agent:
+        agent.bus.subscribe("*", printer)
+        if args.input:
+            for text in args.input:
+                await agent.ask(text, session_id=args.session)
+                await agent.bus.wait_idle()
+        else:
+            await _interactive(agent, args.session)
+            await agent.bus.wait_idle()
+    return 1 if printer.errors else 0
+
+
+async def _interactive(agent: Any, session_id: str) -> None:
+    """Read lines until EOF or ``/quit``; ``/stop`` goes out at priority 0 at once."""
+    quit_requested = anyio.Event()
+    agent.loop.on_quit(lambda sid: quit_requested.set() if sid == session_id else None)
+    prompt = "> " if sys.stdin.isatty() else ""
+    if prompt:
+        print(f"openstarry: {agent.name} — type /help for commands, /quit to leave.", flush=True)
+
+    def read() -> str | None:
+        try:
+            return input(prompt)
+        except EOFError:
+            return None
+
+    while not quit_requested.is_set():
+        line = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
+        if line is None:
+            break
+        text = line.strip()
+        if not text:
+            continue
+        if text in ("/stop", "/reset", "/quit"):
+            agent.loop.command(text, session_id=session_id)
+            if text == "/quit":
+                break
+            continue
+        # Wait for the turn, so the next prompt follows the answer.
+        await agent.ask(text, session_id=session_id)
+        await agent.bus.wait_idle()
+
+
+def _schema(args: argparse.Namespace) -> int:
+    if args.what == "manifest":
+        from openstarry.manifest import AgentManifest
+
+        schema: Any = AgentManifest.json_schema()
+    else:
+        from openstarry.protocol import json_schema
+
+        schema = json_schema()
+    print(json.dumps(schema, indent=2, ensure_ascii=False))
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from openstarry.bench import main as bench_main
+
+    return bench_main(["--quick"] if args.quick else [])
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from openstarry.demo import main as demo_main
+
+    return demo_main([args.path])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from openstarry.core import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="openstarry", description="An agent core whose hot path is Rust."
+    )
+    parser.add_argument("--version", action="version", version=f"openstarry {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run an agent from its agent.json")
+    run.add_argument("manifest", help="path of the agent.json manifest")
+    run.add_argument(
+        "--input",
+        "-i",
+        action="append",
+        metavar="TEXT",
+        help="a user turn (repeatable); without it, an interactive prompt",
+    )
+    run.add_argument(
+        "--events", action="store_true", help="print every event as a JSON envelope per line"
+    )
+    run.add_argument("--session", default="cli", help="the session id (default: cli)")
+    run.set_defaults(handler=None)
+
+    schema = commands.add_parser("schema", help="print a JSON Schema")
+    schema.add_argument("what", choices=["manifest", "protocol"])
+    schema.set_defaults(handler=_schema)
+
+    bench = commands.add_parser("bench", help="measure bus latency and loop overhead")
+    bench.add_argument("--quick", action="store_true", help="fewer iterations")
+    bench.set_defaults(handler=_bench)
+
+    demo = commands.add_parser("demo", help="the Rust ingestion demo on an NDJSON file")
+    demo.add_argument("path", help="NDJSON file, one envelope a line")
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``openstarry`` command; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return anyio.run(_run, args)
+        status: int = args.handler(args)
+        return status
+    except ManifestError as exc:
+        print(f"openstarry: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
