@@ -8,6 +8,8 @@ DEPS := $(VENV)/.deps-stamp
 # Serialises builds when several shells build at once.
 LOCK := flock $(CURDIR)/target/.openstarry-build.lock
 SMOKE_VENV := .venv-smoke
+AGENT_VENV := .venv-agent
+EXAMPLE := examples/weather-agent/agent.json
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,11 +34,15 @@ wheel: $(DEPS) ## Build the abi3 wheel (CPython >= 3.10) into dist/
 	$(LOCK) $(VENV)/bin/maturin build --release --out dist --quiet
 
 .PHONY: run
-run: dev ## Set up, then run the ingestion demo on the shipped NDJSON sample
-	$(PY) -m openstarry.demo examples/events.ndjson
+run: dev ## Set up, then run the example weather agent through the spec 000 section 5 sequence
+	$(PY) -m openstarry.cli run $(EXAMPLE) --input "Query weather in Taipei"
+
+.PHONY: demo
+demo: dev ## Run the Rust ingestion demo on the shipped NDJSON sample
+	$(PY) -m openstarry.cli demo examples/events.ndjson
 
 .PHONY: test
-test: wheel ## Set up, then run every test: cargo test, pytest against the wheel, and a smoke test in a clean venv
+test: wheel ## Set up, then run every test: cargo test, pytest against the wheel, smoke tests of the wheel in clean venvs
 	cargo test --quiet
 	$(PY) -m pip install --quiet --force-reinstall --no-deps dist/openstarry-*.whl
 	$(PY) -m pytest
@@ -44,6 +50,11 @@ test: wheel ## Set up, then run every test: cargo test, pytest against the wheel
 	$(PYTHON) -m venv $(SMOKE_VENV)
 	$(SMOKE_VENV)/bin/python -m pip install --quiet --no-deps --no-index dist/openstarry-*.whl
 	$(SMOKE_VENV)/bin/python tests/smoke_wheel.py
+	rm -rf $(AGENT_VENV)
+	$(PYTHON) -m venv $(AGENT_VENV)
+	$(AGENT_VENV)/bin/python -m pip install --quiet dist/openstarry-*.whl
+	set -o pipefail; $(AGENT_VENV)/bin/openstarry run $(EXAMPLE) --input "Query weather in Taipei" | tee $(AGENT_VENV)/run.txt
+	grep -q "The weather in Taipei is 25°C, Sunny." $(AGENT_VENV)/run.txt
 
 .PHONY: compat
 compat: wheel ## Smoke-test the abi3 wheel on every other CPython >= 3.10 found (python3.N on PATH or under pyenv)
@@ -60,6 +71,7 @@ compat: wheel ## Smoke-test the abi3 wheel on every other CPython >= 3.10 found 
 bench: dev ## Run the benchmarks: each openstarry piece beside its pure-Python baseline, as ratios
 	$(PY) -m pytest benches --benchmark-enable --benchmark-only --benchmark-group-by=group --benchmark-columns=min,median,mean,ops -q -p no:randomly
 	$(PY) benches/ratios.py
+	$(PY) -m openstarry.cli bench
 
 .PHONY: lint
 lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy --strict, stubtest
@@ -79,7 +91,7 @@ format: $(DEPS) ## Format the Rust and Python sources
 
 .PHONY: clean
 clean: ## Remove build outputs and virtual environments
-	rm -rf target dist $(VENV) $(SMOKE_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
+	rm -rf target dist $(VENV) $(SMOKE_VENV) $(AGENT_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
 
 .PHONY: help
 help: ## Show this help

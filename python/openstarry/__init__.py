@@ -2,8 +2,62 @@
 
 The Rust core is :mod:`openstarry.core`; it needs nothing beyond the standard
 library. Exceptions live in :mod:`openstarry.errors`.
+
+The agent runtime is importable from here too: :class:`Agent`,
+:class:`EventBus`, :class:`ExecutionLoop`, :class:`Tool`, :func:`tool`,
+:class:`Provider`, :class:`AgentContext`. They are loaded on first use, so
+``import openstarry.core`` still pulls in no third-party package (the runtime
+needs pydantic and anyio).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from openstarry._core import __version__
 
-__all__ = ["__version__"]
+if TYPE_CHECKING:
+    from openstarry.agent.interfaces import AgentContext, Provider, Tool
+    from openstarry.agent.loop import ExecutionLoop, LoopLimits, RunResult
+    from openstarry.agent.runtime import Agent
+    from openstarry.agent.tools import tool
+    from openstarry.bus import EventBus
+
+__all__ = [
+    "Agent",
+    "AgentContext",
+    "EventBus",
+    "ExecutionLoop",
+    "LoopLimits",
+    "Provider",
+    "RunResult",
+    "Tool",
+    "__version__",
+    "tool",
+]
+
+_LAZY = {
+    "Agent": "openstarry.agent.runtime",
+    "AgentContext": "openstarry.agent.interfaces",
+    "EventBus": "openstarry.bus",
+    "ExecutionLoop": "openstarry.agent.loop",
+    "LoopLimits": "openstarry.agent.loop",
+    "Provider": "openstarry.agent.interfaces",
+    "RunResult": "openstarry.agent.loop",
+    "Tool": "openstarry.agent.interfaces",
+    "tool": "openstarry.agent.tools",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'openstarry' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

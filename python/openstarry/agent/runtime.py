@@ -135,4 +135,5 @@ def _name_file(exc: Exception, where: str | None) -> None:
 
     if isinstance(exc, ManifestError) and where and exc.path is None:
         exc.path = where
-        exc.args = (f"{where}: {exc}",)
+        field = f"{exc.field}: " if exc.field and exc.field not in str(exc) else ""
+        exc.args = (f"{where}: {field}{exc}",)

@@ -1,0 +1,157 @@
+"""The ``openstarry`` command: run an agent from its manifest, print the conversation or the events."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from openstarry.cli import main
+from openstarry.core import decode_event
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "weather-agent" / "agent.json"
+
+SPEC_SEQUENCE = [
+    ("INPUT:USER_MESSAGE", None),
+    ("KERNEL:TICK_START", None),
+    ("KERNEL:STATE_CHANGE", ("IDLE", "THINKING")),
+    ("OUTPUT:AGENT_MESSAGE", None),
+    ("KERNEL:STATE_CHANGE", ("THINKING", "EXECUTING")),
+    ("EXEC:TOOL_CALL", None),
+    ("EXEC:TOOL_RESULT", None),
+    ("KERNEL:TICK_START", None),
+    ("KERNEL:STATE_CHANGE", ("EXECUTING", "THINKING")),
+    ("OUTPUT:AGENT_MESSAGE", None),
+    ("KERNEL:STATE_CHANGE", ("THINKING", "IDLE")),
+]
+
+
+def test_run_prints_the_conversation(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(EXAMPLE), "--input", "Query weather in Taipei"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "you> Query weather in Taipei",
+        "agent> Sure, let me check.",
+        '  -> get_weather {"location": "Taipei"}',
+        '  <- get_weather: {"location": "Taipei", "temperature": 25, "unit": "celsius", '
+        '"condition": "Sunny", "summary": "25°C, Sunny"}',
+        "agent> The weather in Taipei is 25°C, Sunny.",
+    ]
+
+
+def test_run_with_events_prints_one_envelope_a_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(EXAMPLE), "--input", "Query weather in Taipei", "--events"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    events = [decode_event(line.encode()) for line in lines]
+    assert [e.type for e in events] == [kind for kind, _ in SPEC_SEQUENCE]
+    for event, (_, states) in zip(events, SPEC_SEQUENCE, strict=True):
+        if states is not None:
+            assert (event.payload["from"], event.payload["to"]) == states
+    assert len({e.trace_id for e in events}) == 1
+    assert {e.session_id for e in events} == {"cli"}
+    # Every line is the exact wire form: camelCase keys of spec 002.
+    first = json.loads(lines[0])
+    assert set(first) >= {"id", "timestamp", "traceId", "source", "sessionId", "priority", "type"}
+    call, result = events[5], events[6]
+    assert call.payload == {
+        "toolCallId": call.payload["toolCallId"],
+        "name": "get_weather",
+        "args": {"location": "Taipei"},
+    }
+    assert result.parent_id == call.id
+    assert result.payload["toolCallId"] == call.payload["toolCallId"]
+    assert result.payload["result"]["summary"] == "25°C, Sunny"
+
+
+def test_several_inputs_share_the_session(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        ["run", str(EXAMPLE), "-i", "Query weather in Taipei", "-i", "/read notes.txt", "-i", "/help"]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "you> /read notes.txt" in out
+    assert "  <- fs.read: Trip to Taipei" in out
+    assert "/get_weather" in out  # /help lists the tools
+
+
+def test_a_run_that_ends_in_error_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(EXAMPLE), "--input", "/nonsense"]) == 1
+    assert "error: UNKNOWN_COMMAND" in capsys.readouterr().out
+
+
+def test_a_bad_manifest_exits_2_naming_file_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "agent.json"
+    manifest.write_text(json.dumps({"identity": {"name": "x"}, "limits": {"toolTimeout": -1}}))
+    assert main(["run", str(manifest), "--input", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert str(manifest) in err
+    assert "limits.toolTimeout" in err
+
+
+def test_an_unknown_tool_in_the_manifest_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "agent.json"
+    manifest.write_text(json.dumps({"identity": {"name": "x"}, "tools": ["get_weather", "nope"]}))
+    assert main(["run", str(manifest), "--input", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert str(manifest) in err
+    assert "tools[1]" in err
+
+
+def test_schema_commands_print_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema", "manifest"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert "identity" in schema["properties"]
+    assert main(["schema", "protocol"]) == 0
+    assert json.loads(capsys.readouterr().out)
+
+
+def _command() -> list[str]:
+    script = shutil.which("openstarry", path=str(Path(sys.executable).parent))
+    return [script] if script else [sys.executable, "-m", "openstarry.cli"]
+
+
+def test_interactive_prompt_reads_lines_until_quit() -> None:
+    proc = subprocess.run(
+        [*_command(), "run", str(EXAMPLE)],
+        input="Query weather in Taipei\n/quit\nnever read\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "agent> The weather in Taipei is 25°C, Sunny." in proc.stdout
+    assert "never read" not in proc.stdout
+
+
+def test_interactive_prompt_ends_at_eof() -> None:
+    proc = subprocess.run(
+        [*_command(), "run", str(EXAMPLE), "--events"],
+        input="list files\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    types = [json.loads(line)["type"] for line in proc.stdout.splitlines()]
+    assert types.count("EXEC:TOOL_RESULT") == 1
+    assert types[-1] == "KERNEL:STATE_CHANGE"
+
+
+def test_the_console_script_is_installed() -> None:
+    script = shutil.which("openstarry", path=str(Path(sys.executable).parent))
+    assert script is not None, "the openstarry entry point is not installed next to python"
+    proc = subprocess.run([script, "--version"], capture_output=True, text=True, check=True)
+    assert proc.stdout.startswith("openstarry ")
