@@ -1,0 +1,473 @@
+"""The agent manifest, ``agent.json``: what an agent is, thinks with and may do.
+
+A minimal manifest names the agent; everything else has a default::
+
+    {"identity": {"name": "weather-bot"}}
+
+A fuller one::
+
+    {
+      "identity": {"name": "weather-bot", "version": "1.2.0", "description": "Weather answers"},
+      "instructions": "You are a concise weather assistant.",
+      "provider": {"name": "openai", "model": "gpt-4o-mini", "apiKeyEnv": "OPENAI_API_KEY"},
+      "tools": ["get_weather", "fs.read", "my_package.tools:forecast"],
+      "fs": {"allowedPaths": ["./data"]},
+      "limits": {"maxToolRounds": 5, "toolTimeout": 10},
+      "memory": {"window": 20},
+      "mcp": {"expose_tools": ["get_weather"], "private_tools": ["fs.read"]}
+    }
+
+Field names are the wire names above (camelCase, except the snake_case keys of
+``mcp``). Every object rejects unknown keys, so a misspelt key is an error, and
+values are not coerced: ``"toolTimeout": "30"`` is an error, not 30 seconds.
+
+:func:`load_manifest` reads a file; :func:`parse_manifest` (or
+:meth:`AgentManifest.from_dict`) takes the decoded JSON. Both raise
+:class:`~openstarry.errors.ManifestError`, whose message names the file and
+the field (``limits.toolTimeout``, ``tools[2]``) and says what is wrong.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic.fields import ComputedFieldInfo, FieldInfo
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
+
+from openstarry.errors import ManifestError
+
+__all__ = [
+    "MANIFEST_FILENAME",
+    "AgentManifest",
+    "FsConfig",
+    "Identity",
+    "Limits",
+    "McpConfig",
+    "MemoryConfig",
+    "ProviderConfig",
+    "load_manifest",
+    "parse_manifest",
+]
+
+#: The conventional name of a manifest file.
+MANIFEST_FILENAME = "agent.json"
+
+_JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+#: What a manifest given as data is called in error messages.
+_DATA_NAME = "manifest data"
+
+
+def _title(name: str, info: FieldInfo | ComputedFieldInfo) -> str:
+    """A schema title from a field's name: ``max_tool_rounds`` becomes ``Max tool rounds``."""
+    return name.replace("_", " ").strip().capitalize()
+
+
+class _Section(BaseModel):
+    """The shared configuration: wire names, unknown keys rejected, no coercion.
+
+    Python code may build the models with the snake_case field names too.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        extra="forbid",
+        strict=True,
+        allow_inf_nan=False,
+        field_title_generator=_title,
+    )
+
+
+class Identity(_Section):
+    """Who the agent is."""
+
+    name: str = Field(min_length=1, description="The agent's name.")
+    version: str = Field(default="0.1.0", description="The agent's version.")
+    description: str = Field(default="", description="What the agent is for.")
+
+
+class ProviderConfig(_Section):
+    """The provider (the agent's brain, spec 000 ``IProvider``) and its settings."""
+
+    name: str = Field(
+        default="default", min_length=1, description="Which provider: a registered provider's name."
+    )
+    model: str | None = Field(default=None, description="The model the provider asks for.")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Provider-specific settings, such as temperature."
+    )
+    base_url: str | None = Field(
+        default=None, description="The API's base URL, for a custom endpoint."
+    )
+    api_key_env: str | None = Field(
+        default=None, description="The environment variable holding the API key (not the key)."
+    )
+
+
+class FsConfig(_Section):
+    """What the ``fs.*`` tools may touch."""
+
+    allowed_paths: list[str] = Field(
+        default_factory=list,
+        description="Directories the fs.* tools may touch; relative ones are relative to the "
+        "manifest's folder, and ~ is the home directory.",
+    )
+
+    @field_validator("allowed_paths")
+    @classmethod
+    def _non_empty(cls, paths: list[str]) -> list[str]:
+        errors = [
+            InitErrorDetails(
+                type=PydanticCustomError("empty_path", "an allowed path must not be empty"),
+                loc=(index,),
+                input=path,
+            )
+            for index, path in enumerate(paths)
+            if not path
+        ]
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        return paths
+
+
+class Limits(_Section):
+    """Bounds on what one turn of the agent may do."""
+
+    max_tool_rounds: int = Field(
+        default=10, ge=1, description="Provider calls per user turn before the loop stops."
+    )
+    tool_timeout: float = Field(default=30.0, gt=0, description="Seconds a tool may run.")
+    provider_timeout: float = Field(
+        default=120.0, gt=0, description="Seconds a provider call may take."
+    )
+    max_concurrent_tools: int = Field(
+        default=4, ge=1, description="Tool calls of one response run at once, at most."
+    )
+    max_failure_streak: int = Field(
+        default=5, ge=1, description="Consecutive failed rounds before the turn is abandoned."
+    )
+    repeated_failure_warning: int = Field(
+        default=3,
+        ge=2,
+        description="After this many identical failing calls, the provider is told to change "
+        "course.",
+    )
+
+
+class MemoryConfig(_Section):
+    """What the agent remembers of a session."""
+
+    window: int | None = Field(
+        default=50, ge=1, description="User turns kept in memory; null keeps every turn."
+    )
+
+
+class McpConfig(_Section):
+    """Which tools an MCP server of this agent shows (keys in snake_case)."""
+
+    model_config = ConfigDict(alias_generator=None)
+
+    expose_tools: list[str] = Field(
+        default_factory=list, description="Tools of the agent an MCP client may call."
+    )
+    private_tools: list[str] = Field(
+        default_factory=list, description="Tools of the agent never shown to an MCP client."
+    )
+
+
+class AgentManifest(_Section):
+    """An agent's ``agent.json``.
+
+    The manifest remembers its folder (:attr:`base_dir`): the file's folder, or
+    for data the ``base_dir`` given (the working directory by default). Relative
+    paths in it, such as ``fs.allowedPaths``, are relative to that folder;
+    :meth:`resolve` and :meth:`allowed_paths` resolve them.
+
+    Beyond each field's own rules: ``tools`` has no duplicates, and each name in
+    ``mcp.expose_tools`` and ``mcp.private_tools`` is in ``tools`` (spelt the
+    same) and in only one of the two.
+    """
+
+    identity: Identity = Field(description="Who the agent is.")
+    instructions: str | None = Field(
+        default=None, description="A system prompt, for providers built on an LLM."
+    )
+    provider: ProviderConfig = Field(
+        default_factory=ProviderConfig, description="The agent's brain."
+    )
+    tools: list[str] = Field(
+        default_factory=list,
+        description='Built-in tool names ("fs.read", "get_weather") or import references '
+        '("package.module:attribute"); no duplicates.',
+    )
+    fs: FsConfig = Field(default_factory=FsConfig, description="What the fs.* tools may touch.")
+    limits: Limits = Field(default_factory=Limits, description="Bounds on a turn.")
+    memory: MemoryConfig = Field(
+        default_factory=MemoryConfig, description="What the agent remembers."
+    )
+    mcp: McpConfig = Field(
+        default_factory=McpConfig, description="What an MCP server of the agent shows."
+    )
+
+    _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tools(cls, tools: list[str]) -> list[str]:
+        errors: list[InitErrorDetails] = []
+        first: dict[str, int] = {}
+        for index, name in enumerate(tools):
+            if not name or any(c.isspace() for c in name):
+                errors.append(
+                    _detail(
+                        (index,), "tool_name", "a tool name must be non-empty, without spaces", name
+                    )
+                )
+            elif name in first:
+                errors.append(
+                    _detail(
+                        (index,),
+                        "duplicate_tool",
+                        f"duplicate tool {name!r} (already tools[{first[name]}])",
+                        name,
+                    )
+                )
+            else:
+                first[name] = index
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        return tools
+
+    @model_validator(mode="after")
+    def _mcp_names_are_tools(self) -> AgentManifest:
+        tools = set(self.tools)
+        exposed = set(self.mcp.expose_tools)
+        errors: list[InitErrorDetails] = []
+        for key, names in (
+            ("expose_tools", self.mcp.expose_tools),
+            ("private_tools", self.mcp.private_tools),
+        ):
+            for index, name in enumerate(names):
+                loc = ("mcp", key, index)
+                if name not in tools:
+                    errors.append(_detail(loc, "unknown_tool", f"{name!r} is not in tools", name))
+                elif key == "private_tools" and name in exposed:
+                    errors.append(
+                        _detail(
+                            loc,
+                            "exposed_and_private",
+                            f"{name!r} is in both expose_tools and private_tools",
+                            name,
+                        )
+                    )
+        if errors:
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
+        return self
+
+    @property
+    def base_dir(self) -> Path:
+        """The absolute folder relative paths of the manifest are relative to."""
+        return self._base_dir
+
+    def resolve(self, path: str | os.PathLike[str]) -> Path:
+        """``path`` made absolute: ``~`` expanded, relative to :attr:`base_dir`, links resolved."""
+        return (self._base_dir / Path(path).expanduser()).resolve()
+
+    def allowed_paths(self) -> list[Path]:
+        """``fs.allowedPaths``, each resolved by :meth:`resolve`."""
+        return [self.resolve(p) for p in self.fs.allowed_paths]
+
+    @classmethod
+    def from_dict(
+        cls, data: Any, *, base_dir: str | os.PathLike[str] | None = None
+    ) -> AgentManifest:
+        """A manifest from decoded JSON; relative paths in it are relative to ``base_dir``.
+
+        ``base_dir`` defaults to the working directory.
+
+        Raises:
+            ManifestError: ``data`` is not a valid manifest (``path`` is ``None``).
+        """
+        return _validate(data, name=_DATA_NAME, path=None, base_dir=base_dir)
+
+    @classmethod
+    def json_schema(cls) -> dict[str, Any]:
+        """The JSON Schema (draft 2020-12) of ``agent.json``, with its wire names."""
+        return {"$schema": _JSON_SCHEMA_DIALECT, **cls.model_json_schema(by_alias=True)}
+
+
+def _detail(loc: tuple[str | int, ...], kind: str, message: str, value: Any) -> InitErrorDetails:
+    return InitErrorDetails(type=PydanticCustomError(kind, message), loc=loc, input=value)
+
+
+def parse_manifest(data: Any, base_dir: str | os.PathLike[str] | None = None) -> AgentManifest:
+    """:meth:`AgentManifest.from_dict` as a function."""
+    return AgentManifest.from_dict(data, base_dir=base_dir)
+
+
+def load_manifest(path: str | os.PathLike[str]) -> AgentManifest:
+    """Read and validate a manifest file; its relative paths are relative to its folder.
+
+    Raises:
+        ManifestError: the file cannot be read, is not JSON (the message gives
+            the line and column), or is not a valid manifest (the message names
+            each offending field). ``.path`` is the file as given, ``.field`` the
+            first offending field's dotted wire path.
+    """
+    name = os.fspath(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"{name}: not UTF-8 text ({e.reason})", path=name) from e
+    except OSError as e:
+        raise ManifestError(
+            f"{name}: cannot read the manifest: {e.strerror or e}", path=name
+        ) from e
+    try:
+        data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except json.JSONDecodeError as e:
+        raise ManifestError(
+            f"{name}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}", path=name
+        ) from e
+    except _DuplicateKey as e:
+        raise ManifestError(f"{name}: invalid JSON: duplicate key {e.key!r}", path=name) from e
+    return _validate(data, name=name, path=name, base_dir=Path(os.path.abspath(name)).parent)
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKey(key)
+        result[key] = value
+    return result
+
+
+def _validate(
+    data: Any, *, name: str, path: str | None, base_dir: str | os.PathLike[str] | None
+) -> AgentManifest:
+    if not isinstance(data, dict):
+        raise ManifestError(
+            f"{name}: a manifest must be a JSON object, not {_json_kind(data)}", path=path
+        )
+    try:
+        manifest = AgentManifest.model_validate(data, by_alias=True, by_name=False)
+    except ValidationError as e:
+        problems = [(_wire_path(err["loc"]), _describe(err)) for err in e.errors()]
+        if len(problems) == 1:
+            field, message = problems[0]
+            text = f"{name}: {field}: {message}"
+        else:
+            lines = "".join(f"\n  {field}: {message}" for field, message in problems)
+            text = f"{name}: {len(problems)} problems:{lines}"
+        raise ManifestError(text, path=path, field=problems[0][0]) from None
+    manifest._base_dir = Path(os.path.abspath(base_dir)) if base_dir is not None else Path.cwd()
+    return manifest
+
+
+def _json_kind(value: Any) -> str:
+    """The JSON name of a decoded value's type."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _wire_path(loc: tuple[str | int, ...]) -> str:
+    """``("limits", "toolTimeout")`` as ``limits.toolTimeout``, ``("tools", 2)`` as ``tools[2]``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out or "(manifest)"
+
+
+def _describe(err: ErrorDetails) -> str:
+    """One problem in words, with the offending value where it helps."""
+    kind = err["type"]
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "extra_forbidden":
+        message = "unknown field"
+        key = err["loc"][-1]
+        known = _known_keys(err["loc"][:-1])
+        close = difflib.get_close_matches(str(key), known, n=1)
+        if close:
+            message += f"; did you mean {close[0]!r}?"
+        elif known:
+            message += f" (known: {', '.join(known)})"
+        return message
+    message = err["msg"]
+    if kind in _OWN_CHECKS:
+        return message
+    subject, should, rest = message.partition(" should ")
+    if should and " " not in subject:  # "Input should be ...", "String should have ..."
+        message = "must " + rest
+    return f"{message}, got {_short(err['input'])}"
+
+
+#: The error types of this module's own checks, whose messages name the value.
+_OWN_CHECKS = frozenset(
+    {"empty_path", "tool_name", "duplicate_tool", "unknown_tool", "exposed_and_private"}
+)
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if _is_json(value) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _known_keys(loc: tuple[str | int, ...]) -> list[str]:
+    """The wire keys of the model at ``loc`` (empty when ``loc`` is not a model)."""
+    model: type[BaseModel] = AgentManifest
+    for part in loc:
+        if not isinstance(part, str):
+            return []
+        field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
+        sub = field.annotation if field is not None else None
+        if not (isinstance(sub, type) and issubclass(sub, BaseModel)):
+            return []
+        model = sub
+    return [f.alias or n for n, f in model.model_fields.items()]
