@@ -71,7 +71,16 @@ def test_run_with_events_prints_one_envelope_a_line(capsys: pytest.CaptureFixtur
 
 def test_several_inputs_share_the_session(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(
-        ["run", str(EXAMPLE), "-i", "Query weather in Taipei", "-i", "/read notes.txt", "-i", "/help"]
+        [
+            "run",
+            str(EXAMPLE),
+            "-i",
+            "Query weather in Taipei",
+            "-i",
+            "/read notes.txt",
+            "-i",
+            "/help",
+        ]
     )
     assert code == 0
     out = capsys.readouterr().out

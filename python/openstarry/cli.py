@@ -100,12 +100,19 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 async def _interactive(agent: Any, session_id: str) -> None:
-    """Read lines until EOF or ``/quit``; ``/stop`` goes out at priority 0 at once."""
+    """Read lines until EOF or ``/quit``.
+
+    At a terminal, reading goes on while a turn runs, so a ``/stop`` typed
+    meanwhile goes out at priority 0 and cancels it. From a pipe or a file, each
+    line waits for the previous turn to end, as a script expects. At EOF the
+    turns still queued are finished.
+    """
     quit_requested = anyio.Event()
     agent.loop.on_quit(lambda sid: quit_requested.set() if sid == session_id else None)
-    prompt = "> " if sys.stdin.isatty() else ""
+    at_terminal = sys.stdin.isatty()
+    prompt = "> " if at_terminal else ""
     if prompt:
-        print(f"openstarry: {agent.name} — type /help for commands, /quit to leave.", flush=True)
+        print(f"openstarry: {agent.name}. Type /help for commands, /quit to leave.", flush=True)
 
     def read() -> str | None:
         try:
@@ -113,6 +120,7 @@ async def _interactive(agent: Any, session_id: str) -> None:
         except EOFError:
             return None
 
+    pending = []
     while not quit_requested.is_set():
         line = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
         if line is None:
@@ -125,9 +133,13 @@ async def _interactive(agent: Any, session_id: str) -> None:
             if text == "/quit":
                 break
             continue
-        # Wait for the turn, so the next prompt follows the answer.
-        await agent.ask(text, session_id=session_id)
-        await agent.bus.wait_idle()
+        run = agent.loop.start(text, session_id=session_id)
+        if at_terminal:
+            pending.append(run)
+        else:
+            await run.wait()
+    for run in pending:
+        await run.wait()
 
 
 def _schema(args: argparse.Namespace) -> int:

@@ -115,6 +115,8 @@ class AgentContext:
         agent_name: The manifest's ``identity.name``.
         trace_id: The ``traceId`` shared by every event of this run.
         round: The provider call of this run, counting from 1 (0 for a slash command).
+        instructions: The manifest's ``instructions``: a system prompt for
+            providers backed by a language model.
     """
 
     tools: Mapping[str, Tool]
@@ -122,6 +124,7 @@ class AgentContext:
     agent_name: str = "openstarry"
     trace_id: str = ""
     round: int = 0
+    instructions: str | None = None
 
     @property
     def memory(self) -> Memory:

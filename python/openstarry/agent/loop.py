@@ -73,7 +73,7 @@ from openstarry.errors import (
 )
 from openstarry.events import OUTPUT_AGENT_MESSAGE, AgentState, EventType
 
-__all__ = ["ExecutionLoop", "LoopLimits", "RunResult"]
+__all__ = ["ExecutionLoop", "LoopLimits", "PendingRun", "RunResult"]
 
 #: Seconds a session's worker task waits for the next input before it exits.
 _WORKER_LINGER = 5.0
@@ -142,6 +142,30 @@ class RunResult:
     def text(self) -> str:
         """The replies joined by newlines."""
         return "\n".join(self.replies)
+
+
+class PendingRun:
+    """An input published by :meth:`ExecutionLoop.start`; :meth:`wait` for its result."""
+
+    __slots__ = ("_done", "_loop", "_published", "event", "result")
+
+    def __init__(self, loop: ExecutionLoop, event: Event, done: Signal) -> None:
+        self._loop = loop
+        self.event = event
+        self.result = RunResult(event.trace_id)
+        self._done = done
+        self._published = True
+
+    async def wait(self) -> RunResult:
+        """Wait until the run has ended (completed, failed or stopped) and return its result."""
+        try:
+            if not self._published:
+                await self._loop.bus.apublish(self.event)
+                self._published = True
+            await self._done.wait()
+        finally:
+            self._loop._forget(self.event.id)
+        return self.result
 
 
 class _SessionRuntime:
@@ -249,6 +273,7 @@ class ExecutionLoop:
             120 s per provider call, 4 tools at once).
         agent_name: The agent's name, shown to providers and as the events' source.
         memory_window: User turns each session's memory keeps (``None``: all).
+        instructions: A system prompt handed to the provider in the context.
     """
 
     def __init__(
@@ -260,8 +285,10 @@ class ExecutionLoop:
         limits: LoopLimits | None = None,
         agent_name: str = "openstarry",
         memory_window: int | None = 50,
+        instructions: str | None = None,
     ) -> None:
         self.bus = bus
+        self.instructions = instructions
         self.provider = provider
         items = tools.values() if isinstance(tools, Mapping) else tools
         by_name: dict[str, Tool] = {}
@@ -365,23 +392,38 @@ class ExecutionLoop:
         self, text: str, *, session_id: str = "default", source: str = "user"
     ) -> RunResult:
         """Send ``text`` to the session and wait until the run it starts has ended."""
+        pending = self.start(text, session_id=session_id, source=source)
+        return await pending.wait()
+
+    def start(self, text: str, *, session_id: str = "default", source: str = "user") -> PendingRun:
+        """Publish ``text`` as an ``INPUT:USER_MESSAGE`` now; await the returned run's ``wait()``.
+
+        Inputs started one after the other in a session run in that order.
+
+        Raises:
+            QueueFull: the bus is at capacity (:meth:`ask` waits for room instead).
+        """
         event = Event.new(
             _USER_MESSAGE,
             {"text": text, "mimeType": "text/plain"},
             source=source,
             session_id=session_id,
         )
-        result = RunResult(event.trace_id)
-        done = self.bus.new_signal()
-        self._waiting[event.id] = result
-        self._done[event.id] = done
+        pending = PendingRun(self, event, self.bus.new_signal())
+        self._waiting[event.id] = pending.result
+        self._done[event.id] = pending._done
         try:
-            await self.bus.apublish(event)
-            await done.wait()
-        finally:
-            self._waiting.pop(event.id, None)
-            self._done.pop(event.id, None)
-        return result
+            self.bus.publish(event)
+        except QueueFull:
+            pending._published = False
+        except BaseException:
+            self._forget(event.id)
+            raise
+        return pending
+
+    def _forget(self, event_id: str) -> None:
+        self._waiting.pop(event_id, None)
+        self._done.pop(event_id, None)
 
     def command(
         self, command: str, args: Sequence[str] = (), *, session_id: str, source: str = "user"
@@ -538,7 +580,9 @@ class ExecutionLoop:
             rt.scope = None
 
     async def _run(self, rt: _SessionRuntime, event: Event) -> None:
-        context = AgentContext(self.tools, rt.session, self.agent_name, event.trace_id)
+        context = AgentContext(
+            self.tools, rt.session, self.agent_name, event.trace_id, 0, self.instructions
+        )
         run = _Run(rt, event, context)
         run.result = self._waiting.get(event.id)
         rt.stop_requested = False

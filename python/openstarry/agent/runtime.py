@@ -31,6 +31,7 @@ class Agent:
         name: Its name (the manifest's ``identity.name``).
         limits: Run limits.
         memory_window: User turns each session remembers.
+        instructions: A system prompt for the provider (``context.instructions``).
         bus: A bus to run on; by default the agent makes its own.
         manifest: The manifest it came from, if any (for transports such as MCP).
     """
@@ -43,6 +44,7 @@ class Agent:
         name: str = "openstarry",
         limits: LoopLimits | None = None,
         memory_window: int | None = 50,
+        instructions: str | None = None,
         bus: EventBus | None = None,
         manifest: Any = None,
     ) -> None:
@@ -57,6 +59,7 @@ class Agent:
             limits=limits,
             agent_name=name,
             memory_window=memory_window,
+            instructions=instructions,
         )
 
     @property
@@ -103,6 +106,7 @@ class Agent:
                 repeated_failure_warning=limits.repeated_failure_warning,
             ),
             memory_window=manifest.memory.window,
+            instructions=manifest.instructions,
             manifest=manifest,
         )
 
