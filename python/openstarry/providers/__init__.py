@@ -1,0 +1,112 @@
+"""Providers by name: the registry that turns a manifest's ``provider`` section into a provider.
+
+``create_provider(config)`` looks ``config.name`` up among the registered
+factories and calls that factory with the whole config. ``"default"`` (the
+offline :class:`~openstarry.providers.default.DefaultProvider`) is always there;
+adapters for hosted models register themselves with :func:`register_provider`::
+
+    from openstarry.providers import register_provider
+
+    def make_echo(config: ProviderConfigLike) -> Provider:
+        return EchoProvider(model=config.model)
+
+    register_provider("echo", make_echo)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from openstarry.errors import ManifestError
+from openstarry.providers.default import DefaultProvider
+
+if TYPE_CHECKING:
+    from openstarry.agent.interfaces import Provider
+
+__all__ = [
+    "DefaultProvider",
+    "ProviderConfigLike",
+    "ProviderFactory",
+    "create_provider",
+    "provider_names",
+    "register_provider",
+]
+
+
+class ProviderConfigLike(Protocol):
+    """What a provider factory reads of a manifest's ``provider`` section.
+
+    :class:`openstarry.manifest.ProviderConfig` has these attributes (snake_case
+    in Python, camelCase in the manifest); so may any object a test builds (a
+    ``types.SimpleNamespace`` does).
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def options(self) -> Mapping[str, Any] | None: ...
+    @property
+    def base_url(self) -> str | None:
+        """``baseUrl`` in ``agent.json``."""
+
+    @property
+    def api_key_env(self) -> str | None:
+        """``apiKeyEnv`` in ``agent.json``: the variable's name, never the key."""
+
+
+#: Makes a provider from its configuration. Raise :class:`~openstarry.errors.ManifestError`
+#: (with ``field``) for a configuration it cannot use.
+ProviderFactory = Callable[[ProviderConfigLike], "Provider"]
+
+_FACTORIES: dict[str, ProviderFactory] = {}
+
+
+def register_provider(name: str, factory: ProviderFactory) -> None:
+    """Make ``create_provider`` build providers called ``name`` with ``factory``.
+
+    Registering a name again replaces its factory (the last registration wins).
+
+    Raises:
+        ValueError: for an empty name.
+        TypeError: when ``factory`` is not callable.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"a provider name must be a non-empty string, not {name!r}")
+    if not callable(factory):
+        raise TypeError(f"the factory of provider {name!r} must be callable, not {factory!r}")
+    _FACTORIES[name] = factory
+
+
+def provider_names() -> tuple[str, ...]:
+    """The registered provider names, sorted."""
+    return tuple(sorted(_FACTORIES))
+
+
+def create_provider(config: ProviderConfigLike) -> Provider:
+    """The provider ``config`` describes, made by the factory registered under ``config.name``.
+
+    Raises:
+        ManifestError: for a name nobody registered (``field="provider.name"``),
+            or what the factory raises for a configuration it cannot use.
+    """
+    factory = _FACTORIES.get(config.name)
+    if factory is None:
+        known = ", ".join(provider_names()) or "none"
+        raise ManifestError(
+            f"unknown provider {config.name!r}; known: {known}", field="provider.name"
+        )
+    return factory(config)
+
+
+def _default_factory(config: ProviderConfigLike) -> Provider:
+    """The offline provider; ``base_url`` and ``api_key_env`` mean nothing to it and are ignored."""
+    try:
+        return DefaultProvider(config.model, config.options)
+    except ValueError as exc:
+        raise ManifestError(str(exc), field="provider.options") from exc
+
+
+register_provider("default", _default_factory)

@@ -1,0 +1,258 @@
+"""Providers for your own tests: answers you script, or a function you write.
+
+:class:`ScriptedProvider` plays back a list of answers, one per ``generate``
+call, and records each call; :class:`FunctionProvider` asks a function of yours.
+The helpers :func:`text`, :func:`tool_call` and :func:`tool_calls` build the
+responses::
+
+    from openstarry.testing import ScriptedProvider, text, tool_call
+
+    provider = ScriptedProvider([
+        tool_call("get_weather", {"location": "Taipei"}, text="Sure, let me check."),
+        text("The weather in Taipei is 25°C, Sunny."),
+    ])
+    # ... run the agent with it, then:
+    assert len(provider.calls) == 2
+    prompt, memory, round = provider.calls[1]
+
+An answer may be a :class:`~openstarry.core.ProviderResponse`, a ``str`` (one
+text segment), a ``dict`` in the wire form of spec 000 (``{"segments": [...]}``),
+an exception instance (raised by ``generate``), or, in a script, a function
+``(prompt, context)`` returning any of those, sync or ``async``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, NamedTuple, TypeAlias
+
+from openstarry.agent.interfaces import AgentContext
+from openstarry.agent.memory import MemoryEntry
+from openstarry.core import ContentSegment, ProviderResponse, ToolCall, decode_response
+from openstarry.errors import OpenStarryError
+
+__all__ = [
+    "Answer",
+    "CallSpec",
+    "FunctionProvider",
+    "ProviderCall",
+    "ScriptExhausted",
+    "ScriptItem",
+    "ScriptedProvider",
+    "text",
+    "tool_call",
+    "tool_calls",
+]
+
+#: What a scripted item or a provider function may give: a response, its text,
+#: its wire form, or an exception to raise.
+Answer: TypeAlias = ProviderResponse | str | Mapping[str, Any] | BaseException
+#: One call for :func:`tool_calls`: a ``ToolCall``, ``(name, args)`` or ``(name, args, id)``.
+CallSpec: TypeAlias = (
+    ToolCall | tuple[str, Mapping[str, Any] | None] | tuple[str, Mapping[str, Any] | None, Any]
+)
+#: One item of a :class:`ScriptedProvider`'s script: an answer, or a function making one.
+ScriptItem: TypeAlias = Answer | Callable[[str, AgentContext], Answer | Awaitable[Answer]]
+
+
+class ProviderCall(NamedTuple):
+    """One ``generate`` call a test provider received.
+
+    Attributes:
+        prompt: The prompt it was given.
+        memory: The session's memory entries at the time of the call, oldest first.
+        round: ``context.round``: the provider call of the run, from 1.
+    """
+
+    prompt: str
+    memory: tuple[MemoryEntry, ...]
+    round: int
+
+
+class ScriptExhausted(OpenStarryError, AssertionError):
+    """A :class:`ScriptedProvider` was called after it had given every scripted answer.
+
+    It is an :class:`AssertionError`, so pytest reports it as a failed expectation.
+    """
+
+
+def text(content: str, *, metadata: Any = None) -> ProviderResponse:
+    """A response of one text segment.
+
+    Example::
+
+        text("Hello!")  # {"segments": [{"type": "text", "text": "Hello!"}]}
+    """
+    return ProviderResponse([ContentSegment("text", text=content)], metadata)
+
+
+def tool_call(
+    name: str,
+    args: Mapping[str, Any] | None = None,
+    *,
+    id: str | None = None,
+    text: str | None = None,
+    metadata: Any = None,
+) -> ProviderResponse:
+    """A response that calls one tool, after a text segment when ``text`` is given.
+
+    ``id`` defaults to a fresh UUID, as the core does for a call without one.
+
+    Example::
+
+        tool_call("get_weather", {"location": "Taipei"}, text="Sure, let me check.")
+    """
+    return tool_calls([(name, args, id)], text, metadata=metadata)
+
+
+def tool_calls(
+    calls: Iterable[CallSpec],
+    text: str | None = None,
+    *,
+    metadata: Any = None,
+) -> ProviderResponse:
+    """A response that calls several tools in order, after a text segment when ``text`` is given.
+
+    Each call is a :class:`~openstarry.core.ToolCall`, ``(name, args)`` or ``(name, args, id)``.
+
+    Example::
+
+        tool_calls([("get_weather", {"location": "Taipei"}), ("fs.read", {"path": "a.txt"})])
+    """
+    segments: list[ContentSegment] = []
+    if text is not None:
+        segments.append(ContentSegment("text", text=text))
+    for call in calls:
+        if not isinstance(call, ToolCall):
+            name, args, *rest = call
+            call = ToolCall(
+                name, dict(args) if args is not None else None, rest[0] if rest else None
+            )
+        segments.append(ContentSegment("tool_call", tool_call=call))
+    return ProviderResponse(segments, metadata)
+
+
+class _RecordingProvider:
+    """What both test providers share: a name, the calls received, and answer conversion."""
+
+    name: str
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        #: Every ``generate`` call so far, oldest first.
+        self.calls: list[ProviderCall] = []
+
+    def _record(self, prompt: str, context: AgentContext) -> None:
+        self.calls.append(ProviderCall(prompt, tuple(context.memory), context.round))
+
+    async def _answer(
+        self, item: object, prompt: str, context: AgentContext, *, call_allowed: bool
+    ) -> ProviderResponse:
+        if call_allowed and callable(item) and not isinstance(item, BaseException):
+            item = item(prompt, context)
+            if inspect.isawaitable(item):
+                item = await item
+        if isinstance(item, ProviderResponse):
+            return item
+        if isinstance(item, str):
+            return text(item)
+        if isinstance(item, BaseException):
+            raise item
+        if isinstance(item, Mapping):
+            return decode_response(json.dumps(dict(item)).encode())
+        raise TypeError(
+            f"{type(self).__name__} {self.name!r}: an answer must be a ProviderResponse, "
+            f"a str, a dict or an exception, not {type(item).__name__}"
+        )
+
+
+class ScriptedProvider(_RecordingProvider):
+    """Gives the scripted answers in order, one per ``generate`` call.
+
+    Args:
+        responses: The script; see the module doc for what an item may be. A
+            function item is called with ``(prompt, context)`` when its turn comes.
+        name: The provider's ``name``.
+
+    Attributes:
+        calls: A :class:`ProviderCall` ``(prompt, memory, round)`` for every
+            ``generate`` call, including one that raised.
+
+    Raises:
+        ScriptExhausted: from ``generate`` once every answer has been given.
+
+    Example::
+
+        provider = ScriptedProvider(["first", {"segments": [{"type": "text", "text": "second"}]}])
+        assert provider.remaining == 2
+    """
+
+    def __init__(self, responses: Iterable[ScriptItem], *, name: str = "scripted") -> None:
+        super().__init__(name)
+        self._script: tuple[ScriptItem, ...] = tuple(responses)
+        self._next = 0
+
+    @property
+    def remaining(self) -> int:
+        """How many scripted answers are left."""
+        return len(self._script) - self._next
+
+    async def generate(self, prompt: str, context: AgentContext) -> ProviderResponse:
+        """The next scripted answer (raised when it is an exception)."""
+        self._record(prompt, context)
+        if self._next >= len(self._script):
+            count = len(self._script)
+            raise ScriptExhausted(
+                f"ScriptedProvider {self.name!r} had {count} response{'' if count == 1 else 's'}, "
+                f"all given; call {len(self.calls)} (prompt {prompt!r}, round {context.round}) "
+                "has none"
+            )
+        item = self._script[self._next]
+        self._next += 1
+        return await self._answer(item, prompt, context, call_allowed=True)
+
+    def __repr__(self) -> str:
+        return f"ScriptedProvider(name={self.name!r}, remaining={self.remaining})"
+
+
+class FunctionProvider(_RecordingProvider):
+    """Answers each ``generate`` call with ``fn(prompt, context)``, sync or ``async``.
+
+    ``fn`` returns a :class:`~openstarry.core.ProviderResponse`, a ``str`` or a
+    wire-form ``dict`` (an exception instance it returns is raised). A sync ``fn``
+    runs on the event loop: keep it quick.
+
+    Attributes:
+        calls: A :class:`ProviderCall` for every ``generate`` call.
+
+    Example::
+
+        def echo(prompt: str, context: AgentContext) -> str:
+            return f"you said {prompt!r} in round {context.round}"
+
+        provider = FunctionProvider(echo)
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[str, AgentContext], Answer | Awaitable[Answer]],
+        *,
+        name: str = "function",
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"FunctionProvider needs a callable, not {fn!r}")
+        super().__init__(name)
+        self.fn = fn
+
+    async def generate(self, prompt: str, context: AgentContext) -> ProviderResponse:
+        """What ``fn(prompt, context)`` returns, as a response."""
+        self._record(prompt, context)
+        answer = self.fn(prompt, context)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        return await self._answer(answer, prompt, context, call_allowed=False)
+
+    def __repr__(self) -> str:
+        return f"FunctionProvider({self.fn!r}, name={self.name!r})"
