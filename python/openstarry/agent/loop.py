@@ -201,7 +201,7 @@ class _SessionRuntime:
 class _Run:
     """One input being served: the events it emits all descend from ``input``."""
 
-    __slots__ = ("context", "input", "result", "rt", "state", "tick")
+    __slots__ = ("context", "input", "observations", "open_calls", "result", "rt", "state", "tick")
 
     def __init__(self, rt: _SessionRuntime, event: Event, context: AgentContext) -> None:
         self.rt = rt
@@ -210,6 +210,19 @@ class _Run:
         self.state = _IDLE
         self.context = context
         self.result: RunResult | None = None
+        #: Tool calls in memory that have no outcome yet (closed if the run stops).
+        self.open_calls: Sequence[ToolCall] = ()
+        #: Observations of this round, added to memory after the round's outcomes.
+        self.observations: list[Observation] = []
+
+    def close_calls(self, code: str, message: str) -> None:
+        """Give every open call of memory an outcome, so each call keeps its answer."""
+        memory = self.rt.session.memory
+        for call in self.open_calls:
+            memory.append(
+                ToolOutcome(call.id, call.name, False, error=ToolFailure(code, message, "core"))
+            )
+        self.open_calls = ()
 
 
 def _segment_dict(segment: ContentSegment) -> dict[str, Any]:
@@ -591,6 +604,7 @@ class ExecutionLoop:
             await self._serve(run, event)
         rt.scope = None
         if scope.cancelled_caught:
+            run.close_calls("CANCELLED", "the run was stopped before this call finished")
             if rt.stop_requested:
                 self.runs_stopped += 1
                 if run.result is not None:
@@ -654,10 +668,9 @@ class ExecutionLoop:
         outcomes = await self._execute(
             run, [call], parse_errors={0: parse_error} if parse_error else None
         )
-        if not outcomes[0].success:
-            self._count_failures(run, outcomes, [call])
-        else:
-            run.rt.session.failure_streak = 0
+        # A slash command is the user's: its observations are not for the provider.
+        run.observations.clear()
+        self._count_failures(run, outcomes, [call])
         self._set_state(run, _IDLE)
 
     async def _think_act(self, run: _Run, prompt: str) -> None:
@@ -701,6 +714,7 @@ class ExecutionLoop:
                     said.append(segment)
             text = "".join(s.text for s in said if s.text is not None)
             memory.append(AssistantTurn(text, tuple(calls)))
+            run.open_calls = calls
             if said:
                 payload: dict[str, Any] = {
                     "text": text,
@@ -719,13 +733,18 @@ class ExecutionLoop:
                     f"the provider asked for tools after {limits.max_tool_rounds} tool rounds; "
                     "the run stops here"
                 )
+                run.close_calls("TOOL_ROUND_LIMIT", message)
                 memory.append(Observation(message))
                 self._error(tick, "TOOL_ROUND_LIMIT", message, run=run)
                 break
             tool_rounds += 1
             self._set_state(run, _EXECUTING)
             outcomes = await self._execute(run, calls)
+            # Each call's outcome right after the call, then what the core observed.
             memory.extend(outcomes)
+            run.open_calls = ()
+            memory.extend(run.observations)
+            run.observations.clear()
             if self._count_failures(run, outcomes, calls):
                 break
         self._set_state(run, _IDLE)
@@ -844,7 +863,7 @@ class ExecutionLoop:
         if tool is None:
             available = ", ".join(self.tools) or "none"
             message = f"Tool {call.name!r} does not exist. Available tools: {available}."
-            run.rt.session.memory.append(Observation(message))
+            run.observations.append(Observation(message))
             return ToolOutcome(
                 call.id, call.name, False, error=ToolFailure("TOOL_NOT_FOUND", message, "core")
             )
@@ -855,30 +874,32 @@ class ExecutionLoop:
         except ToolArgumentsError as exc:
             schema = json.dumps(tool.parameters)
             message = f"Invalid arguments for {call.name}: {exc}. Its parameters: {schema}"
-            run.rt.session.memory.append(Observation(message))
+            run.observations.append(Observation(message))
             return ToolOutcome(
                 call.id, call.name, False, error=ToolFailure("INVALID_ARGUMENTS", str(exc), "core")
             )
+        except Exception as exc:
+            # A validate() that fails otherwise is the tool's own failure.
+            return ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
         timeout = self.limits.tool_timeout
+        result: Any = None
         try:
-            with anyio.fail_after(timeout):
+            # move_on_after, not fail_after: a TimeoutError the tool raises
+            # itself (a socket timeout) is the tool's failure, not the limit.
+            with anyio.move_on_after(timeout) as scope:
                 if tool.is_async:
                     result = await tool.run(args, run.context)
                 else:
                     result = await anyio.to_thread.run_sync(
                         tool.run, args, run.context, abandon_on_cancel=True
                     )
-        except TimeoutError:
-            return ToolOutcome(
-                call.id,
-                call.name,
-                False,
-                error=ToolFailure(
-                    "TIMEOUT", f"{call.name} did not finish within {timeout:g} s", "core"
-                ),
-            )
         except Exception as exc:
             return ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
+        if scope.cancelled_caught:
+            message = f"{call.name} did not finish within {timeout:g} s and was cancelled"
+            return ToolOutcome(
+                call.id, call.name, False, error=ToolFailure("TIMEOUT", message, "core")
+            )
         return ToolOutcome(call.id, call.name, True, result)
 
     # -- events ----------------------------------------------------------
