@@ -160,6 +160,7 @@ class EventBus:
         if latency_samples < 1:
             raise ValueError(f"latency_samples must be at least 1, not {latency_samples}")
         self._queue = EventQueue(capacity)
+        self._capacity = capacity
         self._dedup: DedupWindow | None
         if dedup is True:
             self._dedup = DedupWindow(60_000, 100_000)
@@ -182,6 +183,7 @@ class EventBus:
         self._room: Signal = _NOT_RUNNING
         self._room_waiters = 0
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._dispatcher: int | None = None
         self._stopped: Signal = _NOT_RUNNING
         self._closing = False
         # Metrics.
@@ -228,7 +230,8 @@ class EventBus:
             self._queue.close()
             self._wake.set()
             self._room.set()
-        if self._task_group is not None:
+        if self._task_group is not None and anyio.get_current_task().id != self._dispatcher:
+            # (Called from a handler, the drain goes on once the handler returns.)
             await self._stopped.wait()
 
     @property
@@ -276,13 +279,15 @@ class EventBus:
         """
         if type(event) is not Event:
             raise TypeError(f"publish takes an openstarry.core.Event, not {type(event).__name__}")
+        queue = self._queue
+        if self._capacity is not None and len(queue) >= self._capacity and not queue.closed:
+            # Refuse before the window records the id: a retry must not be a duplicate.
+            raise QueueFull(f"the bus holds {self._capacity} events")
         dedup = self._dedup
-        if dedup is not None and event.id in dedup:
+        if dedup is not None and not dedup.check_and_insert(event.id):
             self._duplicates += 1
             return False
-        self._queue.push((_perf_ns(), event), event.priority)
-        if dedup is not None:
-            dedup.check_and_insert(event.id)
+        queue.push((_perf_ns(), event), event.priority)
         self._published += 1
         if self._asleep:
             self._asleep = False
@@ -343,6 +348,7 @@ class EventBus:
         latency = self._latency
         size = len(latency)
         new_signal = self.new_signal
+        self._dispatcher = anyio.get_current_task().id
         try:
             while True:
                 item = pop()
@@ -375,7 +381,10 @@ class EventBus:
                         if subscription.is_async:
                             await subscription.handler(event)  # type: ignore[misc]
                         else:
-                            subscription.handler(event)
+                            returned = subscription.handler(event)
+                            # A callable object or a lambda may return an awaitable.
+                            if returned is not None and inspect.isawaitable(returned):
+                                await returned
                     except Exception as exc:
                         self._handler_failed(event, subscription, exc)
                 if self._room_waiters:

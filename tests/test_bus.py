@@ -1,0 +1,1239 @@
+"""EventBus: publish/subscribe over the Rust priority queue and dedup window, on asyncio and trio.
+
+Every test bounds its waiting with ``anyio.fail_after`` (a hang is a failure, never a
+timing assertion); ordering is controlled with events the test sets itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+import openstarry.bus as bus_module
+from openstarry.bus import EventBus, Subscription
+from openstarry.core import DedupWindow, Event, encode_event
+from openstarry.errors import QueueClosed, QueueFull
+
+#: Generous bound on a whole test's waiting; never a timing assertion.
+TIMEOUT = 30
+
+USER = "INPUT:USER_MESSAGE"
+ERROR = "KERNEL:ERROR"
+
+
+def ev(
+    n: int = 0,
+    *,
+    type_: str = USER,
+    priority: int = 2,
+    session: str = "s1",
+    trace: str | None = None,
+) -> Event:
+    return Event.new(
+        type_, {"n": n}, source="test", session_id=session, priority=priority, trace_id=trace
+    )
+
+
+def n_of(event: Event) -> int:
+    payload = event.payload
+    assert isinstance(payload, dict)
+    value = payload["n"]
+    assert isinstance(value, int)
+    return value
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Gate:
+    """Blocks the dispatcher inside a handler until the test releases it."""
+
+    def __init__(self) -> None:
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+
+    async def block(self) -> None:
+        self.entered.set()
+        await self.release.wait()
+
+
+async def block_dispatcher(bus: EventBus, gate: Gate, *, priority: int = 5) -> Event:
+    """Publish an INPUT:SIGNAL whose handler blocks on ``gate``; return once it is blocked."""
+
+    async def blocker(event: Event) -> None:
+        await gate.block()
+
+    sub = bus.subscribe("INPUT:SIGNAL", blocker)
+    blocker_event = ev(-1, type_="INPUT:SIGNAL", priority=priority)
+    assert bus.publish(blocker_event)
+    await gate.entered.wait()
+    sub.cancel()
+    return blocker_event
+
+
+class _CountingSignal:
+    """Wraps the dispatcher's wake-up signal and counts ``set()`` calls."""
+
+    def __init__(self, inner: Any, owner: CountingBus) -> None:
+        self._inner = inner
+        self._owner = owner
+
+    def set(self) -> None:
+        self._owner.wake_sets += 1
+        self._inner.set()
+
+    def is_set(self) -> bool:
+        result: bool = self._inner.is_set()
+        return result
+
+    async def wait(self) -> None:
+        await self._inner.wait()
+
+
+class CountingBus(EventBus):
+    """An EventBus that counts wake-ups: each assignment of ``_wake`` is one sleep of the
+    dispatcher (it makes a fresh signal every time it goes to sleep) and each ``set()``
+    on it is one wake-up."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.wake_assignments = 0
+        self.wake_sets = 0
+        super().__init__(**kwargs)
+
+    @property
+    def _wake(self) -> Any:
+        return self._counted_wake
+
+    @_wake.setter
+    def _wake(self, value: Any) -> None:
+        self.wake_assignments += 1
+        self._counted_wake = _CountingSignal(value, self)
+
+
+# --- construction and patterns -------------------------------------------------------------
+
+
+def test_constructor_validation() -> None:
+    with pytest.raises(ValueError, match="latency_samples"):
+        EventBus(latency_samples=0)
+    with pytest.raises(TypeError, match="dedup"):
+        EventBus(dedup="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="dedup"):
+        EventBus(dedup=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "",
+        "INPUT",
+        "INPUT:",
+        ":USER_MESSAGE",
+        ":",
+        ":*",
+        "**",
+        "*:*",
+        "*:USER_MESSAGE",
+        "IN*:USER_MESSAGE",
+        "INPUT:USER*",
+        "INPUT:*MESSAGE",
+        "INPUT:**",
+    ],
+)
+def test_bad_patterns_raise_value_error(pattern: str) -> None:
+    bus = EventBus()
+    with pytest.raises(ValueError, match="pattern"):
+        bus.subscribe(pattern, lambda event: None)
+    assert bus._subscriptions == []
+
+
+@pytest.mark.parametrize("pattern", ["INPUT:USER_MESSAGE", "INPUT:*", "*", "KERNEL:ERROR"])
+def test_good_patterns_are_accepted(pattern: str) -> None:
+    bus = EventBus()
+
+    def handler(event: Event) -> None:
+        pass
+
+    sub = bus.subscribe(pattern, handler)
+    assert isinstance(sub, Subscription)
+    assert sub.pattern == pattern
+    assert sub.handler is handler
+
+
+# --- publishing: argument and lifecycle errors ----------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "thing",
+    [None, "INPUT:USER_MESSAGE", {"type": USER}, b"{}", 42],
+)
+async def test_publish_non_event_is_type_error(thing: Any) -> None:
+    async with EventBus() as bus:
+        with pytest.raises(TypeError, match="Event"):
+            bus.publish(thing)
+        with pytest.raises(TypeError, match="Event"):
+            await bus.apublish(thing)
+        assert bus.metrics()["published"] == 0
+
+
+@pytest.mark.anyio
+async def test_publish_event_dict_and_wire_bytes_are_type_errors() -> None:
+    event = ev()
+    async with EventBus() as bus:
+        with pytest.raises(TypeError):
+            bus.publish(event.to_dict())  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            bus.publish(encode_event(event))  # type: ignore[arg-type]
+        # The real event is still new to the window: the failed calls recorded nothing.
+        assert bus.publish(event) is True
+
+
+@pytest.mark.anyio
+async def test_publish_after_aclose_is_queue_closed() -> None:
+    seen: list[Event] = []
+    async with EventBus() as bus:
+        bus.subscribe("*", seen.append)
+        assert not bus.closed
+        await bus.aclose()
+        assert bus.closed
+        with pytest.raises(QueueClosed):
+            bus.publish(ev(1))
+        with pytest.raises(QueueClosed):
+            await bus.apublish(ev(2))
+        await bus.aclose()  # a second close does nothing
+    with pytest.raises(QueueClosed):
+        bus.publish(ev(3))
+    assert seen == []
+    assert bus.metrics()["published"] == 0
+
+
+@pytest.mark.anyio
+async def test_reentering_a_running_bus_is_an_error() -> None:
+    async with EventBus() as bus:
+        with pytest.raises(RuntimeError, match="already running"):
+            await bus.__aenter__()
+
+
+@pytest.mark.anyio
+async def test_events_published_before_start_are_dispatched_once_running() -> None:
+    seen: list[int] = []
+    bus = EventBus()
+    bus.subscribe("*", lambda event: seen.append(n_of(event)))
+    for i in range(3):
+        assert bus.publish(ev(i))
+    assert len(bus) == 3
+    with anyio.fail_after(TIMEOUT):
+        async with bus:
+            await bus.wait_idle()
+            assert seen == [0, 1, 2]
+
+
+# --- subscribing and routing ----------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_exact_namespace_and_star_routing() -> None:
+    got: dict[str, list[str]] = {"exact": [], "input": [], "exec": [], "all": []}
+    async with EventBus() as bus:
+        bus.subscribe(USER, lambda e: got["exact"].append(e.type))
+        bus.subscribe("INPUT:*", lambda e: got["input"].append(e.type))
+        bus.subscribe("EXEC:*", lambda e: got["exec"].append(e.type))
+        bus.subscribe("*", lambda e: got["all"].append(e.type))
+        types = [USER, "INPUT:SIGNAL", "EXEC:TOOL_CALL", "KERNEL:TICK_START", "INPUTS:OTHER"]
+        with anyio.fail_after(TIMEOUT):
+            for t in types:
+                bus.publish(ev(type_=t))
+            await bus.wait_idle()
+    assert got["exact"] == [USER]
+    # "INPUT:*" is the INPUT namespace only, not a prefix match on "INPUTS".
+    assert got["input"] == [USER, "INPUT:SIGNAL"]
+    assert got["exec"] == ["EXEC:TOOL_CALL"]
+    assert got["all"] == types
+
+
+@pytest.mark.anyio
+async def test_handler_order_is_subscription_order_across_patterns() -> None:
+    calls: list[tuple[str, int]] = []
+
+    def sync_handler(name: str) -> Callable[[Event], None]:
+        return lambda e: calls.append((name, n_of(e)))
+
+    def async_handler(name: str) -> Callable[[Event], Any]:
+        async def handler(e: Event) -> None:
+            await anyio.lowlevel.checkpoint()
+            calls.append((name, n_of(e)))
+
+        return handler
+
+    async with EventBus() as bus:
+        bus.subscribe("*", sync_handler("a"))
+        bus.subscribe(USER, async_handler("b"))
+        bus.subscribe("INPUT:*", sync_handler("c"))
+        bus.subscribe(USER, async_handler("d"))
+        bus.subscribe("*", sync_handler("e"))
+        with anyio.fail_after(TIMEOUT):
+            bus.publish(ev(1))
+            bus.publish(ev(2))
+            await bus.wait_idle()
+    assert calls == [(name, n) for n in (1, 2) for name in "abcde"]
+
+
+@pytest.mark.anyio
+async def test_sync_and_async_handlers_receive_the_event() -> None:
+    got: list[tuple[str, str]] = []
+
+    def plain(event: Event) -> None:
+        got.append(("plain", event.id))
+
+    async def coroutine(event: Event) -> None:
+        await anyio.lowlevel.checkpoint()
+        got.append(("coroutine", event.id))
+
+    class Owner:
+        async def method(self, event: Event) -> None:
+            await anyio.lowlevel.checkpoint()
+            got.append(("method", event.id))
+
+    async def tagged(tag: str, event: Event) -> None:
+        await anyio.lowlevel.checkpoint()
+        got.append((tag, event.id))
+
+    event = ev()
+    async with EventBus() as bus:
+        bus.subscribe(USER, plain)
+        bus.subscribe(USER, coroutine)
+        bus.subscribe(USER, Owner().method)
+        bus.subscribe(USER, functools.partial(tagged, "partial"))
+        with anyio.fail_after(TIMEOUT):
+            bus.publish(event)
+            await bus.wait_idle()
+    assert got == [
+        ("plain", event.id),
+        ("coroutine", event.id),
+        ("method", event.id),
+        ("partial", event.id),
+    ]
+
+
+@pytest.mark.anyio
+async def test_async_callable_object_handler_is_awaited() -> None:
+    """``Handler`` is ``Callable[[Event], Awaitable[None] | None]``: a callable whose call
+    returns an awaitable is a handler, and its awaitable must be awaited."""
+    got: list[str] = []
+
+    class AsyncCallable:
+        async def __call__(self, event: Event) -> None:
+            got.append(event.id)
+
+    event = ev()
+    async with EventBus() as bus:
+        bus.subscribe(USER, AsyncCallable())
+        with anyio.fail_after(TIMEOUT):
+            bus.publish(event)
+            await bus.wait_idle()
+    assert got == [event.id]
+
+
+@pytest.mark.anyio
+async def test_async_handlers_run_one_at_a_time() -> None:
+    active = 0
+    most = 0
+    log: list[str] = []
+
+    async def slow(event: Event) -> None:
+        nonlocal active, most
+        active += 1
+        most = max(most, active)
+        log.append(f"start {n_of(event)}")
+        for _ in range(3):
+            await anyio.lowlevel.checkpoint()
+        log.append(f"end {n_of(event)}")
+        active -= 1
+
+    async with EventBus() as bus:
+        bus.subscribe(USER, slow)
+        with anyio.fail_after(TIMEOUT):
+            for i in range(3):
+                bus.publish(ev(i))
+            await bus.wait_idle()
+    assert most == 1
+    assert log == ["start 0", "end 0", "start 1", "end 1", "start 2", "end 2"]
+
+
+@pytest.mark.anyio
+async def test_subscription_cancel_stops_delivery() -> None:
+    kept: list[int] = []
+    dropped: list[int] = []
+    async with EventBus() as bus:
+        bus.subscribe(USER, lambda e: kept.append(n_of(e)))
+        sub = bus.subscribe(USER, lambda e: dropped.append(n_of(e)))
+        with anyio.fail_after(TIMEOUT):
+            bus.publish(ev(1))  # builds and caches the route
+            await bus.wait_idle()
+            sub.cancel()
+            sub.cancel()  # idempotent
+            bus.publish(ev(2))
+            await bus.wait_idle()
+            # A handler subscribed after the route was cached gets later events.
+            late: list[int] = []
+            bus.subscribe(USER, lambda e: late.append(n_of(e)))
+            bus.publish(ev(3))
+            await bus.wait_idle()
+    assert kept == [1, 2, 3]
+    assert dropped == [1]
+    assert late == [3]
+
+
+@pytest.mark.anyio
+async def test_cancel_removes_only_that_subscription_of_a_repeated_handler() -> None:
+    seen: list[int] = []
+
+    def handler(event: Event) -> None:
+        seen.append(n_of(event))
+
+    async with EventBus() as bus:
+        first = bus.subscribe(USER, handler)
+        bus.subscribe(USER, handler)
+        with anyio.fail_after(TIMEOUT):
+            bus.publish(ev(1))
+            await bus.wait_idle()
+            first.cancel()
+            bus.publish(ev(2))
+            await bus.wait_idle()
+    assert seen == [1, 1, 2]
+
+
+@pytest.mark.anyio
+async def test_one_shot_handler_cancels_itself() -> None:
+    seen: list[int] = []
+    subs: list[Subscription] = []
+
+    def once(event: Event) -> None:
+        seen.append(n_of(event))
+        subs[0].cancel()
+
+    async with EventBus() as bus:
+        subs.append(bus.subscribe(USER, once))
+        with anyio.fail_after(TIMEOUT):
+            for i in range(3):
+                bus.publish(ev(i))
+            await bus.wait_idle()
+    assert seen == [0]
+
+
+# --- priority end to end -------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_dispatch_order_is_priority_then_fifo() -> None:
+    order: list[tuple[int, int]] = []
+    gate = Gate()
+    priorities = [3, 1, 5, 2, 1, 4, 0, 3, 2, 5, 0, 4, 1]
+    async with EventBus() as bus:
+        bus.subscribe(USER, lambda e: order.append((e.priority, n_of(e))))
+        with anyio.fail_after(TIMEOUT):
+            await block_dispatcher(bus, gate)
+            for i, p in enumerate(priorities):
+                assert bus.publish(ev(i, priority=p))
+            # Everything waits, counted per priority.
+            assert bus.metrics()["depth"] == [priorities.count(p) for p in range(6)]
+            assert len(bus) == len(priorities)
+            gate.release.set()
+            await bus.wait_idle()
+            assert bus.metrics()["depth"] == [0] * 6
+    assert order == sorted((p, i) for i, p in enumerate(priorities))
+
+
+@pytest.mark.anyio
+async def test_priority_zero_published_later_overtakes_waiting_events() -> None:
+    order: list[int] = []
+    gate = Gate()
+    async with EventBus() as bus:
+        bus.subscribe(USER, lambda e: order.append(n_of(e)))
+        with anyio.fail_after(TIMEOUT):
+            await block_dispatcher(bus, gate)
+            bus.publish(ev(1, priority=1))
+            bus.publish(ev(2, priority=3))
+            bus.publish(ev(3, priority=5))
+            bus.publish(ev(4, priority=0))  # last published, first dispatched
+            gate.release.set()
+            await bus.wait_idle()
+    assert order == [4, 1, 2, 3]
+
+
+@pytest.mark.anyio
+async def test_priority_zero_published_by_a_handler_overtakes_waiting_events() -> None:
+    order: list[int] = []
+    gate = Gate()
+    async with EventBus() as bus:
+
+        def handler(event: Event) -> None:
+            order.append(n_of(event))
+            if n_of(event) == 1:
+                bus.publish(ev(99, priority=0))
+
+        bus.subscribe(USER, handler)
+        with anyio.fail_after(TIMEOUT):
+            await block_dispatcher(bus, gate)
+            for i in range(1, 5):
+                bus.publish(ev(i, priority=3))
+            gate.release.set()
+            await bus.wait_idle()
+    assert order == [1, 99, 2, 3, 4]
+
+
+# --- dedup ---------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_repeated_ids_are_dropped_and_counted() -> None:
+    seen: list[str] = []
+    event = ev()
+    async with EventBus() as bus:
+        bus.subscribe("*", lambda e: seen.append(e.id))
+        with anyio.fail_after(TIMEOUT):
+            assert bus.publish(event) is True
+            assert bus.publish(event) is False  # still queued
+            await bus.wait_idle()
+            assert bus.publish(event) is False  # already dispatched
+            assert await bus.apublish(event) is False
+            # An equal envelope rebuilt from the wire has the same id: a duplicate too.
+            rebuilt = Event(
+                id=event.id,
+                timestamp=event.timestamp,
+                trace_id=event.trace_id,
+                source="elsewhere",
+                session_id=event.session_id,
+                priority=0,
+                type=USER,
+                payload={"n": 7},
+            )
+            assert bus.publish(rebuilt) is False
+            await bus.wait_idle()
+            metrics = bus.metrics()
+    assert seen == [event.id]
+    assert metrics["duplicates"] == 4
+    assert metrics["published"] == 1
+    assert metrics["dispatched"] == {USER: 1}
+
+
+@pytest.mark.anyio
+async def test_dedup_false_disables_dedup() -> None:
+    seen: list[str] = []
+    event = ev()
+    async with EventBus(dedup=False) as bus:
+        bus.subscribe("*", lambda e: seen.append(e.id))
+        with anyio.fail_after(TIMEOUT):
+            assert bus.publish(event) is True
+            assert bus.publish(event) is True
+            await bus.wait_idle()
+            result = bus.ingest(encode_event(event) + b"\n" + encode_event(event) + b"\n")
+            assert result.accepted == 2
+            assert result.duplicates == 0
+            await bus.wait_idle()
+            metrics = bus.metrics()
+    assert seen == [event.id] * 4
+    assert metrics["duplicates"] == 0
+    assert metrics["published"] == 4
+
+
+@pytest.mark.anyio
+async def test_shared_dedup_window() -> None:
+    window = DedupWindow(60_000, 1000)
+    seeded = ev(0)
+    assert window.check_and_insert(seeded.id)
+    first = ev(1)
+    seen_a: list[str] = []
+    seen_b: list[str] = []
+    async with EventBus(dedup=window) as bus_a, EventBus(dedup=window) as bus_b:
+        bus_a.subscribe("*", lambda e: seen_a.append(e.id))
+        bus_b.subscribe("*", lambda e: seen_b.append(e.id))
+        with anyio.fail_after(TIMEOUT):
+            assert bus_a.publish(seeded) is False  # seen before the bus existed
+            assert bus_a.publish(first) is True
+            assert first.id in window  # the bus records in the window it was given
+            assert bus_b.publish(first) is False
+            result = bus_b.ingest(encode_event(first) + b"\n")
+            assert result.accepted == 0
+            assert result.duplicates == 1
+            await bus_a.wait_idle()
+            await bus_b.wait_idle()
+    assert seen_a == [first.id]
+    assert seen_b == []
+    assert bus_a.metrics()["duplicates"] == 1
+    assert bus_b.metrics()["duplicates"] == 2
+
+
+@pytest.mark.anyio
+async def test_restored_window_snapshot_keeps_dropping() -> None:
+    event = ev()
+    window = DedupWindow(60_000, 1000)
+    window.check_and_insert(event.id)
+    restored = DedupWindow.restore(window.snapshot())
+    async with EventBus(dedup=restored) as bus:
+        assert bus.publish(event) is False
+        assert bus.metrics()["duplicates"] == 1
+
+
+@pytest.mark.anyio
+async def test_id_seen_longer_ago_than_the_window_is_not_a_duplicate() -> None:
+    """Spec 002: duplicates are discarded "within a sliding window". An id first seen
+    longer ago than ``window_ms`` is new again (``DedupWindow.check_and_insert`` and the
+    ingest path both accept it), so ``publish`` must accept it as well."""
+    stale = ev(1)
+    window = DedupWindow(60_000, 1000)
+    assert window.check_and_insert(stale.id, now_ms=wall_ms() - 120_000)
+    seen: list[str] = []
+    async with EventBus(dedup=window) as bus:
+        bus.subscribe("*", lambda e: seen.append(e.id))
+        with anyio.fail_after(TIMEOUT):
+            assert bus.publish(stale) is True
+            await bus.wait_idle()
+    assert seen == [stale.id]
+    assert bus.metrics()["duplicates"] == 0
+
+
+@pytest.mark.anyio
+async def test_ingest_accepts_an_id_seen_longer_ago_than_the_window() -> None:
+    stale = ev(1)
+    window = DedupWindow(60_000, 1000)
+    assert window.check_and_insert(stale.id, now_ms=wall_ms() - 120_000)
+    seen: list[str] = []
+    async with EventBus(dedup=window) as bus:
+        bus.subscribe("*", lambda e: seen.append(e.id))
+        with anyio.fail_after(TIMEOUT):
+            result = bus.ingest(encode_event(stale) + b"\n")
+            assert result.accepted == 1
+            await bus.wait_idle()
+    assert seen == [stale.id]
+
+
+@pytest.mark.anyio
+async def test_queue_full_does_not_record_the_id() -> None:
+    gate = Gate()
+    event = ev(3)
+    seen: list[int] = []
+    async with EventBus(capacity=2) as bus:
+        bus.subscribe(USER, lambda e: seen.append(n_of(e)))
+        with anyio.fail_after(TIMEOUT):
+            await block_dispatcher(bus, gate)
+            assert bus.publish(ev(1))
+            assert bus.publish(ev(2))
+            with pytest.raises(QueueFull):
+                bus.publish(event)
+            assert len(bus) == 2
+            assert bus.metrics()["published"] == 3  # the blocker and two events
+            assert bus.metrics()["duplicates"] == 0
+            gate.release.set()
+            await bus.wait_idle()
+            assert bus.publish(event) is True  # a retry is not a duplicate
+            await bus.wait_idle()
+    assert seen == [1, 2, 3]
+
+
+# --- apublish and capacity -----------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_apublish_waits_for_room_then_completes() -> None:
+    gate = Gate()
+    order: list[int] = []
+    results: list[bool] = []
+    async with EventBus(capacity=2) as bus:
+        bus.subscribe(USER, lambda e: order.append(n_of(e)))
+
+        async def waiting_publisher() -> None:
+            results.append(await bus.apublish(ev(3)))
+
+        with anyio.fail_after(TIMEOUT):
+            await block_dispatcher(bus, gate)
+            assert bus.publish(ev(1))
+            assert bus.publish(ev(2))
+            with pytest.raises(QueueFull):
+                bus.publish(ev(0))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiting_publisher)
+                await anyio.wait_all_tasks_blocked()
+                assert results == []  # still waiting for room
+                assert len(bus) == 2
+                gate.release.set()
+            assert results == [True]
+            await bus.wait_idle()
+    assert order == [1, 2, 3]
+
+
+@pytest.mark.anyio
+async def test_many_apublish_waiters_all_get_in() -> None:
+    gate = Gate()
+    seen: list[int] = []
+    async with EventBus(capacity=1) as bus:
+        bus.subscribe(USER, lambda e: seen.append(n_of(e)))
+        with anyio.fail_after(TIMEOUT):
+            await block_dispatcher(bus, gate)
+            assert bus.publish(ev(0))
+            async with anyio.create_task_group() as tg:
+                for i in range(1, 6):
+                    tg.start_soon(bus.apublish, ev(i))
+                await anyio.wait_all_tasks_blocked()
+                assert seen == []
+                gate.release.set()
+            await bus.wait_idle()
+    assert sorted(seen) == list(range(6))
+    assert seen[0] == 0
+
+
+@pytest.mark.anyio
+async def test_apublish_waiting_for_room_gets_queue_closed_on_aclose() -> None:
+    gate = Gate()
+    outcome: list[str] = []
+    seen: list[int] = []
+    async with EventBus(capacity=1) as bus:
+        bus.subscribe(USER, lambda e: seen.append(n_of(e)))
+
+        async def waiting_publisher() -> None:
+            try:
+                await bus.apublish(ev(2))
+            except QueueClosed:
+                outcome.append("closed")
+            else:
+                outcome.append("published")
+
+        with anyio.fail_after(TIMEOUT):
+            await block_dispatcher(bus, gate)
+            assert bus.publish(ev(1))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiting_publisher)
+                await anyio.wait_all_tasks_blocked()
+                assert outcome == []
+                tg.start_soon(bus.aclose)
+                await anyio.wait_all_tasks_blocked()
+                assert outcome == ["closed"]
+                gate.release.set()
+    assert seen == [1]  # what was accepted is drained, the refused event is not
+
+
+# --- child events and trace propagation ----------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_child_events_inherit_trace_and_session() -> None:
+    calls: list[Event] = []
+    results: list[Event] = []
+    root = ev(1, session="session-42", trace="trace-42")
+    async with EventBus() as bus:
+
+        async def on_input(event: Event) -> None:
+            await bus.apublish(event.child("EXEC:TOOL_CALL", {"n": 2}))
+
+        def on_call(event: Event) -> None:
+            calls.append(event)
+            bus.publish(event.child("EXEC:TOOL_RESULT", {"n": 3}, priority=0))
+
+        bus.subscribe("INPUT:*", on_input)
+        bus.subscribe("EXEC:TOOL_CALL", on_call)
+        bus.subscribe("EXEC:TOOL_RESULT", results.append)
+        with anyio.fail_after(TIMEOUT):
+            bus.publish(root)
+            await bus.wait_idle()
+    assert len(calls) == 1
+    assert len(results) == 1
+    call, result = calls[0], results[0]
+    for child, parent in ((call, root), (result, call)):
+        assert child.trace_id == "trace-42"
+        assert child.session_id == "session-42"
+        assert child.parent_id == parent.id
+        assert child.id != parent.id
+        assert child.to_dict()["traceId"] == "trace-42"
+        assert child.to_dict()["sessionId"] == "session-42"
+    assert result.priority == 0
+    assert bus.metrics()["dispatched"] == {USER: 1, "EXEC:TOOL_CALL": 1, "EXEC:TOOL_RESULT": 1}
+
+
+# --- handler errors ------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("is_async", [False, True])
+async def test_handler_error_becomes_kernel_error_and_bus_keeps_running(is_async: bool) -> None:
+    errors: list[Event] = []
+    after: list[int] = []
+    source_event = ev(1, session="sess-e", trace="trace-e", priority=3)
+
+    def boom(event: Event) -> None:
+        if n_of(event) == 1:
+            raise ValueError("boom")
+
+    async def aboom(event: Event) -> None:
+        await anyio.lowlevel.checkpoint()
+        boom(event)
+
+    async with EventBus(source="bus-under-test") as bus:
+        bus.subscribe(USER, aboom if is_async else boom)
+        bus.subscribe(USER, lambda e: after.append(n_of(e)))  # runs despite the failure
+        bus.subscribe(ERROR, errors.append)
+        with anyio.fail_after(TIMEOUT):
+            assert bus.publish(source_event)
+            await bus.wait_idle()
+            assert bus.publish(ev(2))  # still dispatching
+            await bus.wait_idle()
+            metrics = bus.metrics()
+    assert after == [1, 2]
+    assert len(errors) == 1
+    error = errors[0]
+    assert error.type == ERROR
+    assert error.trace_id == "trace-e"
+    assert error.session_id == "sess-e"
+    assert error.parent_id == source_event.id
+    assert error.source == "bus-under-test"
+    payload = error.payload
+    assert payload["code"] == "HANDLER_ERROR"
+    assert payload["message"] == "ValueError: boom"
+    assert payload["source"].endswith("aboom" if is_async else "boom")
+    assert payload["details"] == {"eventId": source_event.id, "eventType": USER}
+    assert metrics["handler_errors"] == 1
+    assert metrics["errors_dropped"] == 0
+    assert metrics["dispatched"] == {USER: 2, ERROR: 1}
+
+
+@pytest.mark.anyio
+async def test_error_handler_that_raises_does_not_produce_another_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    error_calls: list[Event] = []
+
+    def boom(event: Event) -> None:
+        raise RuntimeError("handler")
+
+    def bad_error_handler(event: Event) -> None:
+        error_calls.append(event)
+        raise RuntimeError("error handler")
+
+    caplog.set_level(logging.ERROR, logger="openstarry.bus")
+    async with EventBus() as bus:
+        bus.subscribe(USER, boom)
+        bus.subscribe(ERROR, bad_error_handler)
+        with anyio.fail_after(TIMEOUT):
+            # An error raised from a handler, whose own handler fails.
+            bus.publish(ev(1))
+            await bus.wait_idle()
+            # A KERNEL:ERROR published directly, whose handler fails.
+            bus.publish(ev(2, type_=ERROR))
+            await bus.wait_idle()
+            assert bus.publish(ev(3, type_="INPUT:SIGNAL"))  # the bus still takes events
+            await bus.wait_idle()
+            metrics = bus.metrics()
+    assert len(error_calls) == 2
+    assert metrics["dispatched"] == {USER: 1, ERROR: 2, "INPUT:SIGNAL": 1}
+    assert metrics["handler_errors"] == 3
+    assert metrics["errors_dropped"] == 2
+    assert any(r.name == "openstarry.bus" and r.levelno == logging.ERROR for r in caplog.records)
+
+
+@pytest.mark.anyio
+async def test_handler_error_when_the_bus_is_full_is_dropped_and_counted() -> None:
+    gate = Gate()
+    seen: list[str] = []
+    async with EventBus(capacity=1) as bus:
+
+        async def fails_after_gate(event: Event) -> None:
+            await gate.block()
+            raise ValueError("late")
+
+        bus.subscribe("INPUT:SIGNAL", fails_after_gate)
+        bus.subscribe("*", lambda e: seen.append(e.type))
+        with anyio.fail_after(TIMEOUT):
+            bus.publish(ev(0, type_="INPUT:SIGNAL"))
+            await gate.entered.wait()
+            assert bus.publish(ev(1))  # the queue is now full
+            gate.release.set()
+            await bus.wait_idle()
+            metrics = bus.metrics()
+    assert seen == ["INPUT:SIGNAL", USER]
+    assert metrics["handler_errors"] == 1
+    assert metrics["errors_dropped"] == 1
+    assert ERROR not in metrics["dispatched"]
+
+
+# --- aclose --------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_aclose_drains_what_was_accepted() -> None:
+    gate = Gate()
+    seen: list[int] = []
+    refused: list[int] = []
+    async with EventBus() as bus:
+
+        def handler(event: Event) -> None:
+            seen.append(n_of(event))
+            try:
+                bus.publish(ev(100 + n_of(event)))
+            except QueueClosed:
+                refused.append(n_of(event))
+
+        bus.subscribe(USER, handler)
+        with anyio.fail_after(TIMEOUT):
+            await block_dispatcher(bus, gate)
+            for i in range(5):
+                assert bus.publish(ev(i, priority=i % 3))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(bus.aclose)
+                await anyio.wait_all_tasks_blocked()
+                assert bus.closed
+                with pytest.raises(QueueClosed):
+                    bus.publish(ev(50))
+                assert seen == []  # aclose is still waiting on the drain
+                gate.release.set()
+            # aclose returned: every accepted event was dispatched.
+            assert len(bus) == 0
+    assert seen == [0, 3, 1, 4, 2]
+    assert refused == seen
+
+
+@pytest.mark.anyio
+async def test_leaving_the_context_drains_a_burst() -> None:
+    seen: list[int] = []
+
+    async def handler(event: Event) -> None:
+        await anyio.lowlevel.checkpoint()
+        seen.append(n_of(event))
+
+    with anyio.fail_after(TIMEOUT):
+        async with EventBus() as bus:
+            bus.subscribe(USER, handler)
+            for i in range(200):
+                bus.publish(ev(i))
+    assert seen == list(range(200))
+    assert bus.metrics()["dispatched"] == {USER: 200}
+
+
+@pytest.mark.anyio
+async def test_handler_error_during_drain_is_dropped_and_counted() -> None:
+    gate = Gate()
+    async with EventBus() as bus:
+
+        def boom(event: Event) -> None:
+            raise ValueError("during drain")
+
+        bus.subscribe(USER, boom)
+        with anyio.fail_after(TIMEOUT):
+            await block_dispatcher(bus, gate)
+            bus.publish(ev(1))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(bus.aclose)
+                await anyio.wait_all_tasks_blocked()
+                gate.release.set()
+    metrics = bus.metrics()
+    assert metrics["dispatched"] == {"INPUT:SIGNAL": 1, USER: 1}
+    assert metrics["handler_errors"] == 1
+    assert metrics["errors_dropped"] == 1
+
+
+# --- wait_idle -----------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_wait_idle_requires_a_running_bus() -> None:
+    bus = EventBus()
+    with pytest.raises(RuntimeError, match="not running"):
+        await bus.wait_idle()
+
+
+@pytest.mark.anyio
+async def test_wait_idle_semantics() -> None:
+    gate = Gate()
+    seen: list[int] = []
+    async with EventBus() as bus:
+
+        def chain(event: Event) -> None:
+            seen.append(n_of(event))
+            if n_of(event) < 5:
+                bus.publish(event.child(USER, {"n": n_of(event) + 1}))
+
+        bus.subscribe(USER, chain)
+        with anyio.fail_after(TIMEOUT):
+            await bus.wait_idle()  # nothing published: returns at once
+            # Events published by handlers are waited for too.
+            bus.publish(ev(0))
+            await bus.wait_idle()
+            assert seen == [0, 1, 2, 3, 4, 5]
+            # Waiters do not return while a handler is still running.
+            done: list[str] = []
+
+            async def waiter(name: str) -> None:
+                await bus.wait_idle()
+                done.append(name)
+
+            await block_dispatcher(bus, gate)
+            bus.publish(ev(10))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter, "a")
+                tg.start_soon(waiter, "b")
+                await anyio.wait_all_tasks_blocked()
+                assert done == []
+                gate.release.set()
+            assert sorted(done) == ["a", "b"]
+            assert seen[-1] == 10
+            assert len(bus) == 0
+        await bus.aclose()
+        with anyio.fail_after(TIMEOUT):
+            await bus.wait_idle()  # a stopped bus is idle
+
+
+# --- ingest --------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("as_list", [False, True])
+async def test_ingest_dispatches_valid_lines_and_counts_duplicates(as_list: bool) -> None:
+    seen: list[int] = []
+    published = ev(0)
+    low = ev(1, priority=3)
+    high = ev(2, priority=1)
+    lines = [
+        encode_event(low),
+        encode_event(high),
+        b"this is not json",
+        encode_event(low),  # repeated within the batch
+        encode_event(published),  # published earlier through publish()
+    ]
+    async with EventBus() as bus:
+        bus.subscribe(USER, lambda e: seen.append(n_of(e)))
+        with anyio.fail_after(TIMEOUT):
+            assert bus.publish(published)
+            await bus.wait_idle()  # the dispatcher is asleep: ingest must wake it
+            result = bus.ingest(lines if as_list else b"".join(line + b"\n" for line in lines))
+            assert result.accepted == 2
+            assert result.duplicates == 2
+            assert [index for index, _ in result.invalid] == [2]
+            assert result.rejected == []
+            await bus.wait_idle()
+            metrics = bus.metrics()
+    assert seen == [0, 2, 1]  # priority 1 before priority 3
+    assert metrics["published"] == 3
+    assert metrics["duplicates"] == 2
+    assert metrics["dispatched"] == {USER: 3}
+    # Ingested events have no dispatch-latency sample.
+    assert metrics["latency_us"]["count"] == 1
+
+
+@pytest.mark.anyio
+async def test_ingested_ids_are_duplicates_for_publish() -> None:
+    event = ev()
+    async with EventBus() as bus:
+        assert bus.ingest(encode_event(event) + b"\n").accepted == 1
+        assert bus.publish(event) is False
+        assert bus.metrics()["duplicates"] == 1
+
+
+@pytest.mark.anyio
+async def test_ingest_into_a_closed_bus_is_rejected() -> None:
+    async with EventBus() as bus:
+        await bus.aclose()
+        result = bus.ingest(encode_event(ev()) + b"\n")
+        assert result.accepted == 0
+        assert result.rejected == [0]
+        assert bus.metrics()["published"] == 0
+
+
+# --- one wake-up per batch -----------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_one_wake_up_per_burst() -> None:
+    n = 100
+    sleeps_seen: list[int] = []
+    bus = CountingBus()
+    async with bus:
+        bus.subscribe(USER, lambda e: sleeps_seen.append(bus.wake_assignments))
+        with anyio.fail_after(TIMEOUT):
+            await bus.wait_idle()  # the dispatcher sleeps
+            sleeps, sets = bus.wake_assignments, bus.wake_sets
+            for i in range(n):  # a burst, without yielding
+                assert bus.publish(ev(i))
+            assert bus.wake_sets == sets + 1  # only the first publish woke it
+            await bus.wait_idle()
+            assert bus.metrics()["dispatched"] == {USER: n}
+            # It drained the whole burst without sleeping, then slept once.
+            assert sleeps_seen == [sleeps] * n
+            assert bus.wake_assignments == sleeps + 1
+            assert bus.wake_sets == sets + 1
+
+
+@pytest.mark.anyio
+async def test_one_wake_up_per_ingested_batch() -> None:
+    lines = b"".join(encode_event(ev(i)) + b"\n" for i in range(50))
+    bus = CountingBus()
+    async with bus:
+        with anyio.fail_after(TIMEOUT):
+            await bus.wait_idle()
+            sleeps, sets = bus.wake_assignments, bus.wake_sets
+            assert bus.ingest(lines).accepted == 50
+            assert bus.wake_sets == sets + 1
+            await bus.wait_idle()
+            assert bus.wake_assignments == sleeps + 1
+            assert bus.metrics()["dispatched"] == {USER: 50}
+
+
+@pytest.mark.anyio
+async def test_publishing_to_a_busy_dispatcher_costs_no_wake_up() -> None:
+    gate = Gate()
+    bus = CountingBus()
+    async with bus:
+        with anyio.fail_after(TIMEOUT):
+            await block_dispatcher(bus, gate)
+            sleeps, sets = bus.wake_assignments, bus.wake_sets
+            for i in range(20):
+                bus.publish(ev(i))
+            assert bus.wake_sets == sets  # awake: nobody to wake
+            gate.release.set()
+            await bus.wait_idle()
+            assert bus.wake_assignments == sleeps + 1
+            assert bus.wake_sets == sets
+            assert bus.metrics()["dispatched"] == {"INPUT:SIGNAL": 1, USER: 20}
+
+
+@pytest.mark.anyio
+async def test_wake_up_counter_sees_separate_batches() -> None:
+    """The instrument itself: publishes separated by idle periods wake the dispatcher each time."""
+    bus = CountingBus()
+    async with bus:
+        with anyio.fail_after(TIMEOUT):
+            await bus.wait_idle()
+            sleeps, sets = bus.wake_assignments, bus.wake_sets
+            for i in range(5):
+                bus.publish(ev(i))
+                await bus.wait_idle()
+            assert bus.wake_sets == sets + 5
+            assert bus.wake_assignments == sleeps + 5
+
+
+# --- metrics -------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_metrics_counters_and_depth() -> None:
+    gate = Gate()
+    async with EventBus() as bus:
+        fresh = bus.metrics()
+        assert fresh["published"] == 0
+        assert fresh["duplicates"] == 0
+        assert fresh["dispatched"] == {}
+        assert fresh["depth"] == [0] * 6
+        assert fresh["handler_errors"] == 0
+        assert fresh["errors_dropped"] == 0
+        assert fresh["latency_us"] == {"count": 0, "p50": None, "p99": None, "max": None}
+        with anyio.fail_after(TIMEOUT):
+            await block_dispatcher(bus, gate)
+            repeated = ev(0, priority=0)
+            bus.publish(repeated)
+            bus.publish(repeated)
+            bus.publish(ev(1, priority=4))
+            bus.publish(ev(2, priority=4, type_="EXEC:TOOL_CALL"))
+            bus.publish(ev(3, priority=5, type_="EXEC:TOOL_RESULT"))
+            bus.publish(ev(4, priority=0, type_="EXEC:TOOL_CALL"))
+            waiting = bus.metrics()
+            assert waiting["depth"] == [2, 0, 0, 0, 2, 1]
+            assert waiting["dispatched"] == {"INPUT:SIGNAL": 1}
+            gate.release.set()
+            await bus.wait_idle()
+            done = bus.metrics()
+    assert done["published"] == 6
+    assert done["duplicates"] == 1
+    assert done["depth"] == [0] * 6
+    assert done["dispatched"] == {
+        "INPUT:SIGNAL": 1,
+        USER: 2,
+        "EXEC:TOOL_CALL": 2,
+        "EXEC:TOOL_RESULT": 1,
+    }
+    # metrics() returns a copy: mutating it changes nothing.
+    done["dispatched"][USER] = 1000
+    assert bus.metrics()["dispatched"][USER] == 2
+
+
+@pytest.mark.anyio
+async def test_latency_metrics_are_consistent() -> None:
+    async with EventBus() as bus:
+
+        def boom(event: Event) -> None:
+            if n_of(event) == 0:
+                raise ValueError("one error event")
+
+        bus.subscribe(USER, boom)
+        with anyio.fail_after(TIMEOUT):
+            for i in range(25):
+                bus.publish(ev(i, priority=i % 6))
+                if i % 7 == 0:
+                    await bus.wait_idle()
+            await bus.wait_idle()
+            metrics = bus.metrics()
+    latency = metrics["latency_us"]
+    # Every published event (the bus's own KERNEL:ERROR too) has one sample.
+    assert metrics["published"] == 26
+    assert latency["count"] == metrics["published"]
+    assert sum(metrics["dispatched"].values()) == 26
+    p50, p99, top = latency["p50"], latency["p99"], latency["max"]
+    for value in (p50, p99, top):
+        assert isinstance(value, (int, float))
+        assert value >= 0
+    assert p50 <= p99 <= top
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("samples", "expected_max", "expected_p50"),
+    [(4096, 9000.0, {7000.0, 8000.0}), (2, 8000.0, {7000.0, 8000.0})],
+)
+async def test_latency_from_a_controlled_clock(
+    monkeypatch: pytest.MonkeyPatch,
+    samples: int,
+    expected_max: float,
+    expected_p50: set[float],
+) -> None:
+    """With the bus's clock replaced, the latencies (publish to dispatch) are exact."""
+    clock = [0]
+    monkeypatch.setattr(bus_module, "_perf_ns", lambda: clock[0])
+    gate = Gate()
+    async with EventBus(latency_samples=samples) as bus:
+        with anyio.fail_after(TIMEOUT):
+            await block_dispatcher(bus, gate)  # published and dispatched at 0: latency 0
+            for i in (1, 2, 3):
+                clock[0] = i * 1_000_000  # published at 1, 2 and 3 ms
+                bus.publish(ev(i))
+            clock[0] = 10_000_000  # all dispatched at 10 ms: 9, 8 and 7 ms
+            gate.release.set()
+            await bus.wait_idle()
+            latency = bus.metrics()["latency_us"]
+    assert latency["count"] == 4
+    assert latency["max"] == expected_max
+    assert latency["p99"] == expected_max
+    assert latency["p50"] in expected_p50
+
+
+@pytest.mark.anyio
+async def test_aclose_from_a_handler_closes_without_deadlock() -> None:
+    seen: list[str] = []
+    with anyio.fail_after(5):
+        async with EventBus() as bus:
+
+            async def closer(event: Event) -> None:
+                seen.append(event.type)
+                await bus.aclose()  # must not wait for the dispatcher that runs it
+
+            bus.subscribe("SYS:CLOSE", closer)
+            bus.subscribe("APP:*", lambda e: seen.append(e.type))
+            bus.publish(Event.new("SYS:CLOSE", None, source="t", session_id="s", priority=0))
+            bus.publish(Event.new("APP:AFTER", None, source="t", session_id="s"))
+            await bus.wait_idle()
+    assert bus.closed
+    # What was accepted before the close is still dispatched.
+    assert seen == ["SYS:CLOSE", "APP:AFTER"]
