@@ -1,4 +1,4 @@
-"""The ``openstarry`` command: run an agent from its manifest, print the conversation or the events."""
+"""The ``openstarry`` command: run an agent from its manifest; print the conversation or events."""
 
 from __future__ import annotations
 
