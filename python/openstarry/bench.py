@@ -175,6 +175,7 @@ def bench_bus_throughput(n: int = 100_000) -> dict[str, float]:
 class _NoOp(Tool):
     name = "noop"
     description = "Does nothing."
+
     def __init__(self) -> None:
         self.parameters = {"type": "object", "properties": {}}
 
