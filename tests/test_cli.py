@@ -69,6 +69,12 @@ def test_run_with_events_prints_one_envelope_a_line(capsys: pytest.CaptureFixtur
     assert result.payload["result"]["summary"] == "25°C, Sunny"
 
 
+def test_run_on_trio(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["run", str(EXAMPLE), "--input", "Query weather in Taipei", "--backend", "trio"])
+    assert code == 0
+    assert "agent> The weather in Taipei is 25°C, Sunny." in capsys.readouterr().out
+
+
 def test_several_inputs_share_the_session(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(
         [

@@ -189,6 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--events", action="store_true", help="print every event as a JSON envelope per line"
     )
     run.add_argument("--session", default="cli", help="the session id (default: cli)")
+    run.add_argument(
+        "--backend",
+        choices=["asyncio", "trio"],
+        default="asyncio",
+        help="the async library to run on (default: asyncio; trio needs the trio package)",
+    )
     run.set_defaults(handler=None)
 
     schema = commands.add_parser("schema", help="print a JSON Schema")
@@ -210,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "run":
-            return anyio.run(_run, args)
+            return anyio.run(_run, args, backend=args.backend)
         status: int = args.handler(args)
         return status
     except ManifestError as exc:
