@@ -176,6 +176,15 @@ def test_read_size_limit(root: Path) -> None:
     assert "13 bytes" in str(error)
 
 
+def test_write_size_limit(root: Path) -> None:
+    tools = by_name(fs_tools([root], max_bytes=4))
+    assert call(tools["fs.write"], path="ok.txt", content="abcd")["bytes"] == 4
+    error = expect_error("EFBIG", tools["fs.write"], path="hello.txt", content="abcde")
+    assert "'hello.txt'" in str(error)
+    # The refused write left the file as it was.
+    assert (root / "hello.txt").read_text() == "hello, world\n"
+
+
 def test_default_size_limit_is_one_mib(root: Path, tools: dict[str, Tool]) -> None:
     assert fs.DEFAULT_MAX_BYTES == 1024 * 1024
     (root / "big.txt").write_bytes(b"x" * (1024 * 1024 + 1))

@@ -51,7 +51,14 @@ from openstarry.core import DedupWindow, Event, EventQueue, Ingestor, IngestResu
 from openstarry.errors import QueueClosed, QueueFull
 from openstarry.events import EventType
 
-__all__ = ["EventBus", "Handler", "Signal", "Subscription", "signal_factory"]
+__all__ = [
+    "EventBus",
+    "Handler",
+    "Signal",
+    "Subscription",
+    "describe_exception",
+    "signal_factory",
+]
 
 log = logging.getLogger("openstarry.bus")
 
@@ -119,8 +126,31 @@ class Subscription:
             bus._unsubscribe(self)
 
     def __repr__(self) -> str:
-        name = getattr(self.handler, "__qualname__", self.handler)
-        return f"<Subscription {self.pattern!r} -> {name!r}>"
+        return f"<Subscription {self.pattern!r} -> {_name_of(self.handler)}>"
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"Type: message"``, even for an exception whose ``str()`` raises."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:
+        return f"{type(exc).__name__} (its message cannot be printed)"
+
+
+def _name_of(handler: object) -> str:
+    name = getattr(handler, "__qualname__", None)
+    if isinstance(name, str):
+        return name
+    try:
+        return repr(handler)
+    except Exception:
+        return type(handler).__qualname__
+
+
+#: Past this many distinct event types, the route cache starts over and the
+#: per-type counts go under ``"*"`` (types are open-ended: a peer could send new
+#: ones forever).
+_MAX_TYPES = 1024
 
 
 def _check_pattern(pattern: str) -> None:
@@ -214,7 +244,15 @@ class EventBus:
         if task_group is None:
             return None
         if exc_info[0] is None:
-            await self.aclose()
+            try:
+                await self.aclose()
+            except BaseException as exc:
+                # Cancelled while draining: the task group must still be exited,
+                # or the task's cancel scopes are left out of order.
+                task_group.cancel_scope.cancel()
+                if not await task_group.__aexit__(type(exc), exc, exc.__traceback__):
+                    raise
+                return None
         else:
             task_group.cancel_scope.cancel()
         return await task_group.__aexit__(*exc_info)  # type: ignore[arg-type]
@@ -264,6 +302,8 @@ class EventBus:
             for s in self._subscriptions
             if s.pattern == event_type or s.pattern == namespace or s.pattern == "*"
         )
+        if len(self._routes) >= _MAX_TYPES:
+            self._routes.clear()
         self._routes[event_type] = route
         return route
 
@@ -280,7 +320,9 @@ class EventBus:
         if type(event) is not Event:
             raise TypeError(f"publish takes an openstarry.core.Event, not {type(event).__name__}")
         queue = self._queue
-        if self._capacity is not None and len(queue) >= self._capacity and not queue.closed:
+        if self._closing:
+            raise QueueClosed("the bus is closed")
+        if self._capacity is not None and len(queue) >= self._capacity:
             # Refuse before the window records the id: a retry must not be a duplicate.
             raise QueueFull(f"the bus holds {self._capacity} events")
         dedup = self._dedup
@@ -333,6 +375,8 @@ class EventBus:
         """
         if self._task_group is None:
             raise RuntimeError("the bus is not running: use `async with EventBus() as bus`")
+        if anyio.get_current_task().id == self._dispatcher:
+            raise RuntimeError("wait_idle() from a handler would wait for itself")
         while self._queue or not self._asleep:
             if self._stopped.is_set():
                 return
@@ -372,11 +416,19 @@ class EventBus:
                 else:
                     event = item
                 event_type = event.type
-                dispatched[event_type] = dispatched.get(event_type, 0) + 1
+                count = dispatched.get(event_type)
+                if count is not None:
+                    dispatched[event_type] = count + 1
+                elif len(dispatched) < _MAX_TYPES:
+                    dispatched[event_type] = 1
+                else:
+                    dispatched["*"] = dispatched.get("*", 0) + 1
                 route = routes.get(event_type)
                 if route is None:
                     route = self._route(event_type)
                 for subscription in route:
+                    if subscription._bus is None:  # cancelled during this dispatch
+                        continue
                     try:
                         if subscription.is_async:
                             await subscription.handler(event)  # type: ignore[misc]
@@ -396,17 +448,17 @@ class EventBus:
 
     def _handler_failed(self, event: Event, subscription: Subscription, exc: Exception) -> None:
         self._handler_errors += 1
-        handler = getattr(subscription.handler, "__qualname__", repr(subscription.handler))
+        handler = _name_of(subscription.handler)
         if event.type == _ERROR:
             # An error handler that fails must not start a storm of errors.
-            log.error("KERNEL:ERROR handler %s failed: %r", handler, exc)
+            log.error("KERNEL:ERROR handler %s failed: %s", handler, describe_exception(exc))
             self._errors_dropped += 1
             return
         error = event.child(
             _ERROR,
             {
                 "code": "HANDLER_ERROR",
-                "message": f"{type(exc).__name__}: {exc}",
+                "message": describe_exception(exc),
                 "source": handler,
                 "details": {"eventId": event.id, "eventType": event.type},
             },
@@ -417,10 +469,10 @@ class EventBus:
             self.publish(error)
         except (QueueFull, QueueClosed):
             log.error(
-                "handler %s failed on %s and the bus could not take the error: %r",
+                "handler %s failed on %s and the bus could not take the error: %s",
                 handler,
                 event.type,
-                exc,
+                describe_exception(exc),
             )
             self._errors_dropped += 1
 
@@ -431,7 +483,8 @@ class EventBus:
 
         - ``published``: events accepted (by publish or ingest);
         - ``duplicates``: events dropped as repeated ids;
-        - ``dispatched``: events dispatched, by type;
+        - ``dispatched``: events dispatched, by type (past 1,024 types, the
+          others are counted under ``"*"``);
         - ``depth``: events waiting at each priority, 0..5;
         - ``handler_errors``: handler exceptions turned into ``KERNEL:ERROR``;
         - ``errors_dropped``: ``KERNEL:ERROR`` events that could not be published;

@@ -120,26 +120,24 @@ async def _interactive(agent: Any, session_id: str) -> None:
         except EOFError:
             return None
 
-    pending = []
-    while not quit_requested.is_set():
-        line = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
-        if line is None:
-            break
-        text = line.strip()
-        if not text:
-            continue
-        if text in ("/stop", "/reset", "/quit"):
-            agent.loop.command(text, session_id=session_id)
-            if text == "/quit":
+    async with anyio.create_task_group() as runs:
+        while not quit_requested.is_set():
+            line = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
+            if line is None:
                 break
-            continue
-        run = agent.loop.start(text, session_id=session_id)
-        if at_terminal:
-            pending.append(run)
-        else:
-            await run.wait()
-    for run in pending:
-        await run.wait()
+            text = line.strip()
+            if not text:
+                continue
+            if text in ("/stop", "/reset", "/quit"):
+                agent.loop.command(text, session_id=session_id)
+                if text == "/quit":
+                    break
+                continue
+            run = agent.loop.start(text, session_id=session_id)
+            if at_terminal:
+                runs.start_soon(run.wait)  # done with the turn, the task ends
+            else:
+                await run.wait()
 
 
 def _schema(args: argparse.Namespace) -> int:
@@ -214,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``openstarry`` command; returns the exit status."""
     args = build_parser().parse_args(argv)
+    if args.command == "run" and not args.session.strip():
+        print("openstarry run: error: --session must not be empty", file=sys.stderr)
+        return 2
     try:
         if args.command == "run":
             return anyio.run(_run, args, backend=args.backend)

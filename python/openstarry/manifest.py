@@ -135,12 +135,18 @@ class FsConfig(_Section):
     def _non_empty(cls, paths: list[str]) -> list[str]:
         errors = [
             InitErrorDetails(
-                type=PydanticCustomError("empty_path", "an allowed path must not be empty"),
+                type=PydanticCustomError("bad_path", message),
                 loc=(index,),
                 input=path,
             )
             for index, path in enumerate(paths)
-            if not path
+            for message in (
+                ["an allowed path must not be empty"]
+                if not path
+                else ["an allowed path must not contain a NUL character"]
+                if "\0" in path
+                else []
+            )
         ]
         if errors:
             raise ValidationError.from_exception_data(cls.__name__, errors)
@@ -348,6 +354,10 @@ def load_manifest(path: str | os.PathLike[str]) -> AgentManifest:
         ) from e
     except _DuplicateKey as e:
         raise ManifestError(f"{name}: invalid JSON: duplicate key {e.key!r}", path=name) from e
+    except RecursionError:
+        raise ManifestError(f"{name}: invalid JSON: nested too deeply", path=name) from None
+    except ValueError as e:  # such as an integer past Python's digit limit
+        raise ManifestError(f"{name}: invalid JSON: {e}", path=name) from e
     return _validate(data, name=name, path=name, base_dir=Path(os.path.abspath(name)).parent)
 
 

@@ -445,7 +445,12 @@ class ToolCallPayload(_Payload):
 
     tool_call_id: str = Field(min_length=1, description="The id of the tool call.")
     name: str = Field(min_length=1, description="The tool's name.")
-    args: dict[str, Any] = Field(description="The arguments.")
+    args: Any = Field(
+        description=(
+            "The arguments, as the provider gave them: an object, unless the provider "
+            "erred (spec 000 types them `any`; the call then fails with INVALID_ARGUMENTS)."
+        )
+    )
 
 
 class ToolErrorInfo(_Payload):

@@ -64,8 +64,8 @@ def parse_line(line: str) -> SlashCommand | None:
     text = line.strip()
     if len(text) < 2 or text[0] != "/" or text[1] == "/" or text[1].isspace():
         return None
-    name, _, argline = text[1:].partition(" ")
-    return SlashCommand(name, argline.strip())
+    name, *rest = text[1:].split(None, 1)
+    return SlashCommand(name, rest[0].strip() if rest else "")
 
 
 def find_tool(name: str, tools: Mapping[str, Tool]) -> Tool | None:
@@ -85,6 +85,8 @@ def _value(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+    except RecursionError:
+        raise ToolArgumentsError(f"a value is nested too deeply: {text[:40]}...") from None
 
 
 def parse_tool_args(tool: Tool, argline: str) -> dict[str, Any]:
@@ -101,6 +103,8 @@ def parse_tool_args(tool: Tool, argline: str) -> dict[str, Any]:
             raise ToolArgumentsError(
                 f"/{tool.name}: arguments are not a JSON object: {exc}"
             ) from None
+        except RecursionError:
+            raise ToolArgumentsError(f"/{tool.name}: arguments are nested too deeply") from None
         if not isinstance(parsed, dict):
             raise ToolArgumentsError(f"/{tool.name}: arguments must be a JSON object")
         return {str(key): value for key, value in parsed.items()}

@@ -33,6 +33,7 @@ bus) cancels the run in progress at once; the session stays usable.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import math
@@ -55,7 +56,7 @@ from openstarry.agent.memory import (
     ToolOutcome,
     UserTurn,
 )
-from openstarry.bus import EventBus, Signal, Subscription
+from openstarry.bus import EventBus, Signal, Subscription, describe_exception
 from openstarry.core import (
     ContentSegment,
     Event,
@@ -172,6 +173,7 @@ class _SessionRuntime:
     """The loop's private state of one session."""
 
     __slots__ = (
+        "epoch",
         "failure_key",
         "failure_repeats",
         "idle",
@@ -194,6 +196,8 @@ class _SessionRuntime:
         #: The cancel scope of the run in progress.
         self.scope: anyio.CancelScope | None = None
         self.stop_requested = False
+        #: Bumped by /reset: a run that started before it leaves memory alone.
+        self.epoch = 0
         self.failure_key: tuple[str, str] | None = None
         self.failure_repeats = 0
 
@@ -259,14 +263,30 @@ def _coerce_response(response: Any) -> ProviderResponse:
     )
 
 
+def _stray_cancellation() -> bool:
+    """On asyncio 3.11+, whether the running task has no cancellation pending.
+
+    A CancelledError raised then did not come from a cancel scope: it escaped
+    from code the tool awaited. Elsewhere (trio, Python 3.10) every
+    cancellation is taken as real.
+    """
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        return False
+    cancelling = getattr(task, "cancelling", None)
+    return task is not None and cancelling is not None and cancelling() == 0
+
+
 def _failure_of(exc: BaseException) -> ToolFailure:
+    message = describe_exception(exc).partition(": ")[2]
     if isinstance(exc, ToolError):
-        return ToolFailure(exc.code, str(exc), "tool")
+        return ToolFailure(str(exc.code), message, "tool")
     if isinstance(exc, ToolArgumentsError):
-        return ToolFailure("INVALID_ARGUMENTS", str(exc), "core")
-    if isinstance(exc, OSError) and exc.errno is not None:
-        return ToolFailure(errno.errorcode.get(exc.errno, "EIO"), exc.strerror or str(exc), "tool")
-    return ToolFailure("TOOL_ERROR", f"{type(exc).__name__}: {exc}", "tool")
+        return ToolFailure("INVALID_ARGUMENTS", message, "core")
+    if isinstance(exc, OSError) and isinstance(exc.errno, int):
+        return ToolFailure(errno.errorcode.get(exc.errno, "EIO"), exc.strerror or message, "tool")
+    return ToolFailure("TOOL_ERROR", describe_exception(exc), "tool")
 
 
 class ExecutionLoop:
@@ -346,10 +366,12 @@ class ExecutionLoop:
         task_group, self._task_group = self._task_group, None
         if task_group is None:
             return None
-        for result in self._waiting.values():
-            result.stopped = True
-        for done in self._done.values():
-            done.set()
+        for event_id, done in self._done.items():
+            if not done.is_set():
+                result = self._waiting.get(event_id)
+                if result is not None:
+                    result.stopped = True
+                done.set()
         # Runs in progress are cancelled: leaving the loop means the agent stops.
         task_group.cancel_scope.cancel()
         return await task_group.__aexit__(*exc_info)  # type: ignore[arg-type]
@@ -380,10 +402,14 @@ class ExecutionLoop:
         return rt
 
     def _evict_idle(self) -> None:
-        for key, rt in self._sessions.items():
-            if not rt.running and not rt.pending:
+        """Forget the least recently used idle session, sparing locked ones if it can."""
+        idle = [key for key, rt in self._sessions.items() if not rt.running and not rt.pending]
+        for key in idle:
+            if not self._sessions[key].session.locked:
                 del self._sessions[key]
                 return
+        if idle:
+            del self._sessions[idle[0]]
 
     # -- inputs ----------------------------------------------------------
 
@@ -415,7 +441,12 @@ class ExecutionLoop:
 
         Raises:
             QueueFull: the bus is at capacity (:meth:`ask` waits for room instead).
+            RuntimeError: the loop is not running.
         """
+        if self._task_group is None:
+            raise RuntimeError(
+                "the ExecutionLoop is not running: use `async with ExecutionLoop(...)`"
+            )
         event = Event.new(
             _USER_MESSAGE,
             {"text": text, "mimeType": "text/plain"},
@@ -533,6 +564,7 @@ class ExecutionLoop:
             )
         elif name == "reset":
             self._stop(rt)
+            rt.epoch += 1
             rt.session.memory.clear()
             rt.session.failure_streak = 0
             rt.session.locked = False
@@ -599,43 +631,64 @@ class ExecutionLoop:
         run = _Run(rt, event, context)
         run.result = self._waiting.get(event.id)
         rt.stop_requested = False
-        with anyio.CancelScope() as scope:
-            rt.scope = scope
-            await self._serve(run, event)
-        rt.scope = None
-        if scope.cancelled_caught:
-            run.close_calls("CANCELLED", "the run was stopped before this call finished")
-            if rt.stop_requested:
-                self.runs_stopped += 1
-                if run.result is not None:
-                    run.result.stopped = True
-                self._set_state(run, _IDLE, reason="stopped")
-            else:
-                # Only the provider call runs under the scope's deadline.
-                timeout = self.limits.provider_timeout
-                self._error(
-                    run.tick,
-                    "PROVIDER_TIMEOUT",
-                    f"the provider gave no answer within {timeout:g} s",
-                    run=run,
-                )
-                self._set_state(run, _IDLE, reason="provider timeout")
+        epoch = rt.epoch
+        try:
+            try:
+                with anyio.CancelScope() as scope:
+                    rt.scope = scope
+                    await self._serve(run, event)
+            except QueueClosed:
+                raise
+            except Exception as exc:
+                # A defect past every specific guard: this run ends, the loop and
+                # the other sessions go on.
+                rt.scope = None
+                run.close_calls("INTERNAL_ERROR", "the run failed before this call finished")
+                await self._fail(run.tick, "INTERNAL_ERROR", describe_exception(exc), run)
+                await self._set_state(run, _IDLE, reason="error")
                 self.runs_completed += 1
-        else:
-            self.runs_completed += 1
-        self._finish(event)
+                return
+            rt.scope = None
+            if scope.cancelled_caught:
+                if rt.epoch == epoch:  # a /reset cleared memory meanwhile: nothing to close
+                    run.close_calls("CANCELLED", "the run was stopped before this call finished")
+                if rt.stop_requested:
+                    self.runs_stopped += 1
+                    if run.result is not None:
+                        run.result.stopped = True
+                    await self._set_state(run, _IDLE, reason="stopped")
+                else:
+                    # Only the provider call runs under the scope's deadline.
+                    timeout = self.limits.provider_timeout
+                    await self._fail(
+                        run.tick,
+                        "PROVIDER_TIMEOUT",
+                        f"the provider gave no answer within {timeout:g} s",
+                        run,
+                    )
+                    await self._set_state(run, _IDLE, reason="provider timeout")
+                    self.runs_completed += 1
+            else:
+                self.runs_completed += 1
+        except QueueClosed:
+            # The bus was closed under the run: nothing more can be said.
+            rt.scope = None
+            if run.result is not None:
+                run.result.stopped = True
+        finally:
+            self._finish(event)
 
     async def _serve(self, run: _Run, event: Event) -> None:
         text: str = event.payload["text"]
         command = parse_line(text)
         session = run.rt.session
         if session.locked:
-            self._error(
+            await self._fail(
                 event,
                 "SESSION_LOCKED",
                 f"session {session.id!r} is locked after {session.failure_streak} "
                 "failed tool calls in a row; send /reset",
-                run=run,
+                run,
             )
             return
         if command is not None:
@@ -647,31 +700,32 @@ class ExecutionLoop:
         event = run.input
         tool = find_tool(name, self.tools)
         if tool is None:
-            self._error(
+            await self._fail(
                 event,
                 "UNKNOWN_COMMAND",
                 f"unknown command /{name}; "
                 f"built-ins: {', '.join('/' + c for c in BUILTIN_COMMANDS)}; "
                 f"tools: {', '.join('/' + t for t in self.tools) or 'none'}",
-                run=run,
+                run,
             )
             return
+        parse_error: ToolArgumentsError | None = None
         try:
-            args: Any = parse_tool_args(tool, argline)
+            call = ToolCall(tool.name, parse_tool_args(tool, argline))
         except ToolArgumentsError as exc:
-            args = {"_line": argline}
-            parse_error: ToolArgumentsError | None = exc
-        else:
-            parse_error = None
-        self._set_state(run, _EXECUTING)
-        call = ToolCall(tool.name, args)
+            parse_error = exc
+        except ValueError as exc:  # arguments the core cannot carry (nested too deep)
+            parse_error = ToolArgumentsError(f"/{tool.name}: {exc}")
+        if parse_error is not None:
+            call = ToolCall(tool.name, {"_line": argline[:1000]})
+        await self._set_state(run, _EXECUTING)
         outcomes = await self._execute(
             run, [call], parse_errors={0: parse_error} if parse_error else None
         )
-        # A slash command is the user's: its observations are not for the provider.
+        await self._count_failures(run, outcomes, [call])
+        # A slash command is the user's: what the core observed is not for the provider.
         run.observations.clear()
-        self._count_failures(run, outcomes, [call])
-        self._set_state(run, _IDLE)
+        await self._set_state(run, _IDLE)
 
     async def _think_act(self, run: _Run, prompt: str) -> None:
         session = run.rt.session
@@ -686,7 +740,7 @@ class ExecutionLoop:
             tick = event.child(_TICK_START, {"round": round_no}, source=self.source)
             run.tick = tick
             await self._send(tick)
-            self._set_state(run, _THINKING)
+            await self._set_state(run, _THINKING)
             run.context.round = round_no
             scope = run.rt.scope
             try:
@@ -699,10 +753,12 @@ class ExecutionLoop:
                     scope.deadline = math.inf
                 response = _coerce_response(raw)
             except AgentPainException as exc:
-                self._error(tick, "AGENT_PAIN", str(exc), run=run)
+                await self._fail(
+                    tick, "AGENT_PAIN", describe_exception(exc).partition(": ")[2], run
+                )
                 break
             except Exception as exc:
-                self._error(tick, "PROVIDER_ERROR", f"{type(exc).__name__}: {exc}", run=run)
+                await self._fail(tick, "PROVIDER_ERROR", describe_exception(exc), run)
                 break
             calls: list[ToolCall] = []
             said: list[ContentSegment] = []
@@ -723,7 +779,16 @@ class ExecutionLoop:
                 }
                 if response.metadata is not None:
                     payload["metadata"] = response.metadata
-                await self._send(event.child(OUTPUT_AGENT_MESSAGE, payload, source=self.source))
+                try:
+                    said_event = event.child(OUTPUT_AGENT_MESSAGE, payload, source=self.source)
+                except (TypeError, ValueError) as exc:
+                    # Deeper than an event may nest, or not JSON.
+                    run.close_calls("AGENT_PAIN", "the response that asked for it was refused")
+                    await self._fail(
+                        tick, "AGENT_PAIN", f"the provider's response cannot be sent: {exc}", run
+                    )
+                    break
+                await self._send(said_event)
                 if run.result is not None:
                     run.result.replies.append(text)
             if not calls:
@@ -735,21 +800,22 @@ class ExecutionLoop:
                 )
                 run.close_calls("TOOL_ROUND_LIMIT", message)
                 memory.append(Observation(message))
-                self._error(tick, "TOOL_ROUND_LIMIT", message, run=run)
+                await self._fail(tick, "TOOL_ROUND_LIMIT", message, run)
                 break
             tool_rounds += 1
-            self._set_state(run, _EXECUTING)
+            await self._set_state(run, _EXECUTING)
             outcomes = await self._execute(run, calls)
             # Each call's outcome right after the call, then what the core observed.
             memory.extend(outcomes)
             run.open_calls = ()
+            locked = await self._count_failures(run, outcomes, calls)
             memory.extend(run.observations)
             run.observations.clear()
-            if self._count_failures(run, outcomes, calls):
+            if locked:
                 break
-        self._set_state(run, _IDLE)
+        await self._set_state(run, _IDLE)
 
-    def _count_failures(
+    async def _count_failures(
         self, run: _Run, outcomes: Sequence[ToolOutcome], calls: Sequence[ToolCall]
     ) -> bool:
         """Update the failure streaks; True when the session just got locked."""
@@ -762,11 +828,14 @@ class ExecutionLoop:
                 rt.failure_key, rt.failure_repeats = None, 0
                 continue
             session.failure_streak += 1
-            key = (call.name, json.dumps(call.args, sort_keys=True, default=str))
+            try:
+                key = (call.name, json.dumps(call.args, sort_keys=True, default=str))
+            except (TypeError, ValueError, RecursionError):
+                key = (call.name, repr(call.args)[:1000])
             rt.failure_repeats = rt.failure_repeats + 1 if key == rt.failure_key else 1
             rt.failure_key = key
             if rt.failure_repeats == limits.repeated_failure_warning:
-                session.memory.append(
+                run.observations.append(
                     Observation(
                         f"Warning: {call.name} has failed {rt.failure_repeats} times in a row "
                         f"with the same arguments {key[1]}. Do not call it that way again; "
@@ -775,12 +844,12 @@ class ExecutionLoop:
                 )
         if session.failure_streak >= limits.max_failure_streak and not session.locked:
             session.locked = True
-            self._error(
+            await self._fail(
                 run.tick,
                 "SESSION_LOCKED",
                 f"{session.failure_streak} tool calls failed in a row; "
                 f"session {session.id!r} is locked until /reset",
-                run=run,
+                run,
             )
             return True
         return False
@@ -872,7 +941,7 @@ class ExecutionLoop:
                 raise parse_error
             args = tool.validate(call.args)
         except ToolArgumentsError as exc:
-            schema = json.dumps(tool.parameters)
+            schema = json.dumps(dict(tool.parameters), default=str)
             message = f"Invalid arguments for {call.name}: {exc}. Its parameters: {schema}"
             run.observations.append(Observation(message))
             return ToolOutcome(
@@ -895,6 +964,12 @@ class ExecutionLoop:
                     )
         except Exception as exc:
             return ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
+        except anyio.get_cancelled_exc_class() as exc:
+            if not _stray_cancellation():
+                raise
+            # asyncio: a CancelledError nobody asked for (the tool awaited a
+            # future someone else cancelled) is the tool's failure.
+            return ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
         if scope.cancelled_caught:
             message = f"{call.name} did not finish within {timeout:g} s and was cancelled"
             return ToolOutcome(
@@ -904,7 +979,7 @@ class ExecutionLoop:
 
     # -- events ----------------------------------------------------------
 
-    def _set_state(self, run: _Run, state: AgentState, *, reason: str | None = None) -> None:
+    async def _set_state(self, run: _Run, state: AgentState, *, reason: str | None = None) -> None:
         if run.state is state:
             return
         payload: dict[str, Any] = {"from": run.state.value, "to": state.value}
@@ -912,7 +987,7 @@ class ExecutionLoop:
             payload["reason"] = reason
         run.state = state
         run.rt.session.state = state
-        self._emit(run.tick.child(_STATE_CHANGE, payload, source=self.source))
+        await self._send(run.tick.child(_STATE_CHANGE, payload, source=self.source))
 
     def _say(self, event: Event, text: str, *, command: str, data: Any = None) -> None:
         metadata: dict[str, Any] = {"command": command}
@@ -934,17 +1009,20 @@ class ExecutionLoop:
         if result is not None:
             result.replies.append(text)
 
-    def _error(self, parent: Event, code: str, message: str, *, run: _Run | None = None) -> None:
+    async def _fail(self, parent: Event, code: str, message: str, run: _Run) -> None:
+        """A ``KERNEL:ERROR`` that ends (part of) a run: recorded on its result, never dropped."""
         payload = {"code": code, "message": message, "source": self.source}
-        if run is not None and run.result is not None:
+        if run.result is not None:
             run.result.error = payload
-        else:
-            result = self._waiting.get(parent.id)
-            if result is not None:
-                result.error = payload
-        self._emit(
-            parent.child(_ERROR, payload, source=self.source, priority=min(parent.priority, 1))
-        )
+        await self._send(parent.child(_ERROR, payload, source=self.source))
+
+    def _error(self, parent: Event, code: str, message: str) -> None:
+        """A ``KERNEL:ERROR`` from a handler (an input refused before any run)."""
+        payload = {"code": code, "message": message, "source": self.source}
+        result = self._waiting.get(parent.id)
+        if result is not None:
+            result.error = payload
+        self._emit(parent.child(_ERROR, payload, source=self.source))
 
     async def _send(self, event: Event) -> None:
         """Publish, waiting for room when the bus is full: the run's events are never dropped."""

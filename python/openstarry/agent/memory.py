@@ -102,9 +102,12 @@ class Memory(Sequence[MemoryEntry]):
     def append(self, entry: MemoryEntry) -> None:
         if type(entry) is UserTurn:
             if self.window is not None and len(self._turn_starts) >= self.window:
-                cut = self._turn_starts[len(self._turn_starts) - self.window + 1]
+                # Keep the last window - 1 turns; the new one makes window.
+                keep = self.window - 1
+                starts = self._turn_starts
+                cut = starts[len(starts) - keep] if keep else len(self._entries)
                 del self._entries[:cut]
-                self._turn_starts = [i - cut for i in self._turn_starts if i >= cut]
+                self._turn_starts = [i - cut for i in starts if i >= cut]
             self._turn_starts.append(len(self._entries))
         self._entries.append(entry)
 

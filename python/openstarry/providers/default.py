@@ -677,8 +677,14 @@ def _clauses(prompt: str) -> list[tuple[int, int]]:
     return [(s, e) for s, e in spans if prompt[s:e].strip()]
 
 
+#: A quoted text, kept as written, or a run of whitespace, which becomes one space.
+_SPACING = re.compile(rf"({_QUOTED_RE})|\s+")
+
+
 def _clean(clause: str) -> str:
-    clause = clause.strip()
+    # One space between words outside quotes: the patterns below stay linear in
+    # the length of the clause however the user spaces it.
+    clause = _SPACING.sub(lambda m: m.group(1) or " ", clause).strip()
     previous = None
     while previous != clause:
         previous = clause

@@ -17,8 +17,8 @@ the check is refused too (``EPERM``) instead of followed. On platforms without
 Other failures carry the ``errno`` name as their code: ``ENOENT`` (missing file,
 or a missing parent directory for ``fs.write``, which never creates
 directories), ``EISDIR``, ``ENOTDIR``, ``EACCES``...; a file larger than
-``max_bytes`` is ``EFBIG``, and a path that is not a regular file (a FIFO, a
-device) is ``EINVAL``.
+``max_bytes`` (or content that large for ``fs.write``) is ``EFBIG``, and a path
+that is not a regular file (a FIFO, a device) is ``EINVAL``.
 
 Text is UTF-8. ``fs.read`` decodes with ``errors="replace"``: bytes that are not
 UTF-8 become U+FFFD rather than failing the call, so a mostly-text file stays
@@ -65,7 +65,7 @@ class FsSandbox:
         allowed_paths: The roots. Each is made absolute and resolved now
             (``~`` is expanded); it need not exist yet. Empty: every path is
             refused.
-        max_bytes: The largest file ``fs.read`` returns.
+        max_bytes: The largest file ``fs.read`` returns and ``fs.write`` writes.
     """
 
     def __init__(
@@ -185,7 +185,7 @@ def fs_tools(
 
     A relative ``path`` argument is relative to the first allowed path. With no
     allowed path, every call fails with ``EPERM``. ``fs.read`` refuses files
-    larger than ``max_bytes`` (``EFBIG``).
+    larger than ``max_bytes``, and ``fs.write`` content larger than it (``EFBIG``).
     """
     sandbox = FsSandbox(allowed_paths, max_bytes=max_bytes)
 
@@ -235,6 +235,12 @@ def fs_tools(
         content: Annotated[str, Field(description="The text to write.")],
     ) -> dict[str, Any]:
         data = content.encode("utf-8")
+        if len(data) > sandbox.max_bytes:
+            raise ToolError(
+                f"fs.write: {path!r}: content too large ({len(data)} bytes, "
+                f"over {sandbox.max_bytes})",
+                code="EFBIG",
+            )
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_NONBLOCK
         with sandbox.open("fs.write", path, flags) as (fd, resolved):
             info = os.fstat(fd)
