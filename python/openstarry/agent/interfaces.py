@@ -82,8 +82,12 @@ class Tool(abc.ABC):
     def run(self, args: dict[str, Any], context: AgentContext) -> Any | Awaitable[Any]:
         """Do the work; ``args`` has passed :meth:`validate`.
 
-        May be ``async def``. A plain ``def`` runs in a worker thread, so it does
-        not block the event loop. Return any JSON-serialisable value; raise
+        May be ``async def``: on a timeout or a ``/stop`` it is cancelled like
+        any coroutine. A plain ``def`` runs in a worker thread, so it does not
+        block the event loop; a thread cannot be interrupted, so a long sync
+        tool should call ``anyio.from_thread.check_cancelled()`` now and then,
+        which raises once the call is cancelled (otherwise it runs to its end
+        and its result is dropped). Return any JSON-serialisable value; raise
         :class:`~openstarry.errors.ToolError` (with a ``code``) or any exception
         to report a failure.
         """
