@@ -1657,3 +1657,36 @@ async def test_a_success_breaks_the_row_of_identical_failures() -> None:
         for line in ["/broken x=1", "/broken x=1", "/get_weather Taipei", "/broken x=1"]:
             await h.ask(line)
     assert not any("times in a row" in o for o in observations(h.loop.sessions["s"].memory))
+
+
+class CooperativeSync(Tool):
+    """A sync tool that checks for cancellation while it works, as the Tool docs advise."""
+
+    name = "crunch"
+
+    def __init__(self) -> None:
+        self.stopped = threading.Event()
+
+    def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        try:
+            while True:
+                threading.Event().wait(0.005)
+                anyio.from_thread.check_cancelled()
+        except BaseException:
+            self.stopped.set()
+            raise
+
+
+@pytest.mark.anyio
+async def test_a_sync_tool_that_checks_for_cancellation_stops_at_the_timeout() -> None:
+    crunch = CooperativeSync()
+    provider = then_say(response(call("crunch", {}, "k1")), "gave up")
+    limits = LoopLimits(tool_timeout=0.05)
+    async with running(provider, [crunch], limits=limits) as h:
+        result = await h.ask("go")
+        with anyio.fail_after(HANG):
+            await anyio.to_thread.run_sync(crunch.stopped.wait)
+    [tool_result] = h.of(TOOL_RESULT)
+    assert tool_result.payload["error"]["code"] == "TIMEOUT"
+    assert result.replies == ["gave up"]
+    assert crunch.stopped.is_set()
