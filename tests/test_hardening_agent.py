@@ -1,7 +1,8 @@
-"""Review of the agent runtime: defects found by reading bus.py, agent/*.py, the tools,
-the default provider and the manifest loader, each pinned by a test that fails today.
+"""Hardening tests for the agent runtime: the event bus, the execution loop, the tools,
+the default provider, the CLI and the manifest loader.
 
-Every test states what is expected and why. Waits are bounded by :data:`HANG` only
+Each test guards one failure mode that would otherwise take down a session, the
+loop or the bus, or lose or misorder events. Waits are bounded by :data:`HANG` only
 as a guard against a hang; no test asserts on wall time except the one that runs
 the default provider's parser in a subprocess (a hang guard with a wide margin).
 """
@@ -13,9 +14,6 @@ import json
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -24,6 +22,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from agent_harness import HANG, running
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.loop import ExecutionLoop, RunResult
 from openstarry.agent.memory import UserTurn
@@ -35,9 +34,6 @@ from openstarry.events import EventType
 from openstarry.manifest import load_manifest
 from openstarry.protocol import parse_payload
 from openstarry.testing import FunctionProvider, ScriptedProvider, text, tool_call
-
-#: A bound on any one wait, so that a broken loop fails a test instead of hanging it.
-HANG = 3
 
 STATE_CHANGE = EventType.STATE_CHANGE.value
 TOOL_RESULT = EventType.TOOL_RESULT.value
@@ -86,31 +82,7 @@ class Gate(Tool):
         return "released"
 
 
-@dataclass
-class Harness:
-    bus: EventBus
-    loop: ExecutionLoop
-    events: list[Event]
-
-    async def ask(self, line: str, session_id: str = "s") -> RunResult:
-        with anyio.fail_after(HANG):
-            result = await self.loop.ask(line, session_id=session_id)
-            await self.bus.wait_idle()
-        return result
-
-
-@asynccontextmanager
-async def running(
-    provider: Any, tools: Iterable[Tool] = (), *, capacity: int | None = 65536, **options: Any
-) -> AsyncIterator[Harness]:
-    async with EventBus(capacity=capacity) as bus:
-        events: list[Event] = []
-        bus.subscribe("*", events.append)
-        async with ExecutionLoop(bus, provider, tools, **options) as loop:
-            yield Harness(bus, loop, events)
-
-
-# ------------------------------------------------ 1. inputs that kill the loop's task group
+# ---------------------------------------- 1. inputs that must not kill the loop's task group
 
 
 @pytest.mark.parametrize(
@@ -127,14 +99,9 @@ async def running(
 async def test_a_response_too_deep_for_an_event_ends_the_run_not_the_loop(
     answer: ProviderResponse,
 ) -> None:
-    """A ProviderResponse the core accepted, whose metadata or ui segment is nested a
-    few levels short of the 64-level limit, no longer fits once wrapped in the
-    OUTPUT:AGENT_MESSAGE payload. ``event.child`` raises ValueError in ``_think_act``
-    (loop.py, the OUTPUT:AGENT_MESSAGE publish) and nothing catches it, so the
-    worker's exception tears down the loop's task group: every session dies and
-    ``async with ExecutionLoop`` raises an ExceptionGroup. Expected (spec 000 §7,
-    "what is not the provider's success is told to it rather than raised"): the
-    run ends with a KERNEL:ERROR and the loop keeps serving other sessions."""
+    """A provider response nested too deep to fit in an OUTPUT:AGENT_MESSAGE ends
+    only its own run with a KERNEL:ERROR; the loop keeps serving other sessions
+    (spec 000 §7: a provider's failure is reported, not raised)."""
     provider = FunctionProvider(lambda prompt, context: answer if prompt == "bad" else "fine")
     async with running(provider) as h:
         bad = await h.ask("bad", session_id="a")
@@ -155,13 +122,9 @@ async def test_a_response_too_deep_for_an_event_ends_the_run_not_the_loop(
 )
 @pytest.mark.anyio
 async def test_a_slash_line_with_deeply_nested_arguments_is_invalid_arguments(line: str) -> None:
-    """Any user can type a slash line. ``parse_tool_args`` (commands.py ``_value`` and
-    the ``{``-object branch) catches only ValueError, so ``json.loads`` of a very deep
-    value raises RecursionError out of it; a value 70 levels deep parses but then
-    ``ToolCall(tool.name, args)`` in ``_slash_tool`` raises ValueError. Either one
-    escapes the worker and kills the loop's task group (all sessions). Expected:
-    a failed EXEC:TOOL_RESULT with INVALID_ARGUMENTS, like any argument line that
-    does not parse, and the session keeps working."""
+    """A slash line whose arguments are nested too deep (for the JSON decoder or for a
+    ToolCall) gets a failed EXEC:TOOL_RESULT with INVALID_ARGUMENTS, like any argument
+    line that does not parse; whatever a user types, the session keeps working."""
     provider = FunctionProvider(lambda prompt, context: "fine")
     async with running(provider, [Echo()]) as h:
         await h.ask(line)
@@ -173,7 +136,7 @@ async def test_a_slash_line_with_deeply_nested_arguments_is_invalid_arguments(li
 
 
 class UnprintableError(Exception):
-    """An exception whose ``str()`` raises, as a buggy ``__str__`` does."""
+    """An exception whose ``str()`` raises, as a faulty ``__str__`` does."""
 
     def __init__(self, code: int) -> None:
         super().__init__(code)
@@ -192,12 +155,9 @@ class RaisesUnprintable(Tool):
 
 @pytest.mark.anyio
 async def test_a_tool_error_that_cannot_be_printed_is_a_failed_result_not_a_crash() -> None:
-    """``_run_one`` catches the tool's exception, then ``_failure_of`` formats it with
-    ``str(exc)`` (loop.py ``_failure_of``); when ``__str__`` itself raises, that
-    second exception escapes the ``except`` block and kills the loop's task group.
-    The same holds for a provider (``f"{exc}"`` in the PROVIDER_ERROR branch).
-    Expected: a failed EXEC:TOOL_RESULT (TOOL_ERROR, with a fallback message such
-    as the exception's type name), and the run goes on to the next round."""
+    """A tool whose exception cannot be printed (its ``__str__`` raises) still gets a
+    failed EXEC:TOOL_RESULT with a fallback message; the run goes on to the next round
+    and the loop and the other sessions go on."""
     provider = ScriptedProvider([tool_call("unprintable", {}), text("done")])
     async with running(provider, [RaisesUnprintable()]) as h:
         result = await h.ask("go")
@@ -220,10 +180,9 @@ class Proxy(Tool):
 
 @pytest.mark.anyio
 async def test_invalid_arguments_for_a_tool_with_a_mapping_proxy_schema_do_not_crash() -> None:
-    """``Tool.parameters`` is typed ``Mapping[str, Any]``, but the INVALID_ARGUMENTS
-    branch of ``_run_one`` does ``json.dumps(tool.parameters)``, which raises
-    TypeError for a MappingProxyType: the error escapes and kills the loop's task
-    group. Expected: the usual failed result and observation."""
+    """Invalid arguments for a tool whose ``parameters`` is a read-only Mapping (as its
+    ``Mapping[str, Any]`` type allows) give the usual INVALID_ARGUMENTS result and
+    observation, without crashing the loop."""
     provider = ScriptedProvider([tool_call("proxy", {}), text("done")])
     async with running(provider, [Proxy()]) as h:
         result = await h.ask("go")
@@ -234,11 +193,8 @@ async def test_invalid_arguments_for_a_tool_with_a_mapping_proxy_schema_do_not_c
 
 @pytest.mark.anyio
 async def test_a_memory_window_of_one_keeps_the_last_turn() -> None:
-    """``memory.window`` may be 1 (the manifest allows ``ge=1``), but
-    ``Memory.append`` computes ``cut = self._turn_starts[len - window + 1]``, which is
-    ``_turn_starts[1]`` when one turn is kept: IndexError on the second user turn,
-    raised in ``_think_act`` and fatal to the loop's task group. Expected: the second
-    input is answered and memory holds only the latest turn."""
+    """``memory.window`` of 1, which the manifest allows, keeps exactly the latest user
+    turn: the second input is answered and memory holds only that turn."""
     provider = FunctionProvider(lambda prompt, context: f"re: {prompt}")
     async with running(provider, memory_window=1) as h:
         await h.ask("one")
@@ -251,14 +207,9 @@ async def test_a_memory_window_of_one_keeps_the_last_turn() -> None:
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 @pytest.mark.anyio
 async def test_a_tool_raising_a_stray_cancelled_error_fails_alone() -> None:
-    """On asyncio, library code can raise CancelledError without anyone cancelling the
-    task (awaiting a future another party cancelled). ``_run_one`` catches only
-    Exception, so the CancelledError leaves the worker; anyio's task group then
-    cancels itself, which cancels the host task (the one in ``async with
-    ExecutionLoop``), and ``__aexit__`` swallows that cancellation: ``ask`` is
-    cancelled and the code after it silently never runs, every session is gone.
-    Expected: a spurious CancelledError (no cancel scope of the loop was cancelled)
-    is the tool's failure, like any other exception."""
+    """On asyncio, a CancelledError raised inside a tool that nobody cancelled (awaiting
+    a future another party cancelled) is that tool's failure, like any exception; it
+    does not cancel the loop's task group, ``ask`` returns and the run goes on."""
 
     class StrayCancel(Tool):
         name = "stray"
@@ -281,13 +232,9 @@ async def test_a_tool_raising_a_stray_cancelled_error_fails_alone() -> None:
 
 @pytest.mark.anyio
 async def test_reset_during_a_tool_call_leaves_memory_empty() -> None:
-    """/reset says "Session reset: memory cleared." and clears memory at once, but the
-    run it cancels resumes afterwards and ``_run`` calls ``run.close_calls``, which
-    appends a CANCELLED ToolOutcome into the freshly cleared memory. The next turn
-    then starts with a tool outcome whose call (the AssistantTurn) was forgotten:
-    provider adapters that pair each outcome with its call (OpenAI, Anthropic) get
-    an orphan tool message. Expected: memory is empty after /reset, and the next
-    provider call sees only the new user turn."""
+    """/reset during a tool call leaves memory empty even after the cancelled run winds
+    down, so the next provider call sees only the new user turn and never an orphan
+    tool outcome (which OpenAI- and Anthropic-style adapters would reject)."""
     gate = Gate()
 
     def reply(prompt: str, context: AgentContext) -> ProviderResponse:
@@ -313,13 +260,9 @@ async def test_reset_during_a_tool_call_leaves_memory_empty() -> None:
 
 @pytest.mark.anyio
 async def test_a_small_bus_does_not_drop_the_state_changes_of_a_run() -> None:
-    """``_send`` promises "the run's events are never dropped" and waits for room, but
-    ``_set_state`` and ``_error`` publish with ``_emit``, which drops on QueueFull,
-    even though they are called from the run's own (async) code, which could wait.
-    With ``capacity=2`` a plain tool round loses two of its four
-    KERNEL:STATE_CHANGE events (``events_dropped`` is 2): a subscriber tracking the
-    agent's state never sees THINKING->EXECUTING. Expected: every transition is
-    published (the issue: "every state transition emits KERNEL:STATE_CHANGE")."""
+    """On a bus with room for only two events, a run still publishes every
+    KERNEL:STATE_CHANGE (waiting for room rather than dropping), so a subscriber
+    tracking the agent's state sees each transition."""
     echo = Echo()
     provider = ScriptedProvider([tool_call("echo", {"x": 1}), text("done")])
     async with running(provider, [echo], capacity=2) as h:
@@ -338,12 +281,8 @@ async def test_a_small_bus_does_not_drop_the_state_changes_of_a_run() -> None:
 
 @pytest.mark.anyio
 async def test_closing_the_bus_during_a_run_does_not_kill_the_loop() -> None:
-    """When the bus is closed (``aclose``) while a run waits on a tool, the run's next
-    publish raises QueueClosed (``_send``; ``_emit`` re-raises it on purpose) out of
-    the worker, and the loop's task group dies with it: ``ask`` never returns and
-    leaving ``async with ExecutionLoop`` raises an ExceptionGroup. Expected: the run
-    ends (its events have nowhere to go) and ``ask`` returns; the loop exits
-    cleanly."""
+    """Closing the bus while a run waits on a tool ends that run (its events have nowhere
+    to go): ``ask`` returns and the loop exits cleanly, without an ExceptionGroup."""
     gate = Gate()
     provider = ScriptedProvider([tool_call("gate", {}), text("done")])
     results: list[RunResult] = []
@@ -363,13 +302,9 @@ async def test_closing_the_bus_during_a_run_does_not_kill_the_loop() -> None:
 
 @pytest.mark.anyio
 async def test_publish_to_a_closed_bus_does_not_record_the_id() -> None:
-    """``publish`` refuses at capacity *before* the dedup window records the id ("a
-    retry must not be a duplicate"), and ``ingest`` into a closed bus records
-    nothing; but ``publish`` into a closed bus records the id and only then raises
-    QueueClosed from the queue. With a shared or restored DedupWindow (the
-    documented way to survive a restart), the event that was refused is then
-    dropped as a duplicate by the next bus: it is lost. Expected: QueueClosed
-    before the window is touched."""
+    """``publish`` into a closed bus raises QueueClosed before the dedup window records
+    the event's id, so with a shared or restored DedupWindow the refused event can
+    still be published on the next bus instead of being dropped as a duplicate."""
     window = DedupWindow(60_000, 1000)
     event = user_event()
     async with EventBus(dedup=window) as old:
@@ -383,13 +318,9 @@ async def test_publish_to_a_closed_bus_does_not_record_the_id() -> None:
 
 @pytest.mark.anyio
 async def test_a_cancelled_subscription_gets_no_more_events() -> None:
-    """``Subscription.cancel`` says "stop delivering events to the handler", but the
-    dispatcher iterates over the route it computed before awaiting an earlier async
-    handler, so a subscription cancelled meanwhile still receives the event being
-    dispatched. (The loop relies on this in ``__aexit__``: an in-flight
-    USER_MESSAGE still reaches ``_on_user_message`` after the loop has exited, which
-    marks the session running and raises RuntimeError.) Expected: once ``cancel``
-    has returned, the handler is not called again."""
+    """Once ``Subscription.cancel`` has returned, the handler is not called again, even
+    for an event whose dispatch was already under way (the loop relies on this when it
+    unsubscribes in ``__aexit__``)."""
     entered = anyio.Event()
     proceed = anyio.Event()
     late: list[str] = []
@@ -412,12 +343,8 @@ async def test_a_cancelled_subscription_gets_no_more_events() -> None:
 
 @pytest.mark.anyio
 async def test_a_handler_error_that_cannot_be_printed_does_not_stop_the_bus() -> None:
-    """ "A handler that raises becomes a KERNEL:ERROR event and the bus keeps running",
-    but ``_handler_failed`` formats the message with ``f"{exc}"`` outside any guard
-    (and evaluates ``repr(handler)`` eagerly as getattr's default): when that raises,
-    the exception escapes the dispatcher, which dies, and the bus's task group
-    raises. Expected: a KERNEL:ERROR (with a fallback message) and later events
-    still dispatched."""
+    """A handler whose exception cannot be printed still becomes a KERNEL:ERROR with a
+    fallback message, and the bus goes on dispatching later events."""
     seen: list[str] = []
 
     def bad(event: Event) -> None:
@@ -437,14 +364,9 @@ async def test_a_handler_error_that_cannot_be_printed_does_not_stop_the_bus() ->
 
 @pytest.mark.anyio
 async def test_cancelled_while_the_bus_drains_exits_its_task_group() -> None:
-    """Leaving ``async with EventBus()`` drains the bus (``aclose``) before exiting its
-    task group; when the task is cancelled during the drain (a timeout around the
-    block, Ctrl-C in the CLI), ``aclose`` raises and ``__aexit__`` returns without
-    ever calling ``task_group.__aexit__``: trio reports "Cancel scope stack
-    corrupted" / "Nursery stack corrupted" and asyncio "Attempted to exit a cancel
-    scope that isn't the current task's current cancel scope", and the run is
-    broken. Expected: the task group is exited in any case (``try/finally``), so the
-    cancellation is simply caught by the scope that issued it."""
+    """Cancelling the task while ``async with EventBus()`` drains on exit (a timeout, or
+    Ctrl-C in the CLI) still exits the bus's task group, so the cancellation is caught
+    by the scope that issued it and the task's cancel scope stack stays intact."""
     draining = anyio.Event()
 
     with anyio.CancelScope() as scope:
@@ -467,12 +389,9 @@ async def test_cancelled_while_the_bus_drains_exits_its_task_group() -> None:
 
 @pytest.mark.anyio
 async def test_wait_idle_from_a_handler_does_not_deadlock_the_bus() -> None:
-    """``aclose`` knows it may be called from a handler (it does not wait for the
-    dispatcher it runs in), but ``wait_idle`` does not: from a handler it waits for
-    the dispatcher to go idle, which cannot happen while the dispatcher awaits that
-    very handler, so the bus is stuck for good. Expected: from the dispatcher,
-    ``wait_idle`` returns or raises RuntimeError at once, as ``aclose`` avoids the
-    same self-wait."""
+    """``wait_idle`` called from a handler returns or raises RuntimeError at once
+    instead of waiting for the dispatcher that is running it, so the bus never
+    deadlocks on itself (as ``aclose`` already avoids)."""
     outcome: list[str] = []
 
     async def handler(event: Event) -> None:
@@ -500,11 +419,9 @@ async def test_wait_idle_from_a_handler_does_not_deadlock_the_bus() -> None:
 @pytest.mark.parametrize("when", ["before-enter", "after-exit"])
 @pytest.mark.anyio
 async def test_ask_on_a_loop_that_is_not_running_raises(when: str) -> None:
-    """``ask`` publishes the input and waits for its run, but when the loop is not
-    running (never entered, or already left) nobody is subscribed, so the wait never
-    ends: ``ask`` hangs forever. ``_enqueue`` already has the intended message ("the
-    ExecutionLoop is not running: use `async with ExecutionLoop(...)`"). Expected:
-    ``start``/``ask`` raise RuntimeError at once."""
+    """``ask`` on a loop that was never entered, or was already left, raises
+    RuntimeError ("not running") at once instead of waiting forever for a run that
+    nobody will start."""
     provider = FunctionProvider(lambda prompt, context: "hi")
     async with EventBus() as bus:
         loop = ExecutionLoop(bus, provider)
@@ -520,13 +437,9 @@ async def test_ask_on_a_loop_that_is_not_running_raises(when: str) -> None:
 
 @pytest.mark.anyio
 async def test_a_run_error_is_dispatched_after_the_events_it_descends_from() -> None:
-    """The loop publishes a run's KERNEL:ERROR at priority 1 and its other events at the
-    input's priority (2). When the provider fails without yielding, the error is
-    queued together with the round's TICK_START and STATE_CHANGE, overtakes them, and
-    subscribers get: KERNEL:ERROR (parent: a tick not seen yet), then TICK_START,
-    IDLE->THINKING, THINKING->IDLE. A transcript or the CLI's ``--events`` shows the
-    turn failing before it started. Expected: every event of a run is dispatched
-    after its parent, and the error after the THINKING transition it ends."""
+    """Every event of a run, including a KERNEL:ERROR when the provider fails, is
+    dispatched after its parent, and the error after the THINKING transition it ends,
+    so transcripts and the CLI's ``--events`` show a failed turn in order."""
 
     def fail(prompt: str, context: AgentContext) -> ProviderResponse:
         raise RuntimeError("the model is down")
@@ -544,13 +457,9 @@ async def test_a_run_error_is_dispatched_after_the_events_it_descends_from() -> 
 
 @pytest.mark.anyio
 async def test_every_event_of_a_run_with_non_object_args_matches_the_protocol() -> None:
-    """The core's ToolCall accepts any JSON as ``args`` (``ToolCall("echo", [1])``), and
-    the loop copies them as they are into the EXEC:TOOL_CALL payload; but
-    ``openstarry.protocol.ToolCallPayload.args`` (spec 002) is an object, so
-    ``parse_payload`` rejects the event the loop itself published, and a consumer
-    validating the stream with the project's own models fails. Expected: every
-    event the loop emits validates against its payload model (e.g. non-object args
-    are refused as INVALID_ARGUMENTS and published as an object)."""
+    """Every event the loop emits validates against its protocol payload model (spec
+    002), even when a provider's tool call has non-object ``args``, so consumers can
+    validate the stream with the project's own models."""
     bad_call = ProviderResponse([ContentSegment("tool_call", tool_call=ToolCall("echo", [1]))])
     provider = ScriptedProvider([bad_call, text("done")])
     async with running(provider, [Echo()]) as h:
@@ -561,11 +470,8 @@ async def test_every_event_of_a_run_with_non_object_args_matches_the_protocol() 
 
 @pytest.mark.anyio
 async def test_the_route_cache_does_not_grow_with_every_event_type_seen() -> None:
-    """``EventBus._route`` caches the route of every event type it dispatches in
-    ``_routes``, which is cleared only by (un)subscribing. Types are open-ended
-    (any ``NAMESPACE:NAME``), and ``ingest`` takes them from the outside, so a peer
-    sending events of ever new types grows the cache (and ``_dispatched``) without
-    bound. Expected: the cache is bounded (or keyed by namespace)."""
+    """The bus's route cache stays bounded however many distinct event types pass
+    through, so a peer sending ever new types cannot grow memory without bound."""
     async with EventBus() as bus:
         bus.subscribe("*", lambda event: None)
         with anyio.fail_after(HANG):
@@ -580,13 +486,10 @@ async def test_the_route_cache_does_not_grow_with_every_event_type_seen() -> Non
 
 
 def test_the_default_provider_answers_a_maximal_prompt_quickly() -> None:
-    """``MAX_REQUEST_CHARS`` (1000) is meant to bound the parser's regular expressions,
-    but the first ``_WRITE`` pattern (``write\\s+(.+?)\\s+(?:to|into|in)\\s+...$``)
-    backtracks in cubic time over a run of spaces, and ``_parse`` tries it twice:
-    ``"write" + 990 spaces + "x"`` takes seconds of CPU inside ``generate``, on the
-    event loop, so every session stalls and /stop cannot be served. Run in a
-    subprocess (killed on timeout); a fix answers in milliseconds, the bound is
-    only a hang guard."""
+    """The default provider parses a prompt of maximal length (``MAX_REQUEST_CHARS``)
+    without catastrophic regex backtracking, so one request cannot stall the event
+    loop for every session. Run in a subprocess (killed on timeout); the 2 s bound
+    is only a hang guard, a normal answer takes milliseconds."""
     code = textwrap.dedent(
         """
         import asyncio
@@ -610,10 +513,8 @@ def test_the_default_provider_answers_a_maximal_prompt_quickly() -> None:
 def test_an_empty_session_id_on_the_command_line_exits_2(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The CLI promises exit status 2 for a bad command line, but ``--session ""`` is
-    accepted by argparse and only fails inside the run, where ``Event.new`` raises
-    DecodeError (sessionId must be non-empty): the user gets an ExceptionGroup
-    traceback. Expected: a one-line error and exit status 2."""
+    """``--session ""`` on the command line is a bad command line: the CLI prints a
+    one-line error naming the session and exits with status 2, not a traceback."""
     from openstarry.cli import main
 
     example = Path(__file__).resolve().parent.parent / "examples" / "weather-agent" / "agent.json"
@@ -637,11 +538,9 @@ def test_an_empty_session_id_on_the_command_line_exits_2(
 def test_json_the_decoder_refuses_is_a_manifest_error_naming_the_file(
     tmp_path: Path, content: str
 ) -> None:
-    """``load_manifest`` turns JSONDecodeError into a ManifestError naming the file,
-    but ``json.loads`` also raises RecursionError (deep nesting) and a plain
-    ValueError (an integer over Python's 4300-digit limit), which escape as they
-    are: ``openstarry run`` prints a traceback and exits 1 instead of a message and
-    exit status 2. Expected: ManifestError with ``path`` set and the file named."""
+    """Manifest JSON the decoder refuses for any reason (nesting too deep, an integer
+    over Python's digit limit) is a ManifestError naming the file, so ``openstarry
+    run`` prints a message and exits 2 instead of a traceback."""
     manifest = tmp_path / "agent.json"
     manifest.write_text(content, encoding="utf-8")
     with pytest.raises(ManifestError) as info:
@@ -653,11 +552,8 @@ def test_json_the_decoder_refuses_is_a_manifest_error_naming_the_file(
 def test_a_nul_in_allowed_paths_is_a_manifest_error_naming_file_and_field(
     tmp_path: Path,
 ) -> None:
-    """``fs.allowedPaths`` only rejects empty strings; ``"a\\u0000b"`` passes validation
-    and then ``AgentManifest.resolve`` (``Path.resolve``) raises a bare ValueError
-    ("embedded null byte") in ``Agent.from_manifest``, which is not a ManifestError,
-    so neither the file nor the field is named and the CLI shows a traceback.
-    Expected: ManifestError naming the file and ``fs.allowedPaths[0]``."""
+    """A NUL character in ``fs.allowedPaths`` is a ManifestError naming the file and
+    the field (``fs.allowedPaths[0]``), not a bare ValueError from path resolution."""
     manifest = tmp_path / "agent.json"
     data = {"identity": {"name": "x"}, "fs": {"allowedPaths": ["a\0b"]}, "tools": ["fs.read"]}
     manifest.write_text(json.dumps(data), encoding="utf-8")

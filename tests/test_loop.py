@@ -11,8 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +19,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from agent_harness import HANG, running
 from openstarry.agent.interfaces import AgentContext, Tool
-from openstarry.agent.loop import ExecutionLoop, LoopLimits, RunResult
+from openstarry.agent.loop import LoopLimits, RunResult
 from openstarry.agent.memory import (
     AssistantTurn,
     MemoryEntry,
@@ -30,13 +30,9 @@ from openstarry.agent.memory import (
     ToolOutcome,
     UserTurn,
 )
-from openstarry.bus import EventBus
 from openstarry.core import ContentSegment, Event, ProviderResponse, ToolCall
 from openstarry.errors import AgentPainException, ProviderError, ToolError
 from openstarry.events import OUTPUT_AGENT_MESSAGE, EventType
-
-#: A bound on any one wait, so that a broken loop fails a test instead of hanging it.
-HANG = 5
 
 USER_MESSAGE = EventType.USER_MESSAGE.value
 SYSTEM_COMMAND = EventType.SYSTEM_COMMAND.value
@@ -225,47 +221,6 @@ class Blocking(Tool):
             raise
         self.finished = True
         return "released"
-
-
-@dataclass
-class Harness:
-    bus: EventBus
-    loop: ExecutionLoop
-    events: list[Event]
-
-    async def ask(self, line: str, session_id: str = "s") -> RunResult:
-        with anyio.fail_after(HANG):
-            result = await self.loop.ask(line, session_id=session_id)
-            await self.bus.wait_idle()
-        return result
-
-    async def publish(self, event: Event) -> None:
-        with anyio.fail_after(HANG):
-            await self.bus.apublish(event)
-            await self.bus.wait_idle()
-
-    def trace(self, trace_id: str) -> list[Event]:
-        return [e for e in self.events if e.trace_id == trace_id]
-
-    def of(self, event_type: str, trace_id: str | None = None) -> list[Event]:
-        return [
-            e
-            for e in self.events
-            if e.type == event_type and (trace_id is None or e.trace_id == trace_id)
-        ]
-
-
-@asynccontextmanager
-async def running(
-    provider: Any,
-    tools: Iterable[Tool] | Mapping[str, Tool] = (),
-    **options: Any,
-) -> AsyncIterator[Harness]:
-    async with EventBus() as bus:
-        events: list[Event] = []
-        bus.subscribe("*", events.append)
-        async with ExecutionLoop(bus, provider, tools, **options) as loop:
-            yield Harness(bus, loop, events)
 
 
 def states(events: Sequence[Event]) -> list[tuple[str, str]]:
