@@ -1645,3 +1645,33 @@ async def test_a_sync_tool_that_checks_for_cancellation_stops_at_the_timeout() -
     assert tool_result.payload["error"]["code"] == "TIMEOUT"
     assert result.replies == ["gave up"]
     assert crunch.stopped.is_set()
+
+
+@pytest.mark.anyio
+async def test_idle_workers_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import openstarry.agent.loop as loop_module
+
+    monkeypatch.setattr(loop_module, "_MAX_IDLE_WORKERS", 2)
+    provider = FakeProvider(reply=lambda prompt, context: response(text(f"re: {prompt}")))
+    async with running(provider) as h:
+        for i in range(5):
+            result = await h.ask(f"hi {i}", session_id=f"s{i}")
+            assert result.replies == [f"re: hi {i}"]
+        await anyio.wait_all_tasks_blocked()
+        workers = [rt for rt in h.loop._sessions.values() if rt.running]
+        assert len(workers) == 2
+        # A session whose worker exited gets a new one on its next input.
+        assert (await h.ask("again", session_id="s0")).replies == ["re: again"]
+
+
+@pytest.mark.anyio
+async def test_quit_ends_the_sessions_idle_worker() -> None:
+    provider = FakeProvider(reply=lambda prompt, context: response(text("ok")))
+    async with running(provider) as h:
+        await h.ask("hi", session_id="q")
+        rt = h.loop._sessions["q"]
+        assert rt.running
+        await h.ask("/quit", session_id="q")
+        await anyio.wait_all_tasks_blocked()
+        assert not rt.running
+        assert "q" not in h.loop.sessions

@@ -76,8 +76,9 @@ from openstarry.events import OUTPUT_AGENT_MESSAGE, AgentState, EventType
 
 __all__ = ["ExecutionLoop", "LoopLimits", "PendingRun", "RunResult"]
 
-#: Seconds a session's worker task waits for the next input before it exits.
-_WORKER_LINGER = 5.0
+#: Workers kept waiting for their session's next input; past it the one idle
+#: the longest exits (its session starts a new worker when it needs one).
+_MAX_IDLE_WORKERS = 256
 
 _USER_MESSAGE = EventType.USER_MESSAGE.value
 _SYSTEM_COMMAND = EventType.SYSTEM_COMMAND.value
@@ -188,7 +189,7 @@ class _SessionRuntime:
     def __init__(self, session: Session) -> None:
         self.session = session
         self.pending: deque[Event] = deque()
-        #: A worker task serves this session (it lingers a while after its last input).
+        #: A worker task serves this session (it stays, idle, after its last input).
         self.running = False
         #: The worker waits on ``wake`` for more input; ``idle`` says it is waiting.
         self.idle = False
@@ -337,6 +338,8 @@ class ExecutionLoop:
         self.source = f"agent:{agent_name}"
         self.memory_window = memory_window
         self._sessions: OrderedDict[str, _SessionRuntime] = OrderedDict()
+        # Workers waiting for input, the longest idle first.
+        self._idle_workers: dict[_SessionRuntime, None] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
         self._subscriptions: list[Subscription] = []
         self._waiting: dict[str, RunResult] = {}
@@ -403,13 +406,16 @@ class ExecutionLoop:
 
     def _evict_idle(self) -> None:
         """Forget the least recently used idle session, sparing locked ones if it can."""
-        idle = [key for key, rt in self._sessions.items() if not rt.running and not rt.pending]
-        for key in idle:
-            if not self._sessions[key].session.locked:
-                del self._sessions[key]
-                return
-        if idle:
-            del self._sessions[idle[0]]
+        idle = [
+            key
+            for key, rt in self._sessions.items()
+            if (rt.idle or not rt.running) and not rt.pending
+        ]
+        unlocked = [key for key in idle if not self._sessions[key].session.locked]
+        for key in unlocked[:1] or idle[:1]:
+            rt = self._sessions.pop(key)
+            if rt.idle:
+                self._unpark(rt)
 
     # -- inputs ----------------------------------------------------------
 
@@ -539,9 +545,7 @@ class ExecutionLoop:
             return
         rt.pending.append(event)
         if rt.idle:
-            rt.idle = False
-            assert rt.wake is not None
-            rt.wake.set()
+            self._unpark(rt)
         elif not rt.running:
             rt.running = True
             task_group = self._task_group
@@ -574,6 +578,8 @@ class ExecutionLoop:
             self._stop(rt)
             self._say(event, "Goodbye.", command=name)
             self._sessions.pop(event.session_id, None)
+            if rt.idle:
+                self._unpark(rt)  # with nothing pending, the worker exits
             for hook in self._quit_hooks:
                 hook(event.session_id)
         elif name == "metrics":
@@ -607,22 +613,38 @@ class ExecutionLoop:
     # -- running ---------------------------------------------------------
 
     async def _worker(self, rt: _SessionRuntime) -> None:
-        """Serve the session's inputs one after the other; linger a while for more, then exit."""
+        """Serve the session's inputs one after the other, then wait, idle, for more.
+
+        Waking an idle worker costs a signal, where starting a task (and a
+        timer to end a lingering one) costs more on every turn. The idle
+        workers are bounded: past ``_MAX_IDLE_WORKERS`` the oldest is woken
+        with nothing to do, and exits.
+        """
         try:
             while True:
                 while rt.pending:
                     await self._run(rt, rt.pending.popleft())
-                rt.wake = self.bus.new_signal()
+                wake = rt.wake = self.bus.new_signal()
                 rt.idle = True
-                with anyio.move_on_after(_WORKER_LINGER):
-                    await rt.wake.wait()
-                rt.idle = False
+                idle = self._idle_workers
+                idle[rt] = None
+                if len(idle) > _MAX_IDLE_WORKERS:
+                    self._unpark(next(iter(idle)))
+                await wake.wait()
                 if not rt.pending:
                     return
         finally:
+            self._idle_workers.pop(rt, None)
             rt.running = False
             rt.idle = False
             rt.scope = None
+
+    def _unpark(self, rt: _SessionRuntime) -> None:
+        """Wake an idle worker: it serves what is pending, or exits when nothing is."""
+        self._idle_workers.pop(rt, None)
+        rt.idle = False
+        assert rt.wake is not None
+        rt.wake.set()
 
     async def _run(self, rt: _SessionRuntime, event: Event) -> None:
         context = AgentContext(
