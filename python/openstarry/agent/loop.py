@@ -264,6 +264,14 @@ def _coerce_response(response: Any) -> ProviderResponse:
     )
 
 
+def _clock_of_backend() -> Callable[[], float]:
+    """The clock cancel-scope deadlines are read on: ``anyio.current_time``, looked up once."""
+    try:
+        return asyncio.get_running_loop().time  # what anyio's asyncio backend reads
+    except RuntimeError:
+        return anyio.current_time
+
+
 def _stray_cancellation() -> bool:
     """On asyncio 3.11+, whether the running task has no cancellation pending.
 
@@ -338,6 +346,7 @@ class ExecutionLoop:
         self.source = f"agent:{agent_name}"
         self.memory_window = memory_window
         self._sessions: OrderedDict[str, _SessionRuntime] = OrderedDict()
+        self._clock: Callable[[], float] = anyio.current_time
         # Workers waiting for input, the longest idle first.
         self._idle_workers: dict[_SessionRuntime, None] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -357,6 +366,7 @@ class ExecutionLoop:
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
+        self._clock = _clock_of_backend()
         self._subscriptions = [
             self.bus.subscribe(_USER_MESSAGE, self._on_user_message),
             self.bus.subscribe(_SYSTEM_COMMAND, self._on_system_command),
@@ -769,7 +779,7 @@ class ExecutionLoop:
                 # The run's own scope carries the provider deadline: one cancel
                 # scope fewer per round. When it fires the run ends (see _run).
                 if scope is not None:
-                    scope.deadline = anyio.current_time() + limits.provider_timeout
+                    scope.deadline = self._clock() + limits.provider_timeout
                 raw = await self.provider.generate(prompt, run.context)
                 if scope is not None:
                     scope.deadline = math.inf
