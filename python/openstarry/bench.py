@@ -13,7 +13,7 @@ Three measurements, on asyncio:
   provider that answers at once and one no-op tool call: two provider calls,
   one tool call, and the turn's eleven events through the bus. The baseline is
   the same three calls made directly, with no events, so the difference is
-  what the loop adds.
+  what the loop adds. On asyncio, and on trio when it is installed.
 
 Timings vary with the machine and its load; compare the ratios of one run.
 """
@@ -23,11 +23,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import anyio
 
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.loop import ExecutionLoop
@@ -198,7 +201,9 @@ class _Instant:
         return self._call if context.round == 1 else self._done
 
 
-def bench_loop_turn(n: int = 2_000, warmup: int = 200) -> dict[str, float]:
+def bench_loop_turn(
+    n: int = 2_000, warmup: int = 200, backend: str = "asyncio"
+) -> dict[str, float]:
     """Time per user turn: through :class:`ExecutionLoop`, and the same calls made directly."""
     tool = _NoOp()
     provider = _Instant()
@@ -230,8 +235,8 @@ def bench_loop_turn(n: int = 2_000, warmup: int = 200) -> dict[str, float]:
             await provider.generate("ping", context)
         return (_perf_ns() - start) / n / 1000
 
-    ours_us = asyncio.run(ours())
-    direct_us = asyncio.run(direct())
+    ours_us: float = anyio.run(ours, backend=backend)
+    direct_us: float = anyio.run(direct, backend=backend)
     return {"turn_us": ours_us, "direct_us": direct_us, "overhead_us": ours_us - direct_us}
 
 
@@ -256,11 +261,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"   pure Python {throughput['baseline'] / 1e6:.2f} M events/s"
         f"   ratio {throughput['openstarry'] / throughput['baseline']:.2f}x"
     )
-    turn = bench_loop_turn(2_000 // scale, 200 // scale)
-    print(
-        f"loop turn (2 provider calls, 1 tool call, 11 events): {turn['turn_us']:.1f} us"
-        f"   direct calls {turn['direct_us']:.1f} us   overhead {turn['overhead_us']:.1f} us"
-    )
+    backends = ["asyncio"] + (["trio"] if importlib.util.find_spec("trio") else [])
+    for backend in backends:
+        turn = bench_loop_turn(2_000 // scale, 200 // scale, backend)
+        print(
+            f"loop turn on {backend} (2 provider calls, 1 tool call, 11 events): "
+            f"{turn['turn_us']:.1f} us   direct calls {turn['direct_us']:.1f} us"
+            f"   overhead {turn['overhead_us']:.1f} us"
+        )
     return 0
 
 
