@@ -565,6 +565,7 @@ impl<'a> Scanner<'a> {
             _ => return Err(JsonError::at(start, "invalid number")),
         }
         let mut integer = true;
+        let mut exponent = false;
         if buf.get(i) == Some(&b'.') {
             integer = false;
             i += 1;
@@ -580,6 +581,7 @@ impl<'a> Scanner<'a> {
         }
         if matches!(buf.get(i), Some(b'e' | b'E')) {
             integer = false;
+            exponent = true;
             i += 1;
             if matches!(buf.get(i), Some(b'+' | b'-')) {
                 i += 1;
@@ -598,13 +600,27 @@ impl<'a> Scanner<'a> {
             return Err(JsonError::at(start, "invalid number: leading zero"));
         }
         // Python refuses to convert integers of more than 4300 digits: refuse
-        // them here, not when the payload is first read. (A float beyond f64
-        // is read as inf, as Python's json module reads it.)
+        // them here, not when the payload is first read.
         if integer && i - start > MAX_INT_DIGITS {
             return Err(JsonError::at(
                 start,
                 format!("integer of more than {MAX_INT_DIGITS} digits"),
             ));
+        }
+        // A float beyond f64 would read as inf, which JSON cannot write back:
+        // refuse it, as the literals Infinity and NaN are refused. Only an
+        // exponent or some 309 digits can overflow, so only those are parsed.
+        if !integer && (exponent || i - start > 300) {
+            let finite = std::str::from_utf8(&buf[start..i])
+                .ok()
+                .and_then(|t| t.parse::<f64>().ok())
+                .is_some_and(f64::is_finite);
+            if !finite {
+                return Err(JsonError::at(
+                    start,
+                    "number out of range (beyond a 64-bit float)",
+                ));
+            }
         }
         self.pos = i;
         Ok((start, i, integer))
@@ -967,7 +983,9 @@ mod tests {
 
     #[test]
     fn integers_are_bounded_like_python_ints() {
-        assert!(ok("1e400"), "read as inf, as Python's json module does");
+        assert!(!ok("1e400"), "beyond f64: it could not be written back as JSON");
+        assert!(ok(&format!("{}.5", "9".repeat(300))));
+        assert!(!ok(&format!("{}.5", "9".repeat(400))));
         assert!(ok(&"9".repeat(MAX_INT_DIGITS)));
         assert!(!ok(&"9".repeat(MAX_INT_DIGITS + 1)));
     }
@@ -1035,5 +1053,14 @@ mod tests {
         assert_eq!(s.number().unwrap(), (0, 3, false));
         let mut s = Scanner::new(b"2e3", &Limits::default()).unwrap();
         assert!(!s.number().unwrap().2);
+        for big in ["1e400", "-1e400", "1.5E+309"] {
+            let mut s = Scanner::new(big.as_bytes(), &Limits::default()).unwrap();
+            let err = s.number().unwrap_err();
+            assert!(err.to_string().contains("out of range"), "{big}: {err}");
+        }
+        for fine in ["1e308", "1e-400", "-2.5e-10", "0.000001"] {
+            let mut s = Scanner::new(fine.as_bytes(), &Limits::default()).unwrap();
+            assert!(s.number().is_ok(), "{fine}");
+        }
     }
 }

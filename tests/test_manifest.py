@@ -490,3 +490,18 @@ def test_json_schema_of_agent_json() -> None:
     assert set(defs["McpConfig"]["properties"]) == {"expose_tools", "private_tools"}
     assert defs["Identity"]["required"] == ["name"]
     json.dumps(schema)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo (POSIX)")
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "agent.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ManifestError, match="not a regular file") as info:
+        load_manifest(fifo)
+    assert info.value.path == str(fifo)
+
+
+def test_a_directory_is_refused_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError) as info:
+        load_manifest(tmp_path)
+    assert str(tmp_path) in str(info.value)

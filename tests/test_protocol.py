@@ -489,7 +489,7 @@ def test_envelope_requires_the_header() -> None:
     with pytest.raises(ValidationError) as info:
         EventEnvelope.model_validate({"type": "INPUT:SIGNAL"})
     missing = {e["loc"][0] for e in info.value.errors() if e["type"] == "missing"}
-    assert missing == {"id", "timestamp", "traceId", "source", "sessionId", "priority"}
+    assert missing == {"id", "timestamp", "traceId", "source", "sessionId", "priority", "payload"}
 
 
 def test_envelope_stores_a_model_payload_as_wire_data() -> None:

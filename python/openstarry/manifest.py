@@ -32,6 +32,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from openstarry.errors import ManifestError
 
 __all__ = [
     "MANIFEST_FILENAME",
+    "MAX_MANIFEST_BYTES",
     "AgentManifest",
     "FsConfig",
     "Identity",
@@ -328,6 +330,10 @@ def parse_manifest(data: Any, base_dir: str | os.PathLike[str] | None = None) ->
     return AgentManifest.from_dict(data, base_dir=base_dir)
 
 
+#: The largest ``agent.json`` :func:`load_manifest` reads.
+MAX_MANIFEST_BYTES = 1 << 20
+
+
 def load_manifest(path: str | os.PathLike[str]) -> AgentManifest:
     """Read and validate a manifest file; its relative paths are relative to its folder.
 
@@ -339,7 +345,17 @@ def load_manifest(path: str | os.PathLike[str]) -> AgentManifest:
     """
     name = os.fspath(path)
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")
+        # O_NONBLOCK: a FIFO must not block the open; only a regular file is read.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise ManifestError(f"{name}: not a regular file", path=name)
+            raw = file.read(MAX_MANIFEST_BYTES + 1)
+        if len(raw) > MAX_MANIFEST_BYTES:
+            raise ManifestError(
+                f"{name}: larger than {MAX_MANIFEST_BYTES} bytes: not a manifest", path=name
+            )
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise ManifestError(f"{name}: not UTF-8 text ({e.reason})", path=name) from e
     except OSError as e:

@@ -133,6 +133,9 @@ class _Wire(BaseModel):
         validate_by_alias=True,
         serialize_by_alias=True,
         field_title_generator=_title,
+        # NaN and infinity go out as the literals the core refuses (ValueError),
+        # never silently as null.
+        ser_json_inf_nan="constants",
     )
 
 
@@ -325,7 +328,7 @@ class EventEnvelope(_Wire):
         pattern=_EVENT_TYPE_PATTERN, description='NAMESPACE:NAME, such as "INPUT:USER_MESSAGE".'
     )
     payload: Any = Field(
-        default=None, description="The event's data; its shape depends on the type."
+        description="The event's data (null allowed, but present); its shape depends on the type."
     )
     parent_id: str | None = _optional(
         min_length=1, description="The id of the event that caused this one."

@@ -162,6 +162,11 @@ class _RecordingProvider:
             raise item
         if isinstance(item, Mapping):
             return decode_response(json.dumps(dict(item)).encode())
+        to_core = getattr(item, "to_core", None)  # openstarry.protocol.ProviderResponse
+        if callable(to_core):
+            converted = to_core()
+            if isinstance(converted, ProviderResponse):
+                return converted
         raise TypeError(
             f"{type(self).__name__} {self.name!r}: an answer must be a ProviderResponse, "
             f"a str, a dict or an exception, not {type(item).__name__}"

@@ -10,8 +10,9 @@ Two kinds:
 
 Arguments are split like a shell line (quotes group words). ``key=value`` sets
 one argument by name; the other words fill the tool's parameters in the order
-of its JSON Schema. A value is read as JSON when it parses (``count=3`` is a
-number, ``tags=["a"]`` a list) and as text otherwise. A line whose arguments
+of its JSON Schema. For a parameter that accepts text, a value is the text as
+written (``path=2024`` is ``"2024"``); otherwise it is read as JSON when it
+parses (``count=3`` is a number, ``tags=["a"]`` a list) and as text if not. A line whose arguments
 start with ``{`` is one JSON object of arguments.
 """
 
@@ -80,6 +81,18 @@ def find_tool(name: str, tools: Mapping[str, Tool]) -> Tool | None:
     return matches[0] if len(matches) == 1 else None
 
 
+def _takes_text(schema: Any) -> bool:
+    """Whether a parameter's schema accepts a string (directly or in a union)."""
+    if not isinstance(schema, Mapping):
+        return False
+    kind = schema.get("type")
+    if kind == "string" or (isinstance(kind, list) and "string" in kind):
+        return True
+    if "enum" in schema and any(isinstance(v, str) for v in schema["enum"]):
+        return True
+    return any(_takes_text(branch) for key in ("anyOf", "oneOf") for branch in schema.get(key, ()))
+
+
 def _value(text: str) -> Any:
     try:
         return json.loads(text)
@@ -120,13 +133,15 @@ def parse_tool_args(tool: Tool, argline: str) -> dict[str, Any]:
         if eq and key in names:
             if key in args:
                 raise ToolArgumentsError(f"/{tool.name}: argument {key!r} given twice")
-            args[key] = _value(value)
+            prop = tool.parameters.get("properties", {}).get(key, {})
+            # A parameter that takes text gets the value as written ("2024", "true").
+            args[key] = value if _takes_text(prop) else _value(value)
         else:
             positional.append(word)
     free = [n for n in names if n not in args]
     if len(positional) > len(free):
         last = tool.parameters.get("properties", {}).get(free[-1], {}) if free else {}
-        if free and free[-1] == names[-1] and last.get("type") == "string":
+        if free and free[-1] == names[-1] and _takes_text(last):
             # The last parameter takes the rest of the line: `/write notes.txt hello world`.
             positional[len(free) - 1 :] = [" ".join(positional[len(free) - 1 :])]
         else:
@@ -135,6 +150,6 @@ def parse_tool_args(tool: Tool, argline: str) -> dict[str, Any]:
             )
     for key, word in zip(free, positional, strict=False):
         prop = tool.parameters.get("properties", {}).get(key, {})
-        # A string parameter takes the word as written, even when it looks like JSON.
-        args[key] = word if prop.get("type") == "string" else _value(word)
+        # A parameter that takes text gets the word as written, even when it looks like JSON.
+        args[key] = word if _takes_text(prop) else _value(word)
     return args

@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import types
 import typing
 import warnings
 from collections.abc import Callable, Mapping
@@ -102,6 +103,7 @@ class FunctionTool(Tool, Generic[P, R]):
             self._fields,
             self._positional_only,
             self.context_parameter,
+            self._no_default,
         ) = _build_model(tool_name, func, arg_docs)
         self.parameters = _json_schema(tool_name, self._model, arg_docs, self._fields)
 
@@ -111,8 +113,10 @@ class FunctionTool(Tool, Generic[P, R]):
     def validate(self, args: Any) -> dict[str, Any]:
         """The arguments given, validated and converted by pydantic (lax mode).
 
-        Only the arguments present in ``args`` are returned: the function's own
-        defaults apply to the others, as in a plain call.
+        The arguments present in ``args`` are returned, and the model's default
+        of a parameter the function gives none (``Annotated[list[str],
+        Field(default_factory=list)]``); the function's own defaults apply to
+        the others, as in a plain call.
 
         Raises:
             ToolArgumentsError: ``"<tool>: argument '<name>': <why>"`` for each
@@ -126,10 +130,12 @@ class FunctionTool(Tool, Generic[P, R]):
             model = self._model.model_validate(dict(args))
         except pydantic.ValidationError as exc:
             raise ToolArgumentsError(_format_errors(self.name, exc)) from exc
+        # What was given, and what the model filled in for a parameter the
+        # function has no default of its own for (Field(default_factory=...)).
         return {
             self._fields[field]: getattr(model, field)
             for field in self._fields
-            if field in model.model_fields_set
+            if field in model.model_fields_set or field in self._no_default
         }
 
     def run(self, args: dict[str, Any], context: AgentContext) -> Any:
@@ -221,8 +227,10 @@ def _is_async(function: Callable[..., Any]) -> bool:
 
 def _build_model(
     tool_name: str, func: Callable[..., Any], arg_docs: Mapping[str, str]
-) -> tuple[type[pydantic.BaseModel], dict[str, str], list[inspect.Parameter], str | None]:
+) -> tuple[type[pydantic.BaseModel], dict[str, str], list[inspect.Parameter], str | None, set[str]]:
     """The pydantic model of the arguments, its field → parameter names, and more.
+
+    The last item is the fields whose parameter has no default in the function.
 
     Fields are named ``p0``, ``p1``... with the parameter's name as alias, so a
     parameter may be called ``json`` or ``model_config`` without clashing with
@@ -237,6 +245,7 @@ def _build_model(
 
     definitions: dict[str, Any] = {}
     fields: dict[str, str] = {}
+    no_default: set[str] = set()
     positional_only: list[inspect.Parameter] = []
     context_parameter: str | None = None
     for parameter in signature.parameters.values():
@@ -262,6 +271,8 @@ def _build_model(
         field = f"p{len(fields)}"
         fields[field] = parameter.name
         default = ... if parameter.default is inspect.Parameter.empty else parameter.default
+        if default is ...:
+            no_default.add(field)
         definitions[field] = (parameter.annotation, pydantic.Field(default, alias=parameter.name))
 
     try:
@@ -272,12 +283,18 @@ def _build_model(
         )
     except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError) as exc:
         raise TypeError(f"@tool {tool_name!r}: unsupported type hint: {exc}") from exc
-    return model, fields, positional_only, context_parameter
+    return model, fields, positional_only, context_parameter, no_default
 
 
 def _is_context(annotation: Any) -> bool:
+    """``AgentContext``, a subclass, ``Annotated[...]`` of one, or ``... | None``."""
     if typing.get_origin(annotation) is typing.Annotated:
         annotation = typing.get_args(annotation)[0]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(members) != 1:
+            return False
+        return _is_context(members[0])
     return isinstance(annotation, type) and issubclass(annotation, AgentContext)
 
 

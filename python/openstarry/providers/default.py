@@ -764,7 +764,11 @@ def _location(clause: str) -> dict[str, str]:
 
 def _place(text: str) -> str:
     text = _TRAILING_TIME.sub("", _unquote(text.strip()))
-    return text.strip(" \t\"'`“”.,;:!?()[]")
+    previous = None
+    while previous != text:  # any whitespace (Unicode too) and punctuation, in any order
+        previous = text
+        text = text.strip().strip("\"'`“”.,;:!?()[]")
+    return text
 
 
 def _directory(path: str | None) -> str:

@@ -280,7 +280,9 @@ def fs_tools(
 
 def _entry(entry: os.DirEntry[Any]) -> dict[str, Any]:
     """An entry of ``fs.list``; symbolic links are reported, not followed."""
-    name = os.fsdecode(entry.name)
+    # A name that is not UTF-8 shows with U+FFFD, as fs.read shows such content:
+    # os.fsdecode's surrogates could not go out in an event.
+    name = os.fsencode(entry.name).decode("utf-8", "replace")
     if entry.is_symlink():
         return {"name": name, "type": "symlink", "size": None}
     if entry.is_dir(follow_symlinks=False):
