@@ -983,7 +983,10 @@ mod tests {
 
     #[test]
     fn integers_are_bounded_like_python_ints() {
-        assert!(!ok("1e400"), "beyond f64: it could not be written back as JSON");
+        assert!(
+            !ok("1e400"),
+            "beyond f64: it could not be written back as JSON"
+        );
         assert!(ok(&format!("{}.5", "9".repeat(300))));
         assert!(!ok(&format!("{}.5", "9".repeat(400))));
         assert!(ok(&"9".repeat(MAX_INT_DIGITS)));
