@@ -637,6 +637,10 @@ _CONTINUATION_BLOCKLIST = frozenset(
 )
 
 
+#: How many following clauses the text of one write request may span.
+_MAX_MERGED = 8
+
+
 def _parse(prompt: str) -> list[_Request]:
     """The requests in ``prompt``, in order (none in a prompt too long to be a request)."""
     if len(prompt) > MAX_REQUEST_CHARS:
@@ -647,9 +651,10 @@ def _parse(prompt: str) -> list[_Request]:
     while index < len(clauses):
         start, end = clauses[index]
         clause = _clean(prompt[start:end])
-        # An unquoted text to write may hold a separator: take clauses until the target shows.
+        # An unquoted text to write may hold a separator: take clauses until the target
+        # shows, a few at most (unbounded, a prompt of many "put ;" costs cubic time).
         if _WRITE_VERB.match(clause) and _match_write(clause) is None:
-            for later in range(index + 1, len(clauses)):
+            for later in range(index + 1, min(len(clauses), index + 1 + _MAX_MERGED)):
                 merged = _clean(prompt[start : clauses[later][1]])
                 if _match_write(merged) is not None:
                     clause, index = merged, later
