@@ -256,3 +256,17 @@ def test_importing_core_does_not_import_third_party_modules() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300
     )
     assert completed.stdout.strip() == "[]"
+
+
+def test_the_runtime_names_load_lazily_from_the_package() -> None:
+    import openstarry.agent
+
+    for name in openstarry.__all__:
+        obj = getattr(openstarry, name)
+        if name != "__version__":
+            assert inspect.getdoc(obj), f"openstarry.{name} has no docstring"
+    for name in openstarry.agent.__all__:
+        assert getattr(openstarry.agent, name) is not None
+    assert openstarry.Agent is openstarry.agent.Agent
+    with pytest.raises(AttributeError):
+        _ = openstarry.NoSuchName

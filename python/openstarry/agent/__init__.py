@@ -1,1 +1,45 @@
-"""The agent layer: interfaces, session memory, slash commands and the execution loop."""
+"""The agent layer: interfaces, ``@tool``, session memory, slash commands, the execution loop.
+
+    from openstarry.agent import Agent, ExecutionLoop, Tool, tool
+
+:class:`Agent` assembles a provider, tools and limits (or an ``agent.json``)
+on an :class:`~openstarry.bus.EventBus`; :class:`ExecutionLoop` is the
+think-act loop of spec 000 section 5 that runs each session's turns.
+"""
+
+from openstarry.agent.interfaces import AgentContext, Provider, Tool
+from openstarry.agent.loop import ExecutionLoop, LoopLimits, PendingRun, RunResult
+from openstarry.agent.memory import (
+    AssistantTurn,
+    Memory,
+    MemoryEntry,
+    Observation,
+    Session,
+    ToolFailure,
+    ToolOutcome,
+    UserTurn,
+)
+from openstarry.agent.runtime import Agent
+from openstarry.agent.tools import AsyncFunctionTool, FunctionTool, tool
+
+__all__ = [
+    "Agent",
+    "AgentContext",
+    "AssistantTurn",
+    "AsyncFunctionTool",
+    "ExecutionLoop",
+    "FunctionTool",
+    "LoopLimits",
+    "Memory",
+    "MemoryEntry",
+    "Observation",
+    "PendingRun",
+    "Provider",
+    "RunResult",
+    "Session",
+    "Tool",
+    "ToolFailure",
+    "ToolOutcome",
+    "UserTurn",
+    "tool",
+]
