@@ -204,6 +204,10 @@ async def test_a_memory_window_of_one_keeps_the_last_turn() -> None:
     assert [m for m in memory if isinstance(m, UserTurn)] == [UserTurn("two")]
 
 
+@pytest.mark.skipif(
+    sys.version_info < (3, 11),
+    reason="telling a stray CancelledError from a real cancellation needs Task.cancelling() (3.11)",
+)
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 @pytest.mark.anyio
 async def test_a_tool_raising_a_stray_cancelled_error_fails_alone() -> None:

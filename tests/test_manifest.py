@@ -207,7 +207,8 @@ def test_a_folder_is_not_a_manifest(tmp_path: Path) -> None:
 
 
 def test_bad_json_gives_line_and_column(tmp_path: Path) -> None:
-    err = load_error(tmp_path, '{\n  "identity": {"name": "x"},\n  "tools": ["a",]\n}\n')
+    # A missing comma: every CPython since 3.10 puts it at the same place.
+    err = load_error(tmp_path, '{\n  "identity": {"name": "x"},\n  "tools": ["a" "b"]\n}\n')
     assert "invalid JSON at line 3, column 17" in str(err)
     assert err.field is None
 
