@@ -57,14 +57,16 @@ test: wheel ## Set up, then run every test: cargo test, pytest against the wheel
 	grep -q "The weather in Taipei is 25°C, Sunny." $(AGENT_VENV)/run.txt
 
 .PHONY: compat
-compat: wheel ## Smoke-test the abi3 wheel on every other CPython >= 3.10 found (python3.N on PATH or under pyenv)
+compat: wheel ## The abi3 wheel on every CPython >= 3.10 found (python3.N on PATH or under pyenv): smoke test alone, then pytest
 	@found=0; for v in 10 11 12 13 14; do \
 	  py=$$(ls -d $$HOME/.pyenv/versions/3.$$v.*/bin/python3 2>/dev/null | tail -n 1); \
 	  [ -n "$$py" ] || py=$$(command -v python3.$$v); \
 	  [ -n "$$py" ] && $$py -c pass 2>/dev/null || continue; found=1; \
 	  rm -rf .venv-compat && $$py -m venv .venv-compat && \
 	  .venv-compat/bin/python -m pip install --quiet --no-deps --no-index dist/openstarry-*.whl && \
-	  echo "$$($$py --version):" && .venv-compat/bin/python tests/smoke_wheel.py || exit 1; \
+	  echo "$$($$py --version):" && .venv-compat/bin/python tests/smoke_wheel.py && \
+	  .venv-compat/bin/python -m pip install --quiet dist/openstarry-*.whl -r requirements-dev.txt && \
+	  .venv-compat/bin/python -m pytest -q -p no:cacheprovider || exit 1; \
 	done; rm -rf .venv-compat; [ $$found = 1 ] || echo "no other CPython found"
 
 .PHONY: bench

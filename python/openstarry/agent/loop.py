@@ -682,7 +682,8 @@ class ExecutionLoop:
                 return
             rt.scope = None
             if scope.cancelled_caught:
-                if rt.epoch == epoch:  # a /reset cleared memory meanwhile: nothing to close
+                # Answer the open calls, unless a /reset has cleared memory meanwhile.
+                if rt.epoch == epoch:
                     run.close_calls("CANCELLED", "the run was stopped before this call finished")
                 if rt.stop_requested:
                     self.runs_stopped += 1
