@@ -202,6 +202,9 @@ class EventBus:
             raise TypeError(f"dedup must be a DedupWindow or a bool, not {type(dedup).__name__}")
         self._ingestor: Ingestor | None = None
         self.source = source
+        #: The ExecutionLoop that serves this bus's INPUT events, while one runs:
+        #: a second would answer every input again.
+        self.input_owner: object | None = None
         self._subscriptions: list[Subscription] = []
         self._routes: dict[str, tuple[Subscription, ...]] = {}
         # Dispatcher state: it sleeps on _wake only when _asleep is set. The
@@ -229,6 +232,8 @@ class EventBus:
     # -- lifecycle -------------------------------------------------------
 
     async def __aenter__(self) -> EventBus:
+        if self._closing:
+            raise RuntimeError("this EventBus has been closed: make a new one")
         if self._task_group is not None:
             raise RuntimeError("this EventBus is already running")
         new_signal = self.new_signal = signal_factory()

@@ -44,6 +44,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from openstarry.agent.commands import BUILTIN_COMMANDS, find_tool, parse_line, parse_tool_args
 from openstarry.agent.interfaces import AgentContext, Provider, Tool
@@ -75,6 +76,9 @@ from openstarry.errors import (
 from openstarry.events import OUTPUT_AGENT_MESSAGE, AgentState, EventType
 
 __all__ = ["ExecutionLoop", "LoopLimits", "PendingRun", "RunResult"]
+
+#: Seconds the loop's exit waits for stopped runs to publish their last events.
+_WIND_DOWN = 1.0
 
 #: Workers kept waiting for their session's next input; past it the one idle
 #: the longest exits (its session starts a new worker when it needs one).
@@ -162,12 +166,27 @@ class PendingRun:
         """Wait until the run has ended (completed, failed or stopped) and return its result."""
         try:
             if not self._published:
-                await self._loop.bus.apublish(self.event)
-                self._published = True
+                await self._publish_unless_done()
             await self._done.wait()
         finally:
             self._loop._forget(self.event.id)
         return self.result
+
+    async def _publish_unless_done(self) -> None:
+        """Wait for room on the bus, unless the run ends first (the loop leaves)."""
+        async with anyio.create_task_group() as task_group:
+
+            async def publish() -> None:
+                await self._loop.bus.apublish(self.event)
+                self._published = True
+                task_group.cancel_scope.cancel()
+
+            async def ended() -> None:
+                await self._done.wait()
+                task_group.cancel_scope.cancel()
+
+            task_group.start_soon(publish)
+            task_group.start_soon(ended)
 
 
 class _SessionRuntime:
@@ -264,6 +283,17 @@ def _coerce_response(response: Any) -> ProviderResponse:
     )
 
 
+async def _honour_cancellation(scope: anyio.CancelScope | None) -> None:
+    """Raise the cancellation now if ``scope`` was cancelled while the task was already woken.
+
+    An awaited call that completes in the same loop iteration as a cancel is
+    not interrupted; the run must not then write its result into a memory that
+    /reset has cleared.
+    """
+    if scope is not None and scope.cancel_called:
+        await anyio.lowlevel.checkpoint()
+
+
 def _clock_of_backend() -> Callable[[], float]:
     """The clock cancel-scope deadlines are read on: ``anyio.current_time``, looked up once."""
     try:
@@ -347,6 +377,10 @@ class ExecutionLoop:
         self.memory_window = memory_window
         self._sessions: OrderedDict[str, _SessionRuntime] = OrderedDict()
         self._clock: Callable[[], float] = anyio.current_time
+        self._closing = False
+        # Worker tasks alive, and the signal their count reaching 0 sets while closing.
+        self._workers = 0
+        self._workers_gone: Signal | None = None
         # Workers waiting for input, the longest idle first.
         self._idle_workers: dict[_SessionRuntime, None] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -363,9 +397,18 @@ class ExecutionLoop:
     async def __aenter__(self) -> ExecutionLoop:
         if self._task_group is not None:
             raise RuntimeError("this ExecutionLoop is already running")
+        owner = self.bus.input_owner
+        if owner is not None and owner is not self:
+            raise RuntimeError(
+                "this EventBus already has an ExecutionLoop serving its inputs; "
+                "two would both answer every input: give each agent its own bus"
+            )
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
+        self.bus.input_owner = self
         self._task_group = task_group
+        self._closing = False
+        self._workers_gone = self.bus.new_signal()
         self._clock = _clock_of_backend()
         self._subscriptions = [
             self.bus.subscribe(_USER_MESSAGE, self._on_user_message),
@@ -376,16 +419,30 @@ class ExecutionLoop:
     async def __aexit__(self, *exc_info: object) -> bool | None:
         for subscription in self._subscriptions:
             subscription.cancel()
+        if self.bus.input_owner is self:
+            self.bus.input_owner = None
         task_group, self._task_group = self._task_group, None
         if task_group is None:
             return None
-        for event_id, done in self._done.items():
-            if not done.is_set():
-                result = self._waiting.get(event_id)
-                if result is not None:
-                    result.stopped = True
-                done.set()
-        # Runs in progress are cancelled: leaving the loop means the agent stops.
+        # Leaving the loop stops the agent: every run in progress is stopped as
+        # /stop would (its calls answered, its state back to IDLE), and then the
+        # workers exit. Whatever is still running after a grace period, or when
+        # leaving on an exception, is cancelled outright.
+        self._closing = True
+        for rt in list(self._sessions.values()):
+            self._stop(rt)
+            if rt.idle:
+                self._unpark(rt)
+        for event_id, done in list(self._done.items()):
+            result = self._waiting.get(event_id)
+            if result is not None and not done.is_set():
+                result.stopped = True
+            done.set()
+        self._done.clear()
+        self._waiting.clear()
+        if exc_info[0] is None and self._workers and self._workers_gone is not None:
+            with anyio.move_on_after(_WIND_DOWN):
+                await self._workers_gone.wait()
         task_group.cancel_scope.cancel()
         return await task_group.__aexit__(*exc_info)  # type: ignore[arg-type]
 
@@ -406,16 +463,19 @@ class ExecutionLoop:
     def _runtime(self, session_id: str) -> _SessionRuntime:
         rt = self._sessions.get(session_id)
         if rt is None:
-            if len(self._sessions) >= self.limits.max_sessions:
-                self._evict_idle()
+            while len(self._sessions) >= self.limits.max_sessions and self._evict_idle():
+                pass
             rt = _SessionRuntime(Session(session_id, Memory(self.memory_window)))
             self._sessions[session_id] = rt
         else:
             self._sessions.move_to_end(session_id)
         return rt
 
-    def _evict_idle(self) -> None:
-        """Forget the least recently used idle session, sparing locked ones if it can."""
+    def _evict_idle(self) -> bool:
+        """Forget the least recently used idle session, sparing locked ones if it can.
+
+        Returns whether one was forgotten (none is when every session is busy).
+        """
         idle = [
             key
             for key, rt in self._sessions.items()
@@ -426,6 +486,8 @@ class ExecutionLoop:
             rt = self._sessions.pop(key)
             if rt.idle:
                 self._unpark(rt)
+            return True
+        return False
 
     # -- inputs ----------------------------------------------------------
 
@@ -504,7 +566,9 @@ class ExecutionLoop:
         return event
 
     def _finish(self, event: Event) -> None:
-        done = self._done.get(event.id)
+        """The input's run has ended: wake its waiter and forget it (the waiter holds both)."""
+        self._waiting.pop(event.id, None)
+        done = self._done.pop(event.id, None)
         if done is not None:
             done.set()
 
@@ -563,6 +627,7 @@ class ExecutionLoop:
                 raise RuntimeError(
                     "the ExecutionLoop is not running: use `async with ExecutionLoop(...)`"
                 )
+            self._workers += 1
             task_group.start_soon(self._worker, rt)
 
     # -- built-in commands -----------------------------------------------
@@ -634,6 +699,8 @@ class ExecutionLoop:
             while True:
                 while rt.pending:
                     await self._run(rt, rt.pending.popleft())
+                if self._closing or self._sessions.get(rt.session.id) is not rt:
+                    return  # the loop is leaving, or the session was quit or evicted
                 wake = rt.wake = self.bus.new_signal()
                 rt.idle = True
                 idle = self._idle_workers
@@ -648,6 +715,9 @@ class ExecutionLoop:
             rt.running = False
             rt.idle = False
             rt.scope = None
+            self._workers -= 1
+            if self._closing and not self._workers and self._workers_gone is not None:
+                self._workers_gone.set()
 
     def _unpark(self, rt: _SessionRuntime) -> None:
         """Wake an idle worker: it serves what is pending, or exits when nothing is."""
@@ -771,8 +841,8 @@ class ExecutionLoop:
         while True:
             round_no += 1
             tick = event.child(_TICK_START, {"round": round_no}, source=self.source)
-            run.tick = tick
             await self._send(tick)
+            run.tick = tick  # once published: later events may name it as parent
             await self._set_state(run, _THINKING)
             run.context.round = round_no
             scope = run.rt.scope
@@ -781,9 +851,11 @@ class ExecutionLoop:
                 # scope fewer per round. When it fires the run ends (see _run).
                 if scope is not None:
                     scope.deadline = self._clock() + limits.provider_timeout
-                raw = await self.provider.generate(prompt, run.context)
-                if scope is not None:
-                    scope.deadline = math.inf
+                try:
+                    raw = await self.provider.generate(prompt, run.context)
+                finally:
+                    if scope is not None:
+                        scope.deadline = math.inf
                 response = _coerce_response(raw)
             except AgentPainException as exc:
                 await self._fail(
@@ -793,6 +865,9 @@ class ExecutionLoop:
             except Exception as exc:
                 await self._fail(tick, "PROVIDER_ERROR", describe_exception(exc), run)
                 break
+            # A /stop or /reset that came while the provider answered wins over
+            # the answer: nothing of it goes into memory.
+            await _honour_cancellation(scope)
             calls: list[ToolCall] = []
             said: list[ContentSegment] = []
             for segment in response.segments:
@@ -838,6 +913,7 @@ class ExecutionLoop:
             tool_rounds += 1
             await self._set_state(run, _EXECUTING)
             outcomes = await self._execute(run, calls)
+            await _honour_cancellation(run.rt.scope)
             # Each call's outcome right after the call, then what the core observed.
             memory.extend(outcomes)
             run.open_calls = ()
@@ -1018,9 +1094,11 @@ class ExecutionLoop:
         payload: dict[str, Any] = {"from": run.state.value, "to": state.value}
         if reason is not None:
             payload["reason"] = reason
+        await self._send(run.tick.child(_STATE_CHANGE, payload, source=self.source))
+        # Recorded once published: a run stopped while it waited for room on the
+        # bus reports its last published state, so the chain of changes holds.
         run.state = state
         run.rt.session.state = state
-        await self._send(run.tick.child(_STATE_CHANGE, payload, source=self.source))
 
     def _say(self, event: Event, text: str, *, command: str, data: Any = None) -> None:
         metadata: dict[str, Any] = {"command": command}
@@ -1076,13 +1154,20 @@ class ExecutionLoop:
     # -- metrics ---------------------------------------------------------
 
     def metrics(self) -> dict[str, Any]:
-        """The bus metrics plus the loop's: sessions, runs completed and stopped, events dropped."""
-        running = sum(1 for rt in self._sessions.values() if rt.running)
+        """The bus metrics plus the loop's.
+
+        ``sessions`` known, ``running`` (a run in progress), ``waiting`` (inputs
+        queued behind runs), ``idle_workers``, runs completed and stopped, and
+        events dropped (sync replies to commands on a full bus).
+        """
+        running = sum(1 for rt in self._sessions.values() if rt.scope is not None)
         return {
             "bus": self.bus.metrics(),
             "loop": {
                 "sessions": len(self._sessions),
                 "running": running,
+                "waiting": sum(len(rt.pending) for rt in self._sessions.values()),
+                "idle_workers": len(self._idle_workers),
                 "runs_completed": self.runs_completed,
                 "runs_stopped": self.runs_stopped,
                 "events_dropped": self._dropped,

@@ -32,7 +32,9 @@ class Agent:
         limits: Run limits.
         memory_window: User turns each session remembers.
         instructions: A system prompt for the provider (``context.instructions``).
-        bus: A bus to run on; by default the agent makes its own.
+        bus: A bus to run on; by default the agent makes its own. One agent
+            serves a bus's inputs: a second agent on the same bus is refused
+            when it starts.
         manifest: The manifest it came from, if any (for transports such as MCP).
     """
 
