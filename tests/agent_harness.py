@@ -9,13 +9,25 @@ from typing import Any
 
 import anyio
 
-from openstarry.agent.interfaces import Tool
+from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.loop import ExecutionLoop, RunResult
 from openstarry.bus import EventBus
 from openstarry.core import Event
 
 #: A bound on any one wait, so that a broken loop fails a test instead of hanging it.
 HANG = 5
+
+
+class Echo(Tool):
+    """An async tool with one untyped parameter ``x``; returns its arguments."""
+
+    name = "echo"
+
+    def __init__(self) -> None:
+        self.parameters = {"type": "object", "properties": {"x": {}}}
+
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        return args
 
 
 @dataclass

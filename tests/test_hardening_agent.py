@@ -22,7 +22,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from agent_harness import HANG, running
+from agent_harness import HANG, Echo, running
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.loop import ExecutionLoop, RunResult
 from openstarry.agent.memory import UserTurn
@@ -53,18 +53,6 @@ def nested(levels: int) -> Any:
 
 def user_event(type_: str = "X:Y") -> Event:
     return Event.new(type_, {"n": 1}, source="test", session_id="s")
-
-
-class Echo(Tool):
-    """An async tool with one untyped parameter ``x``; returns its arguments."""
-
-    name = "echo"
-
-    def __init__(self) -> None:
-        self.parameters = {"type": "object", "properties": {"x": {}}}
-
-    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        return args
 
 
 class Gate(Tool):

@@ -23,7 +23,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from agent_harness import HANG, running
+from agent_harness import HANG, Echo, running
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.loop import ExecutionLoop, LoopLimits, RunResult
 from openstarry.agent.memory import AssistantTurn, MemoryEntry, ToolOutcome, UserTurn
@@ -53,18 +53,6 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "weather-agent" 
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-class Echo(Tool):
-    """An async tool with one untyped parameter ``x``; returns its arguments."""
-
-    name = "echo"
-
-    def __init__(self) -> None:
-        self.parameters = {"type": "object", "properties": {"x": {}}}
-
-    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        return args
 
 
 class Fail(Tool):
