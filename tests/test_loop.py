@@ -247,6 +247,17 @@ def then_say(first: ProviderResponse | dict[str, Any], final: str) -> FakeProvid
     return FakeProvider(first, response(text(final)))
 
 
+def slow_on_go(first: ProviderResponse | None = None) -> FakeProvider:
+    """A provider that calls the ``slow`` tool on round 1 of "go", and answers any other turn."""
+
+    def reply(prompt: str, context: AgentContext) -> ProviderResponse:
+        if prompt == "go" and context.round == 1:
+            return first if first is not None else response(call("slow", {}))
+        return response(text(f"answer to {prompt}"))
+
+    return FakeProvider(reply=reply)
+
+
 # ------------------------------------------------------ 1. the sequence of spec 000 §5
 
 
@@ -1234,12 +1245,7 @@ async def test_a_success_between_identical_failures_breaks_the_row() -> None:
 async def test_stop_cancels_a_slow_tool_and_the_session_goes_on(how: str) -> None:
     slow = Blocking()
 
-    def reply(prompt: str, context: AgentContext) -> ProviderResponse:
-        if prompt == "go" and context.round == 1:
-            return response(text("Working on it."), call("slow", {}, "c1"))
-        return response(text(f"answer to {prompt}"))
-
-    provider = FakeProvider(reply=reply)
+    provider = slow_on_go(response(text("Working on it."), call("slow", {}, "c1")))
     results: dict[str, RunResult] = {}
     async with running(provider, [slow]) as h:
 
@@ -1282,12 +1288,7 @@ async def test_stop_cancels_a_slow_tool_and_the_session_goes_on(how: str) -> Non
 async def test_stop_drops_the_inputs_waiting_behind_the_run() -> None:
     slow = Blocking()
 
-    def reply(prompt: str, context: AgentContext) -> ProviderResponse:
-        if prompt == "go" and context.round == 1:
-            return response(call("slow", {}))
-        return response(text(f"answer to {prompt}"))
-
-    provider = FakeProvider(reply=reply)
+    provider = slow_on_go()
     results: dict[str, RunResult] = {}
     async with running(provider, [slow]) as h:
 
@@ -1340,12 +1341,7 @@ async def test_stop_while_the_provider_thinks() -> None:
 async def test_inputs_past_max_pending_are_refused_as_busy() -> None:
     slow = Blocking()
 
-    def reply(prompt: str, context: AgentContext) -> ProviderResponse:
-        if prompt == "go" and context.round == 1:
-            return response(call("slow", {}))
-        return response(text(f"answer to {prompt}"))
-
-    provider = FakeProvider(reply=reply)
+    provider = slow_on_go()
     results: dict[str, RunResult] = {}
     async with running(provider, [slow], limits=LoopLimits(max_pending_inputs=1)) as h:
 
