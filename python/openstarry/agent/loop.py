@@ -249,6 +249,20 @@ class _Run:
         self.open_calls = ()
 
 
+def _result_payload(outcome: ToolOutcome) -> dict[str, Any]:
+    """The ``EXEC:TOOL_RESULT`` payload of an outcome (spec 002 section 3.2)."""
+    payload: dict[str, Any] = {
+        "toolCallId": outcome.tool_call_id,
+        "name": outcome.name,
+        "success": outcome.success,
+    }
+    if outcome.error is not None:
+        payload["error"] = outcome.error.to_dict()
+    else:
+        payload["result"] = outcome.result
+    return payload
+
+
 def _segment_dict(segment: ContentSegment) -> dict[str, Any]:
     out: dict[str, Any] = {"type": segment.type}
     if segment.text is not None:
@@ -1001,35 +1015,19 @@ class ExecutionLoop:
         done: list[ToolOutcome] = []
         for call_event, outcome in zip(call_events, outcomes, strict=True):
             assert outcome is not None
-            payload: dict[str, Any] = {
-                "toolCallId": outcome.tool_call_id,
-                "name": outcome.name,
-                "success": outcome.success,
-            }
-            if outcome.success:
-                payload["result"] = outcome.result
-            else:
-                assert outcome.error is not None
-                payload["error"] = outcome.error.to_dict()
             try:
-                result_event = call_event.child(_TOOL_RESULT, payload, source=self.source)
-            except (TypeError, ValueError) as exc:
-                # The tool returned something JSON cannot carry.
-                outcome = ToolOutcome(
-                    outcome.tool_call_id,
-                    outcome.name,
-                    False,
-                    error=ToolFailure(
-                        "INVALID_RESULT", f"the tool's result is not JSON: {exc}", "core"
-                    ),
+                result_event = call_event.child(
+                    _TOOL_RESULT, _result_payload(outcome), source=self.source
                 )
-                payload = {
-                    "toolCallId": outcome.tool_call_id,
-                    "name": outcome.name,
-                    "success": False,
-                    "error": outcome.error.to_dict(),  # type: ignore[union-attr]
-                }
-                result_event = call_event.child(_TOOL_RESULT, payload, source=self.source)
+            except (TypeError, ValueError) as exc:
+                # The tool returned something JSON (or an event's nesting) cannot carry.
+                failure = ToolFailure(
+                    "INVALID_RESULT", f"the tool's result is not JSON: {exc}", "core"
+                )
+                outcome = ToolOutcome(outcome.tool_call_id, outcome.name, False, error=failure)
+                result_event = call_event.child(
+                    _TOOL_RESULT, _result_payload(outcome), source=self.source
+                )
             await self._send(result_event)
             done.append(outcome)
         return done
