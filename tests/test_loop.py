@@ -1671,3 +1671,17 @@ async def test_quit_ends_the_sessions_idle_worker() -> None:
         await anyio.wait_all_tasks_blocked()
         assert not rt.running
         assert "q" not in h.loop.sessions
+
+
+@pytest.mark.anyio
+async def test_commands_for_unknown_sessions_create_none() -> None:
+    provider = FakeProvider(reply=lambda prompt, context: response(text("ok")))
+    async with running(provider, limits=LoopLimits(max_sessions=2)) as h:
+        await h.ask("hi", session_id="real")
+        for i, command in enumerate(["/help", "/metrics", "/stop", "/reset", "/quit"] * 4):
+            result = await h.ask(command, session_id=f"ghost-{i}")
+            assert result.replies, command
+        assert set(h.loop.sessions) == {"real"}
+        assert [m.text for m in h.loop.sessions["real"].memory if isinstance(m, UserTurn)] == [
+            "hi"
+        ]

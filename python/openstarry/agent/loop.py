@@ -647,28 +647,32 @@ class ExecutionLoop:
     # -- built-in commands -----------------------------------------------
 
     def _builtin(self, event: Event, name: str, args: list[str]) -> None:
-        rt = self._runtime(event.session_id)
+        # A command creates no session: sent for an unknown id, it could
+        # otherwise push real sessions out of the table.
+        rt = self._sessions.get(event.session_id)
         if name == "stop":
-            dropped = self._stop(rt)
+            dropped = self._stop(rt) if rt is not None else 0
             self._say(
                 event,
                 f"Stopped.{f' Dropped {dropped} waiting input(s).' if dropped else ''}",
                 command=name,
             )
         elif name == "reset":
-            self._stop(rt)
-            rt.epoch += 1
-            rt.session.memory.clear()
-            rt.session.failure_streak = 0
-            rt.session.locked = False
-            rt.failure_key, rt.failure_repeats = None, 0
+            if rt is not None:
+                self._stop(rt)
+                rt.epoch += 1
+                rt.session.memory.clear()
+                rt.session.failure_streak = 0
+                rt.session.locked = False
+                rt.failure_key, rt.failure_repeats = None, 0
             self._say(event, "Session reset: memory cleared.", command=name)
         elif name == "quit":
-            self._stop(rt)
+            if rt is not None:
+                self._stop(rt)
+                self._sessions.pop(event.session_id, None)
+                if rt.idle:
+                    self._unpark(rt)  # with nothing pending, the worker exits
             self._say(event, "Goodbye.", command=name)
-            self._sessions.pop(event.session_id, None)
-            if rt.idle:
-                self._unpark(rt)  # with nothing pending, the worker exits
             for hook in self._quit_hooks:
                 hook(event.session_id)
         elif name == "metrics":
