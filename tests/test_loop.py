@@ -1682,6 +1682,4 @@ async def test_commands_for_unknown_sessions_create_none() -> None:
             result = await h.ask(command, session_id=f"ghost-{i}")
             assert result.replies, command
         assert set(h.loop.sessions) == {"real"}
-        assert [m.text for m in h.loop.sessions["real"].memory if isinstance(m, UserTurn)] == [
-            "hi"
-        ]
+        assert [m.text for m in h.loop.sessions["real"].memory if isinstance(m, UserTurn)] == ["hi"]
