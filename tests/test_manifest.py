@@ -137,7 +137,7 @@ def test_manifest_round_trips_through_its_json(tmp_path: Path) -> None:
     dumped = json.loads(m.model_dump_json())
     assert dumped["limits"]["toolTimeout"] == 2.5
     assert dumped["provider"]["apiKeyEnv"] == "OPENAI_API_KEY"
-    assert dumped["mcp"] == FULL["mcp"]
+    assert dumped["mcp"] == {"servers": [], **FULL["mcp"]}
     assert parse_manifest(dumped, tmp_path) == m
     assert parse_manifest(dumped, tmp_path / "elsewhere") != m  # relative paths differ
 
@@ -465,6 +465,7 @@ def test_json_schema_of_agent_json() -> None:
     assert schema["required"] == ["identity"]
     assert schema["additionalProperties"] is False
     assert set(schema["properties"]) == {
+        "toolRetrieval",
         "identity",
         "instructions",
         "provider",
@@ -488,7 +489,17 @@ def test_json_schema_of_agent_json() -> None:
         "apiKeyEnv",
     }
     assert set(defs["FsConfig"]["properties"]) == {"allowedPaths"}
-    assert set(defs["McpConfig"]["properties"]) == {"expose_tools", "private_tools"}
+    assert set(defs["McpConfig"]["properties"]) == {"servers", "expose_tools", "private_tools"}
+    assert set(defs["McpServerConfig"]["properties"]) == {
+        "name",
+        "command",
+        "env",
+        "cwd",
+        "url",
+        "tools",
+        "timeout",
+    }
+    assert set(defs["ToolRetrievalConfig"]["properties"]) == {"topN", "retriever"}
     assert defs["Identity"]["required"] == ["name"]
     json.dumps(schema)
 

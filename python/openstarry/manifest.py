@@ -59,8 +59,10 @@ __all__ = [
     "Identity",
     "Limits",
     "McpConfig",
+    "McpServerConfig",
     "MemoryConfig",
     "ProviderConfig",
+    "ToolRetrievalConfig",
     "load_manifest",
     "parse_manifest",
 ]
@@ -187,16 +189,84 @@ class MemoryConfig(_Section):
     )
 
 
-class McpConfig(_Section):
-    """Which tools an MCP server of this agent shows (keys in snake_case)."""
+class McpServerConfig(_Section):
+    """A remote MCP server whose tools become the agent's (keys in snake_case).
+
+    Give ``command`` (a program started and spoken to over stdio) or ``url``
+    (a Streamable HTTP endpoint), not both. Its tools join the agent's as
+    ``<name>.<tool>``.
+    """
 
     model_config = ConfigDict(alias_generator=None)
+
+    name: str = Field(
+        min_length=1,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="What the server's tools are prefixed with: <name>.<tool>.",
+    )
+    command: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="The program and its arguments, for a server over stdio.",
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment variables for the program."
+    )
+    cwd: str | None = Field(
+        default=None, description="The program's working directory, relative to the manifest."
+    )
+    url: str | None = Field(default=None, description="The server's Streamable HTTP URL.")
+    tools: list[str] | None = Field(
+        default=None, description="Only these of the server's tools (all when absent)."
+    )
+    timeout: float | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds to connect and list the tools (default: limits.toolTimeout).",
+    )
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give exactly one of command (stdio) and url (HTTP)")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError("url must start with http:// or https://")
+        return self
+
+
+class McpConfig(_Section):
+    """Which tools an MCP server of this agent shows, and which remote servers it uses
+    (keys in snake_case)."""
+
+    model_config = ConfigDict(alias_generator=None)
+
+    servers: list[McpServerConfig] = Field(
+        default_factory=list,
+        description="Remote MCP servers whose tools the agent may call.",
+    )
 
     expose_tools: list[str] = Field(
         default_factory=list, description="Tools of the agent an MCP client may call."
     )
     private_tools: list[str] = Field(
         default_factory=list, description="Tools of the agent never shown to an MCP client."
+    )
+
+
+class ToolRetrievalConfig(_Section):
+    """The tool retrieval layer (spec 000 section 6B)."""
+
+    top_n: int | None = Field(
+        default=None,
+        ge=1,
+        description="When the agent has more tools than this, only the this many most "
+        "relevant to the input reach the provider; null sends every tool.",
+    )
+    retriever: str = Field(
+        default="lexical",
+        min_length=1,
+        description='"lexical" (the built-in scorer of names and descriptions) or an import '
+        'reference "package.module:attribute" to a ToolRetriever.',
     )
 
 
@@ -231,7 +301,12 @@ class AgentManifest(_Section):
         default_factory=MemoryConfig, description="What the agent remembers."
     )
     mcp: McpConfig = Field(
-        default_factory=McpConfig, description="What an MCP server of the agent shows."
+        default_factory=McpConfig,
+        description="What an MCP server of the agent shows, and the remote servers it uses.",
+    )
+    tool_retrieval: ToolRetrievalConfig = Field(
+        default_factory=ToolRetrievalConfig,
+        description="Which tools reach the provider when the agent has many.",
     )
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
@@ -268,13 +343,28 @@ class AgentManifest(_Section):
         tools = set(self.tools)
         exposed = set(self.mcp.expose_tools)
         errors: list[InitErrorDetails] = []
+        # A remote server's tools are named <server>.<tool>; which exist is
+        # known only once connected, so any name under a server's prefix passes.
+        remote = tuple(f"{server.name}." for server in self.mcp.servers)
+        seen_servers: set[str] = set()
+        for index, server in enumerate(self.mcp.servers):
+            if server.name in seen_servers:
+                errors.append(
+                    _detail(
+                        ("mcp", "servers", index, "name"),
+                        "duplicate_server",
+                        f"two servers are named {server.name!r}",
+                        server.name,
+                    )
+                )
+            seen_servers.add(server.name)
         for key, names in (
             ("expose_tools", self.mcp.expose_tools),
             ("private_tools", self.mcp.private_tools),
         ):
             for index, name in enumerate(names):
                 loc = ("mcp", key, index)
-                if name not in tools:
+                if name not in tools and not name.startswith(remote or ("\0",)):
                     errors.append(_detail(loc, "unknown_tool", f"{name!r} is not in tools", name))
                 elif key == "private_tools" and name in exposed:
                     errors.append(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import inspect
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -121,6 +121,11 @@ class AgentContext:
         round: The provider call of this run, counting from 1 (0 for a slash command).
         instructions: The manifest's ``instructions``: a system prompt for
             providers backed by a language model.
+        call_depth: How many agent-to-agent (MCP) calls deep this run is: 0 for
+            an input from a user; a ``tools/call`` served at depth ``d`` runs
+            its tool with ``d``, and a remote tool called from there sends
+            ``d + 1`` (spec 004 section 4).
+        text_sink: Where :meth:`emit_text_delta` sends text; set by the loop.
     """
 
     tools: Mapping[str, Tool]
@@ -129,6 +134,20 @@ class AgentContext:
     trace_id: str = ""
     round: int = 0
     instructions: str | None = None
+    call_depth: int = 0
+    text_sink: Callable[[str], None] | None = None
+
+    def emit_text_delta(self, text: str) -> None:
+        """Pass on a piece of what the provider is saying as it streams in.
+
+        A streaming provider calls this for each chunk of text, before
+        ``generate`` returns the whole response; the loop publishes each as an
+        ``OUTPUT:AGENT_MESSAGE_DELTA`` event, which the Agent API streams to its
+        client. With nobody listening it does nothing. The returned response
+        still carries the whole text: deltas are a preview, never the record.
+        """
+        if text and self.text_sink is not None:
+            self.text_sink(text)
 
     @property
     def memory(self) -> Memory:

@@ -57,6 +57,7 @@ from openstarry.agent.memory import (
     ToolOutcome,
     UserTurn,
 )
+from openstarry.agent.retrieval import ToolRetriever
 from openstarry.bus import EventBus, Signal, Subscription, describe_exception
 from openstarry.core import (
     ContentSegment,
@@ -360,6 +361,10 @@ class ExecutionLoop:
         agent_name: The agent's name, shown to providers and as the events' source.
         memory_window: User turns each session's memory keeps (``None``: all).
         instructions: A system prompt handed to the provider in the context.
+        max_tools: When the agent has more tools than this, only this many,
+            the most relevant to the input, reach the provider in
+            ``context.tools`` (spec 000 section 6B); ``None`` sends them all.
+        retriever: What picks them (default: the built-in lexical scorer).
     """
 
     def __init__(
@@ -372,7 +377,13 @@ class ExecutionLoop:
         agent_name: str = "openstarry",
         memory_window: int | None = 50,
         instructions: str | None = None,
+        max_tools: int | None = None,
+        retriever: ToolRetriever | None = None,
     ) -> None:
+        if max_tools is not None and max_tools < 1:
+            raise ValueError(f"max_tools must be at least 1 or None, not {max_tools}")
+        self.max_tools = max_tools
+        self.retriever = retriever
         self.bus = bus
         self.instructions = instructions
         self.provider = provider

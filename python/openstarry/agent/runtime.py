@@ -17,6 +17,7 @@ from typing import Any
 
 from openstarry.agent.interfaces import Provider, Tool
 from openstarry.agent.loop import ExecutionLoop, LoopLimits, RunResult
+from openstarry.agent.retrieval import ToolRetriever
 from openstarry.bus import EventBus
 
 __all__ = ["Agent"]
@@ -36,6 +37,9 @@ class Agent:
             serves a bus's inputs: a second agent on the same bus is refused
             when it starts.
         manifest: The manifest it came from, if any (for transports such as MCP).
+        max_tools: Tools that reach the provider per input, at most (spec 000
+            section 6B); ``None``: all.
+        retriever: What picks those tools (default: the lexical scorer).
     """
 
     def __init__(
@@ -49,6 +53,8 @@ class Agent:
         instructions: str | None = None,
         bus: EventBus | None = None,
         manifest: Any = None,
+        max_tools: int | None = None,
+        retriever: ToolRetriever | None = None,
     ) -> None:
         self.name = name
         self.manifest = manifest
@@ -62,6 +68,8 @@ class Agent:
             agent_name=name,
             memory_window=memory_window,
             instructions=instructions,
+            max_tools=max_tools,
+            retriever=retriever,
         )
 
     @property
@@ -91,6 +99,7 @@ class Agent:
         try:
             tools = resolve_tools(manifest.tools, allowed_paths=manifest.allowed_paths())
             provider = create_provider(manifest.provider)
+            retriever = _retriever_of(manifest.tool_retrieval.retriever)
         except Exception as exc:
             _name_file(exc, where)
             raise
@@ -110,6 +119,8 @@ class Agent:
             memory_window=manifest.memory.window,
             instructions=manifest.instructions,
             manifest=manifest,
+            max_tools=manifest.tool_retrieval.top_n,
+            retriever=retriever,
         )
 
     async def __aenter__(self) -> Agent:
@@ -143,3 +154,21 @@ def _name_file(exc: Exception, where: str | None) -> None:
         exc.path = where
         field = f"{exc.field}: " if exc.field and exc.field not in str(exc) else ""
         exc.args = (f"{where}: {field}{exc}",)
+
+
+def _retriever_of(spec: str) -> ToolRetriever | None:
+    """The retriever ``toolRetrieval.retriever`` names: ``"lexical"`` (the default) or an import
+    reference to a ToolRetriever class, factory or instance."""
+    from openstarry.errors import ManifestError
+    from openstarry.tools import import_reference
+
+    if spec == "lexical":
+        return None
+    target = import_reference(spec, "toolRetrieval.retriever", "retriever")
+    retriever = target() if isinstance(target, type) or not hasattr(target, "select") else target
+    if not isinstance(retriever, ToolRetriever):
+        raise ManifestError(
+            f"{spec!r} is not a ToolRetriever (it needs a select(query, tools, limit) method)",
+            field="toolRetrieval.retriever",
+        )
+    return retriever

@@ -93,18 +93,24 @@ def resolve_tools(
     return resolved
 
 
-def _import_tool(reference: str, field: str) -> Tool:
+def import_reference(reference: str, field: str, what: str = "tool") -> Any:
+    """The object a ``"package.module:attribute"`` reference names.
+
+    Raises:
+        ManifestError: for a malformed reference, a module that does not
+            import or a missing attribute, naming ``field``.
+    """
     module_name, _, attribute = reference.partition(":")
     if not module_name or not attribute:
         raise ManifestError(
-            f"invalid tool reference {reference!r}: expected 'package.module:attribute'",
+            f"invalid {what} reference {reference!r}: expected 'package.module:attribute'",
             field=field,
         )
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
         raise ManifestError(
-            f"tool {reference!r}: cannot import module {module_name!r}:"
+            f"{what} {reference!r}: cannot import module {module_name!r}:"
             f" {type(exc).__name__}: {exc}",
             field=field,
         ) from exc
@@ -114,9 +120,14 @@ def _import_tool(reference: str, field: str) -> Tool:
             obj = getattr(obj, part)
         except AttributeError:
             raise ManifestError(
-                f"tool {reference!r}: {module_name!r} has no attribute {attribute!r}",
+                f"{what} {reference!r}: {module_name!r} has no attribute {attribute!r}",
                 field=field,
             ) from None
+    return obj
+
+
+def _import_tool(reference: str, field: str) -> Tool:
+    obj = import_reference(reference, field)
     if isinstance(obj, Tool):
         return obj
     if isinstance(obj, type):

@@ -1,0 +1,132 @@
+"""The recursion guard of inter-agent MCP calls (spec 004 section 4).
+
+Every MCP request openstarry sends carries its trace: over HTTP in the headers
+:data:`TRACE_HEADER` and :data:`DEPTH_HEADER`, over stdio in the request's
+``params._meta`` under :data:`META_TRACE` and :data:`META_DEPTH`. A call made by
+a user's input has depth 1; a call made while serving a call of depth ``d``
+keeps the trace id and has depth ``d + 1``. A server refuses a call whose depth
+exceeds :data:`MAX_DEPTH`, so a cycle A -> B -> A -> ... stops at depth 6.
+
+Depth is carried by each request, not counted by the server, so unrelated
+callers never affect each other. This module needs only the standard library.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from openstarry.errors import RecursionLimitExceeded
+
+__all__ = [
+    "DEPTH_HEADER",
+    "MAX_DEPTH",
+    "META_DEPTH",
+    "META_TRACE",
+    "TRACE_HEADER",
+    "TraceContext",
+    "check_depth",
+    "next_hop",
+    "trace_from_headers",
+    "trace_from_meta",
+]
+
+#: The HTTP header carrying the trace id (spec 004 section 4).
+TRACE_HEADER = "X-OpenStarry-Trace-ID"
+#: The HTTP header carrying the call's depth.
+DEPTH_HEADER = "X-OpenStarry-Trace-Depth"
+#: The ``params._meta`` key carrying the trace id (stdio, or any transport).
+META_TRACE = "openstarry/traceId"
+#: The ``params._meta`` key carrying the depth.
+META_DEPTH = "openstarry/depth"
+#: The deepest call an agent serves; a deeper one is refused.
+MAX_DEPTH = 5
+_MAX_TRACE_LEN = 128
+
+
+class TraceContext:
+    """A call's trace id and depth (1 for the first hop)."""
+
+    __slots__ = ("depth", "trace_id")
+
+    def __init__(self, trace_id: str, depth: int) -> None:
+        self.trace_id = trace_id
+        self.depth = depth
+
+    def __repr__(self) -> str:
+        return f"TraceContext(trace_id={self.trace_id!r}, depth={self.depth})"
+
+    def headers(self) -> dict[str, str]:
+        return {TRACE_HEADER: self.trace_id, DEPTH_HEADER: str(self.depth)}
+
+    def meta(self) -> dict[str, Any]:
+        return {META_TRACE: self.trace_id, META_DEPTH: self.depth}
+
+
+def next_hop(trace_id: str | None, call_depth: int) -> TraceContext:
+    """The trace of a call made by a run at ``call_depth`` (0 for a user's input).
+
+    ``trace_id`` is the run's (``AgentContext.trace_id``); a fresh one is made
+    when it is empty.
+    """
+    return TraceContext(trace_id or str(uuid.uuid4()), max(call_depth, 0) + 1)
+
+
+def _parse(trace: Any, depth: Any, where: str) -> TraceContext | None:
+    if trace is None and depth is None:
+        return None
+    if not isinstance(trace, str) or not trace or len(trace) > _MAX_TRACE_LEN:
+        raise ValueError(f"{where}: the trace id must be a string of 1 to {_MAX_TRACE_LEN} chars")
+    if isinstance(depth, str):
+        try:
+            depth = int(depth.strip())
+        except ValueError:
+            raise ValueError(f"{where}: the depth must be an integer, not {depth!r}") from None
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"{where}: the depth must be an integer of at least 1, not {depth!r}")
+    return TraceContext(trace, depth)
+
+
+def trace_from_headers(headers: Mapping[str, str]) -> TraceContext | None:
+    """The trace an HTTP request carries, ``None`` when it carries none.
+
+    A trace id without a depth counts as depth 1.
+
+    Raises:
+        ValueError: for a malformed trace id or depth.
+    """
+    lowered = {k.lower(): v for k, v in headers.items()}
+    trace = lowered.get(TRACE_HEADER.lower())
+    depth = lowered.get(DEPTH_HEADER.lower())
+    if trace is not None and depth is None:
+        depth = "1"
+    return _parse(trace, depth, "headers")
+
+
+def trace_from_meta(meta: Mapping[str, Any] | None) -> TraceContext | None:
+    """The trace a request's ``params._meta`` carries, ``None`` when it carries none.
+
+    Raises:
+        ValueError: for a malformed trace id or depth.
+    """
+    if not meta:
+        return None
+    trace = meta.get(META_TRACE)
+    depth = meta.get(META_DEPTH)
+    if trace is not None and depth is None:
+        depth = 1
+    return _parse(trace, depth, "_meta")
+
+
+def check_depth(trace: TraceContext) -> None:
+    """Refuse a call deeper than :data:`MAX_DEPTH`.
+
+    Raises:
+        RecursionLimitExceeded: naming the trace and its depth.
+    """
+    if trace.depth > MAX_DEPTH:
+        raise RecursionLimitExceeded(
+            f"call depth {trace.depth} exceeds the limit of {MAX_DEPTH} "
+            f"(trace {trace.trace_id}): refused to break a call cycle"
+        )
