@@ -517,8 +517,11 @@ def test_payload_model_rejects_a_bad_payload() -> None:
 
 
 def test_payload_models_cover_every_event_type() -> None:
-    assert set(PAYLOAD_MODELS) == {t.value for t in EventType} | {OUTPUT_AGENT_MESSAGE}
-    assert len(PAYLOAD_MODELS) == 9
+    assert set(PAYLOAD_MODELS) == {t.value for t in EventType} | {
+        OUTPUT_AGENT_MESSAGE,
+        "OUTPUT:AGENT_MESSAGE_DELTA",
+    }
+    assert len(PAYLOAD_MODELS) == 10
     for member in EventType:
         assert PAYLOAD_MODELS[member] is PAYLOAD_MODELS[member.value]
     assert PAYLOAD_MODELS[OUTPUT_AGENT_MESSAGE] is AgentMessage

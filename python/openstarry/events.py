@@ -10,6 +10,7 @@ from enum import Enum
 
 __all__ = [
     "OUTPUT_AGENT_MESSAGE",
+    "OUTPUT_AGENT_MESSAGE_DELTA",
     "AgentState",
     "EventType",
     "namespace_of",
@@ -37,6 +38,12 @@ class EventType(str, Enum):
 #: answer of a built-in slash command). Its payload is
 #: :class:`openstarry.protocol.AgentMessage`.
 OUTPUT_AGENT_MESSAGE = "OUTPUT:AGENT_MESSAGE"
+
+#: A piece of what the agent is saying, while a streaming provider answers
+#: (``AgentContext.emit_text_delta``). The ``OUTPUT:AGENT_MESSAGE`` that follows
+#: carries the whole text; deltas are for showing it as it comes. Its payload
+#: is :class:`openstarry.protocol.AgentMessageDelta`.
+OUTPUT_AGENT_MESSAGE_DELTA = "OUTPUT:AGENT_MESSAGE_DELTA"
 
 
 class AgentState(str, Enum):

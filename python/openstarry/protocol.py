@@ -44,12 +44,18 @@ from pydantic.json_schema import models_json_schema
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from openstarry import core
-from openstarry.events import OUTPUT_AGENT_MESSAGE, AgentState, EventType
+from openstarry.events import (
+    OUTPUT_AGENT_MESSAGE,
+    OUTPUT_AGENT_MESSAGE_DELTA,
+    AgentState,
+    EventType,
+)
 
 __all__ = [
     "OUTPUT_AGENT_MESSAGE",
     "PAYLOAD_MODELS",
     "AgentMessage",
+    "AgentMessageDelta",
     "AgentState",
     "ContentSegment",
     "EventEnvelope",
@@ -454,6 +460,12 @@ class ToolCallPayload(_Payload):
             "erred (spec 000 types them `any`; the call then fails with INVALID_ARGUMENTS)."
         )
     )
+    call_depth: int | None = _optional(
+        ge=0,
+        strict=True,
+        description="For a call from another agent (MCP): how many agent-to-agent calls deep "
+        "it is (spec 004 section 4); absent for the agent's own calls.",
+    )
 
 
 class ToolErrorInfo(_Payload):
@@ -531,8 +543,16 @@ class AgentMessage(_Payload):
     final: bool = Field(default=False, strict=True, description="Whether this ends the turn.")
 
 
+class AgentMessageDelta(_Payload):
+    """The payload of ``OUTPUT:AGENT_MESSAGE_DELTA``: a piece of text as a provider streams it."""
+
+    text: str = Field(min_length=1, description="The text this piece adds.")
+    round: int = Field(ge=1, strict=True, description="The provider call it belongs to.")
+
+
 #: The payload model of each known event type, by its wire string: the eight
-#: :class:`EventType` values and :data:`OUTPUT_AGENT_MESSAGE`. An
+#: :class:`EventType` values, :data:`OUTPUT_AGENT_MESSAGE` and
+#: :data:`OUTPUT_AGENT_MESSAGE_DELTA`. An
 #: :class:`EventType` member looks its type up too.
 PAYLOAD_MODELS: Mapping[str, type[BaseModel]] = MappingProxyType(
     {
@@ -545,6 +565,7 @@ PAYLOAD_MODELS: Mapping[str, type[BaseModel]] = MappingProxyType(
         EventType.TOOL_CALL.value: ToolCallPayload,
         EventType.TOOL_RESULT.value: ToolResultPayload,
         OUTPUT_AGENT_MESSAGE: AgentMessage,
+        OUTPUT_AGENT_MESSAGE_DELTA: AgentMessageDelta,
     }
 )
 

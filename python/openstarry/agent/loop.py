@@ -37,6 +37,7 @@ import asyncio
 import errno
 import json
 import math
+import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,7 +75,12 @@ from openstarry.errors import (
     ToolArgumentsError,
     ToolError,
 )
-from openstarry.events import OUTPUT_AGENT_MESSAGE, AgentState, EventType
+from openstarry.events import (
+    OUTPUT_AGENT_MESSAGE,
+    OUTPUT_AGENT_MESSAGE_DELTA,
+    AgentState,
+    EventType,
+)
 
 __all__ = ["ExecutionLoop", "LoopLimits", "PendingRun", "RunResult"]
 
@@ -92,6 +98,10 @@ _STATE_CHANGE = EventType.STATE_CHANGE.value
 _ERROR = EventType.ERROR.value
 _TOOL_CALL = EventType.TOOL_CALL.value
 _TOOL_RESULT = EventType.TOOL_RESULT.value
+_AGENT_DELTA = OUTPUT_AGENT_MESSAGE_DELTA
+#: Calls from other agents (``call_tool``, MCP) running at once, at most;
+#: beyond it a call is answered BUSY at once rather than queued without bound.
+MAX_EXTERNAL_CALLS = 256
 _IDLE, _THINKING, _EXECUTING = AgentState.IDLE, AgentState.THINKING, AgentState.EXECUTING
 
 
@@ -343,6 +353,28 @@ def _failure_of(exc: BaseException) -> ToolFailure:
     return ToolFailure("TOOL_ERROR", describe_exception(exc), "tool")
 
 
+class _ExternalCall:
+    """A call from another agent: where its outcome goes, and the scope that runs it."""
+
+    __slots__ = ("done", "outcome", "scope")
+
+    def __init__(self, done: Signal | None) -> None:
+        self.done = done
+        self.outcome: ToolOutcome | None = None
+        self.scope: anyio.CancelScope | None = None
+
+    def finish(self, outcome: ToolOutcome) -> None:
+        if self.outcome is None:
+            self.outcome = outcome
+        if self.done is not None:
+            self.done.set()
+
+    def cancel(self, message: str) -> None:
+        if self.scope is not None:
+            self.scope.cancel()
+        self.finish(ToolOutcome("", "", False, error=ToolFailure("CANCELLED", message, "core")))
+
+
 class ExecutionLoop:
     """Runs an agent's think-act loop for every session, driven by events on a bus.
 
@@ -416,6 +448,10 @@ class ExecutionLoop:
         self.runs_completed = 0
         self.runs_stopped = 0
         self._dropped = 0
+        # Calls from other agents: the caller's slot by call event id, and the
+        # cancel scope of each call running.
+        self._external: dict[str, _ExternalCall] = {}
+        self.external_calls = 0
 
     # -- lifecycle -------------------------------------------------------
 
@@ -438,6 +474,7 @@ class ExecutionLoop:
         self._subscriptions = [
             self.bus.subscribe(_USER_MESSAGE, self._on_user_message),
             self.bus.subscribe(_SYSTEM_COMMAND, self._on_system_command),
+            self.bus.subscribe(_TOOL_CALL, self._on_external_call),
         ]
         return self
 
@@ -465,6 +502,8 @@ class ExecutionLoop:
             done.set()
         self._done.clear()
         self._waiting.clear()
+        for call in list(self._external.values()):
+            call.cancel("the agent stopped before this call finished")
         if exc_info[0] is None and self._workers and self._workers_gone is not None:
             with anyio.move_on_after(_WIND_DOWN):
                 await self._workers_gone.wait()
@@ -864,6 +903,7 @@ class ExecutionLoop:
         memory = session.memory
         limits = self.limits
         memory.append(UserTurn(prompt))
+        run.context.tools = self._select_tools(prompt)
         event = run.input
         tool_rounds = 0
         round_no = 0
@@ -880,9 +920,11 @@ class ExecutionLoop:
                 # scope fewer per round. When it fires the run ends (see _run).
                 if scope is not None:
                     scope.deadline = self._clock() + limits.provider_timeout
+                run.context.text_sink = self._delta_sink(tick, round_no)
                 try:
                     raw = await self.provider.generate(prompt, run.context)
                 finally:
+                    run.context.text_sink = None
                     if scope is not None:
                         scope.deadline = math.inf
                 response = _coerce_response(raw)
@@ -1050,11 +1092,25 @@ class ExecutionLoop:
     async def _run_one(
         self, run: _Run, call: ToolCall, parse_error: ToolArgumentsError | None
     ) -> ToolOutcome:
+        return await self._run_tool(call, parse_error, run.context, run.observations)
+
+    async def _run_tool(
+        self,
+        call: ToolCall,
+        parse_error: ToolArgumentsError | None,
+        context: AgentContext,
+        observations: list[Observation],
+    ) -> ToolOutcome:
+        """Validate and run one call under the tool timeout; failures become outcomes.
+
+        What the provider should hear about (an unknown tool, bad arguments)
+        goes into ``observations``.
+        """
         tool = self.tools.get(call.name)
         if tool is None:
             available = ", ".join(self.tools) or "none"
             message = f"Tool {call.name!r} does not exist. Available tools: {available}."
-            run.observations.append(Observation(message))
+            observations.append(Observation(message))
             return ToolOutcome(
                 call.id, call.name, False, error=ToolFailure("TOOL_NOT_FOUND", message, "core")
             )
@@ -1065,7 +1121,7 @@ class ExecutionLoop:
         except ToolArgumentsError as exc:
             schema = json.dumps(dict(tool.parameters), default=str)
             message = f"Invalid arguments for {call.name}: {exc}. Its parameters: {schema}"
-            run.observations.append(Observation(message))
+            observations.append(Observation(message))
             return ToolOutcome(
                 call.id, call.name, False, error=ToolFailure("INVALID_ARGUMENTS", str(exc), "core")
             )
@@ -1079,10 +1135,10 @@ class ExecutionLoop:
             # itself (a socket timeout) is the tool's failure, not the limit.
             with anyio.move_on_after(timeout) as scope:
                 if tool.is_async:
-                    result = await tool.run(args, run.context)
+                    result = await tool.run(args, context)
                 else:
                     result = await anyio.to_thread.run_sync(
-                        tool.run, args, run.context, abandon_on_cancel=True
+                        tool.run, args, context, abandon_on_cancel=True
                     )
         except Exception as exc:
             return ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
@@ -1098,6 +1154,182 @@ class ExecutionLoop:
                 call.id, call.name, False, error=ToolFailure("TIMEOUT", message, "core")
             )
         return ToolOutcome(call.id, call.name, True, result)
+
+    # -- tool selection and deltas ---------------------------------------
+
+    def _select_tools(self, prompt: str) -> Mapping[str, Tool]:
+        """The tools the provider sees for this input (spec 000 section 6B).
+
+        All of them, unless there are more than :attr:`max_tools`: then the
+        retriever's pick. A tool left out still runs if the provider names it.
+        """
+        limit = self.max_tools
+        if limit is None or len(self.tools) <= limit:
+            return self.tools
+        retriever = self.retriever
+        if retriever is None:
+            from openstarry.agent.retrieval import LexicalRetriever
+
+            retriever = self.retriever = LexicalRetriever()
+        tools = self.tools
+        chosen: dict[str, Tool] = {}
+        for name in retriever.select(prompt, tools, limit):
+            tool = tools.get(name)
+            if tool is not None:
+                chosen[name] = tool
+                if len(chosen) == limit:
+                    break
+        return chosen
+
+    def _delta_sink(self, tick: Event, round_no: int) -> Callable[[str], None]:
+        """What ``context.emit_text_delta`` calls during this provider call."""
+
+        def sink(text: str) -> None:
+            if not isinstance(text, str):
+                raise TypeError(f"a text delta must be a str, not {type(text).__name__}")
+            # A preview: dropped rather than waited for when the bus is full.
+            self._emit(
+                tick.child(_AGENT_DELTA, {"text": text, "round": round_no}, source=self.source)
+            )
+
+        return sink
+
+    # -- calls from other agents -----------------------------------------
+
+    async def call_tool(
+        self,
+        name: str,
+        args: Any,
+        *,
+        trace_id: str | None = None,
+        call_depth: int = 0,
+        source: str = "mcp",
+        session_id: str = "mcp",
+    ) -> ToolOutcome:
+        """Run one of the agent's tools for another agent (an MCP ``tools/call``).
+
+        The call enters as an ``EXEC:TOOL_CALL`` event on the bus, with the
+        caller's ``trace_id`` and a ``callDepth``, so it is traced and
+        de-duplicated like any other event; the loop runs it as it runs the
+        provider's calls (arguments validated, the tool timeout) with an
+        :class:`AgentContext` carrying ``trace_id`` and ``call_depth``, and
+        publishes its ``EXEC:TOOL_RESULT``. It touches no session memory.
+
+        Which tools a caller may use is the transport's decision (the MCP
+        server checks ``mcp.expose_tools``); here an unknown tool fails with
+        ``TOOL_NOT_FOUND``. Cancelling the caller cancels the tool.
+
+        Returns:
+            The outcome, as in the ``EXEC:TOOL_RESULT`` payload.
+
+        Raises:
+            RuntimeError: when the loop is not running.
+        """
+        if self._task_group is None or self._closing:
+            raise RuntimeError("the ExecutionLoop is not running")
+        payload: dict[str, Any] = {
+            "toolCallId": str(uuid.uuid4()),
+            "name": name,
+            "args": args,
+            "callDepth": max(int(call_depth), 0),
+        }
+        event = Event.new(
+            _TOOL_CALL, payload, source=source, session_id=session_id, trace_id=trace_id
+        )
+        done = self.bus.new_signal()
+        call = _ExternalCall(done)
+        self._external[event.id] = call
+        try:
+            await self._send(event)
+            try:
+                await done.wait()
+            except BaseException:
+                if call.scope is not None:
+                    call.scope.cancel()
+                raise
+        finally:
+            self._external.pop(event.id, None)
+        assert call.outcome is not None
+        return call.outcome
+
+    def _on_external_call(self, event: Event) -> None:
+        if event.source == self.source or self._task_group is None:
+            return  # the loop's own calls, run by the run that made them
+        call = self._external.get(event.id)
+        if call is None:
+            # Published by someone else on the bus: answered on the bus alone.
+            call = _ExternalCall(None)
+        if self.external_calls >= MAX_EXTERNAL_CALLS:
+            message = f"the agent is already running {MAX_EXTERNAL_CALLS} calls from other agents"
+            self._answer_external(event, call, ToolFailure("BUSY", message, "core"))
+            return
+        self.external_calls += 1
+        self._task_group.start_soon(self._serve_external, event, call)
+
+    async def _serve_external(self, event: Event, call: _ExternalCall) -> None:
+        try:
+            payload = event.payload
+            tool_call_id = payload.get("toolCallId") if isinstance(payload, dict) else None
+            name = payload.get("name") if isinstance(payload, dict) else None
+            if not isinstance(tool_call_id, str) or not isinstance(name, str):
+                self._error(event, "INVALID_INPUT", "EXEC:TOOL_CALL needs toolCallId and name")
+                call.finish(
+                    ToolOutcome(
+                        str(tool_call_id),
+                        str(name),
+                        False,
+                        error=ToolFailure("INVALID_INPUT", "a call needs an id and a name", "core"),
+                    )
+                )
+                return
+            depth = payload.get("callDepth")
+            context = AgentContext(
+                self.tools,
+                Session(event.session_id),
+                self.agent_name,
+                event.trace_id,
+                0,
+                self.instructions,
+                call_depth=depth if isinstance(depth, int) and depth > 0 else 0,
+            )
+            outcome: ToolOutcome | None = None
+            try:
+                tool_call = ToolCall(name, payload.get("args", {}), tool_call_id)
+            except (TypeError, ValueError) as exc:
+                failure = ToolFailure("INVALID_ARGUMENTS", f"{name}: {exc}", "core")
+                outcome = ToolOutcome(tool_call_id, name, False, error=failure)
+                call.finish(self._publish_result(event, outcome))
+                return
+            with anyio.CancelScope() as scope:
+                call.scope = scope
+                outcome = await self._run_tool(tool_call, None, context, [])
+            if outcome is None:
+                outcome = ToolOutcome(
+                    tool_call_id,
+                    name,
+                    False,
+                    error=ToolFailure("CANCELLED", "the caller went away", "core"),
+                )
+            call.finish(self._publish_result(event, outcome))
+        finally:
+            self.external_calls -= 1
+
+    def _answer_external(self, event: Event, call: _ExternalCall, failure: ToolFailure) -> None:
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        outcome = ToolOutcome(
+            str(payload.get("toolCallId", "")), str(payload.get("name", "")), False, error=failure
+        )
+        call.finish(self._publish_result(event, outcome))
+
+    def _publish_result(self, event: Event, outcome: ToolOutcome) -> ToolOutcome:
+        try:
+            result = event.child(_TOOL_RESULT, _result_payload(outcome), source=self.source)
+        except (TypeError, ValueError) as exc:
+            failure = ToolFailure("INVALID_RESULT", f"the tool's result is not JSON: {exc}", "core")
+            outcome = ToolOutcome(outcome.tool_call_id, outcome.name, False, error=failure)
+            result = event.child(_TOOL_RESULT, _result_payload(outcome), source=self.source)
+        self._emit(result)
+        return outcome
 
     # -- events ----------------------------------------------------------
 

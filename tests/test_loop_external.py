@@ -1,0 +1,315 @@
+"""The loop's doors for the transports: calls from other agents (``call_tool``),
+text deltas of streaming providers, and the tool retrieval hook (spec 000 §6B)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio
+import pytest
+from tests.agent_harness import HANG, Echo, running
+
+from openstarry.agent.interfaces import AgentContext, Tool
+from openstarry.agent.loop import ExecutionLoop
+from openstarry.bus import EventBus
+from openstarry.core import Event
+from openstarry.errors import ToolError
+from openstarry.protocol import PAYLOAD_MODELS
+from openstarry.testing import FunctionProvider, ScriptedProvider, text, tool_call
+from openstarry.tools import get_weather
+
+pytestmark = pytest.mark.anyio
+
+
+class Recorder(Tool):
+    """Records the context each call ran with."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.parameters = {
+            "type": "object",
+            "properties": {"x": {"type": "integer"}},
+            "required": ["x"],
+        }
+        self.contexts: list[AgentContext] = []
+
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        self.contexts.append(context)
+        return {"x": args.get("x"), "depth": context.call_depth, "trace": context.trace_id}
+
+
+class Failing(Tool):
+    name = "failing"
+
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        raise ToolError("the disk is on fire", code="EFIRE")
+
+
+class Blocking(Tool):
+    name = "blocking"
+
+    def __init__(self) -> None:
+        self.started = anyio.Event()
+        self.cancelled = False
+
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        self.started.set()
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            self.cancelled = True
+            raise
+
+
+def _validate(event: Event) -> None:
+    model = PAYLOAD_MODELS[event.type]
+    model.model_validate(event.payload)
+
+
+# --- call_tool ----------------------------------------------------------------------------------
+
+
+async def test_call_tool_runs_the_tool_as_an_event_with_trace_and_depth() -> None:
+    recorder = Recorder()
+    async with running(ScriptedProvider([]), [recorder, get_weather]) as h:
+        with anyio.fail_after(HANG):
+            outcome = await h.loop.call_tool(
+                "recorder", {"x": 7}, trace_id="trace-1", call_depth=3, source="mcp:test"
+            )
+            await h.bus.wait_idle()
+    assert outcome.success
+    assert outcome.result == {"x": 7, "depth": 3, "trace": "trace-1"}
+    calls = h.of("EXEC:TOOL_CALL", "trace-1")
+    results = h.of("EXEC:TOOL_RESULT", "trace-1")
+    assert len(calls) == 1
+    assert len(results) == 1
+    assert calls[0].source == "mcp:test"
+    assert calls[0].payload["callDepth"] == 3
+    assert calls[0].payload["args"] == {"x": 7}
+    assert results[0].parent_id == calls[0].id
+    assert results[0].payload["toolCallId"] == calls[0].payload["toolCallId"]
+    assert results[0].payload["success"] is True
+    for event in calls + results:
+        _validate(event)
+    # No session memory is touched by a call from another agent.
+    assert all(len(session.memory) == 0 for session in h.loop.sessions.values())
+
+
+async def test_call_tool_failures_are_outcomes() -> None:
+    async with running(ScriptedProvider([]), [Recorder(), Failing()]) as h:
+        with anyio.fail_after(HANG):
+            missing = await h.loop.call_tool("nope", {})
+            bad = await h.loop.call_tool("recorder", {"y": 1})
+            not_object = await h.loop.call_tool("recorder", [1, 2])
+            failing = await h.loop.call_tool("failing", {})
+            await h.bus.wait_idle()
+    assert missing.error is not None
+    assert missing.error.code == "TOOL_NOT_FOUND"
+    assert bad.error is not None
+    assert bad.error.code == "INVALID_ARGUMENTS"
+    assert not_object.error is not None
+    assert not_object.error.code == "INVALID_ARGUMENTS"
+    assert failing.error is not None
+    assert (failing.error.code, failing.error.message) == ("EFIRE", "the disk is on fire")
+    results = h.of("EXEC:TOOL_RESULT")
+    assert [r.payload["success"] for r in results] == [False] * 4
+    for event in results:
+        _validate(event)
+
+
+async def test_cancelling_the_caller_cancels_the_tool() -> None:
+    blocking = Blocking()
+    async with running(ScriptedProvider([]), [blocking, Echo()]) as h:
+        with anyio.fail_after(HANG):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(h.loop.call_tool, "blocking", {})
+                await blocking.started.wait()
+                tg.cancel_scope.cancel()
+            await h.bus.wait_idle()
+            # The loop stays usable.
+            again = await h.loop.call_tool("echo", {"x": 1})
+    assert blocking.cancelled
+    assert again.success
+    assert again.result == {"x": 1}
+    results = h.of("EXEC:TOOL_RESULT")
+    assert [r.payload["success"] for r in results] == [False, True]
+    assert results[0].payload["error"]["code"] == "CANCELLED"
+
+
+async def test_call_tool_times_out_like_any_call() -> None:
+    from openstarry.agent.loop import LoopLimits
+
+    blocking = Blocking()
+    limits = LoopLimits(tool_timeout=0.05)
+    async with running(ScriptedProvider([]), [blocking], limits=limits) as h:
+        with anyio.fail_after(HANG):
+            outcome = await h.loop.call_tool("blocking", {})
+    assert outcome.error is not None
+    assert outcome.error.code == "TIMEOUT"
+    assert blocking.cancelled
+
+
+async def test_a_call_published_by_another_component_is_answered_on_the_bus() -> None:
+    async with running(ScriptedProvider([]), [get_weather]) as h:
+        event = Event.new(
+            "EXEC:TOOL_CALL",
+            {"toolCallId": "c1", "name": "get_weather", "args": {"location": "Taipei"}},
+            source="bridge",
+            session_id="x",
+        )
+        await h.publish(event)
+        with anyio.fail_after(HANG):
+            while not h.of("EXEC:TOOL_RESULT"):
+                await anyio.sleep(0.01)
+    (result,) = h.of("EXEC:TOOL_RESULT")
+    assert result.parent_id == event.id
+    assert result.payload["success"] is True
+    assert "Taipei" in str(result.payload["result"])
+
+
+async def test_a_malformed_call_on_the_bus_is_reported_not_fatal() -> None:
+    async with running(ScriptedProvider([text("fine")]), [get_weather]) as h:
+        await h.publish(Event.new("EXEC:TOOL_CALL", {"oops": 1}, source="bridge", session_id="x"))
+        with anyio.fail_after(HANG):
+            while not h.of("KERNEL:ERROR"):
+                await anyio.sleep(0.01)
+        result = await h.ask("still there?")
+    assert h.of("KERNEL:ERROR")[0].payload["code"] == "INVALID_INPUT"
+    assert result.text == "fine"
+
+
+async def test_call_tool_needs_a_running_loop() -> None:
+    async with EventBus() as bus:
+        loop = ExecutionLoop(bus, ScriptedProvider([]), [Echo()])
+        with pytest.raises(RuntimeError, match="not running"):
+            await loop.call_tool("echo", {})
+
+
+async def test_the_loops_own_calls_are_not_run_twice() -> None:
+    recorder = Recorder()
+    provider = ScriptedProvider([tool_call("recorder", {"x": 1}), text("done")])
+    async with running(provider, [recorder]) as h:
+        result = await h.ask("go")
+    assert result.text == "done"
+    assert len(recorder.contexts) == 1
+    assert recorder.contexts[0].call_depth == 0
+    assert len(h.of("EXEC:TOOL_RESULT")) == 1
+
+
+# --- text deltas --------------------------------------------------------------------------------
+
+
+async def test_text_deltas_become_events_before_the_message() -> None:
+    kept: list[AgentContext] = []
+
+    async def streaming(prompt: str, context: AgentContext) -> Any:
+        kept.append(context)
+        context.emit_text_delta("Hel")
+        context.emit_text_delta("")  # nothing to say: no event
+        context.emit_text_delta("lo")
+        return text("Hello")
+
+    async with running(FunctionProvider(streaming), []) as h:
+        result = await h.ask("hi")
+        kept[0].emit_text_delta("late")  # after generate returned: dropped
+        await h.bus.wait_idle()
+    assert result.text == "Hello"
+    deltas = h.of("OUTPUT:AGENT_MESSAGE_DELTA")
+    assert [d.payload for d in deltas] == [{"text": "Hel", "round": 1}, {"text": "lo", "round": 1}]
+    (tick,) = h.of("KERNEL:TICK_START")
+    assert all(d.parent_id == tick.id for d in deltas)
+    types = [e.type for e in h.events]
+    assert types.index("OUTPUT:AGENT_MESSAGE_DELTA") < types.index("OUTPUT:AGENT_MESSAGE")
+    for d in deltas:
+        _validate(d)
+
+
+async def test_a_delta_that_is_not_text_fails_the_provider_call() -> None:
+    async def bad(prompt: str, context: AgentContext) -> Any:
+        context.emit_text_delta(b"bytes")  # type: ignore[arg-type]
+        return text("never")
+
+    async with running(FunctionProvider(bad), []) as h:
+        await h.ask("hi")
+    (error,) = h.of("KERNEL:ERROR")
+    assert error.payload["code"] == "PROVIDER_ERROR"
+    assert "must be a str" in error.payload["message"]
+
+
+# --- tool retrieval hook ------------------------------------------------------------------------
+
+
+class Picker:
+    """Picks the tools whose name appears in the query, then the rest by name."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def select(self, query: str, tools: Mapping[str, Tool], limit: int) -> Sequence[str]:
+        self.calls.append((query, limit))
+        hits = [name for name in tools if name in query]
+        return ([*hits, "not-a-tool", *sorted(tools)])[: limit + 1]
+
+
+def _tools(n: int) -> list[Tool]:
+    out: list[Tool] = []
+    for i in range(n):
+        tool = Echo()
+        tool.name = f"t{i:02d}"
+        out.append(tool)
+    return out
+
+
+async def test_only_the_retrieved_tools_reach_the_provider() -> None:
+    seen: list[list[str]] = []
+
+    def brain(prompt: str, context: AgentContext) -> Any:
+        seen.append(sorted(context.tools))
+        if context.round == 1:
+            return tool_call("t29", {"x": 1})  # not among those shown: still runs
+        return text("ok")
+
+    picker = Picker()
+    async with running(FunctionProvider(brain), _tools(30), max_tools=3, retriever=picker) as h:
+        result = await h.ask("use t17 and t23")
+    assert result.text == "ok"
+    assert picker.calls == [("use t17 and t23", 3)]
+    assert seen[0] == ["t00", "t17", "t23"]  # at most 3, unknown names dropped
+    assert seen[1] == seen[0]  # chosen once per input
+    (outcome,) = h.of("EXEC:TOOL_RESULT")
+    assert outcome.payload["success"] is True
+
+
+async def test_no_retrieval_when_the_tools_fit() -> None:
+    picker = Picker()
+    seen: list[int] = []
+
+    def brain(prompt: str, context: AgentContext) -> Any:
+        seen.append(len(context.tools))
+        return text("ok")
+
+    async with running(FunctionProvider(brain), _tools(3), max_tools=3, retriever=picker) as h:
+        await h.ask("hi")
+    assert seen == [3]
+    assert picker.calls == []
+
+
+async def test_a_failing_retriever_fails_the_run_not_the_loop() -> None:
+    class Broken:
+        def select(self, query: str, tools: Mapping[str, Tool], limit: int) -> Sequence[str]:
+            raise RuntimeError("index corrupt")
+
+    async with running(
+        ScriptedProvider([text("a")]), _tools(5), max_tools=2, retriever=Broken()
+    ) as h:
+        await h.ask("hi")
+    (error,) = h.of("KERNEL:ERROR")
+    assert error.payload["code"] == "INTERNAL_ERROR"
+    assert "index corrupt" in error.payload["message"]
+
+
+def test_max_tools_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_tools"):
+        ExecutionLoop(EventBus(), ScriptedProvider([]), [], max_tools=0)
