@@ -4,6 +4,8 @@
     openstarry run MANIFEST --input "..." --events     # every event, a JSON envelope a line
     openstarry run MANIFEST                            # an interactive prompt
     openstarry schema manifest|protocol                # JSON Schema of agent.json or events
+    openstarry serve MANIFEST [--host H] [--port N]    # the Agent API over HTTP (spec 003)
+    openstarry mcp MANIFEST [--http --port N]          # the agent's tools over MCP (spec 004)
     openstarry bench                                   # bus latency and loop overhead
     openstarry demo NDJSON                             # the Rust ingestion demo
 
@@ -165,6 +167,34 @@ def _demo(args: argparse.Namespace) -> int:
     return demo_main([args.path])
 
 
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        from openstarry.api.server import serve
+    except ImportError as exc:
+        print(f"openstarry serve: {exc}", file=sys.stderr)
+        return 2
+    return serve(args.manifest, host=args.host, port=args.port)
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    try:
+        from openstarry.mcp.server import serve
+    except ImportError as exc:
+        print(f"openstarry mcp: {exc}", file=sys.stderr)
+        return 2
+    return serve(args.manifest, http=args.http, host=args.host, port=args.port)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, not {port}")
+    return port
+
+
 def build_parser() -> argparse.ArgumentParser:
     from openstarry.core import __version__
 
@@ -202,6 +232,25 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="measure bus latency and loop overhead")
     bench.add_argument("--quick", action="store_true", help="fewer iterations")
     bench.set_defaults(handler=_bench)
+
+    serve = commands.add_parser(
+        "serve", help="serve the agent over HTTP: the Agent API (needs openstarry[http])"
+    )
+    serve.add_argument("manifest", help="path of the agent.json manifest")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    serve.add_argument("--port", type=_port, default=8000, help="port to listen on (8000)")
+    serve.set_defaults(handler=_serve)
+
+    mcp = commands.add_parser(
+        "mcp", help="serve the agent's exposed tools over MCP (needs openstarry[mcp])"
+    )
+    mcp.add_argument("manifest", help="path of the agent.json manifest")
+    mcp.add_argument(
+        "--http", action="store_true", help="Streamable HTTP instead of stdio (the default)"
+    )
+    mcp.add_argument("--host", default="127.0.0.1", help="address for --http (127.0.0.1)")
+    mcp.add_argument("--port", type=_port, default=8765, help="port for --http (8765)")
+    mcp.set_defaults(handler=_mcp)
 
     demo = commands.add_parser("demo", help="the Rust ingestion demo on an NDJSON file")
     demo.add_argument("path", help="NDJSON file, one envelope a line")
