@@ -165,7 +165,15 @@ def _retriever_of(spec: str) -> ToolRetriever | None:
     if spec == "lexical":
         return None
     target = import_reference(spec, "toolRetrieval.retriever", "retriever")
-    retriever = target() if isinstance(target, type) or not hasattr(target, "select") else target
+    retriever = target
+    if isinstance(target, type) or (callable(target) and not hasattr(target, "select")):
+        try:
+            retriever = target()
+        except Exception as exc:
+            raise ManifestError(
+                f"retriever {spec!r}: cannot make one: {type(exc).__name__}: {exc}",
+                field="toolRetrieval.retriever",
+            ) from exc
     if not isinstance(retriever, ToolRetriever):
         raise ManifestError(
             f"{spec!r} is not a ToolRetriever (it needs a select(query, tools, limit) method)",
