@@ -74,7 +74,7 @@ def test_two_servers_may_not_share_a_name(tmp_path: Path) -> None:
 
 
 def test_exposed_names_must_be_tools_or_under_a_server(tmp_path: Path) -> None:
-    with pytest.raises(ManifestError, match="'other.relay' is not in tools"):
+    with pytest.raises(ManifestError, match=r"'other\.relay' is not in tools"):
         load_manifest(
             write(
                 tmp_path,
@@ -94,7 +94,7 @@ def test_tool_retrieval_section(tmp_path: Path) -> None:
     assert m.tool_retrieval.top_n == 8
     assert m.tool_retrieval.retriever == "lexical"
     assert load_manifest(write(tmp_path, BASE)).tool_retrieval.top_n is None
-    with pytest.raises(ManifestError, match="toolRetrieval.topN"):
+    with pytest.raises(ManifestError, match=r"toolRetrieval\.topN"):
         load_manifest(write(tmp_path, {**BASE, "toolRetrieval": {"topN": 0}}))
 
 
