@@ -578,7 +578,14 @@ def test_register_provider(monkeypatch: pytest.MonkeyPatch) -> None:
     assert seen == [config]
     assert isinstance(provider, DefaultProvider)
     assert provider.model == "echo-1"
-    assert provider_names() == ("default", "echo")
+    assert provider_names() == (
+        "anthropic",
+        "default",
+        "echo",
+        "gemini",
+        "openai",
+        "openai-responses",
+    )
 
     with pytest.raises(ValueError, match="non-empty"):
         register_provider(" ", factory)

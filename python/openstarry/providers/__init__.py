@@ -11,10 +11,18 @@ adapters for hosted models register themselves with :func:`register_provider`::
         return EchoProvider(model=config.model)
 
     register_provider("echo", make_echo)
+
+Four names call hosted LLM APIs over HTTP (:class:`openstarry.providers.http.HTTPProvider`,
+the ``[http]`` extra): ``openai`` (Chat Completions, and any server that speaks
+it: Ollama, vLLM, llama.cpp's server), ``openai-responses``, ``anthropic`` and
+``gemini``. They are registered here but load httpx only when one is created;
+without it, creating one raises an ``ImportError`` that says
+``pip install 'openstarry[http]'``.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,6 +33,7 @@ if TYPE_CHECKING:
     from openstarry.agent.interfaces import Provider
 
 __all__ = [
+    "HTTP_PROVIDERS",
     "DefaultProvider",
     "ProviderConfigLike",
     "ProviderFactory",
@@ -110,3 +119,35 @@ def _default_factory(config: ProviderConfigLike) -> Provider:
 
 
 register_provider("default", _default_factory)
+
+
+#: The HTTP providers by name: the module and class of each one's API translator.
+HTTP_PROVIDERS: Mapping[str, tuple[str, str]] = {
+    "openai": ("openstarry.providers.openai", "OpenAIChatAPI"),
+    "openai-responses": ("openstarry.providers.openai", "OpenAIResponsesAPI"),
+    "anthropic": ("openstarry.providers.anthropic", "AnthropicAPI"),
+    "gemini": ("openstarry.providers.gemini", "GeminiAPI"),
+}
+
+
+def _http_factory(name: str) -> ProviderFactory:
+    """The factory of HTTP provider ``name``: imports httpx and the translator when called."""
+    module_name, class_name = HTTP_PROVIDERS[name]
+
+    def factory(config: ProviderConfigLike) -> Provider:
+        try:
+            from openstarry.providers.http import HTTPProvider
+        except ImportError as exc:
+            raise ImportError(
+                f"provider {name!r} needs httpx: pip install 'openstarry[http]'"
+            ) from exc
+        api = getattr(importlib.import_module(module_name), class_name)()
+        return HTTPProvider.from_config(api, config)
+
+    factory.__name__ = factory.__qualname__ = f"make_{name.replace('-', '_')}_provider"
+    return factory
+
+
+for _name in HTTP_PROVIDERS:
+    register_provider(_name, _http_factory(_name))
+del _name
