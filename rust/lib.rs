@@ -9,6 +9,7 @@ pub mod envelope;
 pub mod ingest;
 pub mod json;
 pub mod queue;
+pub mod retrieval;
 pub mod segment;
 
 #[cfg(feature = "python")]

@@ -1,7 +1,7 @@
 """The Rust core of openstarry. Import it as :mod:`openstarry.core`, not from here."""
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Final, Literal, final
+from typing import Any, ClassVar, Final, Literal, final
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -18,6 +18,7 @@ __all__ = [
     "Ingestor",
     "ProviderResponse",
     "ToolCall",
+    "ToolIndex",
     "__version__",
     "_event_from_wire",
     "decode_event",
@@ -402,3 +403,63 @@ class Ingestor:
         ``\\r\\n`` line ending is accepted; the empty piece after a final newline
         is not a line; any other empty line is reported invalid.
         """
+
+@final
+class ToolIndex:
+    """A lexical index of tools: which best match an input, scored by BM25F.
+
+    Built once from ``(name, text)`` documents (a tool's name, and its
+    description with its parameters' names and descriptions); immutable and
+    safe to share between threads. A name counts three times as much as the
+    text. Terms are split on anything but letters and digits and at camelCase
+    boundaries, lowercased, stripped of a few English stop words and of plural,
+    ``-ing`` and ``-ed`` endings; a few verbs also count as the operation they
+    name (``add`` as ``create``, ``remove`` as ``delete``, ``fetch`` as ``get``);
+    Chinese and Japanese text becomes overlapping character pairs. A query
+    word of three characters or more also matches the longer words it begins
+    (at half weight), so ``auth`` finds ``authenticate``.
+
+    Raises:
+        ValueError: for more than ``MAX_DOCUMENTS`` documents, an empty,
+            repeated or over-long name, or a text over ``MAX_TEXT_BYTES``.
+        TypeError: for a document that is not a pair of str.
+    """
+
+    #: The most documents one index holds.
+    MAX_DOCUMENTS: ClassVar[int]
+    #: The longest name, in UTF-8 bytes.
+    MAX_NAME_BYTES: ClassVar[int]
+    #: The longest text, in UTF-8 bytes.
+    MAX_TEXT_BYTES: ClassVar[int]
+    #: The longest query, in UTF-8 bytes.
+    MAX_QUERY_BYTES: ClassVar[int]
+
+    def __new__(cls, documents: Iterable[tuple[str, str]]) -> ToolIndex: ...
+    def search(self, query: str, limit: int = 10) -> list[tuple[str, float]]:
+        """The ``limit`` best matches of ``query`` as ``(name, score)``, the best first.
+
+        Ties are ordered by name; documents that share no term with the query
+        are left out, so fewer than ``limit`` may come back (none for a query of
+        stop words or punctuation alone).
+
+        Raises:
+            ValueError: for a negative ``limit`` or a query over ``MAX_QUERY_BYTES``.
+        """
+
+    @staticmethod
+    def tokenize(text: str) -> list[str]:
+        """The terms the index makes of ``text``, in order: what queries and documents match on.
+
+        Raises:
+            ValueError: for a text over ``MAX_TEXT_BYTES``.
+        """
+
+    @property
+    def names(self) -> list[str]:
+        """The documents' names, in the order given."""
+
+    @property
+    def term_count(self) -> int:
+        """How many distinct terms the index holds."""
+
+    def __len__(self) -> int: ...

@@ -1,5 +1,6 @@
 """openstarry's Rust core: the event envelope and segment codec, the priority
-event queue, the sliding-window dedup of event ids, and one-call ingestion.
+event queue, the sliding-window dedup of event ids, one-call ingestion, and the
+lexical tool index.
 
 This module needs nothing beyond the Python standard library, so other runtimes
 can embed it: ``from openstarry.core import EventQueue``.
@@ -21,6 +22,7 @@ from openstarry._core import (
     IngestResult,
     ProviderResponse,
     ToolCall,
+    ToolIndex,
     __version__,
     decode_event,
     decode_response,
@@ -49,6 +51,7 @@ __all__ = [
     "QueueEmpty",
     "QueueFull",
     "ToolCall",
+    "ToolIndex",
     "__version__",
     "decode_event",
     "decode_response",

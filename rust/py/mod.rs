@@ -9,6 +9,7 @@ pub mod event;
 pub mod ingest;
 pub mod pyjson;
 pub mod queue;
+pub mod retrieval;
 
 /// The one registration point of the extension module.
 #[pymodule]
@@ -20,5 +21,6 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     queue::register(m)?;
     dedup::register(m)?;
     ingest::register(m)?;
+    retrieval::register(m)?;
     Ok(())
 }
