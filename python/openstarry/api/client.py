@@ -1,0 +1,487 @@
+"""A client of the Agent API over HTTP (spec 003), on httpx; needs the ``[http]`` extra.
+
+    async with AgentClient("http://127.0.0.1:8000") as client:
+        response = await client.run("Query weather in Taipei", session_id="alice")
+        print(response.output[-1].get_text_content())
+
+        async for event in client.stream("And in Tokyo?", session_id="alice"):
+            print(event.wire_json())            # every event as it comes
+
+    with Client("http://127.0.0.1:8000") as client:   # the same, blocking
+        print(client.run("Query weather in Taipei").status)
+
+:meth:`AgentClient.stream` sends the request with ``stream: true`` and yields
+each event of the Server-Sent Events stream as its model. When the connection
+drops before the response's terminal event it reconnects (``GET
+/process/{response_id}`` with ``Last-Event-ID``, the ``id:`` of the last event
+received), up to ``max_reconnects`` times in a row, and goes on from where it
+was: no event is lost or repeated. :meth:`AgentClient.run` consumes the stream
+and returns the final response with its ``output`` reassembled from the
+stream's events by :class:`StreamAssembler` (text deltas concatenated into
+complete content, content into messages). :meth:`AgentClient.send` asks for
+``stream: false`` and returns the server's one response.
+
+A refused request raises :class:`ApiError` with the server's ``code`` and
+``message`` and the HTTP status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+
+from openstarry.api.models import (
+    TERMINAL_STATUSES,
+    AgentRequest,
+    AgentResponse,
+    Content,
+    Message,
+    Role,
+    TextContent,
+    parse_event,
+)
+from openstarry.errors import OpenStarryError
+
+try:
+    import httpx
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("openstarry.api.client needs httpx: pip install 'openstarry[http]'") from exc
+
+__all__ = ["AgentClient", "ApiError", "Client", "SSEParser", "StreamAssembler", "make_request"]
+
+WireEvent = AgentResponse | Message | Content
+
+
+class ApiError(OpenStarryError):
+    """The server refused a request, or a stream could not be completed.
+
+    Attributes:
+        status: The HTTP status (0 when the stream broke and could not be resumed).
+        code: The ``code`` of the server's :class:`~openstarry.api.models.Error` body.
+        message: Its ``message``.
+    """
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{status} {code}: {message}" if status else f"{code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def make_request(
+    request: AgentRequest | str, *, session_id: str | None = None, stream: bool = True
+) -> AgentRequest:
+    """An :class:`AgentRequest` from a request or a user's text, with ``stream`` (and the session).
+
+    ``session_id`` given here overrides the request's.
+    """
+    if isinstance(request, str):
+        request = AgentRequest(
+            input=[Message(role=Role.USER, content=[TextContent(text=request)])],
+        )
+    update: dict[str, Any] = {"stream": stream}
+    if session_id is not None:
+        update["session_id"] = session_id
+    return request.model_copy(update=update)
+
+
+def _body(request: AgentRequest) -> bytes:
+    return request.wire_json().encode()
+
+
+def _error_of(response: httpx.Response) -> ApiError:
+    try:
+        body = response.json()
+        return ApiError(response.status_code, str(body["code"]), str(body["message"]))
+    except (ValueError, KeyError, TypeError):
+        return ApiError(response.status_code, "http_error", response.text[:500])
+
+
+class SSEParser:
+    """Splits Server-Sent Events text into ``(id, data)`` pairs, one per event with data.
+
+    Comments (``:`` lines) are skipped; ``id`` is the last ``id:`` field seen
+    (it persists across events, as the SSE spec says).
+    """
+
+    def __init__(self) -> None:
+        self.last_id: str | None = None
+        self._data: list[str] = []
+
+    def feed(self, line: str) -> tuple[str | None, str] | None:
+        """Take one line (without its end); an ``(id, data)`` pair when it ends an event."""
+        if not line:
+            if not self._data:
+                return None
+            data = "\n".join(self._data)
+            self._data = []
+            return self.last_id, data
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            self._data.append(value)
+        elif name == "id" and "\0" not in value:
+            self.last_id = value
+        return None
+
+
+class StreamAssembler:
+    """Rebuilds a response's messages from its streamed events.
+
+    Feed it every event in order (:meth:`feed`); :attr:`messages` holds the
+    messages, each with its content assembled from deltas (text concatenated,
+    data merged) and replaced by each whole content event;
+    :meth:`response` is the last response event with that ``output``.
+    Events whose ``sequence_number`` was already seen are skipped (a replay
+    that overlaps); a gap in the numbers raises :class:`ApiError`.
+    """
+
+    def __init__(self) -> None:
+        self.messages: dict[str, Message] = {}
+        self.last_response: AgentResponse | None = None
+        self.last_sequence = -1
+
+    @property
+    def done(self) -> bool:
+        """Whether the response's terminal event has arrived."""
+        last = self.last_response
+        return last is not None and last.status in TERMINAL_STATUSES
+
+    def feed(self, event: WireEvent) -> bool:
+        """Apply ``event``; ``False`` when it was a repeat and was skipped.
+
+        Raises:
+            ApiError: an event is missing before this one (``stream_gap``).
+        """
+        number = event.sequence_number
+        if number is not None:
+            if number <= self.last_sequence:
+                return False
+            if number != self.last_sequence + 1:
+                raise ApiError(
+                    0,
+                    "stream_gap",
+                    f"events {self.last_sequence + 1}..{number - 1} are missing from the stream",
+                )
+            self.last_sequence = number
+        if isinstance(event, AgentResponse):
+            self.last_response = event
+        elif isinstance(event, Message):
+            self._message(event)
+        else:
+            self._content(event)
+        return True
+
+    def _message(self, event: Message) -> None:
+        known = self.messages.get(event.id)
+        if known is None:
+            known = event.model_copy(deep=True, update={"sequence_number": None})
+            if known.status not in TERMINAL_STATUSES:
+                known.content = None  # built from the content events
+            self.messages[event.id] = known
+            return
+        known.status = event.status
+        known.code, known.message = event.code or known.code, event.message or known.message
+        if event.error is not None:
+            known.error = event.error
+        if not known.content and event.content:
+            known.content = [c.model_copy(deep=True) for c in event.content]
+
+    def _content(self, event: Content) -> None:
+        msg_id = event.msg_id or ""
+        message = self.messages.get(msg_id)
+        if message is None:
+            message = self.messages[msg_id] = Message(id=msg_id) if msg_id else Message()
+        item = event.model_copy(deep=True, update={"sequence_number": None})
+        slots = len(message.content or ())
+        if item.delta:
+            if item.index is None or item.index >= slots:
+                item.index = None  # opens the slot
+            message.add_delta_content(item)
+        else:
+            if item.index is not None and item.index > slots:
+                item.index = None
+            message.add_content(item)
+            if event.status is not None and message.content is not None:
+                index = event.index if event.index is not None else len(message.content) - 1
+                if index < len(message.content):
+                    message.content[index].status = event.status
+
+    def response(self) -> AgentResponse:
+        """The last response event, with ``output`` the assembled messages.
+
+        Raises:
+            ApiError: no response event has arrived.
+        """
+        if self.last_response is None:
+            raise ApiError(0, "no_response", "the stream carried no response event")
+        output = [m.model_copy(deep=True) for m in self.messages.values()]
+        return self.last_response.model_copy(
+            update={"output": output or self.last_response.output, "sequence_number": None}
+        )
+
+
+def _response_id_of(event_id: str | None, fallback: str | None) -> str | None:
+    if event_id and ":" in event_id:
+        return event_id.rpartition(":")[0]
+    return fallback
+
+
+class AgentClient:
+    """An async client of an openstarry Agent API server (asyncio or trio).
+
+    Args:
+        base_url: The server, e.g. ``"http://127.0.0.1:8000"``.
+        timeout: Seconds to connect, and to wait for each piece of a response
+            (the server sends a heartbeat on a quiet stream, 15 s by default).
+        max_reconnects: Reconnects in a row, without an event between, before
+            a broken stream raises :class:`ApiError`.
+        retry_delay: Seconds before a reconnect.
+        http: An ``httpx.AsyncClient`` to use instead of one of its own.
+    """
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        timeout: float = 60.0,
+        max_reconnects: int = 3,
+        retry_delay: float = 0.2,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._owns = http is None
+        self.http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout)
+        self.max_reconnects = max_reconnects
+        self.retry_delay = retry_delay
+
+    async def __aenter__(self) -> AgentClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connections (of a client it made itself)."""
+        if self._owns:
+            await self.http.aclose()
+
+    async def health(self) -> dict[str, Any]:
+        """``GET /health``."""
+        response = await self.http.get("/health")
+        if response.status_code != 200:
+            raise _error_of(response)
+        body: dict[str, Any] = response.json()
+        return body
+
+    async def send(
+        self, request: AgentRequest | str, *, session_id: str | None = None
+    ) -> AgentResponse:
+        """Send the request with ``stream: false``; the server's whole response."""
+        req = make_request(request, session_id=session_id, stream=False)
+        response = await self.http.post(
+            "/process", content=_body(req), headers={"content-type": "application/json"}
+        )
+        if response.status_code != 200:
+            raise _error_of(response)
+        return AgentResponse.model_validate_json(response.content)
+
+    async def run(
+        self, request: AgentRequest | str, *, session_id: str | None = None
+    ) -> AgentResponse:
+        """Stream the request to its end; the final response with the reassembled ``output``."""
+        assembler = StreamAssembler()
+        async for event in self.stream(request, session_id=session_id):
+            assembler.feed(event)
+        return assembler.response()
+
+    async def stream(
+        self, request: AgentRequest | str, *, session_id: str | None = None
+    ) -> AsyncIterator[WireEvent]:
+        """Send the request with ``stream: true`` and yield each event, reconnecting as needed."""
+        req = make_request(request, session_id=session_id, stream=True)
+        async for event in self._follow(("POST", "/process", _body(req), None), req.response_id):
+            yield event
+
+    async def resume(
+        self, response_id: str, last_event_id: str | None = None
+    ) -> AsyncIterator[WireEvent]:
+        """Follow a response already started: the events after ``last_event_id`` (all without)."""
+        headers = {"last-event-id": last_event_id} if last_event_id else None
+        async for event in self._follow(
+            ("GET", f"/process/{response_id}", None, headers), response_id
+        ):
+            yield event
+
+    async def _follow(
+        self,
+        first: tuple[str, str, bytes | None, dict[str, str] | None],
+        response_id: str | None,
+    ) -> AsyncIterator[WireEvent]:
+        assembler = StreamAssembler()
+        attempts = 0
+        method, url, body, headers = first
+        last_id: str | None = (headers or {}).get("last-event-id")
+        if last_id is not None and last_id.rpartition(":")[2].isdigit():
+            assembler.last_sequence = int(last_id.rpartition(":")[2])
+        while True:
+            send_headers = {"accept": "text/event-stream", **(headers or {})}
+            if body is not None:
+                send_headers["content-type"] = "application/json"
+            try:
+                async with self.http.stream(
+                    method, url, content=body, headers=send_headers
+                ) as response:
+                    if response.status_code != 200:
+                        await response.aread()
+                        raise _error_of(response)
+                    response_id = response.headers.get("x-openstarry-response-id", response_id)
+                    parser = SSEParser()
+                    lines = response.aiter_lines()
+                    async with contextlib.aclosing(lines):  # type: ignore[type-var]
+                        async for line in lines:
+                            parsed = parser.feed(line)
+                            if parsed is None:
+                                continue
+                            event_id, data = parsed
+                            event = parse_event(data)
+                            if assembler.feed(event):
+                                attempts = 0
+                                last_id = event_id
+                                response_id = _response_id_of(event_id, response_id)
+                                yield event
+                    # The server ends the stream after the terminal event: read to
+                    # its end, so httpx's generators are exhausted rather than abandoned.
+                    if assembler.done:
+                        return
+            except httpx.TransportError as exc:  # a dropped connection, a timeout
+                failure: Exception = exc
+            else:
+                failure = ApiError(0, "stream_ended", "the stream ended before the response did")
+            attempts += 1
+            if response_id is None or attempts > self.max_reconnects:
+                raise ApiError(
+                    0, "stream_broken", f"the stream broke and could not be resumed: {failure}"
+                ) from failure
+            await anyio.sleep(self.retry_delay)
+            method, url, body = "GET", f"/process/{response_id}", None
+            headers = {"last-event-id": last_id} if last_id else None
+
+
+class Client:
+    """The blocking twin of :class:`AgentClient`, for scripts (same arguments and methods)."""
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        timeout: float = 60.0,
+        max_reconnects: int = 3,
+        retry_delay: float = 0.2,
+        http: httpx.Client | None = None,
+    ) -> None:
+        self._owns = http is None
+        self.http = http or httpx.Client(base_url=base_url, timeout=timeout)
+        self.max_reconnects = max_reconnects
+        self.retry_delay = retry_delay
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections (of a client it made itself)."""
+        if self._owns:
+            self.http.close()
+
+    def health(self) -> dict[str, Any]:
+        """``GET /health``."""
+        response = self.http.get("/health")
+        if response.status_code != 200:
+            raise _error_of(response)
+        body: dict[str, Any] = response.json()
+        return body
+
+    def send(self, request: AgentRequest | str, *, session_id: str | None = None) -> AgentResponse:
+        """Send the request with ``stream: false``; the server's whole response."""
+        req = make_request(request, session_id=session_id, stream=False)
+        response = self.http.post(
+            "/process", content=_body(req), headers={"content-type": "application/json"}
+        )
+        if response.status_code != 200:
+            raise _error_of(response)
+        return AgentResponse.model_validate_json(response.content)
+
+    def run(self, request: AgentRequest | str, *, session_id: str | None = None) -> AgentResponse:
+        """Stream the request to its end; the final response with the reassembled ``output``."""
+        assembler = StreamAssembler()
+        for event in self.stream(request, session_id=session_id):
+            assembler.feed(event)
+        return assembler.response()
+
+    def stream(
+        self, request: AgentRequest | str, *, session_id: str | None = None
+    ) -> Iterator[WireEvent]:
+        """Send the request with ``stream: true`` and yield each event, reconnecting as needed."""
+        req = make_request(request, session_id=session_id, stream=True)
+        return self._follow(("POST", "/process", _body(req), None), req.response_id)
+
+    def resume(self, response_id: str, last_event_id: str | None = None) -> Iterator[WireEvent]:
+        """Follow a response already started: the events after ``last_event_id`` (all without)."""
+        headers = {"last-event-id": last_event_id} if last_event_id else None
+        return self._follow(("GET", f"/process/{response_id}", None, headers), response_id)
+
+    def _follow(
+        self,
+        first: tuple[str, str, bytes | None, dict[str, str] | None],
+        response_id: str | None,
+    ) -> Iterator[WireEvent]:
+        assembler = StreamAssembler()
+        attempts = 0
+        method, url, body, headers = first
+        last_id: str | None = (headers or {}).get("last-event-id")
+        if last_id is not None and last_id.rpartition(":")[2].isdigit():
+            assembler.last_sequence = int(last_id.rpartition(":")[2])
+        while True:
+            send_headers = {"accept": "text/event-stream", **(headers or {})}
+            if body is not None:
+                send_headers["content-type"] = "application/json"
+            try:
+                with self.http.stream(method, url, content=body, headers=send_headers) as response:
+                    if response.status_code != 200:
+                        response.read()
+                        raise _error_of(response)
+                    response_id = response.headers.get("x-openstarry-response-id", response_id)
+                    parser = SSEParser()
+                    for line in response.iter_lines():
+                        parsed = parser.feed(line)
+                        if parsed is None:
+                            continue
+                        event_id, data = parsed
+                        event = parse_event(data)
+                        if assembler.feed(event):
+                            attempts = 0
+                            last_id = event_id
+                            response_id = _response_id_of(event_id, response_id)
+                            yield event
+                    if assembler.done:
+                        return
+            except httpx.TransportError as exc:  # a dropped connection, a timeout
+                failure: Exception = exc
+            else:
+                failure = ApiError(0, "stream_ended", "the stream ended before the response did")
+            attempts += 1
+            if response_id is None or attempts > self.max_reconnects:
+                raise ApiError(
+                    0, "stream_broken", f"the stream broke and could not be resumed: {failure}"
+                ) from failure
+            time.sleep(self.retry_delay)
+            method, url, body = "GET", f"/process/{response_id}", None
+            headers = {"last-event-id": last_id} if last_id else None

@@ -1,0 +1,776 @@
+"""The Agent API over HTTP (spec 003): ``openstarry serve MANIFEST``.
+
+Needs the ``[http]`` extra (Starlette and uvicorn): ``pip install 'openstarry[http]'``.
+
+Endpoints:
+
+``POST /process``
+    An :class:`~openstarry.api.models.AgentRequest`. The input is the text of
+    the last ``user`` message (its text content items joined); the session's
+    memory holds the conversation, so earlier messages of ``input`` are not
+    replayed to the agent. With ``"stream": true`` (the default) the answer is
+    a Server-Sent Events stream (``text/event-stream``): one JSON object per
+    ``data:`` line, each event with an ``id:`` of the form
+    ``<response id>:<sequence_number>``, and an SSE comment (``: keep-alive``)
+    after ``heartbeat`` seconds of silence; the stream ends after the
+    response's terminal event (``completed``, ``failed`` or ``canceled``).
+    With ``"stream": false`` the answer is one JSON
+    :class:`~openstarry.api.models.AgentResponse` with the whole ``output``.
+    Either way the ``X-OpenStarry-Response-ID`` header names the response. A
+    request's ``response_id``, when given, becomes the response's id (letters,
+    digits, ``_``, ``-``, ``.``; not in use). ``tools`` and ``n`` > 1 are
+    refused: the agent's tools come from its manifest and it answers once.
+    Generation parameters (``model``, ``temperature``, ...) are accepted and
+    left to the manifest's provider.
+
+``GET /process/{response_id}``
+    Reconnect to a response: with a ``Last-Event-ID`` header (the ``id:`` of
+    the last event received, or just its sequence number) the events after it
+    are replayed, then the stream goes on live; without it, the whole stream
+    from the start. A ``POST /process`` that carries a ``Last-Event-ID`` header
+    resumes the response that id names (or, for a bare sequence number, the
+    body's ``response_id``) the same way, without starting a new run: an SSE
+    client that retries re-sends its request with that header. Events are
+    kept per response in a bounded buffer (:class:`ServerLimits`): a
+    reconnect asking for events already dropped gets ``410``, one for a
+    response no longer kept gets ``404``.
+
+``GET /health``
+    ``{"status": "ok", "agent": ..., "runs": ..., "responses": ...}``.
+
+Runs and connections:
+
+- A run belongs to the server, not to the connection: when its last reader
+  disconnects, it keeps running for ``resume_grace`` seconds so the client can
+  reconnect; with nobody back by then it is stopped (``/stop`` on its session)
+  and ends ``canceled``.
+- ``session_id`` carries a conversation across requests (the loop's session
+  memory); a request without one gets a new session, echoed in every response
+  event. One run per session at a time: a request for a session whose run is
+  still going gets ``409`` with code ``session_busy`` (resume that run, or wait
+  for it, instead).
+- At most ``max_concurrent_runs`` runs at once; beyond it ``503`` with
+  ``Retry-After``.
+- Every refused request gets a 4xx (or 503) with an
+  :class:`~openstarry.api.models.Error` body ``{"code", "message"}``: invalid
+  JSON (400), a body over ``max_body_bytes`` (413), a non-JSON content type
+  (415), a request that does not fit the schema (422: wrong types, ``n`` = 6,
+  an unknown tool type, no user text), unknown paths (404) and methods (405).
+
+Text that starts with ``/`` is a slash command, as at the ``openstarry run``
+prompt: ``/reset`` clears the session's memory, ``/read notes.txt`` runs a tool
+directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import socket
+import time
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+
+from openstarry.api.adapter import RunStream, check_request, open_run
+from openstarry.api.models import (
+    AgentRequest,
+    AgentResponse,
+    Error,
+    ProtocolError,
+    RunStatus,
+    parse_request,
+)
+from openstarry.bus import describe_exception
+
+try:
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.requests import ClientDisconnect, Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "openstarry.api.server needs Starlette and uvicorn: pip install 'openstarry[http]'"
+    ) from exc
+
+if TYPE_CHECKING:
+    from openstarry.agent.runtime import Agent
+
+__all__ = ["ServerLimits", "create_app", "serve"]
+
+log = logging.getLogger("openstarry.api.server")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+_JSON = "application/json"
+#: The position of a reader that reads no events (``stream: false``).
+_NO_POSITION = 1 << 62
+_RESPONSE_ID = re.compile(r"[A-Za-z0-9_.-]{1,200}")
+_SSE_HEADERS = {
+    "cache-control": "no-cache",
+    "x-accel-buffering": "no",  # proxies (nginx) pass events on as they come
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """The bounds that protect the server; every one is per server unless it says otherwise.
+
+    Attributes:
+        max_body_bytes: The largest request body read; a larger one gets 413.
+        max_concurrent_runs: Runs at once; more get 503.
+        resume_grace: Seconds a run goes on after its last reader disconnected,
+            waiting for a reconnect; then it is stopped. 0 stops it at once.
+        replay_events: Events kept per response for reconnects (the oldest go first).
+        replay_bytes: Bytes of events kept per response.
+        max_responses: Responses kept for reconnects (the oldest finished go first).
+        response_ttl: Seconds a finished response is kept for reconnects.
+        heartbeat: Seconds of silence after which a stream sends an SSE comment,
+            so idle connections stay open and dead ones are noticed.
+        max_connections: Connections :func:`serve` accepts at once (uvicorn
+            answers 503 beyond it).
+    """
+
+    max_body_bytes: int = 1024 * 1024
+    max_concurrent_runs: int = 32
+    resume_grace: float = 10.0
+    replay_events: int = 10_000
+    replay_bytes: int = 2 * 1024 * 1024
+    max_responses: int = 64
+    response_ttl: float = 300.0
+    heartbeat: float = 15.0
+    max_connections: int = 1000
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_body_bytes",
+            "max_concurrent_runs",
+            "replay_events",
+            "replay_bytes",
+            "max_responses",
+            "max_connections",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.max_responses < self.max_concurrent_runs:
+            raise ValueError("max_responses must be at least max_concurrent_runs")
+        if not self.resume_grace >= 0:
+            raise ValueError(f"resume_grace must be 0 or more, not {self.resume_grace}")
+        for name in ("response_ttl", "heartbeat"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
+
+
+class _ApiError(Exception):
+    """A request refused with ``status`` and an :class:`Error` body."""
+
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers
+
+
+def _error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> Response:
+    body = Error(code=code, message=message).wire_json().encode()
+    return Response(body, status_code=status, media_type=_JSON, headers=headers)
+
+
+class _Gone(Exception):
+    """The events a reader asked for are no longer in the buffer."""
+
+
+class _Record:
+    """One response: its events as SSE frames, kept for readers and reconnects."""
+
+    def __init__(self, response_id: str, session_id: str, limits: ServerLimits) -> None:
+        self.id = response_id
+        self.session_id = session_id
+        self._limits = limits
+        #: (sequence number, SSE frame), oldest first.
+        self.frames: deque[tuple[int, bytes]] = deque()
+        self.size = 0
+        #: The highest sequence number dropped from the buffer (-1: none).
+        self.dropped = -1
+        self.last_seq = -1
+        self.final: AgentResponse | None = None
+        self.done = False
+        self.finished_at: float | None = None
+        #: Each attached reader's position: the last sequence number it was sent.
+        self.cursors: dict[object, int] = {}
+        #: Bumped when the last reader leaves: a stale grace timer does nothing.
+        self.detach_epoch = 0
+        self.run: RunStream | None = None
+        self.cancel_requested = False
+        self._changed = anyio.Event()
+
+    @property
+    def readers(self) -> int:
+        return len(self.cursors)
+
+    def append(self, seq: int, data: str) -> None:
+        """Buffer an event; drop the oldest past the bounds.
+
+        Past ``replay_events`` / ``replay_bytes`` the oldest events go, unless an
+        attached reader has not been sent them yet: those stay, up to four
+        times the bounds, beyond which a reader that slow is cut off.
+        """
+        frame = f"id: {self.id}:{seq}\ndata: {data}\n\n".encode()
+        self.frames.append((seq, frame))
+        self.size += len(frame)
+        self.last_seq = seq
+        self.trim()
+        self._notify()
+
+    def trim(self) -> None:
+        """Drop the oldest events past the bounds that no attached reader still needs."""
+        limits = self._limits
+        while len(self.frames) > 1 and (
+            len(self.frames) > limits.replay_events or self.size > limits.replay_bytes
+        ):
+            old_seq, old = self.frames[0]
+            hard = (
+                len(self.frames) > 4 * limits.replay_events or self.size > 4 * limits.replay_bytes
+            )
+            if not hard and self.cursors and old_seq > min(self.cursors.values()):
+                break  # a reader still needs it
+            self.frames.popleft()
+            self.size -= len(old)
+            self.dropped = old_seq
+
+    def finish(self) -> None:
+        self.done = True
+        self.finished_at = time.monotonic()
+        self._notify()
+
+    def cancel(self) -> None:
+        """Stop the run (it ends ``canceled``); before it has opened, as soon as it does."""
+        self.cancel_requested = True
+        if self.run is not None:
+            self.run.cancel()
+
+    async def wait_done(self) -> None:
+        """Wait until the response has ended."""
+        while not self.done:
+            await self._changed.wait()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def frames_after(
+        self, seq: int, heartbeat: float, reader: object | None = None
+    ) -> AsyncGenerator[bytes, None]:
+        """The frames after sequence number ``seq``, live until the response ends.
+
+        ``reader``, an attached reader's token, has its position kept up to date.
+
+        Raises:
+            _Gone: a frame after ``seq`` has been dropped from the buffer (also
+                raised while streaming, when a slow reader falls that far behind).
+        """
+        while True:
+            changed = self._changed
+            if seq < self.dropped:
+                raise _Gone(
+                    f"events after {seq} of {self.id} are no longer buffered "
+                    f"(the oldest kept is {self.dropped + 1})"
+                )
+            batch = [(s, frame) for s, frame in self.frames if s > seq]
+            if batch:
+                for s, frame in batch:
+                    yield frame
+                    seq = s
+                    if reader is not None and reader in self.cursors:
+                        self.cursors[reader] = s
+                continue
+            if self.done:
+                return
+            with anyio.move_on_after(heartbeat) as scope:
+                await changed.wait()
+            if scope.cancelled_caught:
+                yield b": keep-alive\n\n"
+
+
+class _SSEResponse(Response):
+    """Streams a record's frames; notices a disconnect even while the run is silent."""
+
+    def __init__(self, api: _Api, record: _Record, after: int) -> None:
+        # No Response.__init__: it would declare a content-length.
+        self.status_code = 200
+        self.background = None
+        headers = {
+            "content-type": "text/event-stream; charset=utf-8",
+            **_SSE_HEADERS,
+            "x-openstarry-response-id": record.id,
+        }
+        self.raw_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        self._api = api
+        self._record = record
+        self._after = after
+        # Attached now, so no event is dropped before the stream starts.
+        self._reader = api.attach(record, after)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        record = self._record
+        api = self._api
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            async with anyio.create_task_group() as task_group:
+
+                async def watch() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    task_group.cancel_scope.cancel()
+
+                task_group.start_soon(watch)
+                frames = record.frames_after(self._after, api.limits.heartbeat, self._reader)
+                try:
+                    async with contextlib.aclosing(frames):
+                        async for frame in frames:
+                            await send(
+                                {"type": "http.response.body", "body": frame, "more_body": True}
+                            )
+                except _Gone as exc:
+                    # A reader that fell behind the buffer: say so, and end the stream.
+                    comment = f": {exc}\n\n".encode()
+                    await send({"type": "http.response.body", "body": comment, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                task_group.cancel_scope.cancel()
+        except OSError:
+            pass  # the client went away mid-send
+        finally:
+            api.detach(record, self._reader)
+
+
+class _WaitResponse(Response):
+    """``stream: false``: waits for the run to end, then sends the whole response."""
+
+    def __init__(self, api: _Api, record: _Record) -> None:
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = []
+        self._api = api
+        self._record = record
+        # A reader for the grace period, at no position: it holds no event in the buffer.
+        self._reader = api.attach(record, _NO_POSITION)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        record = self._record
+        api = self._api
+        gone = False
+        try:
+            async with anyio.create_task_group() as task_group:
+
+                async def watch() -> None:
+                    nonlocal gone
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    gone = True
+                    task_group.cancel_scope.cancel()
+
+                task_group.start_soon(watch)
+                await record.wait_done()
+                task_group.cancel_scope.cancel()
+        finally:
+            api.detach(record, self._reader)
+        if gone:
+            return
+        final = record.final
+        if final is None:
+            body = Error(code="internal_error", message="the run ended without a response")
+            response = Response(body.wire_json().encode(), status_code=500, media_type=_JSON)
+        else:
+            response = Response(
+                final.wire_json().encode(),
+                media_type=_JSON,
+                headers={"x-openstarry-response-id": record.id},
+            )
+        with contextlib.suppress(OSError):
+            await response(scope, receive, send)
+
+
+class _Api:
+    """The server's state: the agent, the responses kept, and the runs' task group."""
+
+    def __init__(self, agent: Agent, limits: ServerLimits) -> None:
+        self.agent = agent
+        self.limits = limits
+        self.records: OrderedDict[str, _Record] = OrderedDict()
+        #: The response running in each busy session.
+        self.sessions: dict[str, str] = {}
+        self.running = 0
+        self.task_group: anyio.abc.TaskGroup | None = None
+
+    # -- records ---------------------------------------------------------
+
+    def _purge(self) -> None:
+        now = time.monotonic()
+        ttl = self.limits.response_ttl
+        for key in [
+            key
+            for key, record in self.records.items()
+            if record.done and record.finished_at is not None and now - record.finished_at > ttl
+        ]:
+            del self.records[key]
+        excess = len(self.records) - self.limits.max_responses + 1
+        if excess > 0:
+            finished = [key for key, record in self.records.items() if record.done]
+            for key in finished[:excess]:
+                del self.records[key]
+
+    def find(self, response_id: str) -> _Record:
+        self._purge()
+        record = self.records.get(response_id)
+        if record is None:
+            raise _ApiError(
+                404,
+                "response_not_found",
+                f"no response {response_id!r} is kept here (unknown, or expired)",
+            )
+        return record
+
+    def attach(self, record: _Record, after: int) -> object:
+        """A new reader of ``record``, at sequence number ``after``; its token."""
+        token = object()
+        record.cursors[token] = after
+        return token
+
+    def detach(self, record: _Record, token: object) -> None:
+        """A reader has gone: the last one leaving starts the grace period."""
+        record.cursors.pop(token, None)
+        record.trim()
+        if record.readers > 0 or record.done:
+            return
+        record.detach_epoch += 1
+        grace = self.limits.resume_grace
+        if grace == 0 or self.task_group is None:
+            record.cancel()
+        else:
+            self.task_group.start_soon(self._cancel_later, record, record.detach_epoch, grace)
+
+    async def _cancel_later(self, record: _Record, epoch: int, grace: float) -> None:
+        await anyio.sleep(grace)
+        if record.readers == 0 and record.detach_epoch == epoch and not record.done:
+            log.info("response %s: nobody reconnected within %g s; stopping it", record.id, grace)
+            record.cancel()
+
+    # -- runs ------------------------------------------------------------
+
+    def start(self, request: AgentRequest) -> _Record:
+        """Check that the request may run now, and start its run."""
+        task_group = self.task_group
+        if task_group is None:
+            raise _ApiError(503, "unavailable", "the server is not running its agent")
+        self._purge()
+        session_id = request.session_id or f"session_{uuid.uuid4()}"
+        busy = self.sessions.get(session_id)
+        if busy is not None:
+            raise _ApiError(
+                409,
+                "session_busy",
+                f"session {session_id!r} is running response {busy}; "
+                f"resume it with GET /process/{busy} or wait until it ends",
+            )
+        response_id = request.response_id or f"response_{uuid.uuid4()}"
+        if not _RESPONSE_ID.fullmatch(response_id):
+            raise _ApiError(
+                422,
+                "invalid_request",
+                "response_id: 1 to 200 letters, digits, '_', '-' or '.' "
+                "(it goes into SSE ids and headers)",
+            )
+        if response_id in self.records:
+            raise _ApiError(
+                409,
+                "response_exists",
+                f"response {response_id!r} exists; resume it with GET /process/{response_id}",
+            )
+        if self.running >= self.limits.max_concurrent_runs:
+            raise _ApiError(
+                503,
+                "too_many_runs",
+                f"the server is running {self.running} requests, its limit; retry shortly",
+                headers={"retry-after": "1"},
+            )
+        request = request.model_copy(update={"session_id": session_id})
+        record = _Record(response_id, session_id, self.limits)
+        self.records[response_id] = record
+        self.sessions[session_id] = response_id
+        self.running += 1
+        task_group.start_soon(self._drive, record, request, name=f"openstarry.api {response_id}")
+        return record
+
+    async def _drive(self, record: _Record, request: AgentRequest) -> None:
+        try:
+            async with open_run(self.agent, request, response_id=record.id) as run:
+                record.run = run
+                if record.cancel_requested:
+                    run.cancel()
+                async for event in run:
+                    assert event.sequence_number is not None
+                    record.append(event.sequence_number, event.wire_json())
+                record.final = run.final
+        except Exception as exc:
+            log.exception("response %s: the run failed", record.id)
+            # Every stream ends with a terminal event, even this one.
+            record.final = AgentResponse(
+                id=record.id,
+                session_id=record.session_id,
+                status=RunStatus.Failed,
+                error=Error(code="internal_error", message=describe_exception(exc)),
+                output=[],
+                sequence_number=record.last_seq + 1,
+            )
+            record.append(record.last_seq + 1, record.final.wire_json())
+        finally:
+            record.run = None
+            record.finish()
+            self.running -= 1
+            if self.sessions.get(record.session_id) == record.id:
+                del self.sessions[record.session_id]
+
+    async def stop_all(self) -> None:
+        for record in list(self.records.values()):
+            if not record.done:
+                record.cancel()
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise _ApiError(
+            413, "request_too_large", f"a request body is at most {limit} bytes, not {length}"
+        )
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _ApiError(
+                    413, "request_too_large", f"a request body is at most {limit} bytes"
+                )
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise _ApiError(400, "client_disconnected", "the client left mid-request") from None
+    return b"".join(chunks)
+
+
+def _check_content_type(request: Request) -> None:
+    kind = request.headers.get("content-type")
+    if kind is None:
+        return
+    media = kind.split(";", 1)[0].strip().lower()
+    if media != _JSON and not media.endswith("+json"):
+        raise _ApiError(
+            415, "unsupported_media_type", f"the body must be application/json, not {media!r}"
+        )
+
+
+def _last_event(header: str, response_id: str | None) -> tuple[str | None, int]:
+    """``(response id or None, sequence number)`` of a ``Last-Event-ID`` header."""
+    named, sep, number = header.strip().rpartition(":")
+    if not number.isdigit() or (sep and not named):
+        raise _ApiError(
+            400,
+            "invalid_last_event_id",
+            f"Last-Event-ID must be '<response id>:<sequence number>' or a number, not {header!r}",
+        )
+    if named and response_id is not None and named != response_id:
+        raise _ApiError(
+            400,
+            "invalid_last_event_id",
+            f"Last-Event-ID names response {named!r}, not {response_id!r}",
+        )
+    return (named or response_id), int(number)
+
+
+def _resume(api: _Api, response_id: str | None, header: str | None) -> Response:
+    after = -1
+    if header is not None and header.strip():
+        response_id, after = _last_event(header, response_id)
+    if response_id is None:
+        raise _ApiError(
+            400,
+            "invalid_last_event_id",
+            "a Last-Event-ID of a POST must name its response ('<response id>:<number>')",
+        )
+    record = api.find(response_id)
+    if after > record.last_seq:
+        raise _ApiError(
+            400,
+            "invalid_last_event_id",
+            f"response {response_id} has no event {after} (its last is {record.last_seq})",
+        )
+    if after < record.dropped:
+        raise _ApiError(
+            410,
+            "events_expired",
+            f"events after {after} of {response_id} are no longer buffered "
+            f"(the oldest kept is {record.dropped + 1})",
+        )
+    return _SSEResponse(api, record, after)
+
+
+def create_app(agent: Agent, *, limits: ServerLimits | None = None) -> Starlette:
+    """The Agent API as a Starlette application serving ``agent``.
+
+    The application starts the agent when the server starts (its lifespan) and
+    stops it, with the runs still going, when the server stops.
+
+    Args:
+        agent: The agent to serve (not yet started).
+        limits: The server's bounds (default :class:`ServerLimits`).
+    """
+    api = _Api(agent, limits or ServerLimits())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with agent, anyio.create_task_group() as task_group:
+            api.task_group = task_group
+            try:
+                yield
+            finally:
+                api.task_group = None
+                await api.stop_all()
+                task_group.cancel_scope.cancel()
+
+    async def process(request: Request) -> Response:
+        try:
+            resume_from = request.headers.get("last-event-id")
+            _check_content_type(request)
+            body = await _read_body(request, api.limits.max_body_bytes)
+            if resume_from is not None:
+                # A retry of a streamed request: resume the response it started
+                # (named by the header, or by the body's response_id).
+                try:
+                    named = parse_request(body).response_id
+                except ProtocolError:
+                    named = None
+                return _resume(api, named, resume_from)
+            try:
+                agent_request = parse_request(body)
+                check_request(agent_request)
+            except ProtocolError as exc:
+                return _error_response(exc.http_status, exc.code, str(exc))
+            record = api.start(agent_request)
+            if agent_request.stream:
+                return _SSEResponse(api, record, -1)
+            return _WaitResponse(api, record)
+        except _ApiError as exc:
+            return _error_response(exc.status, exc.code, exc.message, exc.headers)
+
+    async def resume(request: Request) -> Response:
+        try:
+            return _resume(
+                api, request.path_params["response_id"], request.headers.get("last-event-id")
+            )
+        except _ApiError as exc:
+            return _error_response(exc.status, exc.code, exc.message, exc.headers)
+
+    async def health(request: Request) -> Response:
+        running = api.task_group is not None
+        body = {
+            "status": "ok" if running else "unavailable",
+            "agent": agent.name,
+            "runs": api.running,
+            "responses": len(api.records),
+        }
+        return Response(
+            json.dumps(body).encode(), status_code=200 if running else 503, media_type=_JSON
+        )
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        codes = {404: "not_found", 405: "method_not_allowed"}
+        headers = dict(exc.headers) if exc.headers else None
+        return _error_response(
+            exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail), headers
+        )
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        log.exception("unexpected error serving %s", request.url.path, exc_info=exc)
+        return _error_response(500, "internal_error", "the server failed to handle the request")
+
+    app = Starlette(
+        routes=[
+            Route("/process", process, methods=["POST"]),
+            Route("/process/{response_id}", resume, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: http_error, Exception: server_error},
+        lifespan=lifespan,
+    )
+    app.state.openstarry = api
+    return app
+
+
+def serve(
+    manifest_path: str | os.PathLike[str],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    limits: ServerLimits | None = None,
+    sock: socket.socket | None = None,
+) -> int:
+    """Serve the agent of an ``agent.json`` over HTTP until interrupted (``openstarry serve``).
+
+    Ctrl-C (SIGINT) or SIGTERM shuts the server down gracefully (streams still
+    open get 5 s, then the runs are stopped); uvicorn then raises the signal
+    again, so the process ends as interrupted (``openstarry serve`` exits 130
+    on Ctrl-C).
+
+    Args:
+        manifest_path: The manifest.
+        host: The address to listen on.
+        port: The port (0: any free one).
+        limits: The server's bounds.
+        sock: A bound socket to serve on instead of ``host``/``port``.
+
+    Returns:
+        The exit status: 0 after a clean shutdown, 1 when the server could not start.
+
+    Raises:
+        openstarry.errors.ManifestError: a bad manifest.
+    """
+    try:
+        import uvicorn
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("openstarry serve needs uvicorn: pip install 'openstarry[http]'") from exc
+    from openstarry.agent.runtime import Agent
+
+    limits = limits or ServerLimits()
+    agent = Agent.from_manifest(manifest_path)
+    app = create_app(agent, limits=limits)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        timeout_graceful_shutdown=5,
+        limit_concurrency=limits.max_connections,
+        log_level="info",
+    )
+    server = uvicorn.Server(config)
+    try:
+        server.run(sockets=[sock] if sock is not None else None)
+    except SystemExit as exc:  # uvicorn exits when it cannot bind
+        return 1 if exc.code else 0
+    return 0 if server.started else 1

@@ -1,0 +1,742 @@
+"""The Agent API over HTTP: a real uvicorn server on 127.0.0.1, driven with httpx.
+
+Each test starts a server in a thread (its own asyncio loop, as ``openstarry
+serve`` runs it) on a free port, and stops it at the end. The client side runs
+on asyncio and on trio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+import uvicorn
+from anyio.abc import SocketAttribute, SocketStream
+
+from openstarry.agent.interfaces import AgentContext, Tool
+from openstarry.agent.runtime import Agent
+from openstarry.api.client import AgentClient, ApiError, Client, SSEParser, StreamAssembler
+from openstarry.api.models import AgentResponse, Message, parse_event
+from openstarry.api.server import ServerLimits, create_app
+from openstarry.testing import ScriptedProvider, text, tool_call
+
+WEATHER = Path(__file__).resolve().parent.parent / "examples" / "weather-agent" / "agent.json"
+HANG = 10
+FINAL_TEXT = "The weather in Taipei is 25°C, Sunny."
+
+
+@contextmanager
+def serving(agent: Agent, limits: ServerLimits | None = None) -> Iterator[str]:
+    """Serve ``agent`` on a free port of 127.0.0.1 in a thread; yield its base URL."""
+    app = create_app(agent, limits=limits)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app, log_level="warning", log_config=None, timeout_graceful_shutdown=2, lifespan="on"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + HANG
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(HANG)
+        sock.close()
+        assert not thread.is_alive(), "the server did not stop"
+
+
+def body(text_: str = "Query weather in Taipei", **fields: Any) -> dict[str, Any]:
+    return {"input": [{"role": "user", "content": [{"type": "text", "text": text_}]}], **fields}
+
+
+class BlockingTool(Tool):
+    """An async tool that waits until released (or cancelled); thread-safe flags for the test."""
+
+    name = "block"
+    description = "Waits."
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.cancelled = threading.Event()
+
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        self.started.set()
+        try:
+            while not self.release.is_set():
+                await anyio.sleep(0.01)
+        except BaseException:
+            self.cancelled.set()
+            raise
+        return {"released": True}
+
+
+def blocking_agent(tool: BlockingTool, answers: int = 1) -> Agent:
+    script: list[Any] = []
+    for _ in range(answers):
+        script += [tool_call("block", {}, text="Working on it."), text("Done.")]
+    return Agent(ScriptedProvider(script), [tool])
+
+
+async def wait_for(flag: threading.Event) -> bool:
+    return await anyio.to_thread.run_sync(flag.wait, HANG)
+
+
+async def stream_until(
+    url: str,
+    payload: dict[str, Any],
+    stop: Callable[[dict[str, Any]], bool],
+    comments: list[str] | None = None,
+) -> tuple[dict[str, str], list[tuple[str, dict[str, Any]]]]:
+    """POST ``payload`` on a raw connection, read events until ``stop(event)``, then hang up.
+
+    With ``comments``, the SSE comment lines read go there, and the first one
+    also ends the reading. Returns the response's headers and the ``(id,
+    event)`` pairs read.
+    """
+    host, _, port = url.removeprefix("http://").partition(":")
+    data = json.dumps(payload).encode()
+    head = (
+        f"POST /process HTTP/1.0\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n"
+    )
+    headers: dict[str, str] | None = None
+    events: list[tuple[str, dict[str, Any]]] = []
+    parser = SSEParser()
+    buffer = b""
+    async with await anyio.connect_tcp(host, int(port)) as connection:
+        await connection.send(head.encode() + data)
+        while True:
+            buffer += await connection.receive()
+            if headers is None:
+                if b"\r\n\r\n" not in buffer:
+                    continue
+                raw, buffer = buffer.split(b"\r\n\r\n", 1)
+                lines = raw.decode("latin-1").split("\r\n")
+                assert lines[0].split()[1] == "200", lines[0]
+                headers = {
+                    k.lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])
+                }
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                if comments is not None and line.startswith(b":"):
+                    comments.append(line.decode())
+                    return headers, events
+                parsed = parser.feed(line.decode().rstrip("\r"))
+                if parsed is not None:
+                    assert parsed[0] is not None
+                    events.append((parsed[0], json.loads(parsed[1])))
+                    if stop(events[-1][1]):
+                        return headers, events
+
+
+def frames(raw: str) -> list[dict[str, str]]:
+    """The SSE frames of a stream body: the fields of each block, comments left out."""
+    blocks = []
+    for block in raw.split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in block.split("\n"):
+            if not line or line.startswith(":"):
+                continue
+            name, _, value = line.partition(": ")
+            assert name not in fields, f"field {name} twice in one event: {block!r}"
+            fields[name] = value
+        if fields:
+            blocks.append(fields)
+    return blocks
+
+
+@pytest.mark.anyio
+async def test_health() -> None:
+    with serving(Agent.from_manifest(WEATHER)) as url:
+        async with httpx.AsyncClient(base_url=url) as http:
+            response = await http.get("/health")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "agent": "weather-agent", "runs": 0, "responses": 0}
+
+
+@pytest.mark.anyio
+async def test_weather_run_streams_end_to_end() -> None:
+    with serving(Agent.from_manifest(WEATHER)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=HANG) as http:
+            response = await http.post("/process", json=body(session_id="alice"))
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            raw = response.text
+            async with AgentClient(url) as client:
+                assembled = await client.run("Query weather in Taipei", session_id="bob")
+    blocks = frames(raw)
+    assert all(set(block) == {"id", "data"} for block in blocks)
+    events = [json.loads(block["data"]) for block in blocks]
+    response_id = events[0]["id"]
+    numbers = [e["sequence_number"] for e in events]
+    assert numbers == list(range(len(events)))
+    assert [block["id"] for block in blocks] == [f"{response_id}:{n}" for n in numbers]
+    assert [(e["object"], e["status"]) for e in events[:2]] == [
+        ("response", "created"),
+        ("response", "in_progress"),
+    ]
+    final = events[-1]
+    assert (final["object"], final["status"], final["session_id"]) == (
+        "response",
+        "completed",
+        "alice",
+    )
+    assert [m["type"] for m in final["output"]] == [
+        "message",
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+    assert final["output"][-1]["content"][0]["text"] == FINAL_TEXT
+    deltas = [e["text"] for e in events if e["object"] == "content" and e.get("delta")]
+    assert deltas == ["Sure, let me check.", FINAL_TEXT]
+    # The client reassembles the same messages from the deltas.
+    assert assembled.status is not None
+    assert str(assembled.status) == "completed"
+    assert assembled.session_id == "bob"
+    assert assembled.output is not None
+    assert [m.get_text_content() for m in assembled.output] == [
+        "Sure, let me check.",
+        None,
+        None,
+        FINAL_TEXT,
+    ]
+    assert [m.type.value for m in assembled.output] == [m["type"] for m in final["output"]]
+
+
+@pytest.mark.anyio
+async def test_stream_false_gives_one_whole_response() -> None:
+    with serving(Agent.from_manifest(WEATHER)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=HANG) as http:
+            response = await http.post("/process", json=body(stream=False, session_id="s"))
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    result = AgentResponse.model_validate_json(response.content)
+    assert str(result.status) == "completed"
+    assert result.session_id == "s"
+    assert result.output is not None
+    assert result.output[-1].get_text_content() == FINAL_TEXT
+    assert result.usage is not None
+    assert result.usage["outputTokens"] > 0
+
+
+@pytest.mark.anyio
+async def test_session_id_carries_the_conversation_across_requests() -> None:
+    provider = ScriptedProvider(["Nice to meet you, Ada.", "Your name is Ada.", "Hello."])
+    with serving(Agent(provider)) as url:
+        async with AgentClient(url, timeout=HANG) as client:
+            first = await client.send("My name is Ada.", session_id="ada")
+            second = await client.run("What is my name?", session_id="ada")
+            other = await client.send("Hi.")
+    assert first.session_id == second.session_id == "ada"
+    assert second.output is not None
+    assert second.output[0].get_text_content() == "Your name is Ada."
+    remembered = [getattr(entry, "text", None) for entry in provider.calls[1].memory]
+    assert remembered[:2] == ["My name is Ada.", "Nice to meet you, Ada."]
+    # A request without a session gets a new one, with nothing remembered.
+    assert other.session_id is not None
+    assert other.session_id not in ("ada", None)
+    assert [getattr(e, "text", None) for e in provider.calls[2].memory] == ["Hi."]
+
+
+@pytest.mark.anyio
+async def test_a_client_that_disconnects_cancels_its_run() -> None:
+    tool = BlockingTool()
+    limits = ServerLimits(resume_grace=0.2)
+    with serving(blocking_agent(tool), limits) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=HANG) as http:
+            headers, _ = await stream_until(
+                url, body(session_id="d"), lambda e: e.get("type") == "function_call"
+            )
+            response_id = headers["x-openstarry-response-id"]
+            # The connection is closed; the tool was running.
+            assert tool.started.is_set()
+            assert await wait_for(tool.cancelled)
+            assert not tool.release.is_set()
+            # The response ended canceled, and the session is free again.
+            replay = await http.get(f"/process/{response_id}")
+            events = [json.loads(f["data"]) for f in frames(replay.text)]
+            assert (events[-1]["object"], events[-1]["status"]) == ("response", "canceled")
+            health = (await http.get("/health")).json()
+            assert health["runs"] == 0
+
+
+@pytest.mark.anyio
+async def test_resume_with_last_event_id_replays_exactly_what_was_missed() -> None:
+    tool = BlockingTool()
+    with serving(blocking_agent(tool), ServerLimits(resume_grace=HANG)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=HANG) as http:
+            _, seen = await stream_until(
+                url, body(session_id="r"), lambda e: e.get("type") == "function_call"
+            )
+            last_id = seen[-1][0]
+            response_id = seen[0][1]["id"]
+            assert last_id == f"{response_id}:{seen[-1][1]['sequence_number']}"
+            # The run goes on while nobody listens.
+            tool.release.set()
+            async with AgentClient(url, timeout=HANG) as client:
+                missed = [e async for e in client.resume(response_id, last_id)]
+            whole = frames((await http.get(f"/process/{response_id}")).text)
+            # POST with the header resumes too (a retrying SSE client).
+            again = await http.post(
+                "/process", json=body(session_id="r"), headers={"Last-Event-ID": last_id}
+            )
+            number = last_id.rpartition(":")[2]
+            bare = await http.post(
+                "/process",
+                json=body(session_id="r", response_id=response_id),
+                headers={"Last-Event-ID": number},
+            )
+    assert not tool.cancelled.is_set()
+    first_missed = seen[-1][1]["sequence_number"] + 1
+    assert [e.sequence_number for e in missed] == list(range(first_missed, len(whole)))
+    assert [json.loads(e.wire_json()) for e in missed] == [
+        json.loads(f["data"]) for f in whole[first_missed:]
+    ]
+    assert [json.loads(f["data"]) for f in whole[:first_missed]] == [e for _, e in seen]
+    final = missed[-1]
+    assert isinstance(final, AgentResponse)
+    assert str(final.status) == "completed"
+    assert again.status_code == 200
+    assert frames(again.text) == whole[first_missed:]
+    assert bare.status_code == 200
+    assert frames(bare.text) == whole[first_missed:]
+
+
+@pytest.mark.anyio
+async def test_resume_errors() -> None:
+    limits = ServerLimits(replay_events=3)
+    with serving(Agent(ScriptedProvider(["One.", "Two."])), limits) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=HANG) as http:
+            done = await http.post("/process", json=body(session_id="e"))
+            events = [json.loads(f["data"]) for f in frames(done.text)]
+            response_id = events[0]["id"]
+            last = events[-1]["sequence_number"]
+            # The newest three events are kept.
+            kept = await http.get(
+                f"/process/{response_id}", headers={"Last-Event-ID": f"{response_id}:{last - 3}"}
+            )
+            gone = await http.get(
+                f"/process/{response_id}", headers={"Last-Event-ID": f"{response_id}:0"}
+            )
+            unknown = await http.get("/process/response_nope")
+            bad = await http.get(f"/process/{response_id}", headers={"Last-Event-ID": "x:y"})
+            other = await http.get(
+                f"/process/{response_id}", headers={"Last-Event-ID": "response_other:1"}
+            )
+            future = await http.get(
+                f"/process/{response_id}", headers={"Last-Event-ID": str(last + 5)}
+            )
+            post_bare = await http.post("/process", json=body(), headers={"Last-Event-ID": "3"})
+    assert kept.status_code == 200, kept.text
+    assert [json.loads(f["data"])["sequence_number"] for f in frames(kept.text)] == [
+        last - 2,
+        last - 1,
+        last,
+    ]
+    for response, status, code in [
+        (gone, 410, "events_expired"),
+        (unknown, 404, "response_not_found"),
+        (bad, 400, "invalid_last_event_id"),
+        (other, 400, "invalid_last_event_id"),
+        (future, 400, "invalid_last_event_id"),
+        (post_bare, 400, "invalid_last_event_id"),
+    ]:
+        assert response.status_code == status, response.text
+        assert response.json()["code"] == code
+        assert set(response.json()) == {"code", "message"}
+
+
+MALFORMED: list[tuple[str, bytes, dict[str, str], int, str]] = [
+    ("invalid JSON", b'{"input": [', {}, 400, "invalid_json"),
+    ("not an object", b"[1, 2]", {}, 422, "invalid_request"),
+    ("stream is a string", json.dumps(body(stream="yes")).encode(), {}, 422, "invalid_request"),
+    ("n = 6", json.dumps(body(n=6)).encode(), {}, 422, "invalid_request"),
+    (
+        "unknown tool type",
+        json.dumps(body(tools=[{"type": "retrieval", "function": {"name": "f"}}])).encode(),
+        {},
+        422,
+        "invalid_request",
+    ),
+    ("empty input", json.dumps({"input": []}).encode(), {}, 422, "invalid_request"),
+    ("no input", b"{}", {}, 422, "invalid_request"),
+    ("blank text", json.dumps(body("   ")).encode(), {}, 422, "empty_input"),
+    (
+        "no user message",
+        json.dumps({"input": [{"role": "system"}]}).encode(),
+        {},
+        422,
+        "invalid_request",
+    ),
+    (
+        "image input",
+        json.dumps(
+            {
+                "input": [
+                    {"role": "user", "content": [{"type": "image", "image_url": "https://a/b"}]}
+                ]
+            }
+        ).encode(),
+        {},
+        422,
+        "unsupported_content",
+    ),
+    ("n = 2", json.dumps(body(n=2)).encode(), {}, 422, "unsupported_n"),
+    ("too large", json.dumps(body("x" * 5000)).encode(), {}, 413, "request_too_large"),
+    (
+        "response_id with a newline",
+        json.dumps(body(response_id="response_1\ndata: {}")).encode(),
+        {},
+        422,
+        "invalid_request",
+    ),
+    (
+        "form data",
+        b"input=hi",
+        {"content-type": "application/x-www-form-urlencoded"},
+        415,
+        "unsupported_media_type",
+    ),
+]
+
+
+@pytest.mark.anyio
+async def test_malformed_requests_get_4xx_with_an_error_body() -> None:
+    provider = ScriptedProvider([])
+    with serving(Agent(provider), ServerLimits(max_body_bytes=4096)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=HANG) as http:
+            results = []
+            for name, content, headers, _, _ in MALFORMED:
+                headers = {"content-type": "application/json", **headers}
+                response = await http.post("/process", content=content, headers=headers)
+                results.append((name, response))
+            wrong_method = await http.get("/process")
+            no_route = await http.get("/nowhere")
+            health = (await http.get("/health")).json()
+    for (name, response), (_, _, _, status, code) in zip(results, MALFORMED, strict=True):
+        assert response.status_code == status, (name, response.text)
+        error = response.json()
+        assert set(error) == {"code", "message"}, name
+        assert error["code"] == code, (name, error)
+        assert error["message"], name
+    assert (wrong_method.status_code, wrong_method.json()["code"]) == (405, "method_not_allowed")
+    assert (no_route.status_code, no_route.json()["code"]) == (404, "not_found")
+    assert provider.calls == []  # nothing reached the agent
+    assert health["runs"] == 0
+
+
+@pytest.mark.anyio
+async def test_one_run_per_session_and_a_bound_on_runs() -> None:
+    tool = BlockingTool()
+    limits = ServerLimits(max_concurrent_runs=1, max_responses=4, resume_grace=0)
+    with serving(blocking_agent(tool), limits) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=HANG) as http:
+            async with http.stream("POST", "/process", json=body(session_id="busy")) as first:
+                assert first.status_code == 200
+                assert await wait_for(tool.started)
+                same = await http.post("/process", json=body(session_id="busy"))
+                other = await http.post("/process", json=body(session_id="other"))
+                tool.release.set()
+                raw = await first.aread()
+            after = await http.post("/process", json=body("again", session_id="busy"))
+    assert same.status_code == 409
+    assert same.json()["code"] == "session_busy"
+    assert first.headers["x-openstarry-response-id"] in same.json()["message"]
+    assert other.status_code == 503
+    assert other.json()["code"] == "too_many_runs"
+    assert other.headers["retry-after"] == "1"
+    assert json.loads(frames(raw.decode())[-1]["data"])["status"] == "completed"
+    # The session is free once its run has ended (the script is spent: the run fails).
+    assert after.status_code == 200
+
+
+def test_blocking_client() -> None:
+    with serving(Agent.from_manifest(WEATHER)) as url, Client(url, timeout=HANG) as client:
+        assert client.health()["status"] == "ok"
+        streamed = client.run("Query weather in Taipei", session_id="sync")
+        whole = client.send("Query weather in Taipei", session_id="sync")
+        with pytest.raises(ApiError) as caught:
+            client.send("   ")
+    assert streamed.output is not None
+    assert whole.output is not None
+    assert streamed.output[-1].get_text_content() == FINAL_TEXT
+    assert whole.output[-1].get_text_content() == FINAL_TEXT
+    assert (caught.value.status, caught.value.code) == (422, "empty_input")
+
+
+def test_stream_assembler_rebuilds_the_spec_example() -> None:
+    lines = [
+        '{"status":"created","id":"response_1","object":"response","sequence_number":0}',
+        '{"status":"created","id":"msg_1","object":"message","role":"assistant","sequence_number":1}',
+        '{"status":"in_progress","type":"text","index":0,"delta":true,"text":"Hello",'
+        '"object":"content","msg_id":"msg_1","sequence_number":2}',
+        '{"status":"in_progress","type":"text","index":0,"delta":true,"text":", ",'
+        '"object":"content","msg_id":"msg_1","sequence_number":3}',
+        '{"status":"in_progress","type":"text","index":0,"delta":true,"text":"world",'
+        '"object":"content","msg_id":"msg_1","sequence_number":4}',
+        '{"status":"completed","type":"text","index":0,"delta":false,"text":"Hello, world!",'
+        '"object":"content","msg_id":"msg_1","sequence_number":5}',
+        '{"status":"completed","id":"msg_1","object":"message","sequence_number":6}',
+        '{"status":"completed","id":"response_1","object":"response","sequence_number":7}',
+    ]
+    assembler = StreamAssembler()
+    partial = ""
+    for line in lines:
+        event = parse_event(line)
+        assert assembler.feed(event)
+        message = assembler.messages.get("msg_1")
+        if message is not None and message.content:
+            partial = message.get_text_content() or ""
+        if line.endswith('"sequence_number":4}'):
+            assert partial == "Hello, world"
+    assert not assembler.feed(parse_event(lines[3]))  # a replayed event is skipped
+    result = assembler.response()
+    assert str(result.status) == "completed"
+    assert result.output is not None
+    (message,) = result.output
+    assert isinstance(message, Message)
+    assert str(message.status) == "completed"
+    assert message.get_text_content() == "Hello, world!"
+    with pytest.raises(ApiError, match="missing"):
+        StreamAssembler().feed(parse_event(lines[2]))
+
+
+@asynccontextmanager
+async def cutting_proxy(url: str, cut_after: int) -> AsyncIterator[tuple[str, list[int]]]:
+    """A TCP proxy to ``url`` that cuts its first connection after ``cut_after`` bytes back.
+
+    Yields its URL and the list of connections it took.
+    """
+    host, _, port = url.removeprefix("http://").partition(":")
+    connections: list[int] = []
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    proxy_port = listener.extra(SocketAttribute.local_port)
+
+    async def handle(client: SocketStream) -> None:
+        index = len(connections)
+        connections.append(index)
+        upstream = await anyio.connect_tcp(host, int(port))
+        async with client, upstream, anyio.create_task_group() as pumps:
+
+            async def up() -> None:
+                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    async for chunk in client:
+                        await upstream.send(chunk)
+                pumps.cancel_scope.cancel()
+
+            async def down() -> None:
+                sent = 0
+                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    async for chunk in upstream:
+                        if index == 0 and sent + len(chunk) >= cut_after:
+                            await client.send(chunk[: cut_after - sent])
+                            break
+                        await client.send(chunk)
+                        sent += len(chunk)
+                pumps.cancel_scope.cancel()
+
+            pumps.start_soon(up)
+            pumps.start_soon(down)
+
+    async with listener, anyio.create_task_group() as serving_group:
+        serving_group.start_soon(listener.serve, handle)
+        try:
+            yield f"http://127.0.0.1:{proxy_port}", connections
+        finally:
+            serving_group.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_the_client_resumes_a_dropped_stream_with_last_event_id() -> None:
+    with serving(Agent.from_manifest(WEATHER)) as url:
+        async with (
+            cutting_proxy(url, cut_after=1500) as (proxy, connections),
+            AgentClient(proxy, timeout=HANG, retry_delay=0.05) as client,
+        ):
+            with anyio.fail_after(HANG):
+                events = [e async for e in client.stream("Query weather in Taipei")]
+    assert len(connections) == 2  # the first was cut; the client reconnected once
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    final = events[-1]
+    assert isinstance(final, AgentResponse)
+    assert str(final.status) == "completed"
+    assert final.output is not None
+    assert final.output[-1].get_text_content() == FINAL_TEXT
+
+
+@pytest.mark.anyio
+async def test_stopping_the_server_stops_its_runs() -> None:
+    tool = BlockingTool()
+    with serving(blocking_agent(tool), ServerLimits(resume_grace=HANG)) as url:
+        await stream_until(url, body(), lambda e: e.get("type") == "function_call")
+        assert tool.started.is_set()
+        assert not tool.cancelled.is_set()
+    assert tool.cancelled.is_set()
+
+
+@pytest.mark.anyio
+async def test_a_waiting_client_that_disconnects_cancels_its_run() -> None:
+    tool = BlockingTool()
+    with serving(blocking_agent(tool), ServerLimits(resume_grace=0)) as url:
+        host, _, port = url.removeprefix("http://").partition(":")
+        data = json.dumps(body(stream=False)).encode()
+        head = (
+            f"POST /process HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n"
+        ).encode()
+        async with await anyio.connect_tcp(host, int(port)) as connection:
+            await connection.send(head + data)
+            assert await wait_for(tool.started)
+        assert await wait_for(tool.cancelled)
+
+
+@pytest.mark.anyio
+async def test_a_run_that_cannot_start_ends_failed_and_the_server_goes_on() -> None:
+    agent = Agent(ScriptedProvider(["Fine."]))
+    real_start = agent.loop.start
+    calls = 0
+
+    def start_once_broken(text_: str, **options: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("injected failure")
+        return real_start(text_, **options)
+
+    agent.loop.start = start_once_broken  # type: ignore[method-assign,assignment]
+    with serving(agent) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=HANG) as http:
+            broken = await http.post("/process", json=body(session_id="x"))
+            fine = await http.post("/process", json=body(stream=False, session_id="x"))
+    events = [json.loads(f["data"]) for f in frames(broken.text)]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert (events[-1]["status"], events[-1]["error"]["code"]) == ("failed", "internal_error")
+    assert "injected failure" in events[-1]["error"]["message"]
+    assert fine.status_code == 200
+    assert fine.json()["status"] == "completed"
+
+
+@pytest.mark.anyio
+async def test_a_quiet_stream_sends_heartbeats() -> None:
+    tool = BlockingTool()
+    limits = ServerLimits(heartbeat=0.05, resume_grace=0)
+    with serving(blocking_agent(tool), limits) as url:
+        comments: list[str] = []
+        _, events = await stream_until(url, body(), lambda e: False, comments)
+        assert await wait_for(tool.cancelled)  # hanging up stopped the run
+    assert comments == [": keep-alive"]
+    assert events[-1][1]["type"] == "function_call"  # sent while the tool ran
+
+
+@asynccontextmanager
+async def lifespan_of(app: Any) -> AsyncIterator[None]:
+    """Run an ASGI app's lifespan (startup on entry, shutdown on exit) in this event loop."""
+    to_app, app_inbox = anyio.create_memory_object_stream[dict[str, Any]](4)
+    app_outbox, from_app = anyio.create_memory_object_stream[dict[str, Any]](4)
+
+    async def receive() -> dict[str, Any]:
+        return await app_inbox.receive()
+
+    async def send(message: dict[str, Any]) -> None:
+        await app_outbox.send(message)
+
+    async with to_app, from_app, app_inbox, app_outbox, anyio.create_task_group() as group:
+        group.start_soon(app, {"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
+        await to_app.send({"type": "lifespan.startup"})
+        assert (await from_app.receive())["type"] == "lifespan.startup.complete"
+        try:
+            yield
+        finally:
+            await to_app.send({"type": "lifespan.shutdown"})
+            assert (await from_app.receive())["type"] == "lifespan.shutdown.complete"
+
+
+@pytest.mark.anyio
+async def test_the_app_runs_in_the_clients_event_loop_too() -> None:
+    """The application is anyio code: on trio as on asyncio (here without a socket)."""
+    app = create_app(Agent.from_manifest(WEATHER))
+    async with lifespan_of(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+            streamed = await http.post("/process", json=body(session_id="t"))
+            whole = await http.post("/process", json=body(stream=False, session_id="t"))
+            refused = await http.post("/process", json=body(n=6))
+    events = [json.loads(f["data"]) for f in frames(streamed.text)]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert events[-1]["status"] == "completed"
+    assert events[-1]["output"][-1]["content"][0]["text"] == FINAL_TEXT
+    assert whole.json()["output"][-1]["content"][0]["text"] == FINAL_TEXT
+    assert (refused.status_code, refused.json()["code"]) == (422, "invalid_request")
+
+
+def test_openstarry_serve_runs_until_interrupted() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "openstarry.cli", "serve", str(WEATHER), "--port", str(port)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with Client(f"http://127.0.0.1:{port}", timeout=HANG) as client:
+            deadline = time.monotonic() + HANG
+            while True:
+                try:
+                    assert client.health()["status"] == "ok"
+                    break
+                except httpx.TransportError:
+                    assert process.poll() is None, process.communicate()
+                    assert time.monotonic() < deadline, "the server did not come up"
+                    time.sleep(0.05)
+            answer = client.send("Query weather in Taipei")
+        assert answer.output is not None
+        assert answer.output[-1].get_text_content() == FINAL_TEXT
+        # The port is taken now: a second server says so and exits 1.
+        second = subprocess.run(command, capture_output=True, text=True, timeout=HANG * 3)
+        assert second.returncode == 1
+        assert "address already in use" in second.stderr
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=HANG * 3)
+    # A graceful shutdown, then uvicorn re-raises the signal: the command's 130 for Ctrl-C.
+    assert process.returncode == 130, err
+    assert "Application shutdown complete" in err
+
+
+def test_the_http_modules_name_the_extra_when_it_is_missing() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['starlette'] = sys.modules['httpx'] = None\n"
+        "for name in ('server', 'client'):\n"
+        "    try:\n"
+        "        __import__('openstarry.api.' + name)\n"
+        "    except ImportError as exc:\n"
+        "        print(exc)\n"
+        "import openstarry.api.adapter\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2
+    assert all("pip install 'openstarry[http]'" in line for line in lines)
