@@ -7,18 +7,30 @@
 :class:`Agent` owns an :class:`~openstarry.bus.EventBus` and an
 :class:`~openstarry.agent.loop.ExecutionLoop`; entering it starts both, leaving
 it cancels the runs in progress and drains the bus.
+
+An agent whose manifest lists remote MCP servers (``mcp.servers``) connects to
+them when it starts, before its loop runs, and gains their tools as
+``<server>.<tool>`` (:mod:`openstarry.mcp.client`, which needs the ``[mcp]``
+extra); it disconnects when it stops. A server that cannot be reached at the
+start fails it with :class:`~openstarry.mcp.client.McpConnectError`, unless the
+server's entry names its ``tools``: those are then connected on first use.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from openstarry.agent.interfaces import Provider, Tool
 from openstarry.agent.loop import ExecutionLoop, LoopLimits, RunResult
 from openstarry.agent.retrieval import ToolRetriever
 from openstarry.bus import EventBus
+
+if TYPE_CHECKING:
+    from openstarry.manifest import McpServerConfig
+    from openstarry.mcp.client import McpToolset
 
 __all__ = ["Agent"]
 
@@ -40,6 +52,11 @@ class Agent:
         max_tools: Tools that reach the provider per input, at most (spec 000
             section 6B); ``None``: all.
         retriever: What picks those tools (default: the lexical scorer).
+        mcp_servers: Remote MCP servers whose tools the agent gains while it
+            runs, as ``<server>.<tool>`` (the manifest's ``mcp.servers``).
+        mcp_base_dir: What a stdio server's relative ``cwd`` is relative to, and
+            the ``cwd`` of one that gives none (the manifest's folder);
+            ``None``: the working directory.
     """
 
     def __init__(
@@ -55,8 +72,14 @@ class Agent:
         manifest: Any = None,
         max_tools: int | None = None,
         retriever: ToolRetriever | None = None,
+        mcp_servers: Sequence[McpServerConfig] = (),
+        mcp_base_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.name = name
+        self.mcp_servers = list(mcp_servers)
+        self.mcp_base_dir = Path(mcp_base_dir) if mcp_base_dir is not None else None
+        self._mcp: McpToolset | None = None
+        self._local_tools: Mapping[str, Tool] | None = None
         self.manifest = manifest
         self._owns_bus = bus is None
         self.bus = bus if bus is not None else EventBus()
@@ -78,7 +101,13 @@ class Agent:
 
     @property
     def tools(self) -> Mapping[str, Tool]:
+        """The agent's tools by name; while it runs, its remote MCP servers' too."""
         return self.loop.tools
+
+    @property
+    def mcp(self) -> McpToolset | None:
+        """The connections to the remote MCP servers while the agent runs, else ``None``."""
+        return self._mcp
 
     @classmethod
     def from_manifest(cls, manifest: str | os.PathLike[str] | Any) -> Agent:
@@ -121,16 +150,23 @@ class Agent:
             manifest=manifest,
             max_tools=manifest.tool_retrieval.top_n,
             retriever=retriever,
+            mcp_servers=manifest.mcp.servers,
+            mcp_base_dir=manifest.base_dir,
         )
 
     async def __aenter__(self) -> Agent:
         if self._owns_bus:
             await self.bus.__aenter__()
         try:
+            if self.mcp_servers:
+                await self._connect_mcp()
             await self.loop.__aenter__()
         except BaseException:
-            if self._owns_bus:
-                await self.bus.__aexit__(None, None, None)
+            try:
+                await self._disconnect_mcp(failed=True)
+            finally:
+                if self._owns_bus:
+                    await self.bus.__aexit__(None, None, None)
             raise
         return self
 
@@ -138,8 +174,48 @@ class Agent:
         try:
             await self.loop.__aexit__(*exc_info)
         finally:
-            if self._owns_bus:
-                await self.bus.__aexit__(*exc_info)
+            try:
+                await self._disconnect_mcp(failed=exc_info[0] is not None)
+            finally:
+                if self._owns_bus:
+                    await self.bus.__aexit__(*exc_info)
+
+    async def _connect_mcp(self) -> None:
+        """Connect the remote MCP servers and add their tools, before the loop starts.
+
+        Raises:
+            openstarry.mcp.client.McpConnectError: a server the agent needs
+                cannot be used.
+            ValueError: a remote tool's name is already a local tool's.
+        """
+        from openstarry.mcp.client import McpToolset
+
+        toolset = McpToolset(
+            self.mcp_servers,
+            default_timeout=self.loop.limits.tool_timeout,
+            base_dir=self.mcp_base_dir,
+        )
+        await toolset.__aenter__()
+        self._mcp = toolset
+        local = self.loop.tools
+        remote = toolset.tools
+        clash = sorted(set(local) & set(remote))
+        if clash:
+            raise ValueError(
+                f"remote MCP tool(s) {clash} have the name of a local tool; "
+                "rename the local tool or the server"
+            )
+        self._local_tools = local
+        self.loop.tools = {**local, **remote}
+
+    async def _disconnect_mcp(self, *, failed: bool) -> None:
+        """Drop the remote tools and close the connections (no-op when none are open)."""
+        if self._local_tools is not None:
+            self.loop.tools = self._local_tools
+            self._local_tools = None
+        toolset, self._mcp = self._mcp, None
+        if toolset is not None:
+            await toolset.aclose(cancel=failed)
 
     async def ask(self, text: str, *, session_id: str = "default") -> RunResult:
         """Send one user turn and wait for the run it starts to end."""

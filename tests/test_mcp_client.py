@@ -1,0 +1,602 @@
+"""openstarry's MCP client against a server written with the official SDK's server API.
+
+The server is ``mcp_fixtures/sdk_server.py``, run as a subprocess over stdio
+(the client starts it) and over Streamable HTTP on a free 127.0.0.1 port.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
+
+from openstarry import Agent
+from openstarry.agent.interfaces import AgentContext
+from openstarry.agent.loop import LoopLimits
+from openstarry.agent.memory import Memory, Session, ToolOutcome
+from openstarry.core import Event
+from openstarry.errors import ToolError
+from openstarry.manifest import McpServerConfig, load_manifest
+from openstarry.mcp import client as mcp_client
+from openstarry.mcp.client import McpConnectError, McpToolset, RemoteTool
+from openstarry.mcp.guard import DEPTH_HEADER, META_DEPTH, META_TRACE, TRACE_HEADER
+from openstarry.testing import ScriptedProvider, text, tool_call
+
+FIXTURES = Path(__file__).resolve().parent / "mcp_fixtures"
+SERVER = FIXTURES / "sdk_server.py"
+#: A bound on any one wait, so a broken client fails a test instead of hanging it.
+HANG = 20.0
+FIXTURE_TOOLS = ["echo", "add", "trace", "fail", "refuse", "hang", "die", "big", "pid"]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def http_server(port: int | None = None) -> Iterator[str]:
+    """The SDK fixture server over Streamable HTTP; yields its URL once it accepts connections."""
+    port = port or free_port()
+    process = subprocess.Popen(
+        [sys.executable, str(SERVER), "http", str(port)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + HANG
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"the fixture server exited with {process.returncode}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=HANG)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def http_url() -> Iterator[str]:
+    with http_server() as url:
+        yield url
+
+
+def stdio_config(**options: Any) -> McpServerConfig:
+    return McpServerConfig(name="fx", command=[sys.executable, str(SERVER), "stdio"], **options)
+
+
+@pytest.fixture(params=["stdio", "http"])
+def transport(request: pytest.FixtureRequest) -> str:
+    kind: str = request.param
+    return kind
+
+
+def config_for(kind: str, url: str, **options: Any) -> McpServerConfig:
+    if kind == "stdio":
+        return stdio_config(**options)
+    return McpServerConfig(name="fx", url=url, **options)
+
+
+def results(agent: Agent) -> list[dict[str, Any]]:
+    """Record the agent's EXEC:TOOL_RESULT payloads, in order."""
+    seen: list[dict[str, Any]] = []
+
+    def record(event: Event) -> None:
+        seen.append(event.payload)
+
+    agent.bus.subscribe("EXEC:TOOL_RESULT", record)
+    return seen
+
+
+async def ask(agent: Agent, line: str) -> Any:
+    with anyio.fail_after(HANG):
+        result = await agent.ask(line)
+        await agent.bus.wait_idle()
+    return result
+
+
+def context(trace_id: str = "trace-1", call_depth: int = 0) -> AgentContext:
+    return AgentContext({}, Session("s", Memory(None)), trace_id=trace_id, call_depth=call_depth)
+
+
+# -- tools ---------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_tools_filter_keeps_only_the_named_tools(http_url: str) -> None:
+    agent = Agent(ScriptedProvider([]), mcp_servers=[config_for("http", http_url, tools=["echo"])])
+    with anyio.fail_after(HANG):
+        async with agent:
+            assert [name for name in agent.tools if name.startswith("fx.")] == ["fx.echo"]
+            assert agent.tools["fx.echo"].describe()["parameters"]["required"] == ["text"]
+
+
+@pytest.mark.anyio
+async def test_remote_tools_join_the_agent_and_a_run_gets_their_results(
+    transport: str, http_url: str
+) -> None:
+    def answer(prompt: str, ctx: AgentContext) -> Any:
+        outcome = ctx.memory.current_turn()[-1]
+        assert isinstance(outcome, ToolOutcome)
+        return text(f"The sum is {outcome.result['sum']}.")
+
+    provider = ScriptedProvider(
+        [
+            tool_call("fx.add", {"a": 2, "b": 3}, text="Adding."),
+            answer,
+            tool_call("fx.echo", {"text": "hello"}),
+            text("echoed"),
+        ]
+    )
+    agent = Agent(provider, mcp_servers=[config_for(transport, http_url)])
+    async with agent:
+        # The server's tools are the agent's, named <server>.<tool>, with their schemas.
+        assert {name for name in agent.tools if name.startswith("fx.")} == {
+            f"fx.{name}" for name in FIXTURE_TOOLS
+        }
+        add = agent.tools["fx.add"]
+        assert isinstance(add, RemoteTool)
+        assert (add.server, add.remote_name) == ("fx", "add")
+        assert add.describe()["description"] == "Add two integers."
+        schema = add.describe()["parameters"]
+        assert schema["type"] == "object"
+        assert schema["required"] == ["a", "b"]
+        assert schema["properties"]["a"]["type"] == "integer"
+        assert agent.mcp is not None
+        assert agent.mcp.connections["fx"].connected
+
+        seen = results(agent)
+        result = await ask(agent, "add 2 and 3")
+        assert result.error is None
+        assert result.replies == ["Adding.", "The sum is 5."]
+        assert seen[0]["name"] == "fx.add"
+        assert seen[0]["success"] is True
+        assert seen[0]["result"] == {"sum": 5}
+        outcome = provider.calls[1].memory[-1]
+        assert isinstance(outcome, ToolOutcome)
+        assert outcome.result == {"sum": 5}
+        await ask(agent, "echo")
+        # A string result comes back as the string, not the SDK's {"result": ...} wrapper.
+        assert seen[1]["result"] == "hello"
+    # Stopped: the remote tools are gone and the connection is closed.
+    assert agent.mcp is None
+    assert not any(name.startswith("fx.") for name in agent.tools)
+
+
+@pytest.mark.anyio
+async def test_remote_errors_are_fed_back_as_failed_tool_results(
+    transport: str, http_url: str
+) -> None:
+    provider = ScriptedProvider(
+        [
+            tool_call("fx.fail", {"message": "the disk is on fire"}),
+            text("noted"),
+            tool_call("fx.refuse", {}),
+            text("noted"),
+            tool_call("fx.echo", {"text": 42}),
+            text("noted"),
+        ]
+    )
+    agent = Agent(provider, mcp_servers=[config_for(transport, http_url)])
+    async with agent:
+        seen = results(agent)
+        first = await ask(agent, "fail")
+        assert first.error is None
+        assert first.replies == ["noted"]
+        failed = seen[0]
+        assert failed["success"] is False
+        assert failed["error"]["code"] == "REMOTE_ERROR"
+        assert "the disk is on fire" in failed["error"]["message"]
+        assert failed["error"]["message"].startswith("fx.fail: ")
+        # The provider saw the failure in memory before it answered.
+        outcome = provider.calls[1].memory[-1]
+        assert isinstance(outcome, ToolOutcome)
+        assert not outcome.success
+        assert outcome.error is not None
+        assert "the disk is on fire" in outcome.error.message
+
+        await ask(agent, "refuse")
+        refused = seen[1]["error"]
+        assert refused["code"] == "RECURSION_LIMIT"
+        assert "exceeds the limit of 5" in refused["message"]
+
+        # Arguments the remote schema rejects: the server's own validation error.
+        await ask(agent, "bad arguments")
+        assert seen[2]["success"] is False
+        assert seen[2]["error"]["code"] == "REMOTE_ERROR"
+        assert "text" in seen[2]["error"]["message"]
+
+
+# -- the trace -----------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_each_call_carries_the_runs_trace(transport: str, http_url: str) -> None:
+    provider = ScriptedProvider([tool_call("fx.trace", {}), text("traced")])
+    agent = Agent(provider, mcp_servers=[config_for(transport, http_url)])
+    async with agent:
+        seen = results(agent)
+        result = await ask(agent, "trace")
+        received = seen[0]["result"]
+        # A user's input runs at depth 0: its calls are the first hop.
+        assert received["meta"] == {META_TRACE: result.trace_id, META_DEPTH: 1}
+        if transport == "http":
+            assert received["headers"] == {
+                TRACE_HEADER.lower(): result.trace_id,
+                DEPTH_HEADER.lower(): "1",
+            }
+        else:
+            assert received["headers"] == {}
+
+        # A tool serving a call at depth 3 calls one hop deeper, in the same trace.
+        tool = agent.tools["fx.trace"]
+        with anyio.fail_after(HANG):
+            deeper = await tool.run({}, context("trace-of-a-caller", call_depth=3))
+        assert deeper["meta"] == {META_TRACE: "trace-of-a-caller", META_DEPTH: 4}
+        if transport == "http":
+            assert deeper["headers"][DEPTH_HEADER.lower()] == "4"
+            assert deeper["headers"][TRACE_HEADER.lower()] == "trace-of-a-caller"
+
+        # Two calls at once keep their own traces (the headers follow each call).
+        got: dict[str, Any] = {}
+
+        async def one(trace_id: str, depth: int) -> None:
+            got[trace_id] = await tool.run({}, context(trace_id, call_depth=depth))
+
+        with anyio.fail_after(HANG):
+            async with anyio.create_task_group() as task_group:
+                task_group.start_soon(one, "left", 1)
+                task_group.start_soon(one, "right", 4)
+        assert got["left"]["meta"] == {META_TRACE: "left", META_DEPTH: 2}
+        assert got["right"]["meta"] == {META_TRACE: "right", META_DEPTH: 5}
+        if transport == "http":
+            assert got["left"]["headers"][TRACE_HEADER.lower()] == "left"
+            assert got["right"]["headers"][DEPTH_HEADER.lower()] == "5"
+
+
+# -- hangs, deaths, restarts ---------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_hung_server_times_out_and_the_agent_goes_on(transport: str, http_url: str) -> None:
+    provider = ScriptedProvider(
+        [tool_call("fx.hang", {}), text("it hung"), tool_call("fx.pid", {}), text("still there")]
+    )
+    agent = Agent(
+        provider,
+        mcp_servers=[config_for(transport, http_url, timeout=HANG)],
+        limits=LoopLimits(tool_timeout=0.5),
+    )
+    async with agent:
+        assert agent.mcp is not None
+        connection = agent.mcp.connections["fx"]
+        seen = results(agent)
+        hung = await ask(agent, "hang")
+        assert hung.error is None
+        assert hung.replies == ["it hung"]
+        assert seen[0]["error"]["code"] == "TIMEOUT"
+        # The agent answers the next input, over the connection that survived the cancel.
+        after = await ask(agent, "pid")
+        assert after.replies == ["still there"]
+        assert seen[1]["success"] is True
+        assert connection.connects == 1
+        first_pid = seen[1]["result"]
+
+        # Calls abandoned twice in a row: the connection is made afresh.
+        hang, pid = agent.tools["fx.hang"], agent.tools["fx.pid"]
+        for _ in range(2):
+            with anyio.move_on_after(0.3) as scope:
+                await hang.run({}, context())
+            assert scope.cancelled_caught
+        assert not connection.connected
+        with anyio.fail_after(HANG):
+            fresh = await pid.run({}, context())
+        assert connection.connects == 2
+        assert isinstance(fresh, int)
+        if transport == "stdio":
+            assert fresh != first_pid  # a new server process
+
+
+@pytest.mark.anyio
+async def test_a_stdio_server_that_dies_is_restarted_on_the_next_call() -> None:
+    provider = ScriptedProvider(
+        [
+            tool_call("fx.pid", {}),
+            text("pid"),
+            tool_call("fx.die", {}),
+            text("it died"),
+            tool_call("fx.pid", {}),
+            text("back"),
+        ]
+    )
+    agent = Agent(provider, mcp_servers=[stdio_config()])
+    async with agent:
+        seen = results(agent)
+        await ask(agent, "pid")
+        died = await ask(agent, "die")
+        assert died.error is None
+        assert died.replies == ["it died"]
+        assert seen[1]["success"] is False
+        assert seen[1]["error"]["code"] == "REMOTE_UNAVAILABLE"
+        assert "closed the connection" in seen[1]["error"]["message"]
+        back = await ask(agent, "pid")
+        assert back.replies == ["back"]
+        assert seen[2]["success"] is True
+        assert seen[2]["result"] != seen[0]["result"]
+
+
+@pytest.mark.anyio
+async def test_an_http_server_that_goes_away_gives_tool_errors_and_comes_back() -> None:
+    port = free_port()
+    config = McpServerConfig(name="fx", url=f"http://127.0.0.1:{port}/mcp", timeout=2)
+    provider = ScriptedProvider(
+        [
+            tool_call("fx.die", {}),
+            text("it died"),
+            tool_call("fx.pid", {}),
+            text("nobody there"),
+            tool_call("fx.pid", {}),
+            text("back"),
+        ]
+    )
+    agent = Agent(provider, mcp_servers=[config])
+    with http_server(port):
+        await agent.__aenter__()
+    try:
+        seen = results(agent)
+        died = await ask(agent, "die")  # the server process exits mid-call
+        assert died.replies == ["it died"]
+        assert seen[0]["success"] is False
+        assert seen[0]["error"]["code"] == "REMOTE_UNAVAILABLE"
+        gone = await ask(agent, "pid")
+        assert gone.replies == ["nobody there"]
+        assert seen[1]["error"]["code"] == "REMOTE_UNAVAILABLE"
+        assert "cannot connect to MCP server 'fx'" in seen[1]["error"]["message"]
+        with http_server(port):
+            back = await ask(agent, "pid")
+        assert back.replies == ["back"]
+        assert seen[2]["success"] is True
+    finally:
+        await agent.__aexit__(None, None, None)
+
+
+# asyncio only: after the initialize handshake the SDK's HTTP transport keeps a
+# GET event stream whose httpx2 async generators it leaves unfinished on trio,
+# a ResourceWarning that filterwarnings=error fails (tests/test_mcp_server.py
+# skips the same stream on trio). What this test checks, how a forgotten session
+# is recognised and replaced, does not depend on the backend.
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_session_the_http_server_forgot_is_opened_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The initialize handshake of servers before the 2026 revision keeps an
+    # HTTP session, which a restarted server no longer knows.
+    monkeypatch.setattr(mcp_client, "_PROTOCOL_MODE", "legacy")
+    port = free_port()
+    toolset = McpToolset([McpServerConfig(name="fx", url=f"http://127.0.0.1:{port}/mcp")])
+    with anyio.fail_after(HANG):
+        with http_server(port):
+            await toolset.__aenter__()
+            try:
+                pid = toolset.tools["fx.pid"]
+                before = await pid.run({}, context())
+            except BaseException:
+                await toolset.aclose(cancel=True)
+                raise
+        try:
+            with http_server(port):
+                with pytest.raises(ToolError, match="Session not found") as caught:
+                    await pid.run({}, context())
+                assert caught.value.code == "REMOTE_UNAVAILABLE"
+                after = await pid.run({}, context())
+                assert isinstance(after, int)
+                assert after != before
+                assert toolset.connections["fx"].connects == 2
+        finally:
+            await toolset.aclose()
+
+
+# -- start-up ------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_an_unreachable_server_without_tools_fails_the_start() -> None:
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    agent = Agent(ScriptedProvider([]), mcp_servers=[McpServerConfig(name="away", url=url)])
+    with anyio.fail_after(HANG), pytest.raises(McpConnectError) as caught:
+        await agent.__aenter__()
+    message = str(caught.value)
+    assert caught.value.server == "away"
+    assert "'away'" in message
+    assert url in message
+    assert "'tools'" in message
+    # Nothing is left running: the agent starts once the server is there.
+    assert agent.mcp is None
+
+
+@pytest.mark.anyio
+async def test_a_stdio_server_that_cannot_start_fails_the_start() -> None:
+    config = McpServerConfig(name="nothing", command=[str(FIXTURES / "no-such-program")])
+    agent = Agent(ScriptedProvider([]), mcp_servers=[config])
+    with anyio.fail_after(HANG), pytest.raises(McpConnectError, match="'nothing'"):
+        await agent.__aenter__()
+
+
+@pytest.mark.anyio
+async def test_a_stdio_server_that_exits_at_once_fails_the_start_clearly() -> None:
+    config = McpServerConfig(name="quits", command=[sys.executable, "-c", "pass"])
+    agent = Agent(ScriptedProvider([]), mcp_servers=[config])
+    with anyio.fail_after(HANG), pytest.raises(McpConnectError) as caught:
+        await agent.__aenter__()
+    assert "'quits'" in str(caught.value)
+    assert "closed the connection before it answered (the program exited" in str(caught.value)
+
+
+@pytest.mark.anyio
+async def test_a_named_tool_the_server_lacks_fails_the_start(http_url: str) -> None:
+    config = config_for("http", http_url, tools=["echo", "teleport"])
+    agent = Agent(ScriptedProvider([]), mcp_servers=[config])
+    with anyio.fail_after(HANG), pytest.raises(McpConnectError, match="teleport") as caught:
+        await agent.__aenter__()
+    assert "echo" in str(caught.value)  # what it has
+
+
+@pytest.mark.anyio
+async def test_a_server_with_named_tools_is_connected_on_first_use() -> None:
+    port = free_port()
+    config = McpServerConfig(
+        name="later", url=f"http://127.0.0.1:{port}/mcp", tools=["echo"], timeout=2
+    )
+    provider = ScriptedProvider(
+        [
+            tool_call("later.echo", {"text": "a"}),
+            text("down"),
+            tool_call("later.echo", {"text": "b"}),
+            text("up"),
+        ]
+    )
+    agent = Agent(provider, mcp_servers=[config])
+    with anyio.fail_after(HANG):
+        async with agent:
+            tool = agent.tools["later.echo"]
+            assert tool.describe()["parameters"] == {"type": "object", "additionalProperties": True}
+            seen = results(agent)
+            await ask(agent, "not yet")
+            assert seen[0]["error"]["code"] == "REMOTE_UNAVAILABLE"
+            with http_server(port):
+                up = await ask(agent, "now")
+            assert up.replies == ["up"]
+            assert seen[1] == {**seen[1], "success": True, "result": "b"}
+            # Connected: the real description and schema replaced the placeholders.
+            assert tool.describe()["description"] == "Say the text back."
+            assert tool.describe()["parameters"]["required"] == ["text"]
+
+
+@pytest.mark.anyio
+async def test_connection_attempts_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mcp_client, "MAX_CONNECTS", 3)
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    toolset = McpToolset([McpServerConfig(name="away", url=url, tools=["echo"])])
+    with anyio.fail_after(HANG):
+        async with toolset:  # attempt 1, at the start
+            tool = toolset.tools["away.echo"]
+            for _ in range(2):  # attempts 2 and 3
+                with pytest.raises(ToolError, match="cannot connect"):
+                    await tool.run({"text": "x"}, context())
+            with pytest.raises(ToolError, match="3 connection attempts") as caught:
+                await tool.run({"text": "x"}, context())
+            assert caught.value.code == "REMOTE_UNAVAILABLE"
+            assert toolset.connections["away"].connects == 0
+
+
+# -- bounds --------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_result_over_the_limit_is_cut(
+    monkeypatch: pytest.MonkeyPatch, http_url: str
+) -> None:
+    monkeypatch.setattr(mcp_client, "MAX_RESULT_CHARS", 1000)
+    toolset = McpToolset([config_for("http", http_url, tools=["big"])])
+    with anyio.fail_after(HANG):
+        async with toolset:
+            small = await toolset.tools["fx.big"].run({"size": 1000}, context())
+            assert small == "x" * 1000
+            big = await toolset.tools["fx.big"].run({"size": 5000}, context())
+    assert big.startswith("x" * 1000)
+    assert big.endswith("[cut: 4000 more characters over the result limit]")
+    assert len(big) < 1100
+
+
+@pytest.mark.anyio
+async def test_too_many_tools_fail_the_connection(
+    monkeypatch: pytest.MonkeyPatch, http_url: str
+) -> None:
+    monkeypatch.setattr(mcp_client, "MAX_TOOLS_PER_SERVER", 3)
+    agent = Agent(ScriptedProvider([]), mcp_servers=[config_for("http", http_url)])
+    with anyio.fail_after(HANG), pytest.raises(McpConnectError, match="more than 3 tools"):
+        await agent.__aenter__()
+
+
+@pytest.mark.anyio
+async def test_a_remote_name_clashing_with_a_local_tool_is_refused(http_url: str) -> None:
+    from openstarry.agent.tools import tool
+
+    @tool
+    def clash() -> str:
+        """A local tool named like a remote one."""
+        return "local"
+
+    clash.name = "fx.echo"
+    agent = Agent(ScriptedProvider([]), [clash], mcp_servers=[config_for("http", http_url)])
+    with anyio.fail_after(HANG), pytest.raises(ValueError, match=r"fx\.echo"):
+        await agent.__aenter__()
+    assert agent.mcp is None
+    assert list(agent.tools) == ["fx.echo"]
+    assert agent.tools["fx.echo"] is clash
+
+
+# -- the manifest --------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_manifest_s_servers_start_relative_to_its_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "agent"
+    folder.mkdir()
+    manifest = folder / "agent.json"
+    manifest.write_text(
+        json.dumps(
+            {
+                "identity": {"name": "client"},
+                "limits": {"toolTimeout": 10},
+                "mcp": {
+                    "servers": [
+                        {
+                            "name": "fx",
+                            "command": [sys.executable, SERVER.name, "stdio"],
+                            "cwd": os.path.relpath(FIXTURES, folder),
+                            "tools": ["pid", "echo"],
+                        }
+                    ],
+                    "expose_tools": ["fx.echo"],
+                },
+            }
+        ),
+        encoding="utf-8",
+    )
+    agent = Agent.from_manifest(manifest)
+    assert load_manifest(manifest).mcp.servers[0].cwd == os.path.relpath(FIXTURES, folder)
+    with anyio.fail_after(HANG):
+        async with agent:
+            assert sorted(n for n in agent.tools if n.startswith("fx.")) == ["fx.echo", "fx.pid"]
+            assert agent.mcp is not None
+            assert agent.mcp.connections["fx"].config.cwd == str(FIXTURES)
+            pid = await agent.tools["fx.pid"].run({}, context())
+            assert isinstance(pid, int)
+            assert pid != os.getpid()
