@@ -8,8 +8,8 @@ from typing import Any
 
 import anyio
 import pytest
-from tests.agent_harness import HANG, Echo, running
 
+from agent_harness import HANG, Echo, running
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.loop import ExecutionLoop
 from openstarry.bus import EventBus
@@ -313,3 +313,20 @@ async def test_a_failing_retriever_fails_the_run_not_the_loop() -> None:
 def test_max_tools_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_tools"):
         ExecutionLoop(EventBus(), ScriptedProvider([]), [], max_tools=0)
+
+
+# --- usage --------------------------------------------------------------------------------------
+
+
+async def test_usage_adds_up_over_every_response_of_a_run() -> None:
+    provider = ScriptedProvider(
+        [
+            tool_call("echo", {"x": 1}, metadata={"usage": {"input_tokens": 10, "raw": {"a": 1}}}),
+            text("done", metadata={"usage": {"input_tokens": 5, "output_tokens": 2}}),
+        ]
+    )
+    async with running(provider, [Echo()]) as h:
+        result = await h.ask("go")
+        plain = await h.ask("/echo x=1")
+    assert result.usage == {"input_tokens": 15, "output_tokens": 2, "raw": {"a": 1}}
+    assert plain.usage is None

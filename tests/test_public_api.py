@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # What the contract (python/openstarry/_core.pyi) promises users of openstarry.core.
 CONTRACT = {
     "__version__",
+    "ToolIndex",
     "PRIORITY_HIGHEST",
     "PRIORITY_LOWEST",
     "DEFAULT_PRIORITY",

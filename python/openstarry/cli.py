@@ -24,7 +24,7 @@ from typing import Any, TextIO
 import anyio
 
 from openstarry.core import Event, encode_event
-from openstarry.errors import ManifestError
+from openstarry.errors import ManifestError, McpConnectError
 from openstarry.events import OUTPUT_AGENT_MESSAGE, EventType
 
 __all__ = ["main"]
@@ -272,6 +272,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ManifestError as exc:
         print(f"openstarry: {exc}", file=sys.stderr)
         return 2
+    except McpConnectError as exc:  # a server of mcp.servers cannot be used
+        print(f"openstarry: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

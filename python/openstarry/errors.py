@@ -16,6 +16,7 @@ import asyncio
 __all__ = [
     "AgentPainException",
     "DecodeError",
+    "McpConnectError",
     "OpenStarryError",
     "ProviderError",
     "QueueClosed",
@@ -113,6 +114,18 @@ class ManifestError(OpenStarryError, ValueError):
 
 class RecursionLimitExceeded(OpenStarryError):
     """An inter-agent call chain went deeper than the allowed depth."""
+
+
+class McpConnectError(OpenStarryError, ConnectionError):
+    """A remote MCP server the agent needs (``mcp.servers``) cannot be used; the message names it.
+
+    Attributes:
+        server: The server's name in the manifest.
+    """
+
+    def __init__(self, message: str, *, server: str) -> None:
+        super().__init__(message)
+        self.server = server
 
 
 class ProviderError(OpenStarryError):

@@ -19,6 +19,13 @@ from openstarry.agent.memory import (
     ToolOutcome,
     UserTurn,
 )
+from openstarry.agent.registry import SchemaCache, tool_set_fingerprint
+from openstarry.agent.retrieval import (
+    EmbeddingRetriever,
+    HybridRetriever,
+    LexicalRetriever,
+    ToolRetriever,
+)
 from openstarry.agent.runtime import Agent
 from openstarry.agent.tools import AsyncFunctionTool, FunctionTool, tool
 
@@ -27,8 +34,11 @@ __all__ = [
     "AgentContext",
     "AssistantTurn",
     "AsyncFunctionTool",
+    "EmbeddingRetriever",
     "ExecutionLoop",
     "FunctionTool",
+    "HybridRetriever",
+    "LexicalRetriever",
     "LoopLimits",
     "Memory",
     "MemoryEntry",
@@ -36,10 +46,13 @@ __all__ = [
     "PendingRun",
     "Provider",
     "RunResult",
+    "SchemaCache",
     "Session",
     "Tool",
     "ToolFailure",
     "ToolOutcome",
+    "ToolRetriever",
     "UserTurn",
     "tool",
+    "tool_set_fingerprint",
 ]

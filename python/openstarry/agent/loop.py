@@ -148,12 +148,17 @@ class RunResult:
         replies: The text of each ``OUTPUT:AGENT_MESSAGE`` of the run, in order.
         stopped: The run was cancelled by ``/stop``, ``/reset`` or ``/quit``.
         error: The ``KERNEL:ERROR`` payload that ended the run, if one did.
+        usage: The ``metadata.usage`` of every provider response of the run,
+            added up (numbers summed, objects merged), or ``None`` when no
+            provider reported any. It counts responses that only called tools,
+            which publish no ``OUTPUT:AGENT_MESSAGE``.
     """
 
     trace_id: str
     replies: list[str] = field(default_factory=list)
     stopped: bool = False
     error: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
 
     @property
     def text(self) -> str:
@@ -258,6 +263,22 @@ class _Run:
                 ToolOutcome(call.id, call.name, False, error=ToolFailure(code, message, "core"))
             )
         self.open_calls = ()
+
+
+def add_usage(total: dict[str, Any] | None, usage: Mapping[str, Any]) -> dict[str, Any]:
+    """``usage`` added into ``total``: numbers summed, objects merged, anything else the latest."""
+    result = dict(total or {})
+    for key, value in usage.items():
+        old = result.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float, Mapping)):
+            result[key] = value
+        elif isinstance(value, Mapping):
+            result[key] = add_usage(old if isinstance(old, dict) else None, value)
+        elif isinstance(old, (int, float)) and not isinstance(old, bool):
+            result[key] = old + value
+        else:
+            result[key] = value
+    return result
 
 
 def _result_payload(outcome: ToolOutcome) -> dict[str, Any]:
@@ -936,6 +957,10 @@ class ExecutionLoop:
             except Exception as exc:
                 await self._fail(tick, "PROVIDER_ERROR", describe_exception(exc), run)
                 break
+            if run.result is not None:
+                metadata = response.metadata
+                if isinstance(metadata, dict) and isinstance(metadata.get("usage"), dict):
+                    run.result.usage = add_usage(run.result.usage, metadata["usage"])
             # A /stop or /reset that came while the provider answered wins over
             # the answer: nothing of it goes into memory.
             await _honour_cancellation(scope)

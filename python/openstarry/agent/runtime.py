@@ -81,6 +81,7 @@ class Agent:
         self._mcp: McpToolset | None = None
         self._local_tools: Mapping[str, Tool] | None = None
         self.manifest = manifest
+        self._entered_provider: Any = None
         self._owns_bus = bus is None
         self.bus = bus if bus is not None else EventBus()
         self.loop = ExecutionLoop(
@@ -158,6 +159,7 @@ class Agent:
         if self._owns_bus:
             await self.bus.__aenter__()
         try:
+            await self._enter_provider()
             if self.mcp_servers:
                 await self._connect_mcp()
             await self.loop.__aenter__()
@@ -165,10 +167,26 @@ class Agent:
             try:
                 await self._disconnect_mcp(failed=True)
             finally:
-                if self._owns_bus:
-                    await self.bus.__aexit__(None, None, None)
+                try:
+                    await self._exit_provider(None, None, None)
+                finally:
+                    if self._owns_bus:
+                        await self.bus.__aexit__(None, None, None)
             raise
         return self
+
+    async def _enter_provider(self) -> None:
+        """Enter the provider when it is an async context manager (an HTTP provider
+        then keeps one pool of connections for the agent's life)."""
+        provider = self.provider
+        if hasattr(provider, "__aenter__") and hasattr(provider, "__aexit__"):
+            await provider.__aenter__()
+            self._entered_provider = provider
+
+    async def _exit_provider(self, *exc_info: Any) -> None:
+        provider, self._entered_provider = self._entered_provider, None
+        if provider is not None:
+            await provider.__aexit__(*exc_info)
 
     async def __aexit__(self, *exc_info: Any) -> None:
         try:
@@ -177,8 +195,11 @@ class Agent:
             try:
                 await self._disconnect_mcp(failed=exc_info[0] is not None)
             finally:
-                if self._owns_bus:
-                    await self.bus.__aexit__(*exc_info)
+                try:
+                    await self._exit_provider(*exc_info)
+                finally:
+                    if self._owns_bus:
+                        await self.bus.__aexit__(*exc_info)
 
     async def _connect_mcp(self) -> None:
         """Connect the remote MCP servers and add their tools, before the loop starts.

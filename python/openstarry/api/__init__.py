@@ -4,13 +4,16 @@
 messages and content, wire-compatible with AgentScope Runtime;
 :mod:`openstarry.api.builders` the :class:`ResponseBuilder`,
 :class:`MessageBuilder` and :class:`ContentBuilder` that emit a response's events
-in order, numbered and checked. Both need only pydantic: importing
+in order, numbered and checked; :mod:`openstarry.api.adapter` turns an
+execution-loop run into that stream (``open_run``, ``collect_run``). They need
+only pydantic: importing
 ``openstarry.api`` pulls in no HTTP package (the server and client, which do,
 live in their own modules and need the ``[http]`` extra).
 """
 
 from __future__ import annotations
 
+from openstarry.api.adapter import RESPONSE_END, RunStream, check_request, collect_run, open_run
 from openstarry.api.builders import (
     BuilderStateError,
     ContentBuilder,
@@ -63,6 +66,11 @@ from openstarry.api.models import (
 )
 
 __all__ = [
+    "RESPONSE_END",
+    "RunStream",
+    "check_request",
+    "collect_run",
+    "open_run",
     "MAX_CONTENT_ITEMS",
     "MAX_INPUT_MESSAGES",
     "MAX_REQUEST_BYTES",

@@ -26,8 +26,8 @@ one user turn and turns the events of that run (all sharing the input's
 - each ``KERNEL:ERROR``: an ``error`` message with ``code`` and ``message``;
 - the end: the response ``completed`` (with its ``output`` and the ``usage``
   the provider reported in its responses' ``metadata.usage``, numbers summed
-  over the run's ``OUTPUT:AGENT_MESSAGE`` events: a response that only calls
-  tools publishes no message, so its usage does not reach the bus); ``failed``
+  over every provider response of the run, including those that only called
+  tools: ``RunResult.usage``); ``failed``
   with ``error`` when a ``KERNEL:ERROR`` ended the run; or ``canceled`` when the
   run was stopped (:meth:`RunStream.cancel`, leaving the stream early, or a
   ``/stop`` on its session).
@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
+from openstarry.agent.loop import add_usage
 from openstarry.api.builders import ContentBuilder, MessageBuilder, ResponseBuilder
 from openstarry.api.models import (
     AgentRequest,
@@ -185,22 +186,6 @@ def _router(bus: EventBus) -> _Router:
     if router is None:
         router = _ROUTERS[bus] = _Router(bus)
     return router
-
-
-def _add_usage(total: dict[str, Any] | None, usage: Mapping[str, Any]) -> dict[str, Any]:
-    """``usage`` added into ``total``: numbers summed, dicts merged, anything else the latest."""
-    result = dict(total or {})
-    for key, value in usage.items():
-        old = result.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float, Mapping)):
-            result[key] = value
-        elif isinstance(value, Mapping):
-            result[key] = _add_usage(old if isinstance(old, dict) else None, value)
-        elif isinstance(old, (int, float)) and not isinstance(old, bool):
-            result[key] = old + value
-        else:
-            result[key] = value
-    return result
 
 
 def _json_text(value: Any) -> str:
@@ -491,7 +476,7 @@ class RunStream:
     def _said(self, payload: dict[str, Any]) -> None:
         metadata = payload.get("metadata")
         if isinstance(metadata, dict) and isinstance(metadata.get("usage"), dict):
-            self._usage = _add_usage(self._usage, metadata["usage"])
+            self._usage = add_usage(self._usage, metadata["usage"])
         text = payload.get("text")
         text = text if isinstance(text, str) else ""
         current, self._open = self._open, None
@@ -563,6 +548,9 @@ class RunStream:
         result = self.result
         status = self._status_of(result) if result is not None else RunStatus.Canceled
         builder = self._builder
+        if result is not None and result.usage:
+            # The loop's count includes responses that only called tools.
+            self._usage = result.usage
         if status is RunStatus.Failed:
             assert result is not None
             assert result.error is not None

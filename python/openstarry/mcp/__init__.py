@@ -23,11 +23,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from openstarry.errors import McpConnectError
 from openstarry.mcp.guard import (
     DEPTH_HEADER,
     MAX_DEPTH,
     META_DEPTH,
     META_TRACE,
+    RECURSION_LIMIT_EXCEEDED,
     TRACE_HEADER,
     TraceContext,
     check_depth,
@@ -38,14 +40,12 @@ from openstarry.mcp.guard import (
 
 if TYPE_CHECKING:
     from openstarry.mcp.client import (
-        McpConnectError,
         McpServerConnection,
         McpToolset,
         RemoteTool,
     )
     from openstarry.mcp.server import (
         DEFAULT_MAX_CALLS,
-        RECURSION_LIMIT_EXCEEDED,
         SERVER_BUSY,
         AgentMcpServer,
         create_http_app,
@@ -84,7 +84,6 @@ __all__ = [
 #: The names that need the SDK, by the module that defines them.
 _LAZY = {
     "DEFAULT_MAX_CALLS": "openstarry.mcp.server",
-    "RECURSION_LIMIT_EXCEEDED": "openstarry.mcp.server",
     "SERVER_BUSY": "openstarry.mcp.server",
     "AgentMcpServer": "openstarry.mcp.server",
     "create_http_app": "openstarry.mcp.server",
@@ -92,7 +91,6 @@ _LAZY = {
     "serve": "openstarry.mcp.server",
     "serve_http": "openstarry.mcp.server",
     "serve_stdio": "openstarry.mcp.server",
-    "McpConnectError": "openstarry.mcp.client",
     "McpServerConnection": "openstarry.mcp.client",
     "McpToolset": "openstarry.mcp.client",
     "RemoteTool": "openstarry.mcp.client",

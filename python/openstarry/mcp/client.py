@@ -79,9 +79,9 @@ from pydantic import ValidationError
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.bus import describe_exception
 from openstarry.core import __version__
-from openstarry.errors import OpenStarryError, ToolError
+from openstarry.errors import McpConnectError, ToolError
 from openstarry.manifest import McpServerConfig
-from openstarry.mcp.guard import MAX_DEPTH, TraceContext, next_hop
+from openstarry.mcp.guard import MAX_DEPTH, RECURSION_LIMIT_EXCEEDED, TraceContext, next_hop
 
 try:
     import httpx2
@@ -139,14 +139,6 @@ _PROTOCOL_MODE = "auto"
 _CURRENT_TRACE: contextvars.ContextVar[TraceContext | None] = contextvars.ContextVar(
     "openstarry_mcp_trace", default=None
 )
-
-
-class McpConnectError(OpenStarryError, ConnectionError):
-    """A remote MCP server the agent needs cannot be used; the message names it."""
-
-    def __init__(self, message: str, *, server: str) -> None:
-        super().__init__(message)
-        self.server = server
 
 
 class RemoteTool(Tool):
@@ -493,7 +485,7 @@ class McpServerConnection:
                     f"({self._error or message}); it is connected again on the next call",
                     code="REMOTE_UNAVAILABLE",
                 ) from None
-            refused = exc.error.code == _RECURSION_LIMIT_EXCEEDED or _is_depth_refusal(message)
+            refused = exc.error.code == RECURSION_LIMIT_EXCEEDED or _is_depth_refusal(message)
             code = "RECURSION_LIMIT" if refused else "REMOTE_ERROR"
             raise ToolError(
                 f"{label}: the MCP server refused the call: {message} (JSON-RPC error "
@@ -781,10 +773,6 @@ def _bad_tool(tool: mcp_types.Tool) -> str | None:
     return None
 
 
-#: The JSON-RPC error code an openstarry MCP server refuses a too-deep call with
-#: (``openstarry.mcp.server.RECURSION_LIMIT_EXCEEDED``; repeated here so the
-#: client does not load the server's HTTP stack).
-_RECURSION_LIMIT_EXCEEDED = -32050
 #: Where an openstarry MCP server puts a failed tool's error (``{"code", "message", ...}``).
 _ERROR_META = "openstarry/error"
 

@@ -22,6 +22,7 @@ from openstarry.errors import RecursionLimitExceeded
 __all__ = [
     "DEPTH_HEADER",
     "MAX_DEPTH",
+    "RECURSION_LIMIT_EXCEEDED",
     "META_DEPTH",
     "META_TRACE",
     "TRACE_HEADER",
@@ -42,6 +43,9 @@ META_TRACE = "openstarry/traceId"
 META_DEPTH = "openstarry/depth"
 #: The deepest call an agent serves; a deeper one is refused.
 MAX_DEPTH = 5
+#: The JSON-RPC error code of a call refused by the recursion guard (in the
+#: implementation-defined server error range, clear of the codes MCP reserves).
+RECURSION_LIMIT_EXCEEDED = -32050
 _MAX_TRACE_LEN = 128
 
 

@@ -79,6 +79,7 @@ from openstarry.errors import ManifestError, QueueClosed, RecursionLimitExceeded
 from openstarry.events import EventType
 from openstarry.mcp.guard import (
     MAX_DEPTH,
+    RECURSION_LIMIT_EXCEEDED,
     TraceContext,
     check_depth,
     trace_from_headers,
@@ -106,9 +107,6 @@ __all__ = [
 
 log = logging.getLogger("openstarry.mcp")
 
-#: The JSON-RPC error code of a call refused by the recursion guard (in the
-#: implementation-defined server error range, clear of the codes MCP reserves).
-RECURSION_LIMIT_EXCEEDED = -32050
 #: The JSON-RPC error code of a call refused because ``max_calls`` calls are running.
 SERVER_BUSY = -32051
 #: Calls an MCP server of an agent runs at once, by default.
