@@ -9,6 +9,7 @@ DEPS := $(VENV)/.deps-stamp
 LOCK := flock $(CURDIR)/target/.openstarry-build.lock
 SMOKE_VENV := .venv-smoke
 AGENT_VENV := .venv-agent
+EXTRAS_VENV := .venv-extras
 EXAMPLE := examples/weather-agent/agent.json
 
 $(PY):
@@ -42,7 +43,7 @@ demo: dev ## Run the Rust ingestion demo on the shipped NDJSON sample
 	$(PY) -m openstarry.cli demo examples/events.ndjson
 
 .PHONY: test
-test: wheel ## Set up, then run every test: cargo test, pytest against the wheel, smoke tests of the wheel in clean venvs
+test: wheel ## Set up, then run every test: cargo test, pytest against the wheel, smoke tests of the wheel (alone, with its dependencies, with its extras) in clean venvs
 	cargo test --quiet
 	$(PY) -m pip install --quiet --force-reinstall --no-deps dist/openstarry-*.whl
 	$(PY) -m pytest
@@ -55,6 +56,10 @@ test: wheel ## Set up, then run every test: cargo test, pytest against the wheel
 	$(AGENT_VENV)/bin/python -m pip install --quiet dist/openstarry-*.whl
 	set -o pipefail; $(AGENT_VENV)/bin/openstarry run $(EXAMPLE) --input "Query weather in Taipei" | tee $(AGENT_VENV)/run.txt
 	grep -q "The weather in Taipei is 25°C, Sunny." $(AGENT_VENV)/run.txt
+	rm -rf $(EXTRAS_VENV)
+	$(PYTHON) -m venv $(EXTRAS_VENV)
+	$(EXTRAS_VENV)/bin/python -m pip install --quiet "$$(ls dist/openstarry-*.whl)[http,mcp]"
+	$(EXTRAS_VENV)/bin/python tests/smoke_extras.py $(EXAMPLE)
 
 .PHONY: compat
 compat: wheel ## The abi3 wheel on every CPython >= 3.10 found (python3.N on PATH or under pyenv): smoke test alone, then pytest
@@ -93,7 +98,7 @@ format: $(DEPS) ## Format the Rust and Python sources
 
 .PHONY: clean
 clean: ## Remove build outputs and virtual environments
-	rm -rf target dist $(VENV) $(SMOKE_VENV) $(AGENT_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
+	rm -rf target dist $(VENV) $(SMOKE_VENV) $(AGENT_VENV) $(EXTRAS_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
 
 .PHONY: help
 help: ## Show this help
