@@ -58,7 +58,8 @@ def check_http(manifest: str) -> None:
             except OSError:
                 if server.poll() is not None or time.monotonic() > deadline:
                     err = server.stderr.read().decode() if server.stderr else ""
-                    raise SystemExit(f"smoke_extras: openstarry serve did not start:\n{err}")
+                    message = f"smoke_extras: openstarry serve did not start:\n{err}"
+                    raise SystemExit(message) from None
                 time.sleep(0.1)
         with Client(base) as client:
             response = client.run("Query weather in Taipei", session_id="smoke")
