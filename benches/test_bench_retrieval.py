@@ -102,7 +102,8 @@ ACTION_SYNONYMS = {
 }
 _UNSPACED = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff"
 _RUNS = re.compile(f"([{_UNSPACED}]+)|([^\\W_{_UNSPACED}]+)")
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z][A-Z])(?=[A-Z][a-z])")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z][A-Z])(?=[A-Z][a-z])(?![A-Z]s(?![a-z]))")
+_ACRONYM_PLURAL = re.compile(r"[A-Z]{2,}s")
 _VOWELS = frozenset("aeiouy")
 
 
@@ -146,6 +147,8 @@ def tokenize(text: str) -> list[str]:
             out += pairs or [unspaced]
             continue
         for part in _CAMEL.split(word):
+            if _ACRONYM_PLURAL.fullmatch(part):
+                part = part[:-1]
             lower = part.lower()
             if lower and lower not in STOP_WORDS:
                 term = stem(lower)

@@ -18,7 +18,8 @@
 //!
 //! [`tokenize`] splits text on anything that is not a letter or a digit and on
 //! `camelCase` boundaries (so `crm.contacts.search`, `get_weather` and
-//! `getHTTPResponse` all come apart), lowercases, drops a short list of English
+//! `getHTTPResponse` all come apart, while an acronym's plural stays one word
+//! without its `s`: `listAPIs` is `list api`), lowercases, drops a short list of English
 //! stop words and strips common English suffixes with [`stem`] (`weathers`,
 //! `reading`, `created` become `weather`, `read`, `creat`). A few verbs that
 //! name a tool's usual operations are followed by the operation's term (`add`
@@ -211,16 +212,35 @@ fn word(chars: &[char], scratch: &mut Scratch, f: &mut impl FnMut(&str)) {
         let split = cur.is_uppercase()
             && (prev.is_lowercase()
                 || prev.is_numeric()
-                // The last capital of an acronym starts the next word: HTTPServer.
+                // The last capital of an acronym starts the next word: HTTPServer,
+                // unless it is the acronym's plural: listAPIs, getURLsByTag.
                 || (prev.is_uppercase()
                     && i - start >= 2
-                    && chars.get(i + 1).is_some_and(|n| n.is_lowercase())));
+                    && chars.get(i + 1).is_some_and(|n| n.is_lowercase())
+                    && !acronym_plural(chars, i)));
         if split {
-            term(&chars[start..i], scratch, f);
+            part(&chars[start..i], scratch, f);
             start = i;
         }
     }
-    term(&chars[start..], scratch, f);
+    part(&chars[start..], scratch, f);
+}
+
+/// Whether `chars[i]` is the last capital of an acronym followed by a plural
+/// `s` that ends the word or the camelCase part (`APIs`, `URLsBy`).
+fn acronym_plural(chars: &[char], i: usize) -> bool {
+    chars.get(i + 1) == Some(&'s') && chars.get(i + 2).is_none_or(|n| !n.is_lowercase())
+}
+
+/// One camelCase part as a term; an acronym's plural (`APIs`, `IDs`) loses its
+/// `s`, which the stemmer would keep after `i` (as in `analysis`).
+fn part(chars: &[char], scratch: &mut Scratch, f: &mut impl FnMut(&str)) {
+    match chars.split_last() {
+        Some(('s', acronym)) if acronym.len() >= 2 && acronym.iter().all(|c| c.is_uppercase()) => {
+            term(acronym, scratch, f);
+        }
+        _ => term(chars, scratch, f),
+    }
 }
 
 fn term(part: &[char], scratch: &mut Scratch, f: &mut impl FnMut(&str)) {
@@ -645,6 +665,12 @@ mod tests {
         assert_eq!(tokenize("HTTPServer"), ["http", "server"]);
         assert_eq!(tokenize("IPv6 s3Bucket"), ["ipv6", "s3", "bucket"]);
         assert_eq!(tokenize("fs-read/v2"), ["fs", "read", "v2"]);
+        // An acronym's plural is one word; a capital and a word after it are two.
+        assert_eq!(tokenize("listAPIs"), ["list", "api"]);
+        assert_eq!(tokenize("getURLsForTag"), ["get", "url", "tag"]);
+        assert_eq!(tokenize("SDKs GPUs IDs"), ["sdk", "gpu", "id"]);
+        assert_eq!(tokenize("fetchIDs"), ["fetch", "get", "id"]);
+        assert_eq!(tokenize("HTTPSession"), ["http", "session"]);
         assert_eq!(tokenize("  ...  "), Vec::<String>::new());
     }
 

@@ -37,6 +37,7 @@ import asyncio
 import errno
 import json
 import math
+import threading
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -45,7 +46,9 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.from_thread
 import anyio.lowlevel
+import anyio.to_thread
 
 from openstarry.agent.commands import BUILTIN_COMMANDS, find_tool, parse_line, parse_tool_args
 from openstarry.agent.interfaces import AgentContext, Provider, Tool
@@ -58,7 +61,7 @@ from openstarry.agent.memory import (
     ToolOutcome,
     UserTurn,
 )
-from openstarry.agent.retrieval import ToolRetriever
+from openstarry.agent.retrieval import LexicalRetriever, ToolRetriever
 from openstarry.bus import EventBus, Signal, Subscription, describe_exception
 from openstarry.core import (
     ContentSegment,
@@ -375,14 +378,20 @@ def _failure_of(exc: BaseException) -> ToolFailure:
 
 
 class _ExternalCall:
-    """A call from another agent: where its outcome goes, and the scope that runs it."""
+    """A call from another agent: where its outcome goes, and the scope that runs it.
 
-    __slots__ = ("done", "outcome", "scope")
+    ``dispatched`` once the bus handed its event to the loop; ``abandoned``
+    once its caller went away (then it must not start).
+    """
+
+    __slots__ = ("abandoned", "dispatched", "done", "outcome", "scope")
 
     def __init__(self, done: Signal | None) -> None:
         self.done = done
         self.outcome: ToolOutcome | None = None
         self.scope: anyio.CancelScope | None = None
+        self.dispatched = False
+        self.abandoned = False
 
     def finish(self, outcome: ToolOutcome) -> None:
         if self.outcome is None:
@@ -433,8 +442,10 @@ class ExecutionLoop:
         max_tools: int | None = None,
         retriever: ToolRetriever | None = None,
     ) -> None:
-        if max_tools is not None and max_tools < 1:
-            raise ValueError(f"max_tools must be at least 1 or None, not {max_tools}")
+        if max_tools is not None and (
+            isinstance(max_tools, bool) or not isinstance(max_tools, int) or max_tools < 1
+        ):
+            raise ValueError(f"max_tools must be an int of at least 1 or None, not {max_tools!r}")
         self.max_tools = max_tools
         self.retriever = retriever
         self.bus = bus
@@ -525,6 +536,7 @@ class ExecutionLoop:
         self._waiting.clear()
         for call in list(self._external.values()):
             call.cancel("the agent stopped before this call finished")
+        self._external.clear()
         if exc_info[0] is None and self._workers and self._workers_gone is not None:
             with anyio.move_on_after(_WIND_DOWN):
                 await self._workers_gone.wait()
@@ -924,7 +936,7 @@ class ExecutionLoop:
         memory = session.memory
         limits = self.limits
         memory.append(UserTurn(prompt))
-        run.context.tools = self._select_tools(prompt)
+        run.context.tools = await self._select_tools(prompt)
         event = run.input
         tool_rounds = 0
         round_no = 0
@@ -1182,23 +1194,32 @@ class ExecutionLoop:
 
     # -- tool selection and deltas ---------------------------------------
 
-    def _select_tools(self, prompt: str) -> Mapping[str, Tool]:
+    async def _select_tools(self, prompt: str) -> Mapping[str, Tool]:
         """The tools the provider sees for this input (spec 000 section 6B).
 
         All of them, unless there are more than :attr:`max_tools`: then the
         retriever's pick. A tool left out still runs if the provider names it.
+        The built-in lexical retriever answers in microseconds, on the event
+        loop; any other (an embedding model behind a network call) runs in a
+        worker thread, so that it does not hold up the other sessions, and a
+        ``/stop`` does not wait for it.
         """
         limit = self.max_tools
         if limit is None or len(self.tools) <= limit:
             return self.tools
         retriever = self.retriever
         if retriever is None:
-            from openstarry.agent.retrieval import LexicalRetriever
-
             retriever = self.retriever = LexicalRetriever()
         tools = self.tools
+        selected: Sequence[str]
+        if type(retriever) is LexicalRetriever:
+            selected = retriever.select(prompt, tools, limit)
+        else:
+            selected = await anyio.to_thread.run_sync(
+                retriever.select, prompt, tools, limit, abandon_on_cancel=True
+            )
         chosen: dict[str, Tool] = {}
-        for name in retriever.select(prompt, tools, limit):
+        for name in selected:
             tool = tools.get(name)
             if tool is not None:
                 chosen[name] = tool
@@ -1207,15 +1228,24 @@ class ExecutionLoop:
         return chosen
 
     def _delta_sink(self, tick: Event, round_no: int) -> Callable[[str], None]:
-        """What ``context.emit_text_delta`` calls during this provider call."""
+        """What ``context.emit_text_delta`` calls during this provider call.
+
+        A provider may stream in a worker thread (a sync SDK under
+        ``anyio.to_thread``): the event is then handed to the event loop, which
+        owns the bus, and the thread waits until it is published.
+        """
+        loop_thread = threading.get_ident()
+        token = anyio.lowlevel.current_token()
 
         def sink(text: str) -> None:
             if not isinstance(text, str):
                 raise TypeError(f"a text delta must be a str, not {type(text).__name__}")
+            event = tick.child(_AGENT_DELTA, {"text": text, "round": round_no}, source=self.source)
             # A preview: dropped rather than waited for when the bus is full.
-            self._emit(
-                tick.child(_AGENT_DELTA, {"text": text, "round": round_no}, source=self.source)
-            )
+            if threading.get_ident() == loop_thread:
+                self._emit(event)
+            else:
+                anyio.from_thread.run_sync(self._emit, event, token=token)
 
         return sink
 
@@ -1269,11 +1299,16 @@ class ExecutionLoop:
             try:
                 await done.wait()
             except BaseException:
+                # The call must not run on, nor start later, for nobody.
+                call.abandoned = True
                 if call.scope is not None:
                     call.scope.cancel()
                 raise
         finally:
-            self._external.pop(event.id, None)
+            # Not yet dispatched: kept, so that the loop knows it is abandoned
+            # when the bus hands it over (and forgets it then).
+            if call.dispatched or not call.abandoned:
+                self._external.pop(event.id, None)
         assert call.outcome is not None
         return call.outcome
 
@@ -1284,6 +1319,13 @@ class ExecutionLoop:
         if call is None:
             # Published by someone else on the bus: answered on the bus alone.
             call = _ExternalCall(None)
+        call.dispatched = True
+        if call.abandoned:
+            del self._external[event.id]
+            self._answer_external(
+                event, call, ToolFailure("CANCELLED", "the caller went away", "core")
+            )
+            return
         if self.external_calls >= MAX_EXTERNAL_CALLS:
             message = f"the agent is already running {MAX_EXTERNAL_CALLS} calls from other agents"
             self._answer_external(event, call, ToolFailure("BUSY", message, "core"))
@@ -1325,9 +1367,10 @@ class ExecutionLoop:
                 outcome = ToolOutcome(tool_call_id, name, False, error=failure)
                 call.finish(self._publish_result(event, outcome))
                 return
-            with anyio.CancelScope() as scope:
-                call.scope = scope
-                outcome = await self._run_tool(tool_call, None, context, [])
+            if not call.abandoned:  # the caller may have gone since the dispatch
+                with anyio.CancelScope() as scope:
+                    call.scope = scope
+                    outcome = await self._run_tool(tool_call, None, context, [])
             if outcome is None:
                 outcome = ToolOutcome(
                     tool_call_id,

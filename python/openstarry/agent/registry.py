@@ -123,7 +123,9 @@ class SchemaCache(Generic[V]):
     insertions are thread-safe. :meth:`aget_or_create` runs an async factory
     (an upload) once per key even when several tasks of one event loop ask at
     the same time: the others wait for it, and if it fails or is cancelled the
-    next of them tries again.
+    next of them tries again. Tasks of event loops in other threads do not
+    wait for it (an event loop cannot wait on another's signal): each thread
+    makes its own, and the first stored wins.
 
     Args:
         max_entries: How many forms it keeps; the least recently used is dropped
@@ -141,7 +143,8 @@ class SchemaCache(Generic[V]):
         self.max_entries = max_entries
         self._entries: OrderedDict[CacheKey, V] = OrderedDict()
         self._lock = threading.Lock()
-        self._flights: dict[CacheKey, _Flight] = {}
+        # Creations in progress, per key and per thread (one event loop each).
+        self._flights: dict[tuple[CacheKey, int], _Flight] = {}
         self.hits = 0
         self.misses = 0
         self.evictions = 0
@@ -200,9 +203,12 @@ class SchemaCache(Generic[V]):
         Within one event loop the factory runs once per key at a time: a task
         asking while another is creating waits for it. When the creator fails
         or is cancelled, nothing is stored, its exception goes to it alone, and
-        a waiting task makes its own attempt.
+        a waiting task makes its own attempt. An event loop in another thread
+        does not wait for this one's creation: it runs its own factory, and
+        when both finish the value stored first is kept and returned to both.
         """
         counted = False
+        flight_key = (key, threading.get_ident())
         while True:
             with self._lock:
                 if key in self._entries:
@@ -213,9 +219,9 @@ class SchemaCache(Generic[V]):
                 if not counted:
                     self.misses += 1
                     counted = True
-                flight = self._flights.get(key)
+                flight = self._flights.get(flight_key)
                 if flight is None:
-                    flight = self._flights[key] = _Flight()
+                    flight = self._flights[flight_key] = _Flight()
                     owner = True
                 else:
                     owner = False
@@ -225,11 +231,15 @@ class SchemaCache(Generic[V]):
             try:
                 value = await factory()
                 with self._lock:
-                    self._store(key, value)
+                    if key in self._entries:  # stored meanwhile by another thread
+                        self._entries.move_to_end(key)
+                        value = self._entries[key]
+                    else:
+                        self._store(key, value)
                 return value
             finally:
                 with self._lock:
-                    del self._flights[key]
+                    del self._flights[flight_key]
                 flight.done.set()
 
     def discard(self, key: CacheKey) -> None:

@@ -17,12 +17,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import numbers
 import operator
 import threading
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, SupportsFloat, runtime_checkable
 
-from openstarry.agent.registry import SchemaCache, tool_set_fingerprint
+from openstarry.agent.registry import FINGERPRINT_PREFIX, SchemaCache, tool_set_fingerprint
 from openstarry.core import ToolIndex
 
 if TYPE_CHECKING:
@@ -45,13 +47,23 @@ class ToolRetriever(Protocol):
     ``select`` returns at most ``limit`` names of ``tools``, the most relevant
     first. It is called once per input, on the input's text, and may cache
     whatever it derives from ``tools`` (an index, embeddings) between calls.
+    It may be called from several threads at once (the retrievers here are
+    thread-safe).
     """
 
     def select(self, query: str, tools: Mapping[str, Tool], limit: int) -> Sequence[str]: ...
 
 
-#: ``embed(texts)``: one vector per text, all of one length.
-EmbedFunction = Callable[[list[str]], Sequence[Sequence[float]]]
+class _ArrayLike(Protocol):
+    """An array of numpy, torch or jax: ``tolist()`` gives its values as lists."""
+
+    def tolist(self) -> Any: ...
+
+
+#: ``embed(texts)``: one vector per text, all of one length (lists, or an array).
+EmbedFunction = Callable[
+    [list[str]], Sequence[Sequence[SupportsFloat]] | Sequence[_ArrayLike] | _ArrayLike
+]
 
 
 def tool_document(tool: Tool, max_bytes: int = ToolIndex.MAX_TEXT_BYTES) -> str:
@@ -80,17 +92,39 @@ def _cut(text: str, max_bytes: int) -> str:
     return text.encode("utf-8", "replace")[:max_bytes].decode("utf-8", "ignore")
 
 
+def _normalise(text: str, max_bytes: int) -> str:
+    """``text`` in Unicode normal form NFKC, as valid UTF-8 of at most ``max_bytes``.
+
+    Accented letters typed as a letter and a combining mark (``e`` + U+0301,
+    as macOS and some keyboards produce), full-width Latin letters and digits
+    (U+FF21 onwards, typed with a CJK input method) and kana with a separate
+    voicing mark become the characters the index holds, so they match.
+    """
+    if text.isascii():
+        return _cut(text, max_bytes)
+    # Cut before (the work stays bounded) and after (NFKC may lengthen it).
+    text = _cut(text, max_bytes)
+    return _cut(unicodedata.normalize("NFKC", text), max_bytes)
+
+
 def _check_limit(limit: int) -> None:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ValueError(f"limit must be an int of at least 0, not {limit!r}")
 
 
 def _cache_key(kind: str, tools: Mapping[str, Tool]) -> tuple[str, str]:
-    """The cache key of ``tools``: its fingerprint, and the keys if they are not the names."""
-    api = kind
-    if any(key != tool.name for key, tool in tools.items()):
-        api += ":" + hashlib.sha256("\0".join(tools).encode("utf-8", "surrogatepass")).hexdigest()
-    return (api, tool_set_fingerprint(tools))
+    """The cache key of ``tools``: its fingerprint, when every key is its tool's name.
+
+    Otherwise a digest of each key with its tool's own fingerprint, in order:
+    one tool may then sit under two keys (aliases), which a fingerprint refuses.
+    """
+    if all(key == tool.name for key, tool in tools.items()):
+        return (kind, tool_set_fingerprint(tools))
+    digest = hashlib.sha256()
+    for key, tool in tools.items():
+        digest.update(key.encode("utf-8", "surrogatepass") + b"\0")
+        digest.update(tool_set_fingerprint([tool]).encode("ascii") + b"\0")
+    return (kind + ":keyed", FINGERPRINT_PREFIX + digest.hexdigest())
 
 
 class _PerToolSet:
@@ -100,7 +134,8 @@ class _PerToolSet:
     recognised without hashing anything; any other set is looked up by its
     fingerprint, so a set seen before (in another mapping) is not rebuilt. A
     tool changed in place, rather than replaced, is not noticed: build a new
-    tool instead.
+    tool instead. Threads asking for a set being built wait for that build
+    rather than make their own (embedding a thousand tools once is enough).
     """
 
     def __init__(self, kind: str, build: Callable[[Mapping[str, Tool]], Any], max_sets: int):
@@ -109,6 +144,7 @@ class _PerToolSet:
         self._cache: SchemaCache[Any] = SchemaCache(max_sets)
         self._last: tuple[list[str], list[Tool], Any] | None = None
         self._lock = threading.Lock()
+        self._building = threading.Lock()
 
     def get(self, tools: Mapping[str, Tool]) -> Any:
         # Two lists compared element by element, identity first: a few
@@ -117,7 +153,9 @@ class _PerToolSet:
         last = self._last
         if last is not None and last[0] == names and last[1] == values:
             return last[2]
-        value = self._cache.get_or_create(_cache_key(self._kind, tools), lambda: self._build(tools))
+        key = _cache_key(self._kind, tools)
+        with self._building:
+            value = self._cache.get_or_create(key, lambda: self._build(tools))
         with self._lock:
             self._last = (names, values, value)
         return value
@@ -135,9 +173,10 @@ class LexicalRetriever:
     index is built once per tool set in Rust (:class:`~openstarry.core.ToolIndex`)
     and a selection among 1,000 tools takes about ten microseconds. Words match
     across plural, ``-ing`` and ``-ed`` forms and camelCase, snake_case or
-    dotted names; a word of three letters or more also matches the longer words
-    it begins; a few verbs count as the operation they name (``add`` as
-    ``create``, ``remove`` as ``delete``). Other synonyms do not match: use an
+    dotted names, and across Unicode spellings of one text (NFKC: a combining
+    accent, full-width letters); a word of three letters or more also matches
+    the longer words it begins; a few verbs count as the operation they name
+    (``add`` as ``create``, ``remove`` as ``delete``). Other synonyms do not match: use an
     :class:`EmbeddingRetriever` (or both, in a :class:`HybridRetriever`).
 
     Args:
@@ -154,7 +193,15 @@ class LexicalRetriever:
 
     @staticmethod
     def _build(tools: Mapping[str, Tool]) -> ToolIndex:
-        return ToolIndex((name, tool_document(tool)) for name, tool in tools.items())
+        limit = ToolIndex.MAX_TEXT_BYTES
+        documents = []
+        for name, tool in tools.items():
+            text = _normalise(tool_document(tool, limit), limit)
+            if not name.isascii() and (folded := _normalise(name, limit)) != name:
+                # The index splits the name as given: its normal form goes with the text.
+                text = _cut(f"{folded}\n{text}", limit)
+            documents.append((name, text))
+        return ToolIndex(documents)
 
     def index_for(self, tools: Mapping[str, Tool]) -> ToolIndex:
         """The index of ``tools``, built on first use and cached.
@@ -175,14 +222,18 @@ class LexicalRetriever:
         """Up to ``limit`` tools sharing words with ``query``, as ``(name, score)``, the best first.
 
         A query over ``ToolIndex.MAX_QUERY_BYTES`` is cut to its beginning.
+        Queries and tool texts are compared in Unicode normal form NFKC.
         """
         _check_limit(limit)
         if not tools or limit == 0:
             return []
-        return self.index_for(tools).search(_cut(query, ToolIndex.MAX_QUERY_BYTES), limit)
+        query = _normalise(query, ToolIndex.MAX_QUERY_BYTES)
+        return self.index_for(tools).search(query, min(limit, len(tools)))
 
     def select(self, query: str, tools: Mapping[str, Tool], limit: int) -> list[str]:
         """The names of the ``limit`` tools most relevant to ``query``, the best first."""
+        _check_limit(limit)
+        limit = min(limit, len(tools))
         names = [name for name, _ in self.search(query, tools, limit)]
         if self.fill and len(names) < min(limit, len(tools)):
             chosen = set(names)
@@ -202,20 +253,36 @@ def _dot(a: Sequence[float], b: Sequence[float]) -> float:
     return float(sum(map(operator.mul, a, b)))
 
 
+def _as_list(value: object) -> object:
+    """An array (numpy, torch, jax: anything with ``tolist()``) as nested lists; else ``value``."""
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist) and not isinstance(value, (str, bytes, Sequence)):
+        return tolist()
+    return value
+
+
+def _is_number(x: object) -> bool:
+    # numbers.Real covers numpy's float32 and int64, which are not float or int.
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
 def _unit_vectors(raw: object, count: int, dimension: int | None) -> list[list[float]]:
     """``raw`` checked as ``count`` finite vectors of one length, each scaled to length 1.
 
-    A zero vector stays zero (it is similar to nothing).
+    ``raw`` may be a list of lists or an array (a numpy matrix, a list of numpy
+    vectors). A zero vector stays zero (it is similar to nothing).
     """
+    raw = _as_list(raw)
     if not isinstance(raw, Sequence) or isinstance(raw, (str, bytes)):
         raise ValueError(f"embed must return a list of vectors, not {type(raw).__name__}")
     if len(raw) != count:
         raise ValueError(f"embed returned {len(raw)} vectors for {count} texts")
     out: list[list[float]] = []
-    for i, vector in enumerate(raw):
+    for i, item in enumerate(raw):
+        vector = _as_list(item)
         if not isinstance(vector, Sequence) or isinstance(vector, (str, bytes)):
-            raise ValueError(f"embed's vector {i} is a {type(vector).__name__}, not a list")
-        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vector):
+            raise ValueError(f"embed's vector {i} is a {type(item).__name__}, not a list")
+        if not all(_is_number(x) for x in vector):
             raise ValueError(f"embed's vector {i} holds a value that is not a number")
         values = [float(x) for x in vector]
         if not values:
@@ -248,11 +315,14 @@ class EmbeddingRetriever:
     """Ranks tools by the cosine similarity of their embedding to the input's.
 
     ``embed`` is your embedding model: it takes a list of texts and returns one
-    vector per text, all of the same length. Each tool set is embedded once (a
+    vector per text, all of the same length: lists of floats, or an array
+    (numpy, torch) as embedding libraries return. Each tool set is embedded once (a
     tool's text is its name and :func:`tool_document`), in batches of
     ``batch_size``, and kept for ``max_tool_sets`` sets; each selection embeds
-    only the query. ``embed`` is called synchronously: wrap a remote or async
-    model in a function that blocks, or use a local one.
+    only the query. ``embed`` is called synchronously, in the thread that calls
+    :meth:`select` (an :class:`~openstarry.agent.loop.ExecutionLoop` calls a
+    retriever other than the lexical one in a worker thread): wrap a remote or
+    async model in a function that blocks, or use a local one.
 
     Args:
         embed: ``embed(texts) -> vectors``.
@@ -301,9 +371,10 @@ class EmbeddingRetriever:
         _check_limit(limit)
         if not tools or limit == 0:
             return []
-        embedded: _Embedded = self._sets.get(tools)
+        limit = min(limit, len(tools))
         if not query.strip():
-            return [(name, 0.0) for name in embedded.names[:limit]]
+            return [(name, 0.0) for name in itertools.islice(tools, limit)]
+        embedded: _Embedded = self._sets.get(tools)
         (q,) = _unit_vectors(self.embed([query]), 1, embedded.dimension)
         scored = sorted(
             ((_dot(q, v), name) for name, v in zip(embedded.names, embedded.vectors, strict=True)),
@@ -350,7 +421,9 @@ class HybridRetriever:
             raise ValueError(f"{len(weights)} weights for {len(retrievers)} retrievers")
         if k <= 0 or not math.isfinite(k):
             raise ValueError(f"k must be a positive number, not {k!r}")
-        if depth is not None and (isinstance(depth, bool) or depth < 1):
+        if depth is not None and (
+            isinstance(depth, bool) or not isinstance(depth, int) or depth < 1
+        ):
             raise ValueError(f"depth must be at least 1, not {depth!r}")
         self.retrievers = retrievers
         self.weights = weights
@@ -362,6 +435,7 @@ class HybridRetriever:
         _check_limit(limit)
         if not tools or limit == 0:
             return []
+        limit = min(limit, len(tools))
         depth = max(limit, self.depth if self.depth is not None else 2 * limit)
         scores: dict[str, float] = {}
         for retriever, weight in zip(self.retrievers, self.weights, strict=True):
