@@ -537,9 +537,16 @@ class ExecutionLoop:
         for call in list(self._external.values()):
             call.cancel("the agent stopped before this call finished")
         self._external.clear()
-        if exc_info[0] is None and self._workers and self._workers_gone is not None:
-            with anyio.move_on_after(_WIND_DOWN):
-                await self._workers_gone.wait()
+        try:
+            if exc_info[0] is None and self._workers and self._workers_gone is not None:
+                with anyio.move_on_after(_WIND_DOWN):
+                    await self._workers_gone.wait()
+        except BaseException:
+            # Left inside a cancelled scope: the task group must be left all the
+            # same, or the caller's cancel scopes are corrupted (trio says so).
+            task_group.cancel_scope.cancel()
+            await task_group.__aexit__(None, None, None)
+            raise
         task_group.cancel_scope.cancel()
         return await task_group.__aexit__(*exc_info)  # type: ignore[arg-type]
 

@@ -82,6 +82,7 @@ class Agent:
         self._local_tools: Mapping[str, Tool] | None = None
         self.manifest = manifest
         self._entered_provider: Any = None
+        self._running = False
         self._owns_bus = bus is None
         self.bus = bus if bus is not None else EventBus()
         self.loop = ExecutionLoop(
@@ -156,6 +157,10 @@ class Agent:
         )
 
     async def __aenter__(self) -> Agent:
+        if self._running:
+            # Refused before anything is touched: the clean-up of a failed
+            # start would close the running agent's connections and provider.
+            raise RuntimeError(f"the agent {self.name!r} is already running")
         if self._owns_bus:
             await self.bus.__aenter__()
         try:
@@ -173,6 +178,7 @@ class Agent:
                     if self._owns_bus:
                         await self.bus.__aexit__(None, None, None)
             raise
+        self._running = True
         return self
 
     async def _enter_provider(self) -> None:
@@ -189,6 +195,7 @@ class Agent:
             await provider.__aexit__(*exc_info)
 
     async def __aexit__(self, *exc_info: Any) -> None:
+        self._running = False
         try:
             await self.loop.__aexit__(*exc_info)
         finally:
@@ -207,13 +214,23 @@ class Agent:
         Raises:
             openstarry.mcp.client.McpConnectError: a server the agent needs
                 cannot be used.
-            ValueError: a remote tool's name is already a local tool's.
+            openstarry.errors.ManifestError: a remote tool's name is already a
+                local tool's, or the ``[mcp]`` extra is not installed (field
+                ``mcp.servers``; a ``ValueError``).
         """
-        from openstarry.mcp.client import McpToolset
+        from openstarry.errors import ManifestError
+
+        try:
+            from openstarry.mcp.client import McpToolset
+        except ImportError as exc:
+            raise ManifestError(
+                f"mcp.servers: remote MCP servers need the MCP SDK: {exc}", field="mcp.servers"
+            ) from exc
 
         toolset = McpToolset(
             self.mcp_servers,
             default_timeout=self.loop.limits.tool_timeout,
+            call_timeout=self.loop.limits.tool_timeout,
             base_dir=self.mcp_base_dir,
         )
         await toolset.__aenter__()
@@ -222,9 +239,10 @@ class Agent:
         remote = toolset.tools
         clash = sorted(set(local) & set(remote))
         if clash:
-            raise ValueError(
-                f"remote MCP tool(s) {clash} have the name of a local tool; "
-                "rename the local tool or the server"
+            raise ManifestError(
+                f"mcp.servers: remote MCP tool(s) {clash} have the name of a local tool; "
+                "rename the local tool or the server",
+                field="mcp.servers",
             )
         self._local_tools = local
         self.loop.tools = {**local, **remote}

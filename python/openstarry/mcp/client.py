@@ -35,7 +35,8 @@ when it stops. What happens when:
   server cannot be reached or dropped the connection, ``INVALID_RESULT`` for a
   result that does not follow the protocol. A hung server is cut off by the
   loop's tool timeout; the connection stays usable, and after
-  :data:`MAX_ABANDONED_CALLS` abandoned calls in a row it is dropped.
+  :data:`MAX_ABANDONED_CALLS` abandoned calls in a row it is dropped. Messages
+  and logs name an HTTP server by its URL without its password or query values.
 - **Reconnects.** A connection that died (a stdio server that exited, an HTTP
   server that went away) is made again on the next call, restarting a stdio
   server; at most :data:`MAX_CONNECTS` connections per
@@ -71,6 +72,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO, cast
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import anyio
 import anyio.abc
@@ -127,7 +129,8 @@ _MAX_LIST_PAGES = 100
 #: Characters of a remote JSON-RPC error message that are kept.
 _MAX_ERROR_CHARS = 8192
 _MAX_TOOL_NAME = 128
-#: Seconds an HTTP response may take to start arriving (the loop's tool timeout cuts first).
+#: Seconds an HTTP response may go without a byte, at least; a connection whose
+#: calls may take longer (``call_timeout``) waits that long plus :data:`_CLOSE_GRACE`.
 _HTTP_READ_TIMEOUT = 300.0
 #: Seconds a connection may take to close before it is cut off.
 _CLOSE_GRACE = 5.0
@@ -191,14 +194,25 @@ class McpServerConnection:
             manifest's folder first).
         default_timeout: Seconds to connect and list the tools when the entry
             gives no ``timeout``.
+        call_timeout: Seconds a call may take (the agent's tool timeout, which
+            cuts it off); an HTTP response is waited for at least this long.
     """
 
-    def __init__(self, config: McpServerConfig, *, default_timeout: float) -> None:
+    def __init__(
+        self,
+        config: McpServerConfig,
+        *,
+        default_timeout: float,
+        call_timeout: float | None = None,
+    ) -> None:
         if not default_timeout > 0:
             raise ValueError(f"default_timeout must be positive, not {default_timeout}")
         self.config = config
         self.name = config.name
         self.timeout = config.timeout if config.timeout is not None else default_timeout
+        # A response that takes longer than this fails the whole connection, so
+        # it must not be shorter than the calls the agent lets run.
+        self._read_timeout = max(_HTTP_READ_TIMEOUT, (call_timeout or 0.0) + _CLOSE_GRACE)
         #: The server's tools by their agent-side name, in the server's order.
         self.tools: dict[str, RemoteTool] = {}
         #: The names the server listed on the last connection.
@@ -223,8 +237,7 @@ class McpServerConnection:
                 self._add_tool(remote_name)
 
     def __repr__(self) -> str:
-        where = self.config.url or " ".join(self.config.command or ())
-        return f"<McpServerConnection {self.name!r} {where!r}>"
+        return f"<McpServerConnection {self.name!r} {self._where()!r}>"
 
     @property
     def connected(self) -> bool:
@@ -330,7 +343,7 @@ class McpServerConnection:
             transport: Any
             if config.url is not None:
                 http = httpx2.AsyncClient(
-                    timeout=httpx2.Timeout(self.timeout, read=_HTTP_READ_TIMEOUT),
+                    timeout=httpx2.Timeout(self.timeout, read=self._read_timeout),
                     event_hooks={"request": [_add_trace_headers]},
                 )
                 await stack.enter_async_context(http)
@@ -448,8 +461,9 @@ class McpServerConnection:
         return client
 
     def _where(self) -> str:
+        """Where the server is, for messages: its URL without credentials, or its command."""
         if self.config.url is not None:
-            return self.config.url
+            return _redacted(self.config.url)
         command = " ".join(self.config.command or ())
         return command if len(command) <= 200 else command[:197] + "..."
 
@@ -555,6 +569,8 @@ class McpToolset:
         servers: The manifest's ``mcp.servers``.
         default_timeout: Seconds to connect to a server whose entry gives no
             ``timeout`` (the agent passes ``limits.toolTimeout``).
+        call_timeout: Seconds a call may take (the agent passes
+            ``limits.toolTimeout``); ``None``: the HTTP read timeout alone.
         base_dir: What a relative ``cwd`` is relative to, and the ``cwd`` of a
             stdio server that gives none (the agent passes the manifest's folder);
             ``None``: the working directory.
@@ -568,6 +584,7 @@ class McpToolset:
         servers: Sequence[McpServerConfig],
         *,
         default_timeout: float = 30.0,
+        call_timeout: float | None = None,
         base_dir: str | Path | None = None,
     ) -> None:
         self.connections: dict[str, McpServerConnection] = {}
@@ -578,7 +595,7 @@ class McpToolset:
                 cwd = Path(base_dir) / Path(config.cwd or ".").expanduser()
                 config = config.model_copy(update={"cwd": str(cwd.resolve())})
             self.connections[config.name] = McpServerConnection(
-                config, default_timeout=default_timeout
+                config, default_timeout=default_timeout, call_timeout=call_timeout
             )
         self._task_group: anyio.abc.TaskGroup | None = None
 
@@ -672,12 +689,17 @@ class McpToolset:
             return
         for connection in self.connections.values():
             connection.close()
-        if not cancel:
-            with anyio.move_on_after(_CLOSE_GRACE + 1.0):
-                for connection in self.connections.values():
-                    await connection.wait_closed()
-        task_group.cancel_scope.cancel()
-        await task_group.__aexit__(None, None, None)
+        try:
+            if not cancel:
+                with anyio.move_on_after(_CLOSE_GRACE + 1.0):
+                    for connection in self.connections.values():
+                        await connection.wait_closed()
+        finally:
+            # Also when the caller is cancelled meanwhile (an agent left inside a
+            # cancelled scope): a task group never left corrupts the caller's
+            # cancel scopes and keeps the connections' tasks, and stdio servers, alive.
+            task_group.cancel_scope.cancel()
+            await task_group.__aexit__(None, None, None)
 
 
 class _Watched:
@@ -743,6 +765,29 @@ async def _add_trace_headers(request: httpx2.Request) -> None:
     trace = _CURRENT_TRACE.get()
     if trace is not None:
         request.headers.update(trace.headers())
+
+
+def _redacted(url: str) -> str:
+    """``url`` fit for a message or a log: no password, no query values, no fragment.
+
+    A server's URL is where its credentials go (``https://user:token@host/mcp``,
+    ``?api_key=...``), and connection errors reach logs and the provider.
+    """
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return "<an invalid URL>"
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{port}" if port is not None else host
+    if parts.username is not None:
+        netloc = f"{parts.username}:***@{netloc}" if parts.password else f"***@{netloc}"
+    query = "&".join(f"{key}=***" for key, _ in parse_qsl(parts.query, keep_blank_values=True))
+    if parts.query and not query:
+        query = "***"
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
 def _errlog() -> TextIO:

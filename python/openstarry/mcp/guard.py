@@ -47,6 +47,11 @@ MAX_DEPTH = 5
 #: implementation-defined server error range, clear of the codes MCP reserves).
 RECURSION_LIMIT_EXCEEDED = -32050
 _MAX_TRACE_LEN = 128
+#: The largest depth a request may claim; beyond it the trace is malformed (no
+#: real chain is that deep, and the refusal must be able to print the number).
+_MAX_DEPTH_VALUE = 2**31 - 1
+#: Characters of a malformed value that an error message repeats.
+_SHOWN = 40
 
 
 class TraceContext:
@@ -77,18 +82,33 @@ def next_hop(trace_id: str | None, call_depth: int) -> TraceContext:
     return TraceContext(trace_id or str(uuid.uuid4()), max(call_depth, 0) + 1)
 
 
+def _shown(value: Any) -> str:
+    """A malformed value for an error message: its repr, cut short."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _MAX_DEPTH_VALUE:
+        return "a larger number"  # repr() of a huge int is slow, or raises past 4300 digits
+    text = repr(value) if isinstance(value, (str, int, float, bool)) else type(value).__name__
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+
+
 def _parse(trace: Any, depth: Any, where: str) -> TraceContext | None:
     if trace is None and depth is None:
         return None
     if not isinstance(trace, str) or not trace or len(trace) > _MAX_TRACE_LEN:
         raise ValueError(f"{where}: the trace id must be a string of 1 to {_MAX_TRACE_LEN} chars")
+    if not trace.isprintable():
+        # Headers cannot carry control characters; _meta must not either (they
+        # would go as they are into log lines and events).
+        raise ValueError(f"{where}: the trace id must not hold control characters")
     if isinstance(depth, str):
-        try:
-            depth = int(depth.strip())
-        except ValueError:
-            raise ValueError(f"{where}: the depth must be an integer, not {depth!r}") from None
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"{where}: the depth must be an integer of at least 1, not {depth!r}")
+        text = depth.strip()
+        if not (text.isascii() and text.isdigit()) or len(text) > 10:
+            raise ValueError(f"{where}: the depth must be an integer, not {_shown(depth)}")
+        depth = int(text)
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= _MAX_DEPTH_VALUE:
+        raise ValueError(
+            f"{where}: the depth must be an integer from 1 to {_MAX_DEPTH_VALUE}, "
+            f"not {_shown(depth)}"
+        )
     return TraceContext(trace, depth)
 
 

@@ -75,7 +75,12 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 from pydantic import ValidationError
 
 from openstarry.core import Event
-from openstarry.errors import ManifestError, QueueClosed, RecursionLimitExceeded
+from openstarry.errors import (
+    ManifestError,
+    McpConnectError,
+    QueueClosed,
+    RecursionLimitExceeded,
+)
 from openstarry.events import EventType
 from openstarry.mcp.guard import (
     MAX_DEPTH,
@@ -270,6 +275,9 @@ class AgentMcpServer:
             raise MCPError(
                 types.INTERNAL_ERROR, f"the agent cannot run {name!r} now: {exc}"
             ) from None
+        except (TypeError, ValueError) as exc:
+            # Arguments no event can carry (nested deeper than an event allows).
+            return _failure_result("INVALID_ARGUMENTS", f"invalid arguments for {name}: {exc}")
         finally:
             self.calls_running -= 1
         return _result_of(outcome)
@@ -525,8 +533,9 @@ def serve(
     """``openstarry mcp``: serve the agent of ``manifest_path`` over stdio, or HTTP with ``http``.
 
     Logs go to stderr. Returns the exit status: 0 when the client closed the
-    connection (stdio), 1 when the HTTP address cannot be bound, 2 for a bad
-    manifest, 130 when interrupted. Over HTTP, SIGINT or SIGTERM shuts down
+    connection (stdio), 1 when the HTTP address cannot be bound or a server of
+    ``mcp.servers`` cannot be used, 2 for a bad manifest (a remote tool named
+    like a local one included), 130 when interrupted. Over HTTP, SIGINT or SIGTERM shuts down
     gracefully (requests in progress end, the agent stops), after which the
     signal ends the process, as uvicorn does.
     """
@@ -558,6 +567,12 @@ def serve(
 
     try:
         anyio.run(run, backend="asyncio")
+    except ManifestError as exc:
+        print(f"openstarry mcp: {exc}", file=sys.stderr)
+        return 2
+    except McpConnectError as exc:
+        print(f"openstarry mcp: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     finally:
@@ -672,16 +687,20 @@ def _result_of(outcome: ToolOutcome) -> types.CallToolResult:
             else json.dumps(result, ensure_ascii=False, allow_nan=False)
         )
     except (TypeError, ValueError) as exc:
-        message = f"the tool's result is not JSON: {exc}"
-        failure = {"code": "INVALID_RESULT", "message": message, "source": "openstarry.mcp"}
-        return types.CallToolResult(
-            content=[types.TextContent(text=message)],
-            is_error=True,
-            _meta={"openstarry/error": failure},
-        )
+        return _failure_result("INVALID_RESULT", f"the tool's result is not JSON: {exc}")
     return types.CallToolResult(
         content=[types.TextContent(text=text)],
         structured_content=result if isinstance(result, dict) else None,
+    )
+
+
+def _failure_result(code: str, message: str) -> types.CallToolResult:
+    """An ``isError`` result for a failure of the server's own (code under ``_meta``)."""
+    failure = {"code": code, "message": message, "source": _SOURCE}
+    return types.CallToolResult(
+        content=[types.TextContent(text=message)],
+        is_error=True,
+        _meta={"openstarry/error": failure},
     )
 
 
