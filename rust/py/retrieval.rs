@@ -54,7 +54,8 @@ fn document(item: &Bound<'_, PyAny>, index: usize) -> PyResult<(PyBackedStr, PyB
 /// description with its parameters' names and descriptions); immutable and
 /// safe to share between threads. A name counts three times as much as the
 /// text. Terms are split on anything but letters and digits and at camelCase
-/// boundaries, lowercased, stripped of a few English stop words and of plural,
+/// boundaries (an acronym's plural, ``APIs``, stays one word, ``api``),
+/// lowercased, stripped of a few English stop words and of plural,
 /// ``-ing`` and ``-ed`` endings; a few verbs also count as the operation they
 /// name (``add`` as ``create``, ``remove`` as ``delete``, ``fetch`` as ``get``);
 /// Chinese and Japanese text becomes overlapping character pairs. A query
