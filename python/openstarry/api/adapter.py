@@ -153,16 +153,20 @@ def _refuse(code: str, message: str) -> InvalidRequestError:
 
 
 class _Router:
-    """One subscription per bus that hands each run its own events, by ``traceId``."""
+    """One subscription per bus that hands each run its own events, by ``traceId``.
 
-    def __init__(self, bus: EventBus) -> None:
-        self.bus = bus
+    It holds its bus only through its subscriptions, while a run is routed: a
+    router is the value of a weak-keyed table whose key is the bus, and a
+    strong reference from it would keep every bus ever used alive.
+    """
+
+    def __init__(self) -> None:
         self.routes: dict[str, Callable[[Event], None]] = {}
         self.subscriptions: list[Subscription] = []
 
-    def add(self, trace_id: str, handler: Callable[[Event], None]) -> None:
+    def add(self, bus: EventBus, trace_id: str, handler: Callable[[Event], None]) -> None:
         if not self.subscriptions:
-            self.subscriptions = [self.bus.subscribe(p, self._dispatch) for p in _PATTERNS]
+            self.subscriptions = [bus.subscribe(p, self._dispatch) for p in _PATTERNS]
         self.routes[trace_id] = handler
 
     def remove(self, trace_id: str) -> None:
@@ -184,7 +188,7 @@ _ROUTERS: weakref.WeakKeyDictionary[EventBus, _Router] = weakref.WeakKeyDictiona
 def _router(bus: EventBus) -> _Router:
     router = _ROUTERS.get(bus)
     if router is None:
-        router = _ROUTERS[bus] = _Router(bus)
+        router = _ROUTERS[bus] = _Router()
     return router
 
 
@@ -281,7 +285,7 @@ class RunStream:
         self._pending = pending
         # Routed before anything of the run can be dispatched (no await since start).
         self._trace_id = pending.event.trace_id
-        _router(self.agent.bus).add(self._trace_id, self._on_event)
+        _router(self.agent.bus).add(self.agent.bus, self._trace_id, self._on_event)
         self._out.append(self._builder.created())
         self._out.append(self._builder.in_progress())
         task_group = anyio.create_task_group()
@@ -313,6 +317,11 @@ class RunStream:
                             await self._wait()
                             self._queue.clear()
             task_group.cancel_scope.cancel()
+            if exc is not None and not isinstance(exc, anyio.get_cancelled_exc_class()):
+                # The body's own exception goes on as it is: handed to the task
+                # group, it would come out wrapped in an exception group.
+                await task_group.__aexit__(None, None, None)
+                return None
             return await task_group.__aexit__(exc_type, exc, tb)
         finally:
             self._unroute()

@@ -412,10 +412,22 @@ class MessageBuilder:
         return self._move(RunStatus.Canceled)
 
     def set_error(self, code: str, message: str) -> None:
-        """Set the ``code`` and ``message`` an ``error`` message carries (emits no event)."""
+        """Set the ``code`` and ``message`` an ``error`` message carries (emits no event).
+
+        Raises:
+            BuilderStateError: the message is terminal.
+            TypeError: ``code`` or ``message`` is not a string (checked here:
+                found only at :meth:`complete`, it would leave the message
+                completed without an event).
+        """
         if self._status in TERMINAL_STATUSES:
             raise BuilderStateError(
                 f"{self._describe()}: cannot set the error after {_name(self._status)}"
+            )
+        if not isinstance(code, str) or not isinstance(message, str):
+            raise TypeError(
+                f"{self._describe()}: set_error needs a str code and message, not "
+                f"{type(code).__name__} and {type(message).__name__}"
             )
         self._code, self._message = code, message
 

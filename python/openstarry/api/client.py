@@ -27,9 +27,11 @@ A refused request raises :class:`ApiError` with the server's ``code`` and
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 import anyio
@@ -51,9 +53,25 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("openstarry.api.client needs httpx: pip install 'openstarry[http]'") from exc
 
-__all__ = ["AgentClient", "ApiError", "Client", "SSEParser", "StreamAssembler", "make_request"]
+__all__ = [
+    "MAX_EVENT_CHARS",
+    "AgentClient",
+    "ApiError",
+    "Client",
+    "SSELineReader",
+    "SSEParser",
+    "StreamAssembler",
+    "make_request",
+]
 
 WireEvent = AgentResponse | Message | Content
+
+#: The most characters of one line of a stream (an event's ``data:`` line): 64 Mi.
+MAX_EVENT_CHARS = 64 * 1024 * 1024
+#: The line ends of Server-Sent Events: CRLF, CR or LF, and nothing else.
+_SSE_LINE_END = re.compile(r"\r\n|\r|\n")
+#: The most digits read as the sequence number of an event id.
+_MAX_DIGITS = 18
 
 
 class ApiError(OpenStarryError):
@@ -101,16 +119,85 @@ def _error_of(response: httpx.Response) -> ApiError:
         return ApiError(response.status_code, "http_error", response.text[:500])
 
 
+def _sequence_of(event_id: str | None) -> int | None:
+    """The sequence number an event id ends with (``<response id>:<n>`` or ``<n>``), if any."""
+    if event_id is None:
+        return None
+    number = event_id.rpartition(":")[2]
+    if number.isascii() and number.isdigit() and len(number) <= _MAX_DIGITS:
+        return int(number)
+    return None
+
+
+class SSELineReader:
+    """Splits a stream's bytes into lines the way Server-Sent Events do.
+
+    The stream is UTF-8 (the SSE format has no other encoding; a byte order
+    mark at its start is dropped), and a line ends at CRLF, CR or LF only. Not
+    ``str.splitlines``, which httpx's ``iter_lines`` follows: it also breaks at
+    U+2028, U+2029, U+0085 and a few control characters, which JSON leaves raw
+    inside strings, and so would cut an event that carries one in two.
+
+    Raises:
+        ApiError: a line longer than ``max_chars`` (``event_too_large``).
+    """
+
+    def __init__(self, max_chars: int = MAX_EVENT_CHARS) -> None:
+        self.max_chars = max_chars
+        self._decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
+        self._pending: list[str] = []
+        self._pending_chars = 0
+        self._after_cr = False
+
+    def feed(self, chunk: bytes) -> list[str]:
+        """The lines that ``chunk`` completes, without their ends."""
+        return self._split(self._decoder.decode(chunk))
+
+    def _split(self, text: str) -> list[str]:
+        if self._after_cr and text:
+            self._after_cr = False
+            if text.startswith("\n"):
+                text = text[1:]  # the LF of a CRLF cut between two chunks
+        lines: list[str] = []
+        start = 0
+        for match in _SSE_LINE_END.finditer(text):
+            line = text[start : match.start()]
+            if self._pending:
+                line = "".join(self._pending) + line
+                self._pending, self._pending_chars = [], 0
+            self._check(len(line))
+            lines.append(line)
+            start = match.end()
+            self._after_cr = match.end() == len(text) and match.group() == "\r"
+        rest = text[start:]
+        if rest:
+            self._pending.append(rest)
+            self._pending_chars += len(rest)
+            self._check(self._pending_chars)
+        return lines
+
+    def _check(self, chars: int) -> None:
+        if chars > self.max_chars:
+            raise ApiError(
+                0, "event_too_large", f"a line of the stream exceeds {self.max_chars} characters"
+            )
+
+
 class SSEParser:
     """Splits Server-Sent Events text into ``(id, data)`` pairs, one per event with data.
 
     Comments (``:`` lines) are skipped; ``id`` is the last ``id:`` field seen
     (it persists across events, as the SSE spec says).
+
+    Raises:
+        ApiError: an event's data grows past ``max_chars`` (``event_too_large``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_chars: int = MAX_EVENT_CHARS) -> None:
         self.last_id: str | None = None
+        self.max_chars = max_chars
         self._data: list[str] = []
+        self._chars = 0
 
     def feed(self, line: str) -> tuple[str | None, str] | None:
         """Take one line (without its end); an ``(id, data)`` pair when it ends an event."""
@@ -118,13 +205,18 @@ class SSEParser:
             if not self._data:
                 return None
             data = "\n".join(self._data)
-            self._data = []
+            self._data, self._chars = [], 0
             return self.last_id, data
         if line.startswith(":"):
             return None
         name, _, value = line.partition(":")
         value = value.removeprefix(" ")
         if name == "data":
+            self._chars += len(value) + 1
+            if self._chars > self.max_chars:
+                raise ApiError(
+                    0, "event_too_large", f"an event's data exceeds {self.max_chars} characters"
+                )
             self._data.append(value)
         elif name == "id" and "\0" not in value:
             self.last_id = value
@@ -227,6 +319,15 @@ class StreamAssembler:
         )
 
 
+def _events(parser: SSEParser, lines: Iterable[str]) -> Iterator[tuple[str | None, WireEvent]]:
+    """The ``(event id, event)`` of each event that ``lines`` complete."""
+    for line in lines:
+        parsed = parser.feed(line)
+        if parsed is not None:
+            event_id, data = parsed
+            yield event_id, parse_event(data)
+
+
 def _response_id_of(event_id: str | None, fallback: str | None) -> str | None:
     if event_id and ":" in event_id:
         return event_id.rpartition(":")[0]
@@ -327,8 +428,9 @@ class AgentClient:
         attempts = 0
         method, url, body, headers = first
         last_id: str | None = (headers or {}).get("last-event-id")
-        if last_id is not None and last_id.rpartition(":")[2].isdigit():
-            assembler.last_sequence = int(last_id.rpartition(":")[2])
+        resumed_at = _sequence_of(last_id)
+        if resumed_at is not None:
+            assembler.last_sequence = resumed_at
         while True:
             send_headers = {"accept": "text/event-stream", **(headers or {})}
             if body is not None:
@@ -342,19 +444,16 @@ class AgentClient:
                         raise _error_of(response)
                     response_id = response.headers.get("x-openstarry-response-id", response_id)
                     parser = SSEParser()
-                    lines = response.aiter_lines()
-                    async with contextlib.aclosing(lines):  # type: ignore[type-var]
-                        async for line in lines:
-                            parsed = parser.feed(line)
-                            if parsed is None:
-                                continue
-                            event_id, data = parsed
-                            event = parse_event(data)
-                            if assembler.feed(event):
-                                attempts = 0
-                                last_id = event_id
-                                response_id = _response_id_of(event_id, response_id)
-                                yield event
+                    reader = SSELineReader()
+                    chunks = response.aiter_bytes()
+                    async with contextlib.aclosing(chunks):  # type: ignore[type-var]
+                        async for chunk in chunks:
+                            for event_id, event in _events(parser, reader.feed(chunk)):
+                                if assembler.feed(event):
+                                    attempts = 0
+                                    last_id = event_id
+                                    response_id = _response_id_of(event_id, response_id)
+                                    yield event
                     # The server ends the stream after the terminal event: read to
                     # its end, so httpx's generators are exhausted rather than abandoned.
                     if assembler.done:
@@ -447,8 +546,9 @@ class Client:
         attempts = 0
         method, url, body, headers = first
         last_id: str | None = (headers or {}).get("last-event-id")
-        if last_id is not None and last_id.rpartition(":")[2].isdigit():
-            assembler.last_sequence = int(last_id.rpartition(":")[2])
+        resumed_at = _sequence_of(last_id)
+        if resumed_at is not None:
+            assembler.last_sequence = resumed_at
         while True:
             send_headers = {"accept": "text/event-stream", **(headers or {})}
             if body is not None:
@@ -460,17 +560,14 @@ class Client:
                         raise _error_of(response)
                     response_id = response.headers.get("x-openstarry-response-id", response_id)
                     parser = SSEParser()
-                    for line in response.iter_lines():
-                        parsed = parser.feed(line)
-                        if parsed is None:
-                            continue
-                        event_id, data = parsed
-                        event = parse_event(data)
-                        if assembler.feed(event):
-                            attempts = 0
-                            last_id = event_id
-                            response_id = _response_id_of(event_id, response_id)
-                            yield event
+                    reader = SSELineReader()
+                    for chunk in response.iter_bytes():
+                        for event_id, event in _events(parser, reader.feed(chunk)):
+                            if assembler.feed(event):
+                                attempts = 0
+                                last_id = event_id
+                                response_id = _response_id_of(event_id, response_id)
+                                yield event
                     if assembler.done:
                         return
             except httpx.TransportError as exc:  # a dropped connection, a timeout

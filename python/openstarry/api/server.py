@@ -15,7 +15,11 @@ Endpoints:
     after ``heartbeat`` seconds of silence; the stream ends after the
     response's terminal event (``completed``, ``failed`` or ``canceled``).
     With ``"stream": false`` the answer is one JSON
-    :class:`~openstarry.api.models.AgentResponse` with the whole ``output``.
+    :class:`~openstarry.api.models.AgentResponse` with the whole ``output``;
+    while a long run goes on, a space every ``heartbeat`` seconds precedes it
+    (JSON ignores leading whitespace), so clients and proxies that time out a
+    silent connection do not cut the run (the ``200`` is then sent at the
+    first space).
     Either way the ``X-OpenStarry-Response-ID`` header names the response. A
     request's ``response_id``, when given, becomes the response's id (letters,
     digits, ``_``, ``-``, ``.``; not in use). ``tools`` and ``n`` > 1 are
@@ -27,13 +31,15 @@ Endpoints:
     Reconnect to a response: with a ``Last-Event-ID`` header (the ``id:`` of
     the last event received, or just its sequence number) the events after it
     are replayed, then the stream goes on live; without it, the whole stream
-    from the start. A ``POST /process`` that carries a ``Last-Event-ID`` header
-    resumes the response that id names (or, for a bare sequence number, the
-    body's ``response_id``) the same way, without starting a new run: an SSE
-    client that retries re-sends its request with that header. Events are
-    kept per response in a bounded buffer (:class:`ServerLimits`): a
-    reconnect asking for events already dropped gets ``410``, one for a
-    response no longer kept gets ``404``.
+    from the start. A ``POST /process`` that carries a (non-empty)
+    ``Last-Event-ID`` header resumes the response that id names (or, for a
+    bare sequence number, the body's ``response_id``) the same way, without
+    starting a new run: an SSE client that retries re-sends its request with
+    that header. Events are kept per response in a bounded buffer
+    (:class:`ServerLimits`): a reconnect asking for events already dropped
+    gets ``410``, one for a response no longer kept gets ``404``. Each event
+    is one ``data:`` line: U+2028, U+2029 and U+0085, which JSON may leave
+    raw, are written as ``\\u`` escapes, so no line reader cuts an event.
 
 ``GET /health``
     ``{"status": "ok", "agent": ..., "runs": ..., "responses": ...}``.
@@ -117,6 +123,8 @@ Send = Callable[[Message], Awaitable[None]]
 _JSON = "application/json"
 #: The position of a reader that reads no events (``stream: false``).
 _NO_POSITION = 1 << 62
+#: The most digits read as a number from a header (a sequence number, a content length).
+_MAX_DIGITS = 18
 _RESPONSE_ID = re.compile(r"[A-Za-z0-9_.-]{1,200}")
 _SSE_HEADERS = {
     "cache-control": "no-cache",
@@ -193,6 +201,24 @@ def _error_response(
     return Response(body, status_code=status, media_type=_JSON, headers=headers)
 
 
+#: Characters that JSON leaves raw in strings but that line readers built on
+#: ``str.splitlines`` (httpx's ``iter_lines``, for one) take for line ends.
+_LINE_BREAKERS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def _sse_safe(data: str) -> str:
+    """``data``, a JSON text, with its U+0085, U+2028 and U+2029 written as ``\\u`` escapes.
+
+    JSON escapes CR and LF, so an event is one ``data:`` line for an SSE reader;
+    these three it leaves raw, and a client that splits lines the way
+    ``str.splitlines`` does would cut the event in two. Outside strings JSON
+    has no such characters, so the escaped text parses to the same value.
+    """
+    if data.isascii():
+        return data
+    return data.translate(_LINE_BREAKERS)
+
+
 class _Gone(Exception):
     """The events a reader asked for are no longer in the buffer."""
 
@@ -232,7 +258,7 @@ class _Record:
         attached reader has not been sent them yet: those stay, up to four
         times the bounds, beyond which a reader that slow is cut off.
         """
-        frame = f"id: {self.id}:{seq}\ndata: {data}\n\n".encode()
+        frame = f"id: {self.id}:{seq}\ndata: {_sse_safe(data)}\n\n".encode()
         self.frames.append((seq, frame))
         self.size += len(frame)
         self.last_seq = seq
@@ -271,6 +297,21 @@ class _Record:
         while not self.done:
             await self._changed.wait()
 
+    def _frames_after(self, seq: int) -> list[tuple[int, bytes]]:
+        """The buffered frames after ``seq``, read from the newest back.
+
+        A reader that keeps up needs the newest one or two: reading from the
+        newest costs what is new, where a scan from the oldest would cost the
+        whole buffer on each event, quadratic over a long run.
+        """
+        batch: list[tuple[int, bytes]] = []
+        for item in reversed(self.frames):
+            if item[0] <= seq:
+                break
+            batch.append(item)
+        batch.reverse()
+        return batch
+
     def _notify(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
@@ -293,7 +334,7 @@ class _Record:
                     f"events after {seq} of {self.id} are no longer buffered "
                     f"(the oldest kept is {self.dropped + 1})"
                 )
-            batch = [(s, frame) for s, frame in self.frames if s > seq]
+            batch = self._frames_after(seq)
             if batch:
                 for s, frame in batch:
                     yield frame
@@ -341,27 +382,37 @@ class _SSEResponse(Response):
                     task_group.cancel_scope.cancel()
 
                 task_group.start_soon(watch)
-                frames = record.frames_after(self._after, api.limits.heartbeat, self._reader)
-                try:
-                    async with contextlib.aclosing(frames):
-                        async for frame in frames:
-                            await send(
-                                {"type": "http.response.body", "body": frame, "more_body": True}
-                            )
-                except _Gone as exc:
-                    # A reader that fell behind the buffer: say so, and end the stream.
-                    comment = f": {exc}\n\n".encode()
-                    await send({"type": "http.response.body", "body": comment, "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                # Caught in here: the task group would wrap it in an exception group.
+                with contextlib.suppress(OSError):  # the client went away mid-send
+                    await self._stream(send)
                 task_group.cancel_scope.cancel()
         except OSError:
-            pass  # the client went away mid-send
+            pass  # the client went away before the stream started
         finally:
             api.detach(record, self._reader)
 
+    async def _stream(self, send: Send) -> None:
+        record = self._record
+        frames = record.frames_after(self._after, self._api.limits.heartbeat, self._reader)
+        try:
+            async with contextlib.aclosing(frames):
+                async for frame in frames:
+                    await send({"type": "http.response.body", "body": frame, "more_body": True})
+        except _Gone as exc:
+            # A reader that fell behind the buffer: say so, and end the stream.
+            comment = f": {exc}\n\n".encode()
+            await send({"type": "http.response.body", "body": comment, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
 
 class _WaitResponse(Response):
-    """``stream: false``: waits for the run to end, then sends the whole response."""
+    """``stream: false``: waits for the run to end, then sends the whole response.
+
+    A run that takes longer than ``heartbeat`` gets its ``200`` and headers
+    then, and a space every ``heartbeat`` seconds until the response follows:
+    JSON ignores whitespace before a value, and a client or proxy that times
+    out a silent connection (httpx, by default) does not cut the run.
+    """
 
     def __init__(self, api: _Api, record: _Record) -> None:
         self.status_code = 200
@@ -376,6 +427,7 @@ class _WaitResponse(Response):
         record = self._record
         api = self._api
         gone = False
+        started = False
         try:
             async with anyio.create_task_group() as task_group:
 
@@ -387,13 +439,48 @@ class _WaitResponse(Response):
                     task_group.cancel_scope.cancel()
 
                 task_group.start_soon(watch)
-                await record.wait_done()
+                try:
+                    while True:
+                        with anyio.move_on_after(api.limits.heartbeat):
+                            await record.wait_done()
+                        if record.done:
+                            break
+                        if not started:
+                            await send(
+                                {
+                                    "type": "http.response.start",
+                                    "status": 200,
+                                    "headers": self._early_headers(),
+                                }
+                            )
+                            started = True
+                        await send({"type": "http.response.body", "body": b" ", "more_body": True})
+                except OSError:  # caught in here: the task group would wrap it
+                    gone = True  # the client went away mid-send
                 task_group.cancel_scope.cancel()
         finally:
             api.detach(record, self._reader)
         if gone:
             return
         final = record.final
+        if started:
+            # The status is sent: a run that ended without a response fails in the body.
+            final = final or AgentResponse(
+                id=record.id,
+                session_id=record.session_id,
+                status=RunStatus.Failed,
+                error=Error(code="internal_error", message="the run ended without a response"),
+                output=[],
+            )
+            with contextlib.suppress(OSError):
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": final.wire_json().encode(),
+                        "more_body": False,
+                    }
+                )
+            return
         if final is None:
             body = Error(code="internal_error", message="the run ended without a response")
             response = Response(body.wire_json().encode(), status_code=500, media_type=_JSON)
@@ -405,6 +492,13 @@ class _WaitResponse(Response):
             )
         with contextlib.suppress(OSError):
             await response(scope, receive, send)
+
+    def _early_headers(self) -> list[tuple[bytes, bytes]]:
+        return [
+            (b"content-type", _JSON.encode()),
+            (b"cache-control", b"no-cache"),
+            (b"x-openstarry-response-id", self._record.id.encode("latin-1")),
+        ]
 
 
 class _Api:
@@ -555,9 +649,14 @@ class _Api:
 
 async def _read_body(request: Request, limit: int) -> bytes:
     length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
+    if (
+        length is not None
+        and length.isascii()
+        and length.isdigit()
+        and (len(length) > _MAX_DIGITS or int(length) > limit)
+    ):
         raise _ApiError(
-            413, "request_too_large", f"a request body is at most {limit} bytes, not {length}"
+            413, "request_too_large", f"a request body is at most {limit} bytes, not {length[:20]}"
         )
     chunks: list[bytes] = []
     size = 0
@@ -586,9 +685,18 @@ def _check_content_type(request: Request) -> None:
 
 
 def _last_event(header: str, response_id: str | None) -> tuple[str | None, int]:
-    """``(response id or None, sequence number)`` of a ``Last-Event-ID`` header."""
+    """``(response id or None, sequence number)`` of a ``Last-Event-ID`` header.
+
+    The number is ASCII digits only: ``str.isdigit`` also takes ``"²"`` and
+    Arabic-Indic digits, which ``int`` refuses, and ``int`` refuses more than
+    4300 digits; either would otherwise be a 500.
+    """
     named, sep, number = header.strip().rpartition(":")
-    if not number.isdigit() or (sep and not named):
+    if (
+        not (number.isascii() and number.isdigit())
+        or len(number) > _MAX_DIGITS
+        or (sep and not named)
+    ):
         raise _ApiError(
             400,
             "invalid_last_event_id",
@@ -655,7 +763,9 @@ def create_app(agent: Agent, *, limits: ServerLimits | None = None) -> Starlette
 
     async def process(request: Request) -> Response:
         try:
-            resume_from = request.headers.get("last-event-id")
+            # An empty Last-Event-ID is no event id at all (an SSE client sends
+            # none before its first event): a fresh request, not a resume.
+            resume_from = request.headers.get("last-event-id", "").strip() or None
             _check_content_type(request)
             body = await _read_body(request, api.limits.max_body_bytes)
             if resume_from is not None:
