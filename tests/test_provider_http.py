@@ -231,7 +231,8 @@ async def test_transport_options_do_not_reach_the_translator(server: FakeLLMServ
         stream=False, timeout=5.0, max_retries=1, retry_backoff=0.1
     )
     await generate(p)
-    assert api.options_seen == [{"top_p": 1}]
+    # Built twice: once when the provider was made (to check the options), then the call.
+    assert api.options_seen == [{"top_p": 1}, {"top_p": 1}]
 
 
 @pytest.mark.anyio

@@ -16,8 +16,10 @@ walks the memory once and returns those steps, so each translator
 The loop keeps memory in that order already; :func:`conversation` also repairs
 what the APIs would refuse outright, so a request is never rejected for the
 memory's sake: a call without an outcome gets a failed one
-(:data:`MISSING_OUTCOME`), and an outcome that answers no call of the turn
-before it becomes an observation that says what it was.
+(:data:`MISSING_OUTCOME`), an outcome that answers no call of the turn
+before it becomes an observation that says what it was, and calls of one turn
+that share an id (some servers give parallel calls the same one) are told
+apart with a suffix (``call_1``, ``call_1_2``), their outcomes paired in order.
 
 :func:`outcome_text` and :func:`outcome_object` give an outcome as the text or
 the JSON object an API carries a tool result in; :func:`arguments_json` gives a
@@ -26,8 +28,9 @@ call's arguments as the JSON text OpenAI's APIs carry them in.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +43,7 @@ from openstarry.agent.memory import (
     UserTurn,
 )
 from openstarry.core import ToolCall
+from openstarry.protocol import ToolCall as WireToolCall
 
 __all__ = [
     "MISSING_OUTCOME",
@@ -49,6 +53,7 @@ __all__ = [
     "conversation",
     "outcome_object",
     "outcome_text",
+    "unique_ids",
 ]
 
 #: The ``error.code`` of the outcome :func:`conversation` gives a call that has none in memory.
@@ -80,7 +85,9 @@ def conversation(memory: Iterable[MemoryEntry], prompt: str | None = None) -> li
 
     Each assistant turn with tool calls becomes a :class:`ToolExchange` holding
     the outcomes that follow it in memory (up to the next user or assistant
-    turn), matched to its calls by id. Observations in that stretch come right
+    turn), matched to its calls by id (outcomes sharing an id answer the calls
+    with that id in order; such calls get distinct ids, see
+    :func:`unique_ids`). Observations in that stretch come right
     after the exchange, in their order. A call that no outcome answers gets a
     failed outcome with code :data:`MISSING_OUTCOME`; an outcome that answers
     no call of its turn (or a second outcome of the same call) becomes an
@@ -99,9 +106,10 @@ def conversation(memory: Iterable[MemoryEntry], prompt: str | None = None) -> li
         The steps, oldest first.
     """
     steps: list[Step] = []
-    # The exchange being filled: its step index, calls by id, and outcomes so far.
+    # The exchange being filled: its step index, the slots of its calls by id
+    # (several for an id the calls share), and outcomes so far.
     open_index = -1
-    open_calls: dict[str, int] = {}
+    open_calls: dict[str, list[int]] = {}
     open_outcomes: list[ToolOutcome | None] = []
     pending: list[Observation] = []
     last_user: str | None = None
@@ -124,14 +132,20 @@ def conversation(memory: Iterable[MemoryEntry], prompt: str | None = None) -> li
 
     for entry in memory:
         if isinstance(entry, ToolOutcome):
-            slot = open_calls.pop(entry.tool_call_id, None)
-            if slot is None:
+            slots = open_calls.get(entry.tool_call_id)
+            if not slots:
                 orphan = Observation(_orphan_text(entry))
                 if open_index >= 0:
                     pending.append(orphan)
                 else:
                     steps.append(orphan)
             else:
+                slot = slots.pop(0)
+                exchange = steps[open_index]
+                assert isinstance(exchange, ToolExchange)
+                call_id = exchange.calls[slot].id
+                if call_id != entry.tool_call_id:  # a call given a distinct id
+                    entry = dataclasses.replace(entry, tool_call_id=call_id)
                 open_outcomes[slot] = entry
         elif isinstance(entry, Observation):
             if open_index >= 0:
@@ -145,15 +159,40 @@ def conversation(memory: Iterable[MemoryEntry], prompt: str | None = None) -> li
                 steps.append(entry)
             elif entry.tool_calls:
                 open_index = len(steps)
-                open_calls.update((call.id, i) for i, call in enumerate(entry.tool_calls))
+                for i, call in enumerate(entry.tool_calls):
+                    open_calls.setdefault(call.id, []).append(i)
                 open_outcomes.extend([None] * len(entry.tool_calls))
-                steps.append(ToolExchange(entry.text, tuple(entry.tool_calls), ()))
+                steps.append(ToolExchange(entry.text, unique_ids(entry.tool_calls), ()))
             else:
                 steps.append(entry)
     close()
     if prompt is not None and last_user != prompt:
         steps.append(UserTurn(prompt))
     return steps
+
+
+def unique_ids(calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
+    """``calls`` with distinct ids: a repeated id gets a suffix (``call_1_2``).
+
+    Every API refuses one turn whose calls share an id; some servers send them
+    so (DeepSeek and GLM for parallel calls, say).
+    """
+    taken = {call.id for call in calls}
+    if len(taken) == len(calls):
+        return tuple(calls)
+    seen: set[str] = set()
+    out: list[ToolCall] = []
+    for call in calls:
+        if call.id in seen:
+            n = 2
+            while f"{call.id}_{n}" in taken:
+                n += 1
+            new_id = f"{call.id}_{n}"
+            taken.add(new_id)
+            call = WireToolCall.from_core(call).model_copy(update={"id": new_id}).to_core()
+        seen.add(call.id)
+        out.append(call)
+    return tuple(out)
 
 
 def outcome_object(outcome: ToolOutcome) -> dict[str, Any]:

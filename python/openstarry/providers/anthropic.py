@@ -66,9 +66,7 @@ Streaming
 
 from __future__ import annotations
 
-import json
 import re
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -76,6 +74,19 @@ from openstarry import core
 from openstarry.agent.memory import AssistantTurn, Observation, ToolOutcome
 from openstarry.errors import AgentPainException, ManifestError, ProviderError
 from openstarry.protocol import ContentSegment, ProviderResponse, ToolCall
+from openstarry.providers._common import (
+    NOTE_PREFIX,
+    OBSERVATION_PREFIX,
+    Segments,
+    clean,
+    count,
+    error_body,
+    extras,
+    loads,
+    quote,
+    reported_error,
+    total,
+)
 from openstarry.providers._memory import ToolExchange, conversation, outcome_text
 
 if TYPE_CHECKING:
@@ -105,20 +116,12 @@ ANTHROPIC_VERSION: Final = "2023-06-01"
 DEFAULT_MAX_TOKENS: Final = 4096
 #: Body keys openstarry builds itself; ``provider.options`` may not set them.
 RESERVED_OPTIONS: Final = frozenset({"model", "messages", "system", "tools", "stream"})
-#: What precedes a system observation in the user message that carries it.
-OBSERVATION_PREFIX: Final = "System observation: "
 #: The most event data one streamed response may carry, in characters.
 MAX_STREAM_CHARS: Final = 64 * 1024 * 1024
 #: The extra ``toolCall`` field that carries thinking blocks to the next request.
 THINKING_FIELD: Final = "anthropicThinking"
-#: How a text segment that openstarry wrote, not the model, starts (as for OpenAI's APIs).
-NOTE_PREFIX: Final = "[openstarry]"
-#: How much of an unusable value a note quotes.
-_QUOTE_CHARS = 200
 
 _TOOL_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
-_SECRETS = re.compile(r"(sk-ant-[A-Za-z0-9_-]{4,}|AIza[0-9A-Za-z_-]{10,}|[Bb]earer\s+\S+)")
-_MAX_ERROR_CHARS = 1000
 _THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
 
 
@@ -273,7 +276,7 @@ def _assistant_blocks(
 ) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     if calls:
-        thinking = _extras(calls[0]).get(THINKING_FIELD)
+        thinking = extras(calls[0]).get(THINKING_FIELD)
         if isinstance(thinking, list):
             blocks.extend(b for b in thinking if isinstance(b, dict))
     if text.strip():  # the API refuses empty or blank text blocks
@@ -301,154 +304,12 @@ def _tool_result(outcome: ToolOutcome) -> dict[str, Any]:
     return block
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _loads(text: str) -> Any:
-    """JSON text as data; ``NaN`` and ``Infinity``, which JSON does not have, are refused."""
-    return json.loads(text, parse_constant=_refuse_constant)
-
-
 def _wire_id(call_id: str) -> str:
     """A call id as the API accepts it (``[A-Za-z0-9_-]+``), the same for a call and its result."""
     return _TOOL_ID_CHARS.sub("_", call_id) or "call"
 
 
-def _extras(call: Any) -> Mapping[str, Any]:
-    """The fields of a tool call beyond ``id``, ``name`` and ``args`` (kept by the core)."""
-    extra = getattr(call, "model_extra", None)
-    if isinstance(extra, Mapping):
-        return extra
-    if not isinstance(call, core.ToolCall):
-        return {}
-    try:
-        encoded = core.encode_response(
-            core.ProviderResponse([core.ContentSegment("tool_call", tool_call=call)])
-        )
-        wire = json.loads(encoded)["segments"][0]["toolCall"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        return {}
-    return {k: v for k, v in wire.items() if k not in ("id", "name", "args")}
-
-
 # --- downstream -------------------------------------------------------------------------------
-
-
-def _quote(value: Any) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    if len(text) > _QUOTE_CHARS:
-        text = text[:_QUOTE_CHARS] + "..."
-    return repr(text)
-
-
-def _arguments(raw: Any) -> dict[str, Any]:
-    """A call's arguments as an object; ``ValueError`` saying why they cannot be one."""
-    if raw is None:
-        return {}
-    if isinstance(raw, dict):
-        return raw
-    if not isinstance(raw, str):
-        raise ValueError(f"are a JSON {type(raw).__name__}, not an object")
-    if not raw.strip():
-        return {}
-    try:
-        value = _loads(raw)
-    except RecursionError:
-        raise ValueError("are nested too deeply") from None
-    except ValueError as exc:
-        raise ValueError(f"are not valid JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"are a JSON {type(value).__name__}, not an object")
-    return value
-
-
-class _Segments:
-    """The segments of one answer in order, and what openstarry noted about it.
-
-    Adjacent pieces of the model's text become one segment. A note is a text
-    segment openstarry writes (starting :data:`NOTE_PREFIX`), also listed in
-    ``metadata["errors"]``. As for OpenAI's APIs, an answer with nothing in it
-    is one empty text segment, so the loop still ends the turn with a message.
-    """
-
-    def __init__(self) -> None:
-        self.items: list[ContentSegment] = []
-        self.errors: list[str] = []
-        self.refused = False
-        self.truncated = False
-        self._text_open = False
-
-    def text(self, text: str) -> None:
-        if not text:
-            return
-        if self._text_open:
-            last = self.items[-1]
-            self.items[-1] = ContentSegment(type="text", text=(last.text or "") + text)
-        else:
-            self.items.append(ContentSegment(type="text", text=text))
-            self._text_open = True
-
-    def note(self, message: str) -> None:
-        text = f"{NOTE_PREFIX} {message}"
-        self.errors.append(text)
-        self.add(ContentSegment(type="text", text=text))
-
-    def refusal(self, reason: str) -> None:
-        """The model declined: its tool calls are dropped and the reason is said."""
-        self.items = [s for s in self.items if s.tool_call is None]
-        self.refused = True
-        text = f"The model refused to answer: {reason}"
-        self.add(ContentSegment(type="text", text=text if text.endswith(".") else text + "."))
-
-    def cut(self, name: str) -> None:
-        """A call of an answer that was cut off: noted, not made."""
-        self.note(f"The call of tool {name!r} was cut off with the response; it was not made.")
-
-    def tool_call(
-        self, call_id: Any, name: str, raw: Any, extras: Mapping[str, Any] | None = None
-    ) -> None:
-        """A call of tool ``name`` (the agent's name), or a note when it cannot be made."""
-        try:
-            args = _arguments(raw)
-        except ValueError as exc:
-            self.note(
-                f"The model called tool {name!r}, but its arguments {exc}: {_quote(raw)}. "
-                "The call was not made."
-            )
-            return
-        if not isinstance(call_id, str) or not call_id:
-            call_id = str(uuid.uuid4())
-        call = ToolCall(id=call_id, name=name, args=args, **(extras or {}))
-        try:
-            # The loop hands the call to the core, whose limits (nesting) are stricter.
-            call.to_core()
-        except ValueError as exc:
-            self.note(
-                f"The model called tool {name!r}, but openstarry cannot carry its arguments "
-                f"({exc}). The call was not made."
-            )
-            return
-        self.add(ContentSegment(type="tool_call", tool_call=call))
-
-    def add(self, segment: ContentSegment) -> None:
-        """A segment that is not the model's text (a tool call, an image, a note)."""
-        self.items.append(segment)
-        self._text_open = False
-
-    def calls(self) -> list[ToolCall]:
-        return [s.tool_call for s in self.items if s.tool_call is not None]
-
-    def response(self, metadata: dict[str, Any]) -> ProviderResponse:
-        if self.truncated:
-            self.note("The response was cut off before the API said it was complete.")
-            metadata["truncated"] = True
-        if self.refused:
-            metadata["refused"] = True
-        if self.errors:
-            metadata["errors"] = self.errors
-        segments = self.items or [ContentSegment(type="text", text="")]
-        return ProviderResponse(segments=segments, metadata=metadata)
 
 
 def _stop_note(reason: Any) -> str | None:
@@ -476,26 +337,26 @@ def _parse_message(body: Any, names: ToolNameMap, *, truncated: bool = False) ->
     content = body.get("content")
     if not isinstance(content, list):
         raise AgentPainException("the Anthropic response has no content list")
-    segments = _Segments()
+    segments = Segments()
     segments.truncated = truncated
     thinking: list[dict[str, Any]] = []
     for block in content:
         kind = block.get("type") if isinstance(block, Mapping) else None
         if not isinstance(block, Mapping) or not isinstance(kind, str):
             segments.note(
-                f"The answer held a content block without a type: {_quote(block)}; it was left out."
+                f"The answer held a content block without a type: {quote(block)}; it was left out."
             )
         elif kind == "text":
             text = block.get("text")
             if isinstance(text, str):
                 segments.text(text)
             else:
-                segments.note(f"The answer held a text block without text: {_quote(block)}.")
+                segments.note(f"The answer held a text block without text: {quote(block)}.")
         elif kind == "tool_use":
             name = block.get("name")
             if not isinstance(name, str) or not name:
                 segments.note(
-                    f"The model made a tool call without a tool name: {_quote(block)}; "
+                    f"The model made a tool call without a tool name: {quote(block)}; "
                     "it was not made."
                 )
             elif truncated:
@@ -540,17 +401,6 @@ def _metadata(body: Mapping[str, Any]) -> dict[str, Any]:
     return metadata
 
 
-def _count(usage: Mapping[str, Any], key: str) -> int | None:
-    value = usage.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _total(*counts: int | None) -> int | None:
-    """The sum of the counts the API gave; ``None`` when it gave none."""
-    given = [c for c in counts if c is not None]
-    return sum(given) if given else None
-
-
 def normalise_usage(usage: Mapping[str, Any]) -> dict[str, Any]:
     """``{input_tokens, output_tokens, total_tokens, raw}`` from Anthropic's ``usage``.
 
@@ -558,12 +408,12 @@ def normalise_usage(usage: Mapping[str, Any]) -> dict[str, Any]:
     plus the tokens written to and read from its prompt cache. A count the
     API did not give is ``None``.
     """
-    prompt = _total(
-        _count(usage, "input_tokens"),
-        _count(usage, "cache_creation_input_tokens"),
-        _count(usage, "cache_read_input_tokens"),
+    prompt = total(
+        count(usage, "input_tokens"),
+        count(usage, "cache_creation_input_tokens"),
+        count(usage, "cache_read_input_tokens"),
     )
-    output = _count(usage, "output_tokens")
+    output = count(usage, "output_tokens")
     return {
         "input_tokens": prompt,
         "output_tokens": output,
@@ -586,6 +436,9 @@ class AnthropicStream:
         self._message: dict[str, Any] | None = None
         self._blocks: dict[int, dict[str, Any]] = {}
         self._json: dict[int, list[str]] = {}
+        # The text and thinking of each block, in the pieces they came in: joined
+        # when the block ends, so a long answer is assembled in linear time.
+        self._pieces: dict[tuple[int, str], list[str]] = {}
         self._done = False
         self._chars = 0
 
@@ -610,7 +463,7 @@ class AnthropicStream:
         if not data.strip() or self._done:
             return None
         try:
-            payload = _loads(data)
+            payload = loads(data)
         except (ValueError, RecursionError) as exc:
             raise AgentPainException(
                 f"a streamed Anthropic event ({event or 'unnamed'}) is not JSON: {exc}"
@@ -657,7 +510,7 @@ class AnthropicStream:
         elif kind == "message_stop":
             self._done = True
         elif kind == "error":
-            raise ProviderError(error_message(None, payload))
+            raise reported_error(error_message(None, payload), payload.get("error"))
         # ping, and event types added to the API later: nothing to assemble.
         return None
 
@@ -670,7 +523,7 @@ class AnthropicStream:
         if kind == "text_delta":
             text = delta.get("text")
             if isinstance(text, str) and block.get("type") == "text":
-                block["text"] = str(block.get("text") or "") + text
+                self._pieces.setdefault((index, "text"), []).append(text)
                 return text or None
         elif kind == "input_json_delta":
             part = delta.get("partial_json")
@@ -679,7 +532,7 @@ class AnthropicStream:
         elif kind == "thinking_delta":
             part = delta.get("thinking")
             if isinstance(part, str):
-                block["thinking"] = str(block.get("thinking") or "") + part
+                self._pieces.setdefault((index, "thinking"), []).append(part)
         elif kind == "signature_delta":
             signature = delta.get("signature")
             if isinstance(signature, str):
@@ -693,6 +546,10 @@ class AnthropicStream:
             raw = "".join(parts)
             if raw.strip():
                 block["input"] = raw
+        for field in ("text", "thinking"):
+            pieces = self._pieces.pop((index, field), None)
+            if pieces and block is not None:
+                block[field] = str(block.get(field) or "") + "".join(pieces)
 
     def finish(self) -> ProviderResponse:
         """The whole response (see the module's description for a cut-off stream).
@@ -702,7 +559,7 @@ class AnthropicStream:
         """
         if self._message is None and not self._blocks:
             raise AgentPainException("the Anthropic stream ended before the response began")
-        for index in list(self._json):
+        for index in {*self._json, *(i for i, _ in self._pieces)}:
             self._close(index)
         message = dict(self._message or {})
         message["content"] = [self._blocks[i] for i in sorted(self._blocks)]
@@ -715,14 +572,10 @@ class AnthropicStream:
 def error_message(status: int | None, body: Any) -> str:
     """What an Anthropic error body says: type, message and request id, keys blanked out."""
     prefix = "Anthropic API error" if status is None else f"Anthropic API error {status}"
-    if isinstance(body, (bytes, bytearray)):
-        body = body.decode("utf-8", "replace")
+    body = error_body(body)
     if isinstance(body, str):
-        try:
-            body = json.loads(body)
-        except ValueError:
-            excerpt = " ".join(body.split())
-            return f"{prefix}: {_clean(excerpt)}" if excerpt else prefix
+        excerpt = " ".join(body.split())
+        return f"{prefix}: {clean(excerpt)}" if excerpt else prefix
     if not isinstance(body, Mapping):
         return prefix
     error = body.get("error")
@@ -732,17 +585,10 @@ def error_message(status: int | None, body: Any) -> str:
         kind, message = body.get("type"), error if isinstance(error, str) else None
     text = prefix
     if isinstance(kind, str) and kind and kind != "error":
-        text += f" ({_clean(kind)})"
+        text += f" ({clean(kind)})"
     if isinstance(message, str) and message:
-        text += f": {_clean(message)}"
+        text += f": {clean(message)}"
     request_id = body.get("request_id")
     if isinstance(request_id, str) and request_id:
-        text += f" [request {_clean(request_id)}]"
-    return text
-
-
-def _clean(text: str) -> str:
-    text = _SECRETS.sub("[redacted]", text)
-    if len(text) > _MAX_ERROR_CHARS:
-        text = text[:_MAX_ERROR_CHARS] + "…"
+        text += f" [request {clean(request_id)}]"
     return text

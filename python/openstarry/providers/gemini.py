@@ -73,25 +73,24 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import quote
+from urllib.parse import quote as url_quote
 
 from openstarry.agent.memory import AssistantTurn, Observation, UserTurn
 from openstarry.errors import AgentPainException, ManifestError, ProviderError
 from openstarry.protocol import ContentSegment, ProviderResponse, SegmentType
-from openstarry.providers._memory import ToolExchange, conversation, outcome_object
-
-# The segment builder and the helpers over tool calls and error text are the
-# Anthropic module's: both APIs read their answers the same way.
-from openstarry.providers.anthropic import (
+from openstarry.providers._common import (
     OBSERVATION_PREFIX,
-    _clean,
-    _count,
-    _extras,
-    _loads,
-    _quote,
-    _Segments,
-    _total,
+    Segments,
+    clean,
+    count,
+    error_body,
+    extras,
+    loads,
+    quote,
+    reported_error,
+    total,
 )
+from openstarry.providers._memory import ToolExchange, conversation, outcome_object
 
 if TYPE_CHECKING:
     from openstarry.agent.interfaces import AgentContext
@@ -181,7 +180,7 @@ class GeminiAPI:
         if name.startswith("tunedModels/"):
             collection, name = "tunedModels", name.removeprefix("tunedModels/")
         method = "streamGenerateContent?alt=sse" if stream else "generateContent"
-        return f"/{collection}/{quote(name, safe='-._~')}:{method}"
+        return f"/{collection}/{url_quote(name, safe='-._~')}:{method}"
 
     def headers(self, api_key: str | None) -> dict[str, str]:
         """``x-goog-api-key`` (when there is a key) and ``content-type``."""
@@ -555,7 +554,7 @@ def _function_call_part(call: Any, names: ToolNameMap) -> dict[str, Any]:
             "id": call.id,
         }
     }
-    signature = _extras(call).get(SIGNATURE_FIELD)
+    signature = extras(call).get(SIGNATURE_FIELD)
     if isinstance(signature, str) and signature:
         part[SIGNATURE_FIELD] = signature
     return part
@@ -579,7 +578,7 @@ def _parse_response(body: Any, names: ToolNameMap, *, truncated: bool = False) -
         )
     if isinstance(body.get("error"), Mapping):
         raise ProviderError(error_message(200, body))
-    segments = _Segments()
+    segments = Segments()
     candidates = body.get("candidates")
     feedback = body.get("promptFeedback")
     feedback = feedback if isinstance(feedback, Mapping) else {}
@@ -620,10 +619,10 @@ def _parse_response(body: Any, names: ToolNameMap, *, truncated: bool = False) -
     return segments.response(_metadata(body, finish))
 
 
-def _read_part(part: Any, names: ToolNameMap, segments: _Segments, *, truncated: bool) -> None:
+def _read_part(part: Any, names: ToolNameMap, segments: Segments, *, truncated: bool) -> None:
     if not isinstance(part, Mapping):
         segments.note(
-            f"The answer held a part that is not an object: {_quote(part)}; it was left out."
+            f"The answer held a part that is not an object: {quote(part)}; it was left out."
         )
         return
     if part.get("thought") is True:
@@ -633,14 +632,14 @@ def _read_part(part: Any, names: ToolNameMap, segments: _Segments, *, truncated:
         if isinstance(text, str):
             segments.text(text)
         else:
-            segments.note(f"The answer held a text part without text: {_quote(part)}.")
+            segments.note(f"The answer held a text part without text: {quote(part)}.")
         return
     if "functionCall" in part:
         call = part["functionCall"]
         name = call.get("name") if isinstance(call, Mapping) else None
         if not isinstance(call, Mapping) or not isinstance(name, str) or not name:
             segments.note(
-                f"The model made a tool call without a tool name: {_quote(part)}; it was not made."
+                f"The model made a tool call without a tool name: {quote(part)}; it was not made."
             )
         elif truncated:
             segments.cut(names.local(name))  # a cut-off answer must not act
@@ -682,7 +681,7 @@ def _why(reason: str, source: Mapping[str, Any]) -> str:
     for key in ("finishMessage", "blockReasonMessage"):
         message = source.get(key)
         if isinstance(message, str) and message:
-            reasons.append(_clean(message))
+            reasons.append(clean(message))
     return "; ".join(reasons)
 
 
@@ -712,15 +711,15 @@ def normalise_usage(usage: Mapping[str, Any]) -> dict[str, Any]:
     and thinking tokens; the total is Gemini's own when it gives one. A count
     the API did not give is ``None``.
     """
-    prompt = _total(_count(usage, "promptTokenCount"), _count(usage, "toolUsePromptTokenCount"))
-    output = _total(_count(usage, "candidatesTokenCount"), _count(usage, "thoughtsTokenCount"))
-    total = _count(usage, "totalTokenCount")
-    if total is None and prompt is not None and output is not None:
-        total = prompt + output
+    prompt = total(count(usage, "promptTokenCount"), count(usage, "toolUsePromptTokenCount"))
+    output = total(count(usage, "candidatesTokenCount"), count(usage, "thoughtsTokenCount"))
+    whole = count(usage, "totalTokenCount")
+    if whole is None and prompt is not None and output is not None:
+        whole = prompt + output
     return {
         "input_tokens": prompt,
         "output_tokens": output,
-        "total_tokens": total,
+        "total_tokens": whole,
         "raw": dict(usage),
     }
 
@@ -738,6 +737,9 @@ class GeminiStream:
     def __init__(self, names: ToolNameMap) -> None:
         self._names = names
         self._parts: list[Any] = []
+        # The text of the last part, in the pieces it came in: joined when another
+        # part follows (or at the end), so a long answer is assembled in linear time.
+        self._open_text: list[str] = []
         self._candidate: dict[str, Any] | None = None
         self._body: dict[str, Any] = {}
         self._done = False
@@ -764,7 +766,7 @@ class GeminiStream:
         if not data.strip():
             return None
         try:
-            chunk = _loads(data)
+            chunk = loads(data)
         except (ValueError, RecursionError) as exc:
             raise AgentPainException(f"a streamed Gemini chunk is not JSON: {exc}") from None
         if isinstance(chunk, list) and len(chunk) == 1:
@@ -772,7 +774,7 @@ class GeminiStream:
         if not isinstance(chunk, Mapping):
             raise AgentPainException("a streamed Gemini chunk is not a JSON object")
         if isinstance(chunk.get("error"), Mapping):
-            raise ProviderError(error_message(None, chunk))
+            raise reported_error(error_message(None, chunk), chunk["error"])
         for key in ("responseId", "modelVersion", "usageMetadata"):
             if key in chunk:
                 self._body[key] = chunk[key]
@@ -801,6 +803,7 @@ class GeminiStream:
         delta: list[str] = []
         for part in parts:
             if not isinstance(part, Mapping):
+                self._close_text()
                 self._parts.append(part)  # noted when the response is read
                 continue
             text = part.get("text")
@@ -818,11 +821,20 @@ class GeminiStream:
             and isinstance(last.get("text"), str)
             and bool(last.get("thought")) == bool(part.get("thought"))
         ):
-            last["text"] += text
+            self._open_text.append(text)
             if part.get(SIGNATURE_FIELD):
                 last[SIGNATURE_FIELD] = part[SIGNATURE_FIELD]
         else:
+            self._close_text()
             self._parts.append(dict(part))
+            if isinstance(text, str):
+                self._open_text.append(text)
+
+    def _close_text(self) -> None:
+        """Join the pieces of the last part's text into it."""
+        if self._open_text and self._parts and isinstance(self._parts[-1], dict):
+            self._parts[-1]["text"] = "".join(self._open_text)
+        self._open_text = []
 
     def finish(self) -> ProviderResponse:
         """The whole response (see the module's description for a cut-off stream).
@@ -832,6 +844,7 @@ class GeminiStream:
         """
         if self._candidate is None and not self._body:
             raise AgentPainException("the Gemini stream ended before the response began")
+        self._close_text()
         body = dict(self._body)
         if self._candidate is not None:
             candidate = dict(self._candidate)
@@ -848,14 +861,10 @@ class GeminiStream:
 def error_message(status: int | None, body: Any) -> str:
     """What a Gemini error body says: its status and message, keys blanked out."""
     prefix = "Gemini API error" if status is None else f"Gemini API error {status}"
-    if isinstance(body, (bytes, bytearray)):
-        body = body.decode("utf-8", "replace")
+    body = error_body(body)
     if isinstance(body, str):
-        try:
-            body = json.loads(body)
-        except ValueError:
-            excerpt = " ".join(body.split())
-            return f"{prefix}: {_clean(excerpt)}" if excerpt else prefix
+        excerpt = " ".join(body.split())
+        return f"{prefix}: {clean(excerpt)}" if excerpt else prefix
     if isinstance(body, list) and body:
         body = body[0]  # generateContent errors sometimes come as a one-element array
     if not isinstance(body, Mapping):
@@ -866,8 +875,8 @@ def error_message(status: int | None, body: Any) -> str:
     text = prefix
     kind = error.get("status")
     if isinstance(kind, str) and kind:
-        text += f" ({_clean(kind)})"
+        text += f" ({clean(kind)})"
     message = error.get("message")
     if isinstance(message, str) and message:
-        text += f": {_clean(message)}"
+        text += f": {clean(message)}"
     return text

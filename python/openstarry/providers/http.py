@@ -15,7 +15,10 @@ and hands it back to the translator. ``agent.json`` chooses one by name::
     }
 
 The key is read from the environment variable at each call, so it can be set
-after the agent starts; it goes into a request header and nowhere else: it is
+after the agent starts; white space around it (the line break a file leaves)
+is dropped, and a key with a space, a control character or a character
+outside ASCII inside fails with a :class:`~openstarry.errors.ProviderError`
+that names the variable. It goes into a request header and nowhere else: it is
 never stored, logged, or put into an error message (where a server echoes it
 in an error body, it is replaced by ``[redacted]``). Without a key, a provider
 with the API's own base URL fails with a :class:`~openstarry.errors.ProviderError`
@@ -43,11 +46,17 @@ the translator (each also accepted in snake_case, ``max_retries``):
     The largest response read; a longer one fails with a ``ProviderError``.
 
 What is retried: a 429, a 5xx, a connection that cannot be made or that
-breaks before the answer is complete, and a stream that breaks off before any
-of its text was passed on. A ``Retry-After`` (or ``retry-after-ms``) header
-sets the wait, up to 60 s; a wait that would outlast the call's deadline fails
-at once instead. Other 4xx answers are not retried (their message comes from
-the API's error body), nor is a server that stays silent past ``timeout``.
+breaks before the answer is complete, a stream that breaks off before any of
+its text was passed on, and a stream whose API reports, before any text, an
+error that may pass (Anthropic's ``overloaded_error`` after a 200, say: a
+:class:`~openstarry.providers._common.TransientProviderError`). A
+``Retry-After`` (or ``retry-after-ms``) header sets the wait, up to 60 s; a
+wait that would outlast the call's deadline fails at once instead. Other 4xx
+answers are not retried (their message comes from the API's error body), nor
+is a server that stays silent past ``timeout``.
+A redirect (3xx) is not followed, as the key would go along to wherever it
+points: it fails with a ``ProviderError`` that names the address (for
+``provider.baseUrl``).
 After the last attempt the call fails with a ``ProviderError`` that says why.
 
 A stream that breaks off once some of its text was passed on is not retried
@@ -101,6 +110,7 @@ import anyio
 from openstarry import __version__, core, protocol
 from openstarry.agent.registry import SchemaCache
 from openstarry.errors import AgentPainException, ManifestError, ProviderError
+from openstarry.providers._common import TransientProviderError
 from openstarry.providers.wire import ToolNameMap
 
 if TYPE_CHECKING:
@@ -135,6 +145,8 @@ MAX_SSE_EVENT: Final = 8 * 1024 * 1024
 TOOL_SET_CACHE: Final = 64
 
 _REDACTED: Final = "[redacted]"
+#: What an API key may hold: visible ASCII characters, as a header value carries them.
+_KEY_CHARS: Final = re.compile(r"[\x21-\x7e]+")
 
 
 # --- options -------------------------------------------------------------------------------------
@@ -237,11 +249,12 @@ class SSEDecoder:
     """
 
     __slots__ = (
-        "_buffer",
         "_data",
         "_data_size",
         "_decoder",
         "_event",
+        "_rest",
+        "_rest_size",
         "_started",
         "max_event",
         "max_line",
@@ -251,7 +264,10 @@ class SSEDecoder:
         self.max_line = max_line
         self.max_event = max_event
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._buffer = ""
+        # The unfinished last line, in the pieces it came in: joined once it ends,
+        # so a long line arriving in many chunks is read in linear time.
+        self._rest: list[str] = []
+        self._rest_size = 0
         self._event: str | None = None
         self._data: list[str] = []
         self._data_size = 0
@@ -263,11 +279,24 @@ class SSEDecoder:
         if not self._started and text:
             self._started = True
             text = text.removeprefix("\ufeff")
-        return self._lines(self._buffer + text, final=False)
+        if "\n" not in text and "\r" not in text and not self._held_cr():
+            # The line goes on: nothing before it needs reading again.
+            self._rest.append(text)
+            self._rest_size += len(text)
+            if self._rest_size > self.max_line:
+                raise SSEError(
+                    f"a server-sent event line is longer than {self.max_line} characters"
+                )
+            return []
+        return self._lines("".join(self._rest) + text, final=False)
 
     def close(self) -> list[tuple[str | None, str]]:
         """The end of the stream: complete what the last bytes held (an open event is dropped)."""
-        return self._lines(self._buffer + self._decoder.decode(b"", final=True), final=True)
+        text = "".join(self._rest) + self._decoder.decode(b"", final=True)
+        return self._lines(text, final=True)
+
+    def _held_cr(self) -> bool:
+        return bool(self._rest) and self._rest[-1].endswith("\r")
 
     def _lines(self, text: str, *, final: bool) -> list[tuple[str | None, str]]:
         # A CR at the end may be the first half of a CRLF: wait for the next chunk.
@@ -278,7 +307,8 @@ class SSEDecoder:
         rest = lines.pop()
         if len(rest) > self.max_line:
             raise SSEError(f"a server-sent event line is longer than {self.max_line} characters")
-        self._buffer = "" if final else rest + held
+        self._rest = [] if final or not (rest or held) else [rest + held]
+        self._rest_size = 0 if final else len(rest)
         events: list[tuple[str | None, str]] = []
         for line in lines:
             if len(line) > self.max_line:
@@ -366,8 +396,10 @@ class HTTPProvider:
             translator's (``temperature``, ``max_tokens``...).
 
     Raises:
-        ManifestError: for a missing model, a base URL that is not http(s), or
-            a bad transport option; ``field`` names it.
+        ManifestError: for a missing model, a base URL that is not http(s), a
+            bad transport option, or an option the API's translator refuses
+            (checked by building a request for an empty session); ``field``
+            names it.
     """
 
     def __init__(
@@ -412,6 +444,35 @@ class HTTPProvider:
         #: Each tool set's wire names and translated declarations, by fingerprint.
         self.tool_sets: SchemaCache[_ToolSet] = SchemaCache(TOOL_SET_CACHE)
         self._client: httpx.AsyncClient | None = None
+        self._check_configuration()
+
+    def _check_configuration(self) -> None:
+        """Build a request for an empty session once, so that ``provider.options`` the
+        translator refuses (a key openstarry sets itself, a bad ``max_tokens``) fail when
+        the agent starts, not at its first input.
+
+        Raises:
+            ManifestError: what the translator says of the configuration.
+        """
+        from openstarry.agent.interfaces import AgentContext
+        from openstarry.agent.memory import Session
+
+        context = AgentContext(tools={}, session=Session("openstarry-configuration-check"))
+        stream = self.transport.stream
+        try:
+            self.api.path(self.model, stream=stream)
+            self.api.build_request(
+                "",
+                context,
+                model=self.model,
+                options=self.options,
+                stream=stream,
+                names=ToolNameMap(()),
+            )
+        except ManifestError:
+            raise
+        except Exception:
+            return
 
     @classmethod
     def from_config(cls, api: WireAPI, config: ProviderConfigLike) -> HTTPProvider:
@@ -533,10 +594,23 @@ class HTTPProvider:
         return _as_core(response, tools_fingerprint=tool_set.fingerprint, latency_ms=latency_ms)
 
     def _api_key(self) -> str | None:
+        """The key, from the first variable set; white space around it is dropped.
+
+        Raises:
+            ProviderError: no key where one is needed, or a key that cannot go
+                into a header (the message names the variable, never the key).
+        """
         for variable in self.api_key_envs:
-            key = os.environ.get(variable)
-            if key:
-                return key
+            key = os.environ.get(variable, "").strip()
+            if not key:
+                continue
+            if not _KEY_CHARS.fullmatch(key):
+                # httpx and h11 would refuse the header with a message quoting it.
+                raise ProviderError(
+                    f"{self.name}: the API key in {variable} holds a space, a control "
+                    "character or a character outside ASCII; an API key has none"
+                )
+            return key
         if self.custom_base_url:
             return None
         raise ProviderError(
@@ -632,6 +706,8 @@ class HTTPProvider:
             status = response.status_code
             if status >= 400:
                 raise await self._error(response, where, key)
+            if status >= 300:
+                raise self._redirected(response, where)
             content_type = response.headers.get("content-type", "")
             if stream and content_type.split(";")[0].strip().lower() == "text/event-stream":
                 return await self._read_stream(response, context, names, where)
@@ -646,6 +722,21 @@ class HTTPProvider:
             return self.api.parse_response(body, names)
         finally:
             await response.aclose()
+
+    def _redirected(self, response: httpx.Response, where: str) -> ProviderError:
+        """A 3xx answer: redirects are not followed (the key would go along), so say where to."""
+        location = response.headers.get("location", "")
+        target = ""
+        if location:
+            try:
+                target = _display_url(str(response.url.join(location)))
+            except (httpx.InvalidURL, ValueError):
+                target = ""
+        to = f" to {target}" if target else ""
+        return ProviderError(
+            f"{self.name}: HTTP {response.status_code} from {where}: the server redirects{to}; "
+            "openstarry does not follow redirects: set provider.baseUrl to the address it names"
+        )
 
     async def _error(self, response: httpx.Response, where: str, key: str | None) -> Exception:
         """An error answer as a ``_Retry`` (429 and 5xx) or a ``ProviderError`` (the rest)."""
@@ -719,18 +810,26 @@ class HTTPProvider:
         emitted = False
         size = 0
         broke: str | None = None
+        pieces = response.aiter_bytes()
         try:
-            pieces = response.aiter_bytes()
             async for chunk in pieces:
                 size += len(chunk)
                 if size > limit:
-                    await _abandon(response, pieces)
                     raise ProviderError(
                         f"{self.name}: the stream from {where} is more than {limit} bytes "
                         "(provider.options.maxResponseBytes)"
                     )
                 emitted = _pass_on(decoder.feed(chunk), assembler, context) or emitted
             emitted = _pass_on(decoder.close(), assembler, context) or emitted
+        except (ProviderError, AgentPainException) as exc:
+            # The stream refused (its size, an event the assembler cannot take, an
+            # error the API reported): stop reading first, so no half-read
+            # generator is left behind (trio warns of one).
+            await _abandon(response, pieces)
+            if isinstance(exc, TransientProviderError) and not emitted:
+                # Overloaded, say, before anything was passed on: worth another attempt.
+                raise _Retry(str(exc)) from None
+            raise
         except httpx.TimeoutException:
             if not emitted and not assembler.done:
                 raise ProviderError(

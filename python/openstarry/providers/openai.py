@@ -74,10 +74,7 @@ Streaming
 
 from __future__ import annotations
 
-import contextlib
 import json
-import re
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -85,7 +82,19 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from openstarry.agent.memory import AssistantTurn, Observation, UserTurn
 from openstarry.errors import AgentPainException, ManifestError, ProviderError
-from openstarry.protocol import ContentSegment, ProviderResponse, ToolCall
+from openstarry.protocol import ContentSegment, ProviderResponse
+from openstarry.providers._common import (
+    NOTE_PREFIX,
+    QUOTE_CHARS,
+    Segments,
+    clean,
+    count,
+    error_body,
+    parse_arguments,
+    quote,
+    redact,
+    reported_error,
+)
 from openstarry.providers._memory import (
     ToolExchange,
     arguments_json,
@@ -110,12 +119,6 @@ __all__ = [
 MAX_STREAM_CHARS: Final = 8 * 1024 * 1024
 #: The most tool calls (or output items) one streamed response may open.
 MAX_STREAM_TOOL_CALLS: Final = 512
-#: How a text segment that openstarry wrote, not the model, starts.
-NOTE_PREFIX: Final = "[openstarry]"
-#: How much of an unusable value a note quotes.
-_QUOTE_CHARS = 200
-#: How much of an error body :meth:`error_message` repeats.
-_ERROR_CHARS = 1000
 
 _OPENAI_BASE_URL = "https://api.openai.com/v1"
 _OPENAI_KEY_ENV = "OPENAI_API_KEY"
@@ -132,6 +135,7 @@ class _Text:
     """Text of the answer: the model's (``text``), a refusal, or a note of openstarry's."""
 
     kind: Literal["text", "refusal", "note"]
+    #: The text; for a note, what it says without :data:`NOTE_PREFIX`.
     text: str
 
 
@@ -156,112 +160,42 @@ def _observation_role(role: str) -> ObservationRole:
 
 def _unhandled(what: str, kind: Any, outcome: str = "it was left out") -> _Text:
     shown = repr(kind)
-    if len(shown) > _QUOTE_CHARS:
-        shown = shown[:_QUOTE_CHARS] + "..."
+    if len(shown) > QUOTE_CHARS:
+        shown = shown[:QUOTE_CHARS] + "..."
     return _note(f"The {what} of type {shown}, which openstarry does not handle; {outcome}.")
 
 
 def _note(message: str) -> _Text:
-    return _Text("note", f"{NOTE_PREFIX} {message}")
-
-
-def _quote(value: Any) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    if len(text) > _QUOTE_CHARS:
-        text = text[:_QUOTE_CHARS] + "..."
-    return repr(text)
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _parse_arguments(raw: Any) -> dict[str, Any]:
-    """A call's arguments as an object; ``ValueError`` saying why they cannot be one."""
-    if raw is None or raw == "":
-        return {}
-    if isinstance(raw, Mapping):
-        return dict(raw)
-    if not isinstance(raw, str):
-        raise ValueError(f"are {type(raw).__name__}, not JSON text")
-    try:
-        value = json.loads(raw, parse_constant=_reject_constant)
-    except RecursionError:
-        raise ValueError("are nested too deeply") from None
-    except ValueError as exc:
-        raise ValueError(f"are not valid JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"are a JSON {type(value).__name__}, not an object")
-    return value
+    return _Text("note", message)
 
 
 def _response(
     parts: list[_Part], names: ToolNameMap, metadata: dict[str, Any], *, truncated: bool = False
 ) -> ProviderResponse:
     """The ``ProviderResponse`` of an answer's parts, in order (see the module's docstring)."""
-    segments: list[ContentSegment] = []
-    errors: list[str] = []
-
-    def say(part: _Text) -> None:
-        if part.kind == "note":
-            errors.append(part.text)
-        segments.append(ContentSegment(type="text", text=part.text))
-
+    segments = Segments()
     for part in parts:
         if isinstance(part, _Call):
             name = names.local(part.name)
             if truncated:
-                say(
-                    _note(
-                        f"The call of tool {name!r} was cut off with the response; it was not made."
-                    )
-                )
-                continue
-            try:
-                args = _parse_arguments(part.arguments)
-            except ValueError as exc:
-                say(
-                    _note(
-                        f"The model called tool {name!r}, but its arguments {exc}: "
-                        f"{_quote(part.arguments)}. The call was not made."
-                    )
-                )
-                continue
-            call = ToolCall(id=part.id or str(uuid.uuid4()), name=name, args=args)
-            try:
-                # The loop hands the call to the core, whose limits (nesting) are stricter.
-                call.to_core()
-            except ValueError as exc:
-                say(
-                    _note(
-                        f"The model called tool {name!r}, but openstarry cannot carry its "
-                        f"arguments ({exc}). The call was not made."
-                    )
-                )
-                continue
-            segments.append(ContentSegment(type="tool_call", tool_call=call))
+                segments.cut(name)  # a cut-off answer must not act
+            else:
+                segments.tool_call(part.id, name, part.arguments)
         elif part.kind == "refusal":
-            metadata["refused"] = True
+            segments.refused = True
             reason = part.text.strip()
-            say(
-                _Text(
-                    "text",
-                    f"The model refused to answer: {reason}"
-                    if reason
-                    else "The model refused to answer.",
-                )
+            text = (
+                f"The model refused to answer: {reason}"
+                if reason
+                else "The model refused to answer."
             )
-        elif part.text or part.kind == "note":
-            say(part)
-    if truncated:
-        metadata["truncated"] = True
-        say(_note("The response was cut off before the API said it was complete."))
-    if errors:
-        metadata["errors"] = errors
-    if not segments:
-        # An empty answer is still an answer: the loop ends the turn with it.
-        segments.append(ContentSegment(type="text", text=""))
-    return ProviderResponse(segments=segments, metadata=metadata)
+            segments.add(ContentSegment(type="text", text=text))
+        elif part.kind == "note":
+            segments.note(part.text)
+        elif part.text:
+            segments.add(ContentSegment(type="text", text=part.text))
+    segments.truncated = truncated
+    return segments.response(metadata)
 
 
 def _stop_notes(reason: str | None) -> list[_Part]:
@@ -282,12 +216,8 @@ def _usage(raw: Any, input_key: str, output_key: str) -> dict[str, Any] | None:
     """Token usage as ``{"input_tokens", "output_tokens", "total_tokens", "raw"}``."""
     if not isinstance(raw, Mapping):
         return None
-
-    def count(key: str) -> int | None:
-        value = raw.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-    used_in, used_out, total = count(input_key), count(output_key), count("total_tokens")
+    used_in, used_out = count(raw, input_key), count(raw, output_key)
+    total = count(raw, "total_tokens")
     if total is None and used_in is not None and used_out is not None:
         total = used_in + used_out
     return {
@@ -316,7 +246,7 @@ def _event_json(data: str, what: str) -> Mapping[str, Any]:
     try:
         value = json.loads(data)
     except (ValueError, RecursionError):
-        raise AgentPainException(f"{what}: an event that is not JSON: {_quote(data)}") from None
+        raise AgentPainException(f"{what}: an event that is not JSON: {quote(data)}") from None
     return _object(value, f"{what}: an event")
 
 
@@ -342,22 +272,10 @@ def _tool_descriptions(context: AgentContext) -> list[dict[str, Any]]:
 
 # --- error bodies -----------------------------------------------------------------------------
 
-# What would give a key away if an error message repeated it: OpenAI's own
-# (masked but for its end, "sk-proj-****abcd") and any bearer token.
-_SECRET = re.compile(r"\bsk-[A-Za-z0-9*_\-]+|(?i:bearer)\s+\S+")
-
-
-def _redact(text: str) -> str:
-    return _SECRET.sub("[redacted]", text)
-
 
 def _error_message(status: int, body: Any) -> str:
     """``HTTP 401: <message> (type ..., code ...)``, from any of the error shapes servers use."""
-    if isinstance(body, (bytes, bytearray)):
-        body = bytes(body).decode("utf-8", "replace")
-    if isinstance(body, str):
-        with contextlib.suppress(ValueError, RecursionError):
-            body = json.loads(body)
+    body = error_body(body)
     message: str | None = None
     details: list[str] = []
     if isinstance(body, Mapping):
@@ -383,10 +301,8 @@ def _error_message(status: int, body: Any) -> str:
             message = HTTPStatus(status).phrase
         except ValueError:
             message = "no error message"
-    message = _redact(message)
-    if len(message) > _ERROR_CHARS:
-        message = message[:_ERROR_CHARS] + "..."
-    suffix = f" ({', '.join(_redact(d) for d in details)})" if details else ""
+    message = clean(message)
+    suffix = f" ({', '.join(redact(d) for d in details)})" if details else ""
     return f"HTTP {status}: {message}{suffix}"
 
 
@@ -394,7 +310,8 @@ def _api_error(body: Mapping[str, Any], what: str) -> None:
     """Raise ``ProviderError`` for an error the API put in a 200 response or a stream."""
     error = body.get("error")
     if error:
-        raise ProviderError(f"{what} reported an error: {_error_message(200, body)}")
+        message = f"{what} reported an error: {_error_message(200, body)}"
+        raise reported_error(message, error)
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
@@ -586,7 +503,7 @@ def _chat_content_part(part: Any) -> _Part:
 
 def _chat_call(call: Any) -> _Part:
     if not isinstance(call, Mapping):
-        return _note(f"The answer held a tool call that is not an object: {_quote(call)}.")
+        return _note(f"The answer held a tool call that is not an object: {quote(call)}.")
     kind = call.get("type") or "function"  # some compatible servers send null
     if kind != "function":
         return _unhandled("model made a call", kind, "it was not made")
@@ -594,7 +511,7 @@ def _chat_call(call: Any) -> _Part:
     name = function.get("name") if isinstance(function, Mapping) else None
     if not isinstance(name, str) or not name:
         return _note(
-            f"The model made a tool call without a tool name: {_quote(call)}; it was not made."
+            f"The model made a tool call without a tool name: {quote(call)}; it was not made."
         )
     assert isinstance(function, Mapping)
     return _Call(_string(call.get("id")), name, function.get("arguments"))
@@ -610,10 +527,21 @@ class _StreamedCall:
     arguments: list[str] = field(default_factory=list)
     whole_arguments: Any = None
 
+    def _arguments(self) -> Any:
+        return self.whole_arguments if self.whole_arguments is not None else "".join(self.arguments)
+
+    def complete(self) -> bool:
+        """Whether the call has its name and arguments that parse: nothing more can join it."""
+        if not self.name or (self.whole_arguments is None and not self.arguments):
+            return False
+        try:
+            parse_arguments(self._arguments())
+        except ValueError:
+            return False
+        return True
+
     def part(self) -> _Part:
-        arguments = (
-            self.whole_arguments if self.whole_arguments is not None else "".join(self.arguments)
-        )
+        arguments = self._arguments()
         return _chat_call(
             {
                 "id": self.id,
@@ -637,6 +565,8 @@ class _ChatStream:
         self._refusal: list[str] = []
         self._calls: dict[int, _StreamedCall] = {}
         self._last_index: int | None = None
+        #: A tool call index the server gave to a second call: where its pieces go now.
+        self._reused: dict[int, int] = {}
         self._id: str | None = None
         self._model: str | None = None
         self._finish_reason: str | None = None
@@ -703,7 +633,7 @@ class _ChatStream:
     def _add_call_piece(self, piece: Any) -> None:
         if not isinstance(piece, Mapping):
             raise AgentPainException(
-                f"{_CHAT}: a tool call delta that is not an object: {_quote(piece)}"
+                f"{_CHAT}: a tool call delta that is not an object: {quote(piece)}"
             )
         index = piece.get("index")
         piece_id = _string(piece.get("id"))
@@ -714,6 +644,20 @@ class _ChatStream:
                 index = last
             else:
                 index = max(self._calls, default=-1) + 1
+        else:
+            index = self._reused.get(index, index)
+            held = self._calls.get(index)
+            if (
+                held is not None
+                and piece_id is not None
+                and held.id not in (None, piece_id)
+                and held.complete()
+            ):
+                # Servers that give every parallel call index 0 (Ollama, some vLLM
+                # parsers): a new id at the index of a finished call starts a call;
+                # later pieces of that index without an id go on with it.
+                wire_index = piece["index"]
+                index = self._reused[wire_index] = max(self._calls) + 1
         call = self._calls.get(index)
         if call is None:
             if len(self._calls) >= MAX_STREAM_TOOL_CALLS:
@@ -937,7 +881,7 @@ def _responses_metadata(response: Mapping[str, Any]) -> dict[str, Any]:
 
 def _output_item(item: Any) -> list[_Part]:
     if not isinstance(item, Mapping):
-        return [_note(f"The response held an output item that is not an object: {_quote(item)}.")]
+        return [_note(f"The response held an output item that is not an object: {quote(item)}.")]
     kind = item.get("type")
     if kind == "message":
         content = item.get("content")
@@ -951,7 +895,7 @@ def _output_item(item: Any) -> list[_Part]:
         if not isinstance(name, str) or not name:
             return [
                 _note(
-                    f"The model made a function call without a tool name: {_quote(item)}; "
+                    f"The model made a function call without a tool name: {quote(item)}; "
                     "it was not made."
                 )
             ]
@@ -1004,12 +948,14 @@ class _ResponsesStream:
         kind = payload.get("type") or event
         self._received = True
         if kind == "error":
-            raise ProviderError(
-                f"the Responses API stream reported an error: {_error_message(200, payload)}"
+            raise reported_error(
+                f"the Responses API stream reported an error: {_error_message(200, payload)}",
+                payload,
             )
         response = payload.get("response")
         if kind == "response.failed":
-            raise ProviderError(_failed(response if isinstance(response, Mapping) else {}))
+            failed = response if isinstance(response, Mapping) else {}
+            raise reported_error(_failed(failed), failed.get("error"))
         if kind in ("response.completed", "response.incomplete"):
             self._final = _object(response, f"the Responses API stream: {kind}.response")
             return None
@@ -1033,20 +979,20 @@ class _ResponsesStream:
         if kind == "response.output_text.delta" and isinstance(delta, str):
             self._grow(delta)
             part = self._part(payload, "output_text")
-            part["text"] = str(part.get("text", "")) + delta
+            _grow_field(part, "text", delta)
             return delta or None
         if kind == "response.output_text.done" and isinstance(payload.get("text"), str):
             self._part(payload, "output_text")["text"] = payload["text"]
         elif kind == "response.refusal.delta" and isinstance(delta, str):
             self._grow(delta)
             part = self._part(payload, "refusal")
-            part["refusal"] = str(part.get("refusal", "")) + delta
+            _grow_field(part, "refusal", delta)
         elif kind == "response.refusal.done" and isinstance(payload.get("refusal"), str):
             self._part(payload, "refusal")["refusal"] = payload["refusal"]
         elif kind == "response.function_call_arguments.delta" and isinstance(delta, str):
             self._grow(delta)
             item = self._item(payload, "function_call")
-            item["arguments"] = str(item.get("arguments", "")) + delta
+            _grow_field(item, "arguments", delta)
         elif kind == "response.function_call_arguments.done" and isinstance(
             payload.get("arguments"), str
         ):
@@ -1099,7 +1045,15 @@ class _ResponsesStream:
         return part
 
     def _assembled(self) -> list[dict[str, Any]]:
-        return [self._items[i] for i in sorted(self._items)]
+        items = [self._items[i] for i in sorted(self._items)]
+        for item in items:
+            _join_field(item, "arguments")
+            content = item.get("content")
+            for part in content if isinstance(content, list) else ():
+                if isinstance(part, dict):
+                    _join_field(part, "text")
+                    _join_field(part, "refusal")
+        return items
 
     def finish(self) -> ProviderResponse:
         if self._final is not None:
@@ -1118,6 +1072,29 @@ class _ResponsesStream:
             parts.extend(_output_item(item))
         metadata = _responses_metadata(self._started)
         return _response(parts, self._names, metadata, truncated=True)
+
+
+class _Pieces(list[str]):
+    """A streamed text field in the pieces it came in, joined when the item is read.
+
+    Adding each delta to a string would copy the text so far each time: a long
+    answer in many small deltas would take quadratic time.
+    """
+
+
+def _grow_field(holder: dict[str, Any], key: str, delta: str) -> None:
+    """Add ``delta`` to the text field ``holder[key]``."""
+    value = holder.get(key)
+    if isinstance(value, _Pieces):
+        value.append(delta)
+    else:
+        holder[key] = _Pieces((value if isinstance(value, str) else "", delta))
+
+
+def _join_field(holder: dict[str, Any], key: str) -> None:
+    value = holder.get(key)
+    if isinstance(value, _Pieces):
+        holder[key] = "".join(value)
 
 
 def _copy_item(item: Mapping[str, Any]) -> dict[str, Any]:
