@@ -473,6 +473,8 @@ class ExecutionLoop:
         # Workers waiting for input, the longest idle first.
         self._idle_workers: dict[_SessionRuntime, None] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._loop_thread = 0
+        self._token: Any = None
         self._subscriptions: list[Subscription] = []
         self._waiting: dict[str, RunResult] = {}
         self._done: dict[str, Signal] = {}
@@ -503,6 +505,9 @@ class ExecutionLoop:
         self._closing = False
         self._workers_gone = self.bus.new_signal()
         self._clock = _clock_of_backend()
+        # Where the loop runs, for text deltas sent from a provider's worker thread.
+        self._loop_thread = threading.get_ident()
+        self._token = anyio.lowlevel.current_token()
         self._subscriptions = [
             self.bus.subscribe(_USER_MESSAGE, self._on_user_message),
             self.bus.subscribe(_SYSTEM_COMMAND, self._on_system_command),
@@ -1241,8 +1246,8 @@ class ExecutionLoop:
         ``anyio.to_thread``): the event is then handed to the event loop, which
         owns the bus, and the thread waits until it is published.
         """
-        loop_thread = threading.get_ident()
-        token = anyio.lowlevel.current_token()
+        loop_thread = self._loop_thread
+        token = self._token
 
         def sink(text: str) -> None:
             if not isinstance(text, str):
