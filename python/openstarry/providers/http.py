@@ -443,6 +443,9 @@ class HTTPProvider:
         self.transport, self.options = TransportOptions.split(options)
         #: Each tool set's wire names and translated declarations, by fingerprint.
         self.tool_sets: SchemaCache[_ToolSet] = SchemaCache(TOOL_SET_CACHE)
+        self._last_tool_set: tuple[list[str], list[Tool], _ToolSet] | None = None
+        #: Calls that found their tool set's declarations already translated.
+        self.tool_set_reuses = 0
         self._client: httpx.AsyncClient | None = None
         self._check_configuration()
 
@@ -626,8 +629,23 @@ class HTTPProvider:
         return ceiling * jitter
 
     def _tool_set(self, tools: Mapping[str, Tool]) -> _ToolSet:
+        # The same tools as on the previous call (every round of a run, most
+        # runs of an agent) are recognised by identity, without hashing their
+        # schemas: a fingerprint of a thousand tools takes milliseconds.
+        names, values = list(tools), list(tools.values())
+        last = self._last_tool_set
+        if last is not None and last[0] == names and all(
+            a is b for a, b in zip(last[1], values, strict=True)
+        ):
+            self.tool_set_reuses += 1
+            return last[2]
         key = SchemaCache.key_for(self.name, tools)
-        return self.tool_sets.get_or_create(key, lambda: _ToolSet(key[1], ToolNameMap.of(tools)))
+        misses = self.tool_sets.misses
+        found = self.tool_sets.get_or_create(key, lambda: _ToolSet(key[1], ToolNameMap.of(tools)))
+        if self.tool_sets.misses == misses:
+            self.tool_set_reuses += 1
+        self._last_tool_set = (names, values, found)
+        return found
 
     def _build(
         self, prompt: str, context: AgentContext, tool_set: _ToolSet, *, stream: bool
