@@ -120,9 +120,10 @@ async def test_weather_run_streams_the_spec_sequence() -> None:
     usages = [e.payload["metadata"]["usage"] for e in said]
     assert len(usages) == 2
     assert final.usage == {
-        key: sum(u[key] for u in usages) for key in ("inputTokens", "outputTokens")
+        key: sum(u[key] for u in usages)
+        for key in ("input_tokens", "output_tokens", "total_tokens")
     }
-    assert final.usage["inputTokens"] > 0
+    assert final.usage["input_tokens"] > 0
 
 
 @pytest.mark.anyio

@@ -239,7 +239,7 @@ async def test_stream_false_gives_one_whole_response() -> None:
     assert result.output is not None
     assert result.output[-1].get_text_content() == FINAL_TEXT
     assert result.usage is not None
-    assert result.usage["outputTokens"] > 0
+    assert result.usage["output_tokens"] > 0
 
 
 @pytest.mark.anyio

@@ -178,7 +178,7 @@ async def test_metadata_reports_provider_model_and_word_counts() -> None:
     assert response.metadata == {
         "provider": "default",
         "model": "offline",
-        "usage": {"inputTokens": 8, "outputTokens": 7},
+        "usage": {"input_tokens": 8, "output_tokens": 7, "total_tokens": 15},
     }
     custom = await DefaultProvider(model="tiny").generate("hi", _context("hi"))
     assert custom.metadata["model"] == "tiny"

@@ -115,7 +115,7 @@ def test_an_imported_retriever_reaches_the_loop(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("reference", "message"),
     [
-        ("no-colon", "expected 'package.module:attribute'"),
+        ("no-colon", "unknown retriever 'no-colon'"),
         ("openstarry_nope_module:X", "cannot import module"),
         (f"{__name__}:Nothing", "has no attribute"),
         (f"{__name__}:BASE", "is not a ToolRetriever"),

@@ -173,7 +173,11 @@ def _serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"openstarry serve: {exc}", file=sys.stderr)
         return 2
-    return serve(args.manifest, host=args.host, port=args.port)
+    try:
+        return serve(args.manifest, host=args.host, port=args.port)
+    except ImportError as exc:  # uvicorn missing beside Starlette
+        print(f"openstarry serve: {exc}", file=sys.stderr)
+        return 2
 
 
 def _mcp(args: argparse.Namespace) -> int:

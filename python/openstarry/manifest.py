@@ -259,7 +259,7 @@ class ToolRetrievalConfig(_Section):
     top_n: int | None = Field(
         default=None,
         ge=1,
-        description="When the agent has more tools than this, only the this many most "
+        description="When the agent has more tools than this, only this many of the most "
         "relevant to the input reach the provider; null sends every tool.",
     )
     retriever: str = Field(
@@ -365,7 +365,13 @@ class AgentManifest(_Section):
             for index, name in enumerate(names):
                 loc = ("mcp", key, index)
                 if name not in tools and not name.startswith(remote or ("\0",)):
-                    errors.append(_detail(loc, "unknown_tool", f"{name!r} is not in tools", name))
+                    ref = next(
+                        (t for t in self.tools if ":" in t and t.rpartition(":")[2] == name), None
+                    )
+                    hint = f"; name an imported tool by its entry in tools: {ref!r}" if ref else ""
+                    errors.append(
+                        _detail(loc, "unknown_tool", f"{name!r} is not in tools{hint}", name)
+                    )
                 elif key == "private_tools" and name in exposed:
                     errors.append(
                         _detail(

@@ -67,3 +67,14 @@ class Gate(Tool):
 
 
 gate = Gate()
+
+
+@tool
+def mumble(text: str) -> str:
+    """Prints ``text`` to stdout without flushing, then returns it.
+
+    Args:
+        text: What to print.
+    """
+    print(f"buffered chatter: {text}")
+    return text

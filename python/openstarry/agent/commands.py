@@ -145,8 +145,14 @@ def parse_tool_args(tool: Tool, argline: str) -> dict[str, Any]:
             # The last parameter takes the rest of the line: `/write notes.txt hello world`.
             positional[len(free) - 1 :] = [" ".join(positional[len(free) - 1 :])]
         else:
+            if not free:
+                raise ToolArgumentsError(
+                    f"/{tool.name} takes no words here: give key=value pairs or a JSON object"
+                )
+            noun = "word" if len(positional) == 1 else "words"
+            kind = "parameter" if len(free) == 1 else "parameters"
             raise ToolArgumentsError(
-                f"/{tool.name}: {len(positional)} words for {len(free)} parameter(s) {free}"
+                f"/{tool.name}: {len(positional)} {noun} for {len(free)} {kind} {free}"
             )
     for key, word in zip(free, positional, strict=False):
         prop = tool.parameters.get("properties", {}).get(key, {})

@@ -119,6 +119,7 @@ class Agent:
             openstarry.errors.ManifestError: a bad file, field, tool or provider,
                 naming the file and the field.
         """
+        from openstarry.errors import ManifestError
         from openstarry.manifest import AgentManifest, load_manifest
         from openstarry.providers import create_provider
         from openstarry.tools import resolve_tools
@@ -129,7 +130,10 @@ class Agent:
             manifest = load_manifest(manifest)
         try:
             tools = resolve_tools(manifest.tools, allowed_paths=manifest.allowed_paths())
-            provider = create_provider(manifest.provider)
+            try:
+                provider = create_provider(manifest.provider)
+            except ImportError as exc:  # an HTTP provider without openstarry[http]
+                raise ManifestError(str(exc), field="provider.name") from exc
             retriever = _retriever_of(manifest.tool_retrieval.retriever)
         except Exception as exc:
             _name_file(exc, where)
@@ -279,6 +283,12 @@ def _retriever_of(spec: str) -> ToolRetriever | None:
 
     if spec == "lexical":
         return None
+    if ":" not in spec:
+        raise ManifestError(
+            f"unknown retriever {spec!r}: 'lexical' or an import reference "
+            "'package.module:attribute'",
+            field="toolRetrieval.retriever",
+        )
     target = import_reference(spec, "toolRetrieval.retriever", "retriever")
     retriever = target
     if isinstance(target, type) or (callable(target) and not hasattr(target, "select")):

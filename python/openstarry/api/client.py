@@ -463,6 +463,11 @@ class AgentClient:
             else:
                 failure = ApiError(0, "stream_ended", "the stream ended before the response did")
             attempts += 1
+            if last_id is None and isinstance(failure, httpx.ConnectError):
+                # Nothing was ever received: there is no stream to resume.
+                raise ApiError(
+                    0, "cannot_connect", f"cannot connect to {self.http.base_url}: {failure}"
+                ) from failure
             if response_id is None or attempts > self.max_reconnects:
                 raise ApiError(
                     0, "stream_broken", f"the stream broke and could not be resumed: {failure}"
@@ -575,6 +580,11 @@ class Client:
             else:
                 failure = ApiError(0, "stream_ended", "the stream ended before the response did")
             attempts += 1
+            if last_id is None and isinstance(failure, httpx.ConnectError):
+                # Nothing was ever received: there is no stream to resume.
+                raise ApiError(
+                    0, "cannot_connect", f"cannot connect to {self.http.base_url}: {failure}"
+                ) from failure
             if response_id is None or attempts > self.max_reconnects:
                 raise ApiError(
                     0, "stream_broken", f"the stream broke and could not be resumed: {failure}"

@@ -102,7 +102,9 @@ def _parse(trace: Any, depth: Any, where: str) -> TraceContext | None:
     if isinstance(depth, str):
         text = depth.strip()
         if not (text.isascii() and text.isdigit()) or len(text) > 10:
-            raise ValueError(f"{where}: the depth must be an integer, not {_shown(depth)}")
+            raise ValueError(
+                f"{where}: the depth must be a whole number of at least 1, not {_shown(depth)}"
+            )
         depth = int(text)
     if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= _MAX_DEPTH_VALUE:
         raise ValueError(

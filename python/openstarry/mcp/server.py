@@ -336,7 +336,12 @@ class AgentMcpServer:
     async def run_stdio(self) -> None:
         """Serve one client over this process's stdin and stdout until stdin closes."""
         async with stdio_server() as (read_stream, write_stream):
-            await self.run_streams(read_stream, write_stream)
+            try:
+                await self.run_streams(read_stream, write_stream)
+            finally:
+                # A tool's stray print() sits in sys.stdout's buffer: flush it
+                # while fd 1 still points at stderr, not at the protocol.
+                sys.stdout.flush()
 
     async def run_streams(self, read_stream: Any, write_stream: Any) -> None:
         """Serve one client over a pair of SDK message streams (as ``stdio_server`` yields).

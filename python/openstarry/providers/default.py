@@ -258,7 +258,11 @@ class DefaultProvider:
         return {
             "provider": self.name,
             "model": self.model,
-            "usage": {"inputTokens": input_words, "outputTokens": output_words},
+            "usage": {
+                "input_tokens": input_words,
+                "output_tokens": output_words,
+                "total_tokens": input_words + output_words,
+            },
         }
 
 

@@ -634,8 +634,10 @@ class HTTPProvider:
         # schemas: a fingerprint of a thousand tools takes milliseconds.
         names, values = list(tools), list(tools.values())
         last = self._last_tool_set
-        if last is not None and last[0] == names and all(
-            a is b for a, b in zip(last[1], values, strict=True)
+        if (
+            last is not None
+            and last[0] == names
+            and all(a is b for a, b in zip(last[1], values, strict=True))
         ):
             self.tool_set_reuses += 1
             return last[2]
