@@ -718,7 +718,12 @@ def test_openstarry_serve_runs_until_interrupted() -> None:
         assert "address already in use" in second.stderr
     finally:
         process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=HANG * 3)
+        try:
+            _, err = process.communicate(timeout=HANG * 3)
+        except subprocess.TimeoutExpired:  # never left running past the test
+            process.kill()
+            process.communicate()
+            raise
     # A graceful shutdown, then uvicorn re-raises the signal: the command's 130 for Ctrl-C.
     assert process.returncode == 130, err
     assert "Application shutdown complete" in err

@@ -364,7 +364,12 @@ def test_issue4_openstarry_serve_takes_host_and_port() -> None:
             streamed = client.run("Query weather in Taipei", session_id="host")
     finally:
         process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=HANG * 3)
+        try:
+            _, err = process.communicate(timeout=HANG * 3)
+        except subprocess.TimeoutExpired:  # never left running past the test
+            process.kill()
+            process.communicate()
+            raise
     assert health["status"] == "ok"
     assert health["agent"] == "weather-agent"
     assert streamed.session_id == "host"

@@ -370,7 +370,10 @@ async def test_a_call_cancelled_before_it_started_runs_nothing() -> None:
         with anyio.fail_after(HANG):
             with anyio.move_on_after(0):
                 await served.agent.loop.call_tool("counter", {"seconds": 0.2})
-            await anyio.sleep(0.5)
+            # Settled when its result is published: at once when the call is stopped, only
+            # after the tool's 0.2 s when it runs on (no fixed sleep to outlast it).
+            while not served.of("EXEC:TOOL_RESULT"):
+                await anyio.sleep(0.01)
             await served.agent.bus.wait_idle()
         assert served.counter.finished == 0
         [result] = served.of("EXEC:TOOL_RESULT")

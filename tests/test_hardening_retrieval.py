@@ -156,14 +156,14 @@ def test_a_creation_in_one_event_loop_does_not_hang_another(backend: str) -> Non
             second_done.set()
 
     threads = [threading.Thread(target=first), threading.Thread(target=second)]
-    started = time.monotonic()
     for t in threads:
         t.start()
     for t in threads:
         t.join(HANG * 2)
     assert "error" not in out, out
+    # Not hung: the first factory waits for the second call to finish, so a second call that
+    # waited for the first would have been cut off by its 2 s limit.
     assert out["hung"] is False
-    assert time.monotonic() - started < 1.5
     # Whichever was stored first is what both get.
     assert out["first"] == out["second"] == "second"
     assert cache.keys() == [key]
@@ -323,7 +323,7 @@ async def test_text_deltas_from_a_worker_thread(
         return text("Hello")
 
     async with running(FunctionProvider(streaming), []) as h:
-        with anyio.fail_after(2):
+        with anyio.fail_after(HANG):
             result = await h.loop.ask("hi")
             await h.bus.wait_idle()
         assert result.text == "Hello"
@@ -354,7 +354,9 @@ async def test_a_slow_retriever_does_not_stall_the_event_loop() -> None:
     class Slow:
         def select(self, query: str, tools: Mapping[str, Tool], limit: int) -> Sequence[str]:
             entered.set()
-            released.append(gate.wait(1.0))  # True only if the event loop went on meanwhile
+            # True only if the event loop went on meanwhile (HANG: generous, and the
+            # wait ends as soon as the loop sets the gate).
+            released.append(gate.wait(HANG))
             return list(tools)[:limit]
 
     provider = ScriptedProvider([text("a")])

@@ -52,6 +52,7 @@ def test_an_unflushed_print_of_a_tool_never_reaches_the_mcp_wire(tmp_path: Path)
     )
     with helpers.stdio_server(manifest) as (process, out, err):
         assert process.stdin is not None
+        replies: list[dict[str, Any]] = []
         for message in (
             {
                 "jsonrpc": "2.0",
@@ -76,11 +77,17 @@ def test_an_unflushed_print_of_a_tool_never_reaches_the_mcp_wire(tmp_path: Path)
             if "id" in message:
                 reply = json.loads(out.next() or "null")
                 assert reply["id"] == message["id"]
+                assert "error" not in reply, reply
+                replies.append(reply)
         process.stdin.close()
         assert process.wait(timeout=helpers.WAIT) == 0
         # Every line on stdout is protocol; the print went to stderr.
         assert out.next() is None
         assert "buffered chatter: psst" in err.join()
+    # The call ran and its reply, the tool's own result, is intact.
+    result = replies[1]["result"]
+    assert result["isError"] is False, result
+    assert result["content"] == [{"type": "text", "text": "psst"}]
 
 
 def test_exposing_an_imported_tool_by_its_name_says_how_to_name_it() -> None:

@@ -708,9 +708,12 @@ _BLOCK = st.fixed_dictionaries(
 def test_any_body_is_a_response_or_agent_pain(body: Any) -> None:
     try:
         response = API.parse_response(body, NAMES)
-    except (AgentPainException, ProviderError):
+    except (AgentPainException, ProviderError) as exc:
+        message = str(exc)
+    else:
+        response.to_core()  # whatever comes out, the core accepts
         return
-    response.to_core()  # whatever comes out, the core accepts
+    assert message  # any other exception fails the test; these two say what went wrong
 
 
 # --- streaming -----------------------------------------------------------------------------------

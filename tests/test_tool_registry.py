@@ -261,7 +261,7 @@ def test_discard_clear_and_bad_bounds() -> None:
 def test_threads_agree_on_one_value() -> None:
     cache: SchemaCache[object] = SchemaCache()
     got: list[object] = []
-    barrier = threading.Barrier(8)
+    barrier = threading.Barrier(8, timeout=10)  # bounded: a stuck thread fails the test
 
     def work() -> None:
         barrier.wait()
@@ -271,7 +271,8 @@ def test_threads_agree_on_one_value() -> None:
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(10)
+    assert not any(t.is_alive() for t in threads)
     assert len(got) == 8
     assert all(value is got[0] for value in got)
     assert cache.get(("api", "ts")) is got[0]
