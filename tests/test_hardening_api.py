@@ -474,8 +474,8 @@ async def test_a_long_run_with_stream_false_outlives_the_clients_read_timeout() 
 # --- the replay buffer: a reader that keeps up costs what is new --------------------------------
 
 
-async def _keep_up(buffered: int, events: int) -> float:
-    """How long a reader takes to follow ``events`` new events, with ``buffered`` kept before."""
+async def _keep_up(buffered: int, events: int) -> None:
+    """A reader follows ``events`` new events, in order, with ``buffered`` kept before."""
     limits = ServerLimits(replay_events=50_000, replay_bytes=1 << 30)
     record = _Record("response_big", "s", limits)
     for seq in range(buffered):
@@ -484,26 +484,21 @@ async def _keep_up(buffered: int, events: int) -> float:
     record.cursors[reader] = buffered - 1
     frames = record.frames_after(buffered - 1, heartbeat=HANG, reader=reader)
     received = 0
-    started = time.perf_counter()
     with anyio.fail_after(HANG):
         for seq in range(buffered, buffered + events):
             record.append(seq, "{}")
             frame = await frames.__anext__()
             assert frame.startswith(f"id: response_big:{seq}\n".encode())
             received += 1
-    elapsed = time.perf_counter() - started
     await frames.aclose()
     assert received == events
-    return elapsed
 
 
 @pytest.mark.anyio
-async def test_a_reader_that_keeps_up_does_not_rescan_the_whole_buffer() -> None:
-    """Timed against the same reader with an empty buffer, the fastest of three runs each, so
-    that a loaded machine slows both alike: a scan of the 30,000 older frames per event costs
-    tens of times more (about 2 s against 0.1 s), reading from the newest about the same."""
-    baseline = elapsed = float("inf")
-    for _ in range(3):
-        baseline = min(baseline, await _keep_up(0, 6000))
-        elapsed = min(elapsed, await _keep_up(30_000, 6000))
-    assert elapsed < 5 * baseline, f"{elapsed:.3f} s, with an empty buffer {baseline:.3f} s"
+async def test_a_reader_that_keeps_up_gets_every_new_frame() -> None:
+    """A reader scanned the whole buffer on each new frame (quadratic over a long run); it
+    now reads from the newest end, which ``make bench`` measures
+    (``benches/test_bench_linear.py``). Here: a reader with 30,000 frames kept before it
+    gets each new frame, in order.
+    """
+    await _keep_up(30_000, 2000)
