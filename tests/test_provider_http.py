@@ -317,6 +317,17 @@ async def test_429_with_retry_after_waits_then_succeeds(server: FakeLLMServer) -
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("field", ["code", "type"])
+async def test_a_429_out_of_quota_is_not_retried(server: FakeLLMServer, field: str) -> None:
+    """Waiting does not refill an account: OpenAI's insufficient_quota fails at once."""
+    error = {"message": "You exceeded your current quota", field: "insufficient_quota"}
+    server.script(None, Reply(429, json={"error": error}), answer("never"))
+    with pytest.raises(ProviderError, match=r"HTTP 429 .*exceeded your current quota"):
+        await generate(provider(server))
+    assert len(server.requests) == 1
+
+
+@pytest.mark.anyio
 async def test_retry_after_as_a_date_and_in_milliseconds(server: FakeLLMServer) -> None:
     past = format_datetime(datetime.now(timezone.utc) - timedelta(seconds=5), usegmt=True)
     server.script(

@@ -45,7 +45,8 @@ the translator (each also accepted in snake_case, ``max_retries``):
 ``maxResponseBytes`` (default 16 MiB)
     The largest response read; a longer one fails with a ``ProviderError``.
 
-What is retried: a 429, a 5xx, a connection that cannot be made or that
+What is retried: a 429 (unless its error says the account is out of quota,
+``insufficient_quota``), a 5xx, a connection that cannot be made or that
 breaks before the answer is complete, a stream that breaks off before any of
 its text was passed on, and a stream whose API reports, before any text, an
 error that may pass (Anthropic's ``overloaded_error`` after a 200, say: a
@@ -777,7 +778,7 @@ class HTTPProvider:
             said = ""
         said = _redact(" ".join(str(said).split())[:2000], key) or response.reason_phrase
         message = f"HTTP {status} from {where}: {said}"
-        if status == 429 or status >= 500:
+        if (status == 429 and not _out_of_quota(body)) or status >= 500:
             return _Retry(message, _retry_after(response.headers))
         if status in (401, 403):
             message += f" (the key comes from {' or '.join(self.api_key_envs)})"
@@ -963,3 +964,16 @@ def _as_core(
         return response.model_copy(update={"metadata": merged}).to_core()
     except ValueError as exc:
         raise AgentPainException(f"the API's answer cannot be carried: {exc}") from None
+
+
+#: Error codes of a 429 that waiting does not cure: the account is out of credit
+#: (OpenAI's ``insufficient_quota``), not sending too fast.
+_QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
+
+
+def _out_of_quota(body: Any) -> bool:
+    """Whether an error body says the account's quota is spent (not worth a retry)."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return False
+    return any(error.get(key) in _QUOTA_CODES for key in ("code", "type"))
