@@ -110,6 +110,36 @@ __all__ = [
 
 log = logging.getLogger("openstarry.mcp")
 
+
+class _OneLineParseErrors(logging.Filter):
+    """The SDK logs a stdio server's non-JSON-RPC stdout line with a full traceback; say it in
+    one line instead, with the line itself (cut), which is what the user needs to see."""
+
+    _SDK_MESSAGE = "Failed to parse JSONRPC message from server"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == self._SDK_MESSAGE and record.exc_info:
+            exc = record.exc_info[1]
+            errors = getattr(exc, "errors", None)
+            try:
+                line = errors()[0].get("input") if callable(errors) else None
+            except Exception:
+                line = None
+            shown = repr(line)[:200] if line is not None else str(exc).partition("\n")[0][:200]
+            record.msg = (
+                "an MCP server wrote a line that is not JSON-RPC to its stdout "
+                "(only protocol may go there; logs belong on stderr): %s"
+            )
+            record.args = (shown,)
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+_sdk_stdio_log = logging.getLogger("mcp.client.stdio")
+if not any(isinstance(f, _OneLineParseErrors) for f in _sdk_stdio_log.filters):
+    _sdk_stdio_log.addFilter(_OneLineParseErrors())
+
 #: Characters of a call's result that reach the agent; past it the text is cut.
 MAX_RESULT_CHARS = 1 << 20
 #: Tools one server may contribute (after the ``tools`` filter).
