@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import httpx
@@ -41,13 +41,19 @@ FINAL_TEXT = "The weather in Taipei is 25°C, Sunny."
 @contextmanager
 def serving(agent: Agent, limits: ServerLimits | None = None) -> Iterator[str]:
     """Serve ``agent`` on a free port of 127.0.0.1 in a thread; yield its base URL."""
-    app = create_app(agent, limits=limits)
+    with serving_app(create_app(agent, limits=limits), lifespan="on") as url:
+        yield url
+
+
+@contextmanager
+def serving_app(app: Any, lifespan: Literal["auto", "on", "off"] = "auto") -> Iterator[str]:
+    """Serve the ASGI ``app`` with uvicorn on a free port of 127.0.0.1 in a thread."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
-        app, log_level="warning", log_config=None, timeout_graceful_shutdown=2, lifespan="on"
+        app, log_level="warning", log_config=None, timeout_graceful_shutdown=2, lifespan=lifespan
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

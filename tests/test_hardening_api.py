@@ -13,18 +13,14 @@ from __future__ import annotations
 
 import gc
 import json
-import socket
-import threading
-import time
 import weakref
-from collections.abc import AsyncIterator, Iterator, MutableMapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, MutableMapping
+from contextlib import AbstractContextManager, asynccontextmanager
 from typing import Any
 
 import anyio
 import httpx
 import pytest
-import uvicorn
 
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.runtime import Agent
@@ -40,37 +36,16 @@ from openstarry.api.models import (
 )
 from openstarry.api.server import ServerLimits, _Record, create_app
 from openstarry.testing import FunctionProvider, ScriptedProvider, text, tool_call
+from test_api_http import serving_app
 
 HANG = 10
 #: Characters JSON leaves raw in strings that ``str.splitlines`` takes for line ends.
 BREAKERS = "a\u2028b\u2029c\x85d"
 
 
-@contextmanager
-def serving(app: Any) -> Iterator[str]:
+def serving(app: Any) -> AbstractContextManager[str]:
     """Serve the ASGI ``app`` with uvicorn on a free port of 127.0.0.1 in a thread."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app, log_level="warning", log_config=None, timeout_graceful_shutdown=2, lifespan="auto"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + HANG
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the server did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(HANG)
-        sock.close()
-        assert not thread.is_alive(), "the server did not stop"
+    return serving_app(app)
 
 
 @asynccontextmanager
