@@ -334,6 +334,81 @@ def _response_id_of(event_id: str | None, fallback: str | None) -> str | None:
     return fallback
 
 
+class _Follow:
+    """Following one response's stream across reconnects: what both clients share.
+
+    The first request is the caller's; after a break, each next one is ``GET
+    /process/{response_id}`` with ``Last-Event-ID``, the id of the last event
+    received, so no event is lost or repeated.
+    """
+
+    def __init__(
+        self,
+        first: tuple[str, str, bytes | None, dict[str, str] | None],
+        response_id: str | None,
+        base_url: str,
+        max_reconnects: int,
+    ) -> None:
+        self.method, self.url, self.body, self.headers = first
+        self.response_id = response_id
+        self.last_id: str | None = (self.headers or {}).get("last-event-id")
+        self.assembler = StreamAssembler()
+        resumed_at = _sequence_of(self.last_id)
+        if resumed_at is not None:
+            self.assembler.last_sequence = resumed_at
+        self.attempts = 0
+        self._base_url = base_url
+        self._max_reconnects = max_reconnects
+        self._parser = SSEParser()
+        self._reader = SSELineReader()
+
+    def send_headers(self) -> dict[str, str]:
+        headers = {"accept": "text/event-stream", **(self.headers or {})}
+        if self.body is not None:
+            headers["content-type"] = "application/json"
+        return headers
+
+    def started(self, response: httpx.Response) -> None:
+        """A stream answered: read it from its start."""
+        self.response_id = response.headers.get("x-openstarry-response-id", self.response_id)
+        self._parser = SSEParser()
+        self._reader = SSELineReader()
+
+    def feed(self, chunk: bytes) -> list[WireEvent]:
+        """The new events a chunk of the stream completes (repeats after a resume dropped)."""
+        new: list[WireEvent] = []
+        for event_id, event in _events(self._parser, self._reader.feed(chunk)):
+            if self.assembler.feed(event):
+                self.attempts = 0
+                self.last_id = event_id
+                self.response_id = _response_id_of(event_id, self.response_id)
+                new.append(event)
+        return new
+
+    def broke(self, error: Exception | None) -> None:
+        """The stream broke (``error``) or ended early (``None``): aim the next request at
+        the rest of it.
+
+        Raises:
+            ApiError: ``cannot_connect`` when nothing was ever received,
+                ``stream_broken`` when the stream cannot be resumed (no response
+                id, or ``max_reconnects`` breaks in a row).
+        """
+        failure = error or ApiError(0, "stream_ended", "the stream ended before the response did")
+        self.attempts += 1
+        if self.last_id is None and isinstance(failure, httpx.ConnectError):
+            # Nothing was ever received: there is no stream to resume.
+            raise ApiError(
+                0, "cannot_connect", f"cannot connect to {self._base_url}: {failure}"
+            ) from failure
+        if self.response_id is None or self.attempts > self._max_reconnects:
+            raise ApiError(
+                0, "stream_broken", f"the stream broke and could not be resumed: {failure}"
+            ) from failure
+        self.method, self.url, self.body = "GET", f"/process/{self.response_id}", None
+        self.headers = {"last-event-id": self.last_id} if self.last_id else None
+
+
 class AgentClient:
     """An async client of an openstarry Agent API server (asyncio or trio).
 
@@ -424,57 +499,30 @@ class AgentClient:
         first: tuple[str, str, bytes | None, dict[str, str] | None],
         response_id: str | None,
     ) -> AsyncIterator[WireEvent]:
-        assembler = StreamAssembler()
-        attempts = 0
-        method, url, body, headers = first
-        last_id: str | None = (headers or {}).get("last-event-id")
-        resumed_at = _sequence_of(last_id)
-        if resumed_at is not None:
-            assembler.last_sequence = resumed_at
+        follow = _Follow(first, response_id, str(self.http.base_url), self.max_reconnects)
         while True:
-            send_headers = {"accept": "text/event-stream", **(headers or {})}
-            if body is not None:
-                send_headers["content-type"] = "application/json"
             try:
                 async with self.http.stream(
-                    method, url, content=body, headers=send_headers
+                    follow.method, follow.url, content=follow.body, headers=follow.send_headers()
                 ) as response:
                     if response.status_code != 200:
                         await response.aread()
                         raise _error_of(response)
-                    response_id = response.headers.get("x-openstarry-response-id", response_id)
-                    parser = SSEParser()
-                    reader = SSELineReader()
+                    follow.started(response)
                     chunks = response.aiter_bytes()
                     async with contextlib.aclosing(chunks):  # type: ignore[type-var]
                         async for chunk in chunks:
-                            for event_id, event in _events(parser, reader.feed(chunk)):
-                                if assembler.feed(event):
-                                    attempts = 0
-                                    last_id = event_id
-                                    response_id = _response_id_of(event_id, response_id)
-                                    yield event
+                            for event in follow.feed(chunk):
+                                yield event
                     # The server ends the stream after the terminal event: read to
                     # its end, so httpx's generators are exhausted rather than abandoned.
-                    if assembler.done:
+                    if follow.assembler.done:
                         return
             except httpx.TransportError as exc:  # a dropped connection, a timeout
-                failure: Exception = exc
+                follow.broke(exc)
             else:
-                failure = ApiError(0, "stream_ended", "the stream ended before the response did")
-            attempts += 1
-            if last_id is None and isinstance(failure, httpx.ConnectError):
-                # Nothing was ever received: there is no stream to resume.
-                raise ApiError(
-                    0, "cannot_connect", f"cannot connect to {self.http.base_url}: {failure}"
-                ) from failure
-            if response_id is None or attempts > self.max_reconnects:
-                raise ApiError(
-                    0, "stream_broken", f"the stream broke and could not be resumed: {failure}"
-                ) from failure
+                follow.broke(None)
             await anyio.sleep(self.retry_delay)
-            method, url, body = "GET", f"/process/{response_id}", None
-            headers = {"last-event-id": last_id} if last_id else None
 
 
 class Client:
@@ -547,48 +595,22 @@ class Client:
         first: tuple[str, str, bytes | None, dict[str, str] | None],
         response_id: str | None,
     ) -> Iterator[WireEvent]:
-        assembler = StreamAssembler()
-        attempts = 0
-        method, url, body, headers = first
-        last_id: str | None = (headers or {}).get("last-event-id")
-        resumed_at = _sequence_of(last_id)
-        if resumed_at is not None:
-            assembler.last_sequence = resumed_at
+        follow = _Follow(first, response_id, str(self.http.base_url), self.max_reconnects)
         while True:
-            send_headers = {"accept": "text/event-stream", **(headers or {})}
-            if body is not None:
-                send_headers["content-type"] = "application/json"
             try:
-                with self.http.stream(method, url, content=body, headers=send_headers) as response:
+                with self.http.stream(
+                    follow.method, follow.url, content=follow.body, headers=follow.send_headers()
+                ) as response:
                     if response.status_code != 200:
                         response.read()
                         raise _error_of(response)
-                    response_id = response.headers.get("x-openstarry-response-id", response_id)
-                    parser = SSEParser()
-                    reader = SSELineReader()
+                    follow.started(response)
                     for chunk in response.iter_bytes():
-                        for event_id, event in _events(parser, reader.feed(chunk)):
-                            if assembler.feed(event):
-                                attempts = 0
-                                last_id = event_id
-                                response_id = _response_id_of(event_id, response_id)
-                                yield event
-                    if assembler.done:
+                        yield from follow.feed(chunk)
+                    if follow.assembler.done:
                         return
             except httpx.TransportError as exc:  # a dropped connection, a timeout
-                failure: Exception = exc
+                follow.broke(exc)
             else:
-                failure = ApiError(0, "stream_ended", "the stream ended before the response did")
-            attempts += 1
-            if last_id is None and isinstance(failure, httpx.ConnectError):
-                # Nothing was ever received: there is no stream to resume.
-                raise ApiError(
-                    0, "cannot_connect", f"cannot connect to {self.http.base_url}: {failure}"
-                ) from failure
-            if response_id is None or attempts > self.max_reconnects:
-                raise ApiError(
-                    0, "stream_broken", f"the stream broke and could not be resumed: {failure}"
-                ) from failure
+                follow.broke(None)
             time.sleep(self.retry_delay)
-            method, url, body = "GET", f"/process/{response_id}", None
-            headers = {"last-event-id": last_id} if last_id else None
