@@ -14,8 +14,8 @@ from __future__ import annotations
 import gc
 import json
 import weakref
-from collections.abc import AsyncIterator, MutableMapping
-from contextlib import AbstractContextManager, asynccontextmanager
+from collections.abc import MutableMapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 import anyio
@@ -36,7 +36,7 @@ from openstarry.api.models import (
 )
 from openstarry.api.server import ServerLimits, _Record, create_app
 from openstarry.testing import FunctionProvider, ScriptedProvider, text, tool_call
-from test_api_http import serving_app
+from test_api_http import lifespan_of, serving_app
 
 HANG = 10
 #: Characters JSON leaves raw in strings that ``str.splitlines`` takes for line ends.
@@ -46,29 +46,6 @@ BREAKERS = "a\u2028b\u2029c\x85d"
 def serving(app: Any) -> AbstractContextManager[str]:
     """Serve the ASGI ``app`` with uvicorn on a free port of 127.0.0.1 in a thread."""
     return serving_app(app)
-
-
-@asynccontextmanager
-async def lifespan_of(app: Any) -> AsyncIterator[None]:
-    """Run an ASGI app's lifespan in this event loop (asyncio or trio)."""
-    to_app, app_inbox = anyio.create_memory_object_stream[dict[str, Any]](4)
-    app_outbox, from_app = anyio.create_memory_object_stream[dict[str, Any]](4)
-
-    async def receive() -> dict[str, Any]:
-        return await app_inbox.receive()
-
-    async def send(message: dict[str, Any]) -> None:
-        await app_outbox.send(message)
-
-    async with to_app, from_app, app_inbox, app_outbox, anyio.create_task_group() as group:
-        group.start_soon(app, {"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
-        await to_app.send({"type": "lifespan.startup"})
-        assert (await from_app.receive())["type"] == "lifespan.startup.complete"
-        try:
-            yield
-        finally:
-            await to_app.send({"type": "lifespan.shutdown"})
-            assert (await from_app.receive())["type"] == "lifespan.shutdown.complete"
 
 
 def body(text_: str = "hi", **fields: Any) -> dict[str, Any]:
