@@ -43,8 +43,9 @@ demo: dev ## Run the Rust ingestion demo on the shipped NDJSON sample
 	$(PY) -m openstarry.cli demo examples/events.ndjson
 
 .PHONY: test
-test: wheel ## Set up, then run every test: cargo test, pytest against the wheel, smoke tests of the wheel (alone, with its dependencies, with its extras) in clean venvs
+test: wheel ## Set up, then run every test: cargo test, the layers contract, pytest against the wheel, smoke tests of the wheel (alone, with its dependencies, with its extras) in clean venvs
 	cargo test --quiet
+	PYTHONPATH=python $(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pip install --quiet --force-reinstall --no-deps dist/openstarry-*.whl
 	$(PY) -m pytest
 	rm -rf $(SMOKE_VENV)
@@ -81,7 +82,7 @@ bench: dev ## Run the benchmarks: each openstarry piece beside its pure-Python b
 	$(PY) -m openstarry.cli bench
 
 .PHONY: lint
-lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy --strict, stubtest
+lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy --strict, stubtest, the layers contract
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --all-targets --features python -- -D warnings
@@ -89,6 +90,7 @@ lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy --strict, stubtes
 	$(VENV)/bin/ruff format --check python tests benches
 	$(VENV)/bin/mypy
 	$(PY) -m mypy.stubtest openstarry._core
+	PYTHONPATH=python $(VENV)/bin/lint-imports --no-cache
 
 .PHONY: format
 format: $(DEPS) ## Format the Rust and Python sources

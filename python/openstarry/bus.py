@@ -41,12 +41,14 @@ import inspect
 import logging
 import time
 from array import array
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 import anyio
 import anyio.abc
 
+from openstarry._lifecycle import Lifecycle
 from openstarry.core import DedupWindow, Event, EventQueue, Ingestor, IngestResult
 from openstarry.errors import QueueClosed, QueueFull
 from openstarry.events import EventType
@@ -164,7 +166,7 @@ def _check_pattern(pattern: str) -> None:
     )
 
 
-class EventBus:
+class EventBus(Lifecycle):
     """Publish/subscribe over the Rust priority queue, on asyncio or trio (through anyio).
 
     Args:
@@ -177,6 +179,11 @@ class EventBus:
             ``False`` to turn de-duplication off.
         source: The ``source`` of the ``KERNEL:ERROR`` events the bus emits.
         latency_samples: How many recent dispatch latencies the metrics keep.
+
+    Entering it starts the dispatcher; leaving it dispatches every event already
+    accepted, then stops (leaving on an exception cancels the dispatch instead).
+    It can be entered again once it has exited: a closed bus starts with a fresh
+    queue, and keeps its dedup window and its metrics.
     """
 
     def __init__(
@@ -231,36 +238,32 @@ class EventBus:
 
     # -- lifecycle -------------------------------------------------------
 
-    async def __aenter__(self) -> EventBus:
+    @asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncIterator[EventBus]:
         if self._closing:
-            raise RuntimeError("this EventBus has been closed: make a new one")
-        if self._task_group is not None:
-            raise RuntimeError("this EventBus is already running")
+            # Entered again after it was closed: a fresh queue; the dedup
+            # window and the metrics carry on.
+            self._queue = EventQueue(self._capacity)
+            self._ingestor = None
+            self._closing = False
         new_signal = self.new_signal = signal_factory()
         self._wake, self._idle, self._room, self._stopped = (new_signal() for _ in range(4))
-        task_group = anyio.create_task_group()
-        await task_group.__aenter__()
-        self._task_group = task_group
-        task_group.start_soon(self._dispatch_loop, name="openstarry.bus dispatcher")
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> bool | None:
-        task_group = self._task_group
-        if task_group is None:
-            return None
-        if exc_info[0] is None:
-            try:
-                await self.aclose()
-            except BaseException as exc:
-                # Cancelled while draining: the task group must still be exited,
-                # or the task's cancel scopes are left out of order.
-                task_group.cancel_scope.cancel()
-                if not await task_group.__aexit__(type(exc), exc, exc.__traceback__):
+        self._asleep = False
+        try:
+            async with anyio.create_task_group() as task_group:
+                self._task_group = task_group
+                task_group.start_soon(self._dispatch_loop, name="openstarry.bus dispatcher")
+                try:
+                    yield self
+                except BaseException:
+                    task_group.cancel_scope.cancel()
                     raise
-                return None
-        else:
-            task_group.cancel_scope.cancel()
-        return await task_group.__aexit__(*exc_info)  # type: ignore[arg-type]
+                # Left normally: what was accepted is dispatched before the bus
+                # stops (cancelled while draining, the task group cancels the rest).
+                await self.aclose()
+        finally:
+            self._task_group = None
+            self._dispatcher = None
 
     async def aclose(self) -> None:
         """Refuse new events, dispatch every event already accepted, then stop the dispatcher.

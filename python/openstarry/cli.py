@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
@@ -83,9 +84,9 @@ class EventPrinter:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from openstarry.agent.runtime import Agent
+    from openstarry.assembly import agent_from_manifest
 
-    agent = Agent.from_manifest(args.manifest)
+    agent = agent_from_manifest(args.manifest)
     printer: ConversationPrinter | EventPrinter = (
         EventPrinter(sys.stdout) if args.events else ConversationPrinter(sys.stdout)
     )
@@ -173,8 +174,11 @@ def _serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"openstarry serve: {exc}", file=sys.stderr)
         return 2
+    from openstarry.assembly import agent_from_manifest
+
+    agent = agent_from_manifest(args.manifest)
     try:
-        return serve(args.manifest, host=args.host, port=args.port)
+        return serve(agent, host=args.host, port=args.port)
     except ImportError as exc:  # uvicorn missing beside Starlette
         print(f"openstarry serve: {exc}", file=sys.stderr)
         return 2
@@ -186,7 +190,19 @@ def _mcp(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"openstarry mcp: {exc}", file=sys.stderr)
         return 2
-    return serve(args.manifest, http=args.http, host=args.host, port=args.port)
+    if not logging.getLogger().handlers:
+        # Logs go to stderr: over stdio, stdout is the MCP wire.
+        logging.basicConfig(
+            stream=sys.stderr, level=logging.WARNING, format="openstarry mcp: %(message)s"
+        )
+    from openstarry.assembly import agent_from_manifest
+
+    try:
+        agent = agent_from_manifest(args.manifest)
+    except ManifestError as exc:
+        print(f"openstarry mcp: {exc}", file=sys.stderr)
+        return 2
+    return serve(agent, http=args.http, host=args.host, port=args.port)
 
 
 def _port(text: str) -> int:

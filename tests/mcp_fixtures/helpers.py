@@ -75,21 +75,8 @@ def environment() -> dict[str, str]:
 
 
 def server_command(manifest: Path, *options: str) -> list[str]:
-    """``openstarry mcp MANIFEST OPTIONS`` as a command line.
-
-    Through the ``openstarry`` command when it has the ``mcp`` subcommand,
-    else through ``python -m openstarry.mcp.server``.
-    """
-    from openstarry.cli import build_parser
-
-    parser = build_parser()
-    commands = next(
-        (a.choices for a in parser._actions if isinstance(a.choices, dict)),
-        {},
-    )
-    if "mcp" in commands:
-        return [sys.executable, "-m", "openstarry.cli", "mcp", str(manifest), *options]
-    return [sys.executable, "-m", "openstarry.mcp.server", str(manifest), *options]
+    """``openstarry mcp MANIFEST OPTIONS`` as a command line (``python -m openstarry.cli``)."""
+    return [sys.executable, "-m", "openstarry.cli", "mcp", str(manifest), *options]
 
 
 class Lines:

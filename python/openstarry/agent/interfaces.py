@@ -6,6 +6,10 @@
 - :class:`Tool` is what the agent can do: a name, a description, a JSON Schema
   of its parameters, and ``run``, sync or async. The :func:`openstarry.tool`
   decorator makes one from a typed function.
+- :class:`Toolset` is a group of tools that must be connected before they can
+  run (the remote servers of ``mcp.servers``, for one): an async context
+  manager whose ``tools`` are final once entered. The agent enters its toolsets
+  when it starts and leaves them when it stops; it never knows what is behind one.
 - :class:`AgentContext` is what the core shows a provider and a tool: the tools
   by name (``context.tools``, spec 000 section 4), the session and its memory.
 """
@@ -22,9 +26,11 @@ from openstarry.agent.memory import Memory, Session
 from openstarry.errors import ToolArgumentsError
 
 if TYPE_CHECKING:
+    from types import TracebackType
+
     from openstarry.core import ProviderResponse
 
-__all__ = ["AgentContext", "Provider", "Tool"]
+__all__ = ["AgentContext", "Provider", "Tool", "Toolset"]
 
 
 @runtime_checkable
@@ -45,6 +51,34 @@ class Provider(Protocol):
     name: str
 
     async def generate(self, prompt: str, context: AgentContext) -> ProviderResponse: ...
+
+
+@runtime_checkable
+class Toolset(Protocol):
+    """Tools that must be connected before they run, entered while the agent runs.
+
+    Entering connects (and may fail: the agent's start then fails with that
+    error); once entered, :attr:`tools` is final until the toolset exits.
+    Leaving on an error may cut connections off rather than close them in order.
+    """
+
+    #: Where the toolset comes from, named in errors (the manifest's field, such
+    #: as ``"mcp.servers"``).
+    origin: str
+
+    @property
+    def tools(self) -> Mapping[str, Tool]:
+        """The tools by the names the agent knows them by."""
+        ...
+
+    async def __aenter__(self) -> object: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None: ...
 
 
 class Tool(abc.ABC):

@@ -1,42 +1,42 @@
-"""An agent assembled from its parts, or from an ``agent.json``.
+"""An agent: a provider, tools and toolsets, running on a bus.
 
-    async with Agent.from_manifest("examples/weather-agent/agent.json") as agent:
+    async with Agent(provider, [get_weather]) as agent:
         result = await agent.ask("Query weather in Taipei")
         print(result.text)
 
-:class:`Agent` owns an :class:`~openstarry.bus.EventBus` and an
-:class:`~openstarry.agent.loop.ExecutionLoop`; entering it starts both, leaving
-it cancels the runs in progress and drains the bus.
+:class:`Agent` takes its parts already built; :func:`openstarry.assembly.agent_from_manifest`
+builds them from an ``agent.json``. It owns an :class:`~openstarry.bus.EventBus`
+(unless given one) and an :class:`~openstarry.agent.loop.ExecutionLoop`.
 
-An agent whose manifest lists remote MCP servers (``mcp.servers``) connects to
-them when it starts, before its loop runs, and gains their tools as
-``<server>.<tool>`` (:mod:`openstarry.mcp.client`, which needs the ``[mcp]``
-extra); it disconnects when it stops. A server that cannot be reached at the
-start fails it with :class:`~openstarry.mcp.client.McpConnectError`, unless the
-server's entry names its ``tools``: those are then connected on first use.
+Entering it starts, in order: its bus, its provider (when the provider is an
+async context manager: an HTTP provider keeps one pool of connections for the
+agent's life), its toolsets (:class:`~openstarry.agent.interfaces.Toolset`,
+such as the remote MCP servers of ``mcp.servers``), whose tools join the
+agent's, then the loop. Leaving stops them in the reverse order: the runs in
+progress are stopped, the toolsets' tools leave, connections close and the bus
+drains. A start that fails part way leaves what it had started, in the same
+order. An agent can be entered again once it has exited; entering it while it
+runs is refused before anything is touched.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from typing import Any
 
-from openstarry.agent.interfaces import Provider, Tool
+from openstarry._lifecycle import Lifecycle
+from openstarry.agent.interfaces import Provider, Tool, Toolset
 from openstarry.agent.loop import ExecutionLoop, LoopLimits, RunResult
 from openstarry.agent.retrieval import ToolRetriever
 from openstarry.bus import EventBus
-
-if TYPE_CHECKING:
-    from openstarry.manifest import McpServerConfig
-    from openstarry.mcp.client import McpToolset
+from openstarry.errors import ManifestError
 
 __all__ = ["Agent"]
 
 
-class Agent:
-    """A provider, tools and limits, running on a bus.
+class Agent(Lifecycle):
+    """A provider, tools and toolsets, running on a bus.
 
     Args:
         provider: The agent's brain.
@@ -52,11 +52,8 @@ class Agent:
         max_tools: Tools that reach the provider per input, at most (spec 000
             section 6B); ``None``: all.
         retriever: What picks those tools (default: the lexical scorer).
-        mcp_servers: Remote MCP servers whose tools the agent gains while it
-            runs, as ``<server>.<tool>`` (the manifest's ``mcp.servers``).
-        mcp_base_dir: What a stdio server's relative ``cwd`` is relative to, and
-            the ``cwd`` of one that gives none (the manifest's folder);
-            ``None``: the working directory.
+        toolsets: Tools to connect when the agent starts (remote MCP servers);
+            their tools join :attr:`tools` while it runs.
     """
 
     def __init__(
@@ -72,17 +69,16 @@ class Agent:
         manifest: Any = None,
         max_tools: int | None = None,
         retriever: ToolRetriever | None = None,
-        mcp_servers: Sequence[McpServerConfig] = (),
-        mcp_base_dir: str | os.PathLike[str] | None = None,
+        toolsets: Sequence[Toolset] = (),
     ) -> None:
+        for toolset in toolsets:
+            if not isinstance(toolset, Toolset):
+                raise TypeError(
+                    f"toolsets must be openstarry Toolset objects, not {type(toolset).__name__}"
+                )
         self.name = name
-        self.mcp_servers = list(mcp_servers)
-        self.mcp_base_dir = Path(mcp_base_dir) if mcp_base_dir is not None else None
-        self._mcp: McpToolset | None = None
-        self._local_tools: Mapping[str, Tool] | None = None
         self.manifest = manifest
-        self._entered_provider: Any = None
-        self._running = False
+        self.toolsets: tuple[Toolset, ...] = tuple(toolsets)
         self._owns_bus = bus is None
         self.bus = bus if bus is not None else EventBus()
         self.loop = ExecutionLoop(
@@ -103,205 +99,46 @@ class Agent:
 
     @property
     def tools(self) -> Mapping[str, Tool]:
-        """The agent's tools by name; while it runs, its remote MCP servers' too."""
+        """The agent's tools by name; while it runs, its toolsets' too."""
         return self.loop.tools
 
-    @property
-    def mcp(self) -> McpToolset | None:
-        """The connections to the remote MCP servers while the agent runs, else ``None``."""
-        return self._mcp
+    @asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncIterator[Agent]:
+        async with AsyncExitStack() as stack:
+            if self._owns_bus:
+                await stack.enter_async_context(self.bus)
+            provider = self.provider
+            if isinstance(provider, AbstractAsyncContextManager):
+                await stack.enter_async_context(provider)
+            for toolset in self.toolsets:
+                await stack.enter_async_context(toolset)
+            if self.toolsets:
+                local = self.loop.tools
+                self.loop.tools = self._with_toolsets(local)
+                stack.callback(setattr, self.loop, "tools", local)
+            await stack.enter_async_context(self.loop)
+            yield self
 
-    @classmethod
-    def from_manifest(cls, manifest: str | os.PathLike[str] | Any) -> Agent:
-        """Build the agent an ``agent.json`` describes (a path, or a loaded manifest).
-
-        Raises:
-            openstarry.errors.ManifestError: a bad file, field, tool or provider,
-                naming the file and the field.
-        """
-        from openstarry.errors import ManifestError
-        from openstarry.manifest import AgentManifest, load_manifest
-        from openstarry.providers import create_provider
-        from openstarry.tools import resolve_tools
-
-        where: str | None = None
-        if not isinstance(manifest, AgentManifest):
-            where = os.fspath(manifest)
-            manifest = load_manifest(manifest)
-        try:
-            tools = resolve_tools(manifest.tools, allowed_paths=manifest.allowed_paths())
-            try:
-                provider = create_provider(manifest.provider)
-            except ImportError as exc:  # an HTTP provider without openstarry[http]
-                raise ManifestError(str(exc), field="provider.name") from exc
-            retriever = _retriever_of(manifest.tool_retrieval.retriever)
-        except Exception as exc:
-            _name_file(exc, where)
-            raise
-        limits = manifest.limits
-        return cls(
-            provider,
-            tools,
-            name=manifest.identity.name,
-            limits=LoopLimits(
-                max_tool_rounds=limits.max_tool_rounds,
-                tool_timeout=limits.tool_timeout,
-                provider_timeout=limits.provider_timeout,
-                max_concurrent_tools=limits.max_concurrent_tools,
-                max_failure_streak=limits.max_failure_streak,
-                repeated_failure_warning=limits.repeated_failure_warning,
-            ),
-            memory_window=manifest.memory.window,
-            instructions=manifest.instructions,
-            manifest=manifest,
-            max_tools=manifest.tool_retrieval.top_n,
-            retriever=retriever,
-            mcp_servers=manifest.mcp.servers,
-            mcp_base_dir=manifest.base_dir,
-        )
-
-    async def __aenter__(self) -> Agent:
-        if self._running:
-            # Refused before anything is touched: the clean-up of a failed
-            # start would close the running agent's connections and provider.
-            raise RuntimeError(f"the agent {self.name!r} is already running")
-        if self._owns_bus:
-            await self.bus.__aenter__()
-        try:
-            await self._enter_provider()
-            if self.mcp_servers:
-                await self._connect_mcp()
-            await self.loop.__aenter__()
-        except BaseException:
-            try:
-                await self._disconnect_mcp(failed=True)
-            finally:
-                try:
-                    await self._exit_provider(None, None, None)
-                finally:
-                    if self._owns_bus:
-                        await self.bus.__aexit__(None, None, None)
-            raise
-        self._running = True
-        return self
-
-    async def _enter_provider(self) -> None:
-        """Enter the provider when it is an async context manager (an HTTP provider
-        then keeps one pool of connections for the agent's life)."""
-        provider = self.provider
-        if hasattr(provider, "__aenter__") and hasattr(provider, "__aexit__"):
-            await provider.__aenter__()
-            self._entered_provider = provider
-
-    async def _exit_provider(self, *exc_info: Any) -> None:
-        provider, self._entered_provider = self._entered_provider, None
-        if provider is not None:
-            await provider.__aexit__(*exc_info)
-
-    async def __aexit__(self, *exc_info: Any) -> None:
-        self._running = False
-        try:
-            await self.loop.__aexit__(*exc_info)
-        finally:
-            try:
-                await self._disconnect_mcp(failed=exc_info[0] is not None)
-            finally:
-                try:
-                    await self._exit_provider(*exc_info)
-                finally:
-                    if self._owns_bus:
-                        await self.bus.__aexit__(*exc_info)
-
-    async def _connect_mcp(self) -> None:
-        """Connect the remote MCP servers and add their tools, before the loop starts.
+    def _with_toolsets(self, local: Mapping[str, Tool]) -> dict[str, Tool]:
+        """The local tools and every toolset's, refusing a name that two of them give.
 
         Raises:
-            openstarry.mcp.client.McpConnectError: a server the agent needs
-                cannot be used.
-            openstarry.errors.ManifestError: a remote tool's name is already a
-                local tool's, or the ``[mcp]`` extra is not installed (field
-                ``mcp.servers``; a ``ValueError``).
+            openstarry.errors.ManifestError: a toolset's tool is named like one
+                the agent already has (a ``ValueError``, naming the toolset's origin).
         """
-        from openstarry.errors import ManifestError
-
-        try:
-            from openstarry.mcp.client import McpToolset
-        except ImportError as exc:
-            raise ManifestError(
-                f"mcp.servers: remote MCP servers need the MCP SDK: {exc}", field="mcp.servers"
-            ) from exc
-
-        toolset = McpToolset(
-            self.mcp_servers,
-            default_timeout=self.loop.limits.tool_timeout,
-            call_timeout=self.loop.limits.tool_timeout,
-            base_dir=self.mcp_base_dir,
-        )
-        await toolset.__aenter__()
-        self._mcp = toolset
-        local = self.loop.tools
-        remote = toolset.tools
-        clash = sorted(set(local) & set(remote))
-        if clash:
-            raise ManifestError(
-                f"mcp.servers: remote MCP tool(s) {clash} have the name of a local tool; "
-                "rename the local tool or the server",
-                field="mcp.servers",
-            )
-        self._local_tools = local
-        self.loop.tools = {**local, **remote}
-
-    async def _disconnect_mcp(self, *, failed: bool) -> None:
-        """Drop the remote tools and close the connections (no-op when none are open)."""
-        if self._local_tools is not None:
-            self.loop.tools = self._local_tools
-            self._local_tools = None
-        toolset, self._mcp = self._mcp, None
-        if toolset is not None:
-            await toolset.aclose(cancel=failed)
+        merged = dict(local)
+        for toolset in self.toolsets:
+            tools = toolset.tools
+            clash = sorted(set(merged) & set(tools))
+            if clash:
+                raise ManifestError(
+                    f"{toolset.origin}: tool(s) {clash} have the name of a local tool; "
+                    "rename the local tool or the server",
+                    field=toolset.origin,
+                )
+            merged.update(tools)
+        return merged
 
     async def ask(self, text: str, *, session_id: str = "default") -> RunResult:
         """Send one user turn and wait for the run it starts to end."""
         return await self.loop.ask(text, session_id=session_id)
-
-
-def _name_file(exc: Exception, where: str | None) -> None:
-    """Put the manifest's file into a ManifestError raised while resolving its parts."""
-    from openstarry.errors import ManifestError
-
-    if isinstance(exc, ManifestError) and where and exc.path is None:
-        exc.path = where
-        field = f"{exc.field}: " if exc.field and exc.field not in str(exc) else ""
-        exc.args = (f"{where}: {field}{exc}",)
-
-
-def _retriever_of(spec: str) -> ToolRetriever | None:
-    """The retriever ``toolRetrieval.retriever`` names: ``"lexical"`` (the default) or an import
-    reference to a ToolRetriever class, factory or instance."""
-    from openstarry.errors import ManifestError
-    from openstarry.tools import import_reference
-
-    if spec == "lexical":
-        return None
-    if ":" not in spec:
-        raise ManifestError(
-            f"unknown retriever {spec!r}: 'lexical' or an import reference "
-            "'package.module:attribute'",
-            field="toolRetrieval.retriever",
-        )
-    target = import_reference(spec, "toolRetrieval.retriever", "retriever")
-    retriever = target
-    if isinstance(target, type) or (callable(target) and not hasattr(target, "select")):
-        try:
-            retriever = target()
-        except Exception as exc:
-            raise ManifestError(
-                f"retriever {spec!r}: cannot make one: {type(exc).__name__}: {exc}",
-                field="toolRetrieval.retriever",
-            ) from exc
-    if not isinstance(retriever, ToolRetriever):
-        raise ManifestError(
-            f"{spec!r} is not a ToolRetriever (it needs a select(query, tools, limit) method)",
-            field="toolRetrieval.retriever",
-        )
-    return retriever

@@ -73,7 +73,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import re
 import socket
 import time
@@ -834,14 +833,14 @@ def create_app(agent: Agent, *, limits: ServerLimits | None = None) -> Starlette
 
 
 def serve(
-    manifest_path: str | os.PathLike[str],
+    agent: Agent,
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
     limits: ServerLimits | None = None,
     sock: socket.socket | None = None,
 ) -> int:
-    """Serve the agent of an ``agent.json`` over HTTP until interrupted (``openstarry serve``).
+    """Serve ``agent`` over HTTP until interrupted (``openstarry serve``).
 
     Ctrl-C (SIGINT) or SIGTERM shuts the server down gracefully (streams still
     open get 5 s, then the runs are stopped); uvicorn then raises the signal
@@ -849,7 +848,8 @@ def serve(
     on Ctrl-C).
 
     Args:
-        manifest_path: The manifest.
+        agent: The agent (:func:`openstarry.assembly.agent_from_manifest` builds
+            one from an ``agent.json``); the server starts and stops it.
         host: The address to listen on.
         port: The port (0: any free one).
         limits: The server's bounds.
@@ -857,18 +857,12 @@ def serve(
 
     Returns:
         The exit status: 0 after a clean shutdown, 1 when the server could not start.
-
-    Raises:
-        openstarry.errors.ManifestError: a bad manifest.
     """
     try:
         import uvicorn
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("openstarry serve needs uvicorn: pip install 'openstarry[http]'") from exc
-    from openstarry.agent.runtime import Agent
-
     limits = limits or ServerLimits()
-    agent = Agent.from_manifest(manifest_path)
     app = create_app(agent, limits=limits)
     config = uvicorn.Config(
         app,

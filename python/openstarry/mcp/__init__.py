@@ -14,7 +14,7 @@ importing either module.
 
     from openstarry.mcp import serve_stdio
 
-    async with Agent.from_manifest("agent.json") as agent:
+    async with agent_from_manifest("agent.json") as agent:  # openstarry.assembly
         await serve_stdio(agent)
 """
 

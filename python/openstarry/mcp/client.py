@@ -591,6 +591,9 @@ class McpServerConnection:
 class McpToolset:
     """The remote MCP servers of one agent, and their tools while it runs.
 
+    A :class:`~openstarry.agent.interfaces.Toolset`: the agent enters it when
+    it starts and leaves it when it stops.
+
     Enter it in the task that will leave it (the :class:`Agent` does, when it
     starts and stops); :attr:`tools` is then final. See the module's
     documentation for what happens to a server that cannot be reached.
@@ -628,6 +631,9 @@ class McpToolset:
                 config, default_timeout=default_timeout, call_timeout=call_timeout
             )
         self._task_group: anyio.abc.TaskGroup | None = None
+
+    #: Named in the agent's errors about these tools (the manifest's field).
+    origin = "mcp.servers"
 
     @property
     def tools(self) -> dict[str, RemoteTool]:

@@ -5,7 +5,7 @@
 
 In Python, with the agent running::
 
-    async with Agent.from_manifest("agent.json") as agent:
+    async with agent_from_manifest("agent.json") as agent:  # openstarry.assembly
         server = create_server(agent)          # the SDK's lowlevel Server
         await serve_stdio(agent)               # or serve_http(agent, port=8765)
 
@@ -104,7 +104,6 @@ __all__ = [
     "AgentMcpServer",
     "create_http_app",
     "create_server",
-    "main",
     "serve",
     "serve_http",
     "serve_stdio",
@@ -532,29 +531,17 @@ async def serve_http(
             listening.close()
 
 
-def serve(
-    manifest_path: str, *, http: bool = False, host: str = "127.0.0.1", port: int = 8765
-) -> int:
-    """``openstarry mcp``: serve the agent of ``manifest_path`` over stdio, or HTTP with ``http``.
+def serve(agent: Agent, *, http: bool = False, host: str = "127.0.0.1", port: int = 8765) -> int:
+    """``openstarry mcp``: serve ``agent`` over stdio, or HTTP with ``http``.
 
-    Logs go to stderr. Returns the exit status: 0 when the client closed the
-    connection (stdio), 1 when the HTTP address cannot be bound or a server of
-    ``mcp.servers`` cannot be used, 2 for a bad manifest (a remote tool named
-    like a local one included), 130 when interrupted. Over HTTP, SIGINT or SIGTERM shuts down
-    gracefully (requests in progress end, the agent stops), after which the
-    signal ends the process, as uvicorn does.
+    The agent (:func:`openstarry.assembly.agent_from_manifest` builds one from
+    an ``agent.json``) is started and stopped here. Returns the exit status: 0
+    when the client closed the connection (stdio), 1 when the HTTP address
+    cannot be bound or a server of ``mcp.servers`` cannot be used, 2 for a bad
+    manifest (a remote tool named like a local one), 130 when interrupted. Over
+    HTTP, SIGINT or SIGTERM shuts down gracefully (requests in progress end, the
+    agent stops), after which the signal ends the process, as uvicorn does.
     """
-    from openstarry.agent.runtime import Agent
-
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            stream=sys.stderr, level=logging.WARNING, format="openstarry mcp: %(message)s"
-        )
-    try:
-        agent = Agent.from_manifest(manifest_path)
-    except ManifestError as exc:
-        print(f"openstarry mcp: {exc}", file=sys.stderr)
-        return 2
     sock = None
     if http:
         try:
@@ -584,25 +571,6 @@ def serve(
         if sock is not None:
             sock.close()
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m openstarry.mcp.server MANIFEST [--http] [--host H] [--port N]``."""
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="openstarry mcp", description="Serve an agent's exposed tools over MCP."
-    )
-    parser.add_argument("manifest", help="path of the agent.json manifest")
-    parser.add_argument(
-        "--http", action="store_true", help="serve Streamable HTTP instead of stdio"
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="HTTP host (default: 127.0.0.1)")
-    parser.add_argument(
-        "--port", type=int, default=8765, help="HTTP port, 0 for a free one (default: 8765)"
-    )
-    args = parser.parse_args(argv)
-    return serve(args.manifest, http=args.http, host=args.host, port=args.port)
 
 
 # -- helpers -------------------------------------------------------------------
@@ -723,7 +691,3 @@ def _malformed(exc: Exception) -> types.ErrorData:
 
 def _first_line(exc: Exception) -> str:
     return str(exc).partition("\n")[0]
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,61 @@
+"""One async context manager per object, written as one generator.
+
+:class:`Lifecycle` is anyio's ``AsyncContextManagerMixin`` with the error
+openstarry's objects have always raised when entered while running ("... is
+already running"): a subclass writes its whole life in
+``__asynccontextmanager__`` (set up, ``yield``, tear down, with task groups as
+``async with`` blocks around the ``yield``), so no task group is entered by
+hand and every exit path leaves them in order. An object can be entered again
+once it has exited; entering it while it runs is refused before anything is
+touched.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+__all__ = ["Lifecycle"]
+
+
+class Lifecycle(ABC):
+    """Async context manager support from an ``@asynccontextmanager`` method."""
+
+    __cm: AbstractAsyncContextManager[Any, bool | None] | None = None
+
+    @abstractmethod
+    def __asynccontextmanager__(self) -> AbstractAsyncContextManager[Any, bool | None]:
+        """The object's life: set up, ``yield self``, tear down (an ``@asynccontextmanager``)."""
+
+    async def __aenter__(self) -> Self:
+        if self.__cm is not None:
+            raise RuntimeError(f"this {type(self).__name__} is already running")
+        cm = self.__asynccontextmanager__()
+        # Held from the start: a second entry while this one sets up is refused too.
+        self.__cm = cm
+        try:
+            await cm.__aenter__()
+        except BaseException:
+            self.__cm = None
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        cm = self.__cm
+        if cm is None:
+            raise RuntimeError(f"this {type(self).__name__} is not running")
+        try:
+            return await cm.__aexit__(exc_type, exc, tb)
+        finally:
+            # Cleared once torn down: entering again while it tears down is refused.
+            self.__cm = None

@@ -1,0 +1,271 @@
+"""Sessions: each one's memory, its queue of inputs, and the worker that serves them.
+
+Rules the scheduler keeps:
+
+- **One run at a time per session, in order.** A session's inputs wait in its
+  queue (at most ``max_pending_inputs``; more are refused) and one worker task
+  serves them one after the other; sessions never wait for each other.
+- **Workers are parked, not restarted.** After its last input a worker waits,
+  idle, for the session's next one: waking it costs a signal, where a new task
+  (and a timer to end a lingering one) would cost more on every turn. Parked
+  workers are bounded (``_MAX_IDLE_WORKERS``): past it the one idle the longest
+  is woken with nothing to do, and exits.
+- **Sessions are bounded.** Past ``max_sessions`` the least recently used idle
+  session is forgotten, a locked one only when no other can be; a busy session
+  is never forgotten.
+- **A stop is at once.** :meth:`Sessions.stop` drops the queued inputs (their
+  waiters hear "stopped") and cancels the run in progress; the session stays
+  usable.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from openstarry.agent.memory import Memory, Session
+from openstarry.agent.results import Waiters
+from openstarry.bus import Signal
+from openstarry.core import Event
+
+__all__ = ["SessionRuntime", "Sessions"]
+
+#: Workers kept waiting for their session's next input; past it the one idle
+#: the longest exits (its session starts a new worker when it needs one).
+_MAX_IDLE_WORKERS = 256
+
+
+class SessionRuntime:
+    """The scheduler's private state of one session."""
+
+    __slots__ = (
+        "epoch",
+        "failure_key",
+        "failure_repeats",
+        "idle",
+        "pending",
+        "running",
+        "scope",
+        "session",
+        "stop_requested",
+        "wake",
+    )
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.pending: deque[Event] = deque()
+        #: A worker task serves this session (it stays, idle, after its last input).
+        self.running = False
+        #: The worker waits on ``wake`` for more input; ``idle`` says it is waiting.
+        self.idle = False
+        self.wake: Signal | None = None
+        #: The cancel scope of the run in progress.
+        self.scope: anyio.CancelScope | None = None
+        self.stop_requested = False
+        #: Bumped by /reset: a run that started before it leaves memory alone.
+        self.epoch = 0
+        #: The last failing call (name, arguments) and how many times in a row it failed.
+        self.failure_key: tuple[str, str] | None = None
+        self.failure_repeats = 0
+
+
+class Sessions:
+    """The sessions of one loop and their workers.
+
+    Args:
+        serve: Runs one input of a session to its end (the loop's run).
+        waiters: Where the inputs that are waited for are finished when dropped.
+        memory_window: User turns each session's memory keeps (``None``: all).
+        max_sessions: Sessions kept at most.
+        max_pending_inputs: Inputs that may wait behind a session's run.
+    """
+
+    def __init__(
+        self,
+        serve: Callable[[SessionRuntime, Event], Awaitable[None]],
+        waiters: Waiters,
+        *,
+        memory_window: int | None,
+        max_sessions: int,
+        max_pending_inputs: int,
+    ) -> None:
+        self._serve = serve
+        self._waiters = waiters
+        self.memory_window = memory_window
+        self.max_sessions = max_sessions
+        self.max_pending_inputs = max_pending_inputs
+        self._by_id: OrderedDict[str, SessionRuntime] = OrderedDict()
+        # Workers waiting for input, the longest idle first.
+        self._idle_workers: dict[SessionRuntime, None] = {}
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._new_signal: Callable[[], Signal] = anyio.Event
+        self._closing = False
+        # Worker tasks alive, and the signal their count reaching 0 sets while closing.
+        self._workers = 0
+        self._workers_gone: Signal | None = None
+
+    # -- lifecycle -------------------------------------------------------
+
+    def open(self, task_group: anyio.abc.TaskGroup, new_signal: Callable[[], Signal]) -> None:
+        """Start serving: workers are started in ``task_group``."""
+        self._task_group = task_group
+        self._new_signal = new_signal
+        self._closing = False
+        self._workers_gone = new_signal()
+
+    def close(self) -> None:
+        """Stop every run and drop every queued input; the workers then exit."""
+        self._closing = True
+        for rt in list(self._by_id.values()):
+            self.stop(rt)
+            if rt.idle:
+                self._unpark(rt)
+
+    async def wait_closed(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the workers to exit after :meth:`close`."""
+        if self._workers and self._workers_gone is not None:
+            with anyio.move_on_after(timeout):
+                await self._workers_gone.wait()
+        self._task_group = None
+
+    # -- lookup ----------------------------------------------------------
+
+    def get(self, session_id: str) -> SessionRuntime:
+        """The session of that id, created empty on first use (forgetting an idle one if full)."""
+        by_id = self._by_id
+        rt = by_id.get(session_id)
+        if rt is None:
+            while len(by_id) >= self.max_sessions and self._evict_idle():
+                pass
+            rt = SessionRuntime(Session(session_id, Memory(self.memory_window)))
+            by_id[session_id] = rt
+        else:
+            by_id.move_to_end(session_id)
+        return rt
+
+    def find(self, session_id: str) -> SessionRuntime | None:
+        """The session of that id if it exists; a lookup creates nothing."""
+        return self._by_id.get(session_id)
+
+    @property
+    def sessions(self) -> Mapping[str, Session]:
+        return {key: rt.session for key, rt in self._by_id.items()}
+
+    def _evict_idle(self) -> bool:
+        """Forget the least recently used idle session, sparing locked ones if it can.
+
+        Returns whether one was forgotten (none is when every session is busy).
+        """
+        idle = [
+            key for key, rt in self._by_id.items() if (rt.idle or not rt.running) and not rt.pending
+        ]
+        unlocked = [key for key in idle if not self._by_id[key].session.locked]
+        for key in unlocked[:1] or idle[:1]:
+            rt = self._by_id.pop(key)
+            if rt.idle:
+                self._unpark(rt)
+            return True
+        return False
+
+    # -- scheduling ------------------------------------------------------
+
+    def enqueue(self, event: Event) -> int | None:
+        """Queue an input for its session's worker, starting or waking it.
+
+        Returns:
+            ``None`` when queued; the number of inputs already waiting when the
+            session's queue is full and the input is refused.
+        """
+        rt = self.get(event.session_id)
+        if len(rt.pending) >= self.max_pending_inputs:
+            return len(rt.pending)
+        rt.pending.append(event)
+        if rt.idle:
+            self._unpark(rt)
+        elif not rt.running:
+            task_group = self._task_group
+            if task_group is None:
+                raise RuntimeError(
+                    "the ExecutionLoop is not running: use `async with ExecutionLoop(...)`"
+                )
+            rt.running = True
+            self._workers += 1
+            task_group.start_soon(self._worker, rt)
+        return None
+
+    def stop(self, rt: SessionRuntime) -> int:
+        """Drop the session's queued inputs and cancel its run; returns how many were dropped."""
+        dropped = len(rt.pending)
+        for waiting in rt.pending:
+            self._waiters.stop(waiting.id)
+        rt.pending.clear()
+        if rt.scope is not None:
+            rt.stop_requested = True
+            rt.scope.cancel()
+        return dropped
+
+    def reset(self, rt: SessionRuntime) -> None:
+        """Stop the session and clear its memory, failure streak and lock."""
+        self.stop(rt)
+        rt.epoch += 1
+        rt.session.memory.clear()
+        rt.session.failure_streak = 0
+        rt.session.locked = False
+        rt.failure_key, rt.failure_repeats = None, 0
+
+    def quit(self, session_id: str) -> None:
+        """Stop the session and forget it."""
+        rt = self._by_id.pop(session_id, None)
+        if rt is not None:
+            self.stop(rt)
+            if rt.idle:
+                self._unpark(rt)  # with nothing pending, the worker exits
+
+    async def _worker(self, rt: SessionRuntime) -> None:
+        """Serve the session's inputs one after the other, then wait, idle, for more."""
+        try:
+            while True:
+                while rt.pending:
+                    await self._serve(rt, rt.pending.popleft())
+                if self._closing or self._by_id.get(rt.session.id) is not rt:
+                    return  # the loop is leaving, or the session was quit or evicted
+                wake = rt.wake = self._new_signal()
+                rt.idle = True
+                idle = self._idle_workers
+                idle[rt] = None
+                if len(idle) > _MAX_IDLE_WORKERS:
+                    self._unpark(next(iter(idle)))
+                await wake.wait()
+                if not rt.pending:
+                    return
+        finally:
+            self._idle_workers.pop(rt, None)
+            rt.running = False
+            rt.idle = False
+            rt.scope = None
+            self._workers -= 1
+            if self._closing and not self._workers and self._workers_gone is not None:
+                self._workers_gone.set()
+
+    def _unpark(self, rt: SessionRuntime) -> None:
+        """Wake an idle worker: it serves what is pending, or exits when nothing is."""
+        self._idle_workers.pop(rt, None)
+        rt.idle = False
+        assert rt.wake is not None
+        rt.wake.set()
+
+    # -- metrics ---------------------------------------------------------
+
+    def metrics(self) -> dict[str, Any]:
+        """Sessions known, runs in progress, inputs waiting, parked workers."""
+        by_id = self._by_id.values()
+        return {
+            "sessions": len(self._by_id),
+            "running": sum(1 for rt in by_id if rt.scope is not None),
+            "waiting": sum(len(rt.pending) for rt in by_id),
+            "idle_workers": len(self._idle_workers),
+        }

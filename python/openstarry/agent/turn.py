@@ -1,0 +1,451 @@
+"""A turn: one input of a session, served round by round (spec 000 section 5).
+
+Each round of the turn:
+
+1. ``KERNEL:TICK_START`` (``{"round": n}``), then ``KERNEL:STATE_CHANGE`` to ``THINKING``;
+2. the provider's ``generate(prompt, context)``, under the provider timeout;
+3. its text (and other non-tool) segments go out as one ``OUTPUT:AGENT_MESSAGE``;
+4. when it asked for tools: ``KERNEL:STATE_CHANGE`` to ``EXECUTING``, and the
+   :class:`~openstarry.agent.execution.ToolExecutor` runs them; their outcomes,
+   then what the core observed, go into the session memory before the next round.
+
+The turn ends with a response that asks for no tool, and goes back to ``IDLE``.
+A slash line (``/fs.read a.txt``) runs the tool directly, without the provider.
+
+Rules a turn keeps:
+
+- **Every call in memory gets an answer.** A turn stopped, failed or cut by the
+  round limit closes its open calls with an outcome, so a provider never sees a
+  call without its result.
+- **A stop wins over a late answer.** A ``/stop`` or ``/reset`` that arrives
+  while the provider answers leaves memory untouched by that answer.
+- **The run's events are never dropped**: they wait for room on the bus. Text
+  deltas are previews, dropped on a full bus.
+- **One cancel scope per turn** carries both ``/stop`` and the provider
+  deadline; when the deadline fires the turn ends with ``PROVIDER_TIMEOUT``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import anyio.to_thread
+
+from openstarry.agent.commands import BUILTIN_COMMANDS, find_tool, parse_line, parse_tool_args
+from openstarry.agent.interfaces import Tool
+from openstarry.agent.memory import AssistantTurn, Observation, ToolFailure, ToolOutcome, UserTurn
+from openstarry.agent.results import RunResult, add_usage
+from openstarry.agent.retrieval import LexicalRetriever
+from openstarry.agent.sessions import SessionRuntime
+from openstarry.bus import describe_exception
+from openstarry.core import ContentSegment, Event, ProviderResponse, ToolCall, decode_response
+from openstarry.errors import AgentPainException, DecodeError, QueueClosed, ToolArgumentsError
+from openstarry.events import (
+    OUTPUT_AGENT_MESSAGE,
+    OUTPUT_AGENT_MESSAGE_DELTA,
+    AgentState,
+    EventType,
+)
+
+if TYPE_CHECKING:
+    from openstarry.agent.loop import ExecutionLoop
+
+__all__ = ["Turn"]
+
+_TICK_START = EventType.TICK_START.value
+_STATE_CHANGE = EventType.STATE_CHANGE.value
+_AGENT_DELTA = OUTPUT_AGENT_MESSAGE_DELTA
+_IDLE, _THINKING, _EXECUTING = AgentState.IDLE, AgentState.THINKING, AgentState.EXECUTING
+
+
+def _segment_dict(segment: ContentSegment) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": segment.type}
+    if segment.text is not None:
+        out["text"] = segment.text
+    if segment.data is not None:
+        out["data"] = segment.data
+    if segment.mime_type is not None:
+        out["mimeType"] = segment.mime_type
+    if segment.ui is not None:
+        out["ui"] = segment.ui
+    return out
+
+
+def _coerce_response(response: Any) -> ProviderResponse:
+    """A provider's return value as the core ``ProviderResponse``, or ``AgentPainException``."""
+    if type(response) is ProviderResponse:
+        return response
+    to_core = getattr(response, "to_core", None)
+    if callable(to_core):
+        core = to_core()
+        if type(core) is ProviderResponse:
+            return core
+    if isinstance(response, dict):
+        try:
+            return decode_response(json.dumps(response).encode())
+        except (DecodeError, TypeError, ValueError) as exc:
+            raise AgentPainException(
+                f"the provider's response is not a ProviderResponse: {exc}"
+            ) from None
+    raise AgentPainException(
+        f"the provider returned {type(response).__name__}, not a ProviderResponse"
+    )
+
+
+async def _honour_cancellation(scope: anyio.CancelScope | None) -> None:
+    """Raise the cancellation now if ``scope`` was cancelled while the task was already woken.
+
+    An awaited call that completes in the same loop iteration as a cancel is
+    not interrupted; the run must not then write its result into a memory that
+    /reset has cleared.
+    """
+    if scope is not None and scope.cancel_called:
+        await anyio.lowlevel.checkpoint()
+
+
+class Turn:
+    """One input of a session being served, round by round.
+
+    The events it emits all descend from ``input``.
+    """
+
+    __slots__ = (
+        "context",
+        "input",
+        "loop",
+        "observations",
+        "open_calls",
+        "result",
+        "rt",
+        "state",
+        "tick",
+    )
+
+    def __init__(self, loop: ExecutionLoop, rt: SessionRuntime, event: Event) -> None:
+        self.loop = loop
+        self.rt = rt
+        self.input = event
+        self.tick = event
+        self.state = _IDLE
+        self.context = loop._context(rt.session, event.trace_id)
+        self.result: RunResult | None = loop._waiters.result(event.id)
+        #: Tool calls in memory that have no outcome yet (closed if the run stops).
+        self.open_calls: Sequence[ToolCall] = ()
+        #: Observations of this round, added to memory after the round's outcomes.
+        self.observations: list[Observation] = []
+
+    def close_calls(self, code: str, message: str) -> None:
+        """Give every open call of memory an outcome, so each call keeps its answer."""
+        memory = self.rt.session.memory
+        for call in self.open_calls:
+            memory.append(
+                ToolOutcome(call.id, call.name, False, error=ToolFailure(code, message, "core"))
+            )
+        self.open_calls = ()
+
+    async def run(self) -> None:
+        """Serve the input to its end: completed, failed, timed out or stopped.
+
+        Whatever happens, the input's waiter is woken with its result.
+        """
+        loop = self.loop
+        rt = self.rt
+        rt.stop_requested = False
+        epoch = rt.epoch
+        outbox = loop._outbox
+        try:
+            try:
+                with anyio.CancelScope() as scope:
+                    rt.scope = scope
+                    await self.serve()
+            except QueueClosed:
+                raise
+            except Exception as exc:
+                # A defect past every specific guard: this run ends, the loop and
+                # the other sessions go on.
+                rt.scope = None
+                self.close_calls("INTERNAL_ERROR", "the run failed before this call finished")
+                await outbox.fail(self.tick, "INTERNAL_ERROR", describe_exception(exc), self.result)
+                await self.set_state(_IDLE, reason="error")
+                loop.runs_completed += 1
+                return
+            rt.scope = None
+            if scope.cancelled_caught:
+                # Answer the open calls, unless a /reset has cleared memory meanwhile.
+                if rt.epoch == epoch:
+                    self.close_calls("CANCELLED", "the run was stopped before this call finished")
+                if rt.stop_requested:
+                    loop.runs_stopped += 1
+                    if self.result is not None:
+                        self.result.stopped = True
+                    await self.set_state(_IDLE, reason="stopped")
+                else:
+                    # Only the provider call runs under the scope's deadline.
+                    timeout = loop.limits.provider_timeout
+                    await outbox.fail(
+                        self.tick,
+                        "PROVIDER_TIMEOUT",
+                        f"the provider gave no answer within {timeout:g} s",
+                        self.result,
+                    )
+                    await self.set_state(_IDLE, reason="provider timeout")
+                    loop.runs_completed += 1
+            else:
+                loop.runs_completed += 1
+        except QueueClosed:
+            # The bus was closed under the run: nothing more can be said.
+            rt.scope = None
+            if self.result is not None:
+                self.result.stopped = True
+        finally:
+            loop._waiters.finish(self.input.id)
+
+    async def fail(self, parent: Event, code: str, message: str) -> None:
+        await self.loop._outbox.fail(parent, code, message, self.result)
+
+    async def set_state(self, state: AgentState, *, reason: str | None = None) -> None:
+        if self.state is state:
+            return
+        payload: dict[str, Any] = {"from": self.state.value, "to": state.value}
+        if reason is not None:
+            payload["reason"] = reason
+        loop = self.loop
+        await loop.bus.apublish(self.tick.child(_STATE_CHANGE, payload, source=loop.source))
+        # Recorded once published: a run stopped while it waited for room on the
+        # bus reports its last published state, so the chain of changes holds.
+        self.state = state
+        self.rt.session.state = state
+
+    async def serve(self) -> None:
+        event = self.input
+        text: str = event.payload["text"]
+        command = parse_line(text)
+        session = self.rt.session
+        if session.locked:
+            await self.fail(
+                event,
+                "SESSION_LOCKED",
+                f"session {session.id!r} is locked after {session.failure_streak} "
+                "failed tool calls in a row; send /reset",
+            )
+            return
+        if command is not None:
+            await self.slash_tool(command.name, command.argline)
+        else:
+            await self.think_act(text)
+
+    async def slash_tool(self, name: str, argline: str) -> None:
+        """Run a tool straight from a ``/name args`` line, without the provider."""
+        tools = self.loop.tools
+        tool = find_tool(name, tools)
+        if tool is None:
+            await self.fail(
+                self.input,
+                "UNKNOWN_COMMAND",
+                f"unknown command /{name}; "
+                f"built-ins: {', '.join('/' + c for c in BUILTIN_COMMANDS)}; "
+                f"tools: {', '.join('/' + t for t in tools) or 'none'}",
+            )
+            return
+        parse_error: ToolArgumentsError | None = None
+        try:
+            call = ToolCall(tool.name, parse_tool_args(tool, argline))
+        except ToolArgumentsError as exc:
+            parse_error = exc
+        except ValueError as exc:  # arguments the core cannot carry (nested too deep)
+            parse_error = ToolArgumentsError(f"/{tool.name}: {exc}")
+        if parse_error is not None:
+            call = ToolCall(tool.name, {"_line": argline[:1000]})
+        await self.set_state(_EXECUTING)
+        await self.execute([call], parse_errors={0: parse_error} if parse_error else None)
+        # A slash command is the user's: what the core observed is not for the provider.
+        self.observations.clear()
+        await self.set_state(_IDLE)
+
+    async def execute(
+        self,
+        calls: Sequence[ToolCall],
+        parse_errors: Mapping[int, ToolArgumentsError | None] | None = None,
+    ) -> tuple[list[ToolOutcome], bool]:
+        """Run the round's calls; returns their outcomes and whether the session got locked."""
+        executor = self.loop._executor
+        outcomes = await executor.execute(
+            self.tick, calls, self.context, self.observations, parse_errors
+        )
+        locked = executor.count_failures(self.rt, outcomes, calls, self.observations)
+        if locked:
+            session = self.rt.session
+            await self.fail(
+                self.tick,
+                "SESSION_LOCKED",
+                f"{session.failure_streak} tool calls failed in a row; "
+                f"session {session.id!r} is locked until /reset",
+            )
+        return outcomes, locked
+
+    async def think_act(self, prompt: str) -> None:
+        loop = self.loop
+        source = loop.source
+        limits = loop.limits
+        memory = self.rt.session.memory
+        memory.append(UserTurn(prompt))
+        context = self.context
+        context.tools = await self.select_tools(prompt)
+        event = self.input
+        result = self.result
+        tool_rounds = 0
+        round_no = 0
+        while True:
+            round_no += 1
+            tick = event.child(_TICK_START, {"round": round_no}, source=source)
+            await loop.bus.apublish(tick)
+            self.tick = tick  # once published: later events may name it as parent
+            await self.set_state(_THINKING)
+            context.round = round_no
+            scope = self.rt.scope
+            try:
+                # The run's own scope carries the provider deadline: one cancel
+                # scope fewer per round. When it fires the run ends (see _run).
+                if scope is not None:
+                    scope.deadline = loop._clock() + limits.provider_timeout
+                context.text_sink = self.delta_sink(tick, round_no)
+                try:
+                    raw = await loop.provider.generate(prompt, context)
+                finally:
+                    context.text_sink = None
+                    if scope is not None:
+                        scope.deadline = math.inf
+                response = _coerce_response(raw)
+            except AgentPainException as exc:
+                await self.fail(tick, "AGENT_PAIN", describe_exception(exc).partition(": ")[2])
+                break
+            except Exception as exc:
+                await self.fail(tick, "PROVIDER_ERROR", describe_exception(exc))
+                break
+            if result is not None:
+                metadata = response.metadata
+                if isinstance(metadata, dict) and isinstance(metadata.get("usage"), dict):
+                    result.usage = add_usage(result.usage, metadata["usage"])
+            # A /stop or /reset that came while the provider answered wins over
+            # the answer: nothing of it goes into memory.
+            await _honour_cancellation(scope)
+            calls: list[ToolCall] = []
+            said: list[ContentSegment] = []
+            for segment in response.segments:
+                tool_call = segment.tool_call
+                if tool_call is not None:
+                    calls.append(tool_call)
+                else:
+                    said.append(segment)
+            text = "".join(s.text for s in said if s.text is not None)
+            memory.append(AssistantTurn(text, tuple(calls)))
+            self.open_calls = calls
+            if said:
+                payload: dict[str, Any] = {
+                    "text": text,
+                    "segments": [_segment_dict(s) for s in said],
+                    "final": not calls,
+                }
+                if response.metadata is not None:
+                    payload["metadata"] = response.metadata
+                try:
+                    said_event = event.child(OUTPUT_AGENT_MESSAGE, payload, source=source)
+                except (TypeError, ValueError) as exc:
+                    # Deeper than an event may nest, or not JSON.
+                    self.close_calls("AGENT_PAIN", "the response that asked for it was refused")
+                    await self.fail(
+                        tick, "AGENT_PAIN", f"the provider's response cannot be sent: {exc}"
+                    )
+                    break
+                await loop.bus.apublish(said_event)
+                if result is not None:
+                    result.replies.append(text)
+            if not calls:
+                break
+            if tool_rounds >= limits.max_tool_rounds:
+                message = (
+                    f"the provider asked for tools after {limits.max_tool_rounds} tool rounds; "
+                    "the run stops here"
+                )
+                self.close_calls("TOOL_ROUND_LIMIT", message)
+                memory.append(Observation(message))
+                await self.fail(tick, "TOOL_ROUND_LIMIT", message)
+                break
+            tool_rounds += 1
+            await self.set_state(_EXECUTING)
+            outcomes, locked = await self.execute(calls)
+            await _honour_cancellation(self.rt.scope)
+            # Each call's outcome right after the call, then what the core observed.
+            memory.extend(outcomes)
+            self.open_calls = ()
+            memory.extend(self.observations)
+            self.observations.clear()
+            if locked:
+                break
+        await self.set_state(_IDLE)
+
+    async def select_tools(self, prompt: str) -> Mapping[str, Tool]:
+        """The tools the provider sees for this input (spec 000 section 6B).
+
+        All of them, unless there are more than ``max_tools``: then the
+        retriever's pick. A tool left out still runs if the provider names it.
+        The built-in lexical retriever answers in microseconds, on the event
+        loop; any other (an embedding model behind a network call) runs in a
+        worker thread, so that it does not hold up the other sessions, and a
+        ``/stop`` does not wait for it.
+        """
+        loop = self.loop
+        tools = loop.tools
+        limit = loop.max_tools
+        if limit is None or len(tools) <= limit:
+            return tools
+        retriever = loop.retriever
+        if retriever is None:
+            retriever = loop.retriever = LexicalRetriever()
+        selected: Sequence[str]
+        if type(retriever) is LexicalRetriever:
+            selected = retriever.select(prompt, tools, limit)
+        else:
+            selected = await anyio.to_thread.run_sync(
+                retriever.select, prompt, tools, limit, abandon_on_cancel=True
+            )
+        chosen: dict[str, Tool] = {}
+        for name in selected:
+            tool = tools.get(name)
+            if tool is not None:
+                chosen[name] = tool
+                if len(chosen) == limit:
+                    break
+        return chosen
+
+    def delta_sink(self, tick: Event, round_no: int) -> Callable[[str], None]:
+        """What ``context.emit_text_delta`` calls during this provider call.
+
+        A provider may stream in a worker thread (a sync SDK under
+        ``anyio.to_thread``): the event is then handed to the event loop, which
+        owns the bus, and the thread waits until it is published.
+        """
+        loop = self.loop
+        loop_thread = loop._loop_thread
+        token = loop._token
+        source = loop.source
+        publish_or_drop = loop._outbox.publish_or_drop
+
+        def sink(text: str) -> None:
+            if not isinstance(text, str):
+                raise TypeError(f"a text delta must be a str, not {type(text).__name__}")
+            event = tick.child(_AGENT_DELTA, {"text": text, "round": round_no}, source=source)
+            # A preview: dropped rather than waited for when the bus is full.
+            if threading.get_ident() == loop_thread:
+                publish_or_drop(event)
+            else:
+                anyio.from_thread.run_sync(publish_or_drop, event, token=token)
+
+        return sink

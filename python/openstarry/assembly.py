@@ -1,0 +1,149 @@
+"""The composition root: an ``agent.json`` turned into a running :class:`~openstarry.agent.Agent`.
+
+    from openstarry.assembly import agent_from_manifest
+
+    async with agent_from_manifest("examples/weather-agent/agent.json") as agent:
+        result = await agent.ask("Query weather in Taipei")
+
+This is the one module that knows the manifest's whole shape: it resolves the
+provider by name (:mod:`openstarry.providers`), the tools (:mod:`openstarry.tools`),
+the tool retriever, and the remote MCP servers of ``mcp.servers`` as an
+:class:`~openstarry.mcp.client.McpToolset` (which needs the ``[mcp]`` extra),
+and hands them, built, to :class:`~openstarry.agent.Agent`, which imports none
+of them. The ``openstarry`` command assembles its agent here, then gives it to
+``serve`` (HTTP) or ``mcp``.
+
+A server of ``mcp.servers`` is connected when the agent starts: one that
+cannot be reached fails the start with :class:`~openstarry.errors.McpConnectError`,
+unless its entry names its ``tools``, which are then connected on first use.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from openstarry.agent.interfaces import Toolset
+from openstarry.agent.loop import LoopLimits
+from openstarry.agent.retrieval import ToolRetriever
+from openstarry.agent.runtime import Agent
+from openstarry.bus import EventBus
+from openstarry.errors import ManifestError
+from openstarry.manifest import AgentManifest, load_manifest
+from openstarry.providers import create_provider
+from openstarry.tools import import_reference, resolve_tools
+
+__all__ = ["agent_from_manifest"]
+
+
+def agent_from_manifest(
+    manifest: str | os.PathLike[str] | AgentManifest, *, bus: EventBus | None = None
+) -> Agent:
+    """Build the agent an ``agent.json`` describes (a path, or a loaded manifest).
+
+    Args:
+        manifest: The manifest's path, or the manifest loaded.
+        bus: A bus for the agent to run on; by default it makes its own.
+
+    Raises:
+        openstarry.errors.ManifestError: a bad file, field, tool or provider,
+            naming the file and the field; ``mcp.servers`` without the
+            ``[mcp]`` extra.
+    """
+    where: str | None = None
+    if not isinstance(manifest, AgentManifest):
+        where = os.fspath(manifest)
+        manifest = load_manifest(manifest)
+    try:
+        tools = resolve_tools(manifest.tools, allowed_paths=manifest.allowed_paths())
+        try:
+            provider = create_provider(manifest.provider)
+        except ImportError as exc:  # an HTTP provider without openstarry[http]
+            raise ManifestError(str(exc), field="provider.name") from exc
+        retriever = _retriever_of(manifest.tool_retrieval.retriever)
+        toolsets = _toolsets_of(manifest)
+    except Exception as exc:
+        _name_file(exc, where)
+        raise
+    limits = manifest.limits
+    return Agent(
+        provider,
+        tools,
+        name=manifest.identity.name,
+        limits=LoopLimits(
+            max_tool_rounds=limits.max_tool_rounds,
+            tool_timeout=limits.tool_timeout,
+            provider_timeout=limits.provider_timeout,
+            max_concurrent_tools=limits.max_concurrent_tools,
+            max_failure_streak=limits.max_failure_streak,
+            repeated_failure_warning=limits.repeated_failure_warning,
+        ),
+        memory_window=manifest.memory.window,
+        instructions=manifest.instructions,
+        bus=bus,
+        manifest=manifest,
+        max_tools=manifest.tool_retrieval.top_n,
+        retriever=retriever,
+        toolsets=toolsets,
+    )
+
+
+def _toolsets_of(manifest: AgentManifest) -> list[Toolset]:
+    """The remote MCP servers of ``mcp.servers`` as one toolset (none without servers).
+
+    A stdio server's relative ``cwd`` is relative to the manifest's folder, and
+    one that gives none runs there; calls and connections get the manifest's
+    tool timeout.
+    """
+    servers = manifest.mcp.servers
+    if not servers:
+        return []
+    try:
+        from openstarry.mcp.client import McpToolset
+    except ImportError as exc:
+        raise ManifestError(
+            f"mcp.servers: remote MCP servers need the MCP SDK: {exc}", field="mcp.servers"
+        ) from exc
+    timeout = manifest.limits.tool_timeout
+    return [
+        McpToolset(
+            servers, default_timeout=timeout, call_timeout=timeout, base_dir=manifest.base_dir
+        )
+    ]
+
+
+def _name_file(exc: Exception, where: str | None) -> None:
+    """Put the manifest's file into a ManifestError raised while resolving its parts."""
+    if isinstance(exc, ManifestError) and where and exc.path is None:
+        exc.path = where
+        field = f"{exc.field}: " if exc.field and exc.field not in str(exc) else ""
+        exc.args = (f"{where}: {field}{exc}",)
+
+
+def _retriever_of(spec: str) -> ToolRetriever | None:
+    """The retriever ``toolRetrieval.retriever`` names: ``"lexical"`` (the default) or an import
+    reference to a ToolRetriever class, factory or instance."""
+    if spec == "lexical":
+        return None
+    if ":" not in spec:
+        raise ManifestError(
+            f"unknown retriever {spec!r}: 'lexical' or an import reference "
+            "'package.module:attribute'",
+            field="toolRetrieval.retriever",
+        )
+    target: Any = import_reference(spec, "toolRetrieval.retriever", "retriever")
+    retriever = target
+    if isinstance(target, type) or (callable(target) and not hasattr(target, "select")):
+        try:
+            retriever = target()
+        except Exception as exc:
+            raise ManifestError(
+                f"retriever {spec!r}: cannot make one: {type(exc).__name__}: {exc}",
+                field="toolRetrieval.retriever",
+            ) from exc
+    if not isinstance(retriever, ToolRetriever):
+        raise ManifestError(
+            f"{spec!r} is not a ToolRetriever (it needs a select(query, tools, limit) method)",
+            field="toolRetrieval.retriever",
+        )
+    return retriever
