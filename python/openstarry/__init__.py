@@ -5,9 +5,10 @@ library. Exceptions live in :mod:`openstarry.errors`.
 
 The agent runtime is importable from here too: :class:`Agent`,
 :class:`EventBus`, :class:`ExecutionLoop`, :class:`Tool`, :func:`tool`,
-:class:`Provider`, :class:`AgentContext`. They are loaded on first use, so
-``import openstarry.core`` still pulls in no third-party package (the runtime
-needs pydantic and anyio).
+:class:`Provider`, :class:`Toolset`, :class:`AgentContext`, and
+:func:`agent_from_manifest`, which builds an agent from an ``agent.json``.
+They are loaded on first use, so ``import openstarry.core`` still pulls in no
+third-party package (the runtime needs pydantic and anyio).
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 from openstarry._core import __version__
 
 if TYPE_CHECKING:
-    from openstarry.agent.interfaces import AgentContext, Provider, Tool
+    from openstarry.agent.interfaces import AgentContext, Provider, Tool, Toolset
     from openstarry.agent.loop import ExecutionLoop, LoopLimits, RunResult
     from openstarry.agent.runtime import Agent
     from openstarry.agent.tools import tool
+    from openstarry.assembly import agent_from_manifest
     from openstarry.bus import EventBus
 
 __all__ = [
@@ -33,7 +35,9 @@ __all__ = [
     "Provider",
     "RunResult",
     "Tool",
+    "Toolset",
     "__version__",
+    "agent_from_manifest",
     "tool",
 ]
 
@@ -46,6 +50,8 @@ _LAZY = {
     "Provider": "openstarry.agent.interfaces",
     "RunResult": "openstarry.agent.loop",
     "Tool": "openstarry.agent.interfaces",
+    "Toolset": "openstarry.agent.interfaces",
+    "agent_from_manifest": "openstarry.assembly",
     "tool": "openstarry.agent.tools",
 }
 

@@ -8,10 +8,16 @@ already running"): a subclass writes its whole life in
 hand and every exit path leaves them in order. An object can be entered again
 once it has exited; entering it while it runs is refused before anything is
 touched.
+
+An exception raised in the body of ``async with`` comes out as itself, not
+wrapped in the ``ExceptionGroup`` of the task groups it passed through on its
+way out (anyio's and trio's task groups always wrap); when a task of the
+object failed too, the group comes out whole.
 """
 
 from __future__ import annotations
 
+import sys
 from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -20,7 +26,20 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from typing_extensions import Self
 
+if sys.version_info < (3, 11):  # pragma: no cover - anyio depends on the backport there
+    from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found,unused-ignore]
+
 __all__ = ["Lifecycle"]
+
+
+def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The one exception a group (of groups) holds, or ``None`` when it holds several."""
+    while len(group.exceptions) == 1:
+        inner: BaseException = group.exceptions[0]
+        if not isinstance(inner, BaseExceptionGroup):
+            return inner
+        group = inner
+    return None
 
 
 class Lifecycle(ABC):
@@ -56,6 +75,11 @@ class Lifecycle(ABC):
             raise RuntimeError(f"this {type(self).__name__} is not running")
         try:
             return await cm.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            if exc is None or _sole(group) is not exc:
+                raise
         finally:
             # Cleared once torn down: entering again while it tears down is refused.
             self.__cm = None
+        # Raised outside the handler: the group must not become its context.
+        raise exc

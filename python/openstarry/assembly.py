@@ -21,6 +21,7 @@ unless its entry names its ``tools``, which are then connected on first use.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from openstarry.agent.interfaces import Toolset
@@ -29,11 +30,11 @@ from openstarry.agent.retrieval import ToolRetriever
 from openstarry.agent.runtime import Agent
 from openstarry.bus import EventBus
 from openstarry.errors import ManifestError
-from openstarry.manifest import AgentManifest, load_manifest
+from openstarry.manifest import AgentManifest, McpServerConfig, load_manifest
 from openstarry.providers import create_provider
 from openstarry.tools import import_reference, resolve_tools
 
-__all__ = ["agent_from_manifest"]
+__all__ = ["agent_from_manifest", "mcp_toolset"]
 
 
 def agent_from_manifest(
@@ -89,27 +90,47 @@ def agent_from_manifest(
 
 
 def _toolsets_of(manifest: AgentManifest) -> list[Toolset]:
-    """The remote MCP servers of ``mcp.servers`` as one toolset (none without servers).
-
-    A stdio server's relative ``cwd`` is relative to the manifest's folder, and
-    one that gives none runs there; calls and connections get the manifest's
-    tool timeout.
-    """
+    """The manifest's toolsets: its remote MCP servers as one (none without servers)."""
     servers = manifest.mcp.servers
     if not servers:
         return []
+    return [
+        mcp_toolset(servers, tool_timeout=manifest.limits.tool_timeout, base_dir=manifest.base_dir)
+    ]
+
+
+def mcp_toolset(
+    servers: Sequence[McpServerConfig],
+    *,
+    tool_timeout: float = 30.0,
+    base_dir: str | os.PathLike[str] | None = None,
+) -> Toolset:
+    """Remote MCP servers (the manifest's ``mcp.servers``) as a toolset for an :class:`Agent`.
+
+    Connecting to a server and each call get ``tool_timeout`` seconds (the
+    manifest's ``limits.toolTimeout``), so a remote call may take as long as a
+    local tool. A stdio server's relative ``cwd`` is relative to ``base_dir``
+    (the manifest's folder), and one that gives none runs there.
+
+    Raises:
+        openstarry.errors.ManifestError: the ``[mcp]`` extra is not installed
+            (field ``mcp.servers``), or two servers share a name.
+    """
     try:
         from openstarry.mcp.client import McpToolset
     except ImportError as exc:
         raise ManifestError(
             f"mcp.servers: remote MCP servers need the MCP SDK: {exc}", field="mcp.servers"
         ) from exc
-    timeout = manifest.limits.tool_timeout
-    return [
-        McpToolset(
-            servers, default_timeout=timeout, call_timeout=timeout, base_dir=manifest.base_dir
+    try:
+        return McpToolset(
+            servers,
+            default_timeout=tool_timeout,
+            call_timeout=tool_timeout,
+            base_dir=None if base_dir is None else os.fspath(base_dir),
         )
-    ]
+    except ValueError as exc:  # two servers share a name
+        raise ManifestError(f"mcp.servers: {exc}", field="mcp.servers") from exc
 
 
 def _name_file(exc: Exception, where: str | None) -> None:

@@ -2,12 +2,13 @@
 
     from openstarry.agent import Agent, ExecutionLoop, Tool, tool
 
-:class:`Agent` assembles a provider, tools and limits (or an ``agent.json``)
-on an :class:`~openstarry.bus.EventBus`; :class:`ExecutionLoop` is the
+:class:`Agent` runs a provider, tools, toolsets and limits, built already
+(:func:`openstarry.assembly.agent_from_manifest` builds them from an
+``agent.json``), on an :class:`~openstarry.bus.EventBus`; :class:`ExecutionLoop` is the
 think-act loop of spec 000 section 5 that runs each session's turns.
 """
 
-from openstarry.agent.interfaces import AgentContext, Provider, Tool
+from openstarry.agent.interfaces import AgentContext, Provider, Tool, Toolset
 from openstarry.agent.loop import ExecutionLoop, LoopLimits, PendingRun, RunResult
 from openstarry.agent.memory import (
     AssistantTurn,
@@ -52,6 +53,7 @@ __all__ = [
     "ToolFailure",
     "ToolOutcome",
     "ToolRetriever",
+    "Toolset",
     "UserTurn",
     "tool",
     "tool_set_fingerprint",

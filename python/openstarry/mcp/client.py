@@ -286,8 +286,13 @@ class McpServerConnection:
     ) -> None:
         """The task that owns the connection: opens it on request, closes it when told.
 
-        Runs until :meth:`close`.
+        Runs until :meth:`close`; it may run again after that (the toolset
+        entered again): each run starts with no connection and lists the tools anew.
         """
+        self._closing = False
+        self._wake = anyio.Event()
+        self._stopped = anyio.Event()
+        self._started = False
         self._running = True
         task_status.started()
         try:
@@ -634,6 +639,11 @@ class McpToolset:
 
     #: Named in the agent's errors about these tools (the manifest's field).
     origin = "mcp.servers"
+
+    @property
+    def running(self) -> bool:
+        """Entered and not yet left: the connections' tasks are alive."""
+        return self._task_group is not None
 
     @property
     def tools(self) -> dict[str, RemoteTool]:
