@@ -107,8 +107,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from openstarry import __version__, core, protocol, sse
+from openstarry import core, protocol, sse
 from openstarry.agent.registry import SchemaCache
+from openstarry.core import __version__
 from openstarry.errors import AgentPainException, ManifestError, ProviderError
 from openstarry.providers._common import TransientProviderError
 from openstarry.providers.wire import ToolNameMap
