@@ -26,7 +26,8 @@ from openstarry.api.server import ServerLimits, _Record
 from openstarry.providers.anthropic import AnthropicAPI
 from openstarry.providers.gemini import GeminiAPI
 from openstarry.providers.http import SSEDecoder
-from openstarry.providers.openai import OpenAIChatAPI, OpenAIResponsesAPI
+from openstarry.providers.openai_chat import OpenAIChatAPI
+from openstarry.providers.openai_responses import OpenAIResponsesAPI
 from openstarry.providers.wire import ToolNameMap
 
 #: Linear work keeps the ratio near 1x; quadratic work falls to a few hundredths.

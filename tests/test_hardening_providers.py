@@ -28,7 +28,8 @@ from openstarry.providers._memory import ToolExchange, conversation
 from openstarry.providers.anthropic import AnthropicAPI
 from openstarry.providers.gemini import GeminiAPI
 from openstarry.providers.http import HTTPProvider, SSEDecoder
-from openstarry.providers.openai import OpenAIChatAPI, OpenAIResponsesAPI
+from openstarry.providers.openai_chat import OpenAIChatAPI
+from openstarry.providers.openai_responses import OpenAIResponsesAPI
 from openstarry.providers.wire import ToolNameMap
 
 KEY_ENV = "OPENSTARRY_TEST_HARDENING_KEY"

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import openstarry.providers.openai as openai_module
+import openstarry.providers._openai as openai_module
 from agent_harness import running
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.memory import (
@@ -37,6 +37,7 @@ from openstarry.agent.memory import (
 from openstarry.core import ToolCall
 from openstarry.errors import AgentPainException, ManifestError, ProviderError, ToolError
 from openstarry.protocol import ProviderResponse
+from openstarry.providers._common import NOTE_PREFIX
 from openstarry.providers._memory import (
     MISSING_OUTCOME,
     ToolExchange,
@@ -44,7 +45,8 @@ from openstarry.providers._memory import (
     outcome_object,
     outcome_text,
 )
-from openstarry.providers.openai import NOTE_PREFIX, OpenAIChatAPI, OpenAIResponsesAPI
+from openstarry.providers.openai_chat import OpenAIChatAPI
+from openstarry.providers.openai_responses import OpenAIResponsesAPI
 from openstarry.providers.wire import StreamAssembler, ToolNameMap, WireAPI
 
 FIXTURES = Path(__file__).parent / "fixtures" / "providers"

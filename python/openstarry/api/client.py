@@ -27,15 +27,14 @@ A refused request raises :class:`ApiError` with the server's ``code`` and
 
 from __future__ import annotations
 
-import codecs
 import contextlib
-import re
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
 
+from openstarry import sse
 from openstarry.api.models import (
     TERMINAL_STATUSES,
     AgentRequest,
@@ -68,8 +67,6 @@ WireEvent = AgentResponse | Message | Content
 
 #: The most characters of one line of a stream (an event's ``data:`` line): 64 Mi.
 MAX_EVENT_CHARS = 64 * 1024 * 1024
-#: The line ends of Server-Sent Events: CRLF, CR or LF, and nothing else.
-_SSE_LINE_END = re.compile(r"\r\n|\r|\n")
 #: The most digits read as the sequence number of an event id.
 _MAX_DIGITS = 18
 
@@ -129,98 +126,58 @@ def _sequence_of(event_id: str | None) -> int | None:
     return None
 
 
-class SSELineReader:
+def _too_large(message: str) -> ApiError:
+    return ApiError(0, "event_too_large", message)
+
+
+class SSELineReader(sse.LineReader):
     """Splits a stream's bytes into lines the way Server-Sent Events do.
 
-    The stream is UTF-8 (the SSE format has no other encoding; a byte order
-    mark at its start is dropped), and a line ends at CRLF, CR or LF only. Not
-    ``str.splitlines``, which httpx's ``iter_lines`` follows: it also breaks at
-    U+2028, U+2029, U+0085 and a few control characters, which JSON leaves raw
-    inside strings, and so would cut an event that carries one in two.
+    :class:`openstarry.sse.LineReader` with this client's bound and error: the
+    stream is UTF-8 (a byte order mark at its start is dropped), and a line
+    ends at CRLF, CR or LF only, never at U+2028, U+2029 or U+0085, which JSON
+    leaves raw inside strings.
 
     Raises:
         ApiError: a line longer than ``max_chars`` (``event_too_large``).
     """
 
+    __slots__ = ()
+
     def __init__(self, max_chars: int = MAX_EVENT_CHARS) -> None:
-        self.max_chars = max_chars
-        self._decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
-        self._pending: list[str] = []
-        self._pending_chars = 0
-        self._after_cr = False
+        super().__init__(max_chars, error=_too_large)
 
-    def feed(self, chunk: bytes) -> list[str]:
-        """The lines that ``chunk`` completes, without their ends."""
-        return self._split(self._decoder.decode(chunk))
-
-    def _split(self, text: str) -> list[str]:
-        if self._after_cr and text:
-            self._after_cr = False
-            if text.startswith("\n"):
-                text = text[1:]  # the LF of a CRLF cut between two chunks
-        lines: list[str] = []
-        start = 0
-        for match in _SSE_LINE_END.finditer(text):
-            line = text[start : match.start()]
-            if self._pending:
-                line = "".join(self._pending) + line
-                self._pending, self._pending_chars = [], 0
-            self._check(len(line))
-            lines.append(line)
-            start = match.end()
-            self._after_cr = match.end() == len(text) and match.group() == "\r"
-        rest = text[start:]
-        if rest:
-            self._pending.append(rest)
-            self._pending_chars += len(rest)
-            self._check(self._pending_chars)
-        return lines
-
-    def _check(self, chars: int) -> None:
-        if chars > self.max_chars:
-            raise ApiError(
-                0, "event_too_large", f"a line of the stream exceeds {self.max_chars} characters"
-            )
+    @property
+    def max_chars(self) -> int:
+        """The longest line, in characters."""
+        return self.max_line
 
 
-class SSEParser:
+class SSEParser(sse.EventParser):
     """Splits Server-Sent Events text into ``(id, data)`` pairs, one per event with data.
 
-    Comments (``:`` lines) are skipped; ``id`` is the last ``id:`` field seen
+    :class:`openstarry.sse.EventParser` with this client's bound and error:
+    comments (``:`` lines) are skipped; ``id`` is the last ``id:`` field seen
     (it persists across events, as the SSE spec says).
 
     Raises:
         ApiError: an event's data grows past ``max_chars`` (``event_too_large``).
     """
 
+    __slots__ = ()
+
     def __init__(self, max_chars: int = MAX_EVENT_CHARS) -> None:
-        self.last_id: str | None = None
-        self.max_chars = max_chars
-        self._data: list[str] = []
-        self._chars = 0
+        super().__init__(max_chars, error=_too_large)
+
+    @property
+    def max_chars(self) -> int:
+        """The most data one event may carry, in characters."""
+        return self.max_event
 
     def feed(self, line: str) -> tuple[str | None, str] | None:
         """Take one line (without its end); an ``(id, data)`` pair when it ends an event."""
-        if not line:
-            if not self._data:
-                return None
-            data = "\n".join(self._data)
-            self._data, self._chars = [], 0
-            return self.last_id, data
-        if line.startswith(":"):
-            return None
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "data":
-            self._chars += len(value) + 1
-            if self._chars > self.max_chars:
-                raise ApiError(
-                    0, "event_too_large", f"an event's data exceeds {self.max_chars} characters"
-                )
-            self._data.append(value)
-        elif name == "id" and "\0" not in value:
-            self.last_id = value
-        return None
+        event = self.feed_line(line)
+        return None if event is None else (event.id, event.data)
 
 
 class StreamAssembler:
@@ -319,13 +276,9 @@ class StreamAssembler:
         )
 
 
-def _events(parser: SSEParser, lines: Iterable[str]) -> Iterator[tuple[str | None, WireEvent]]:
-    """The ``(event id, event)`` of each event that ``lines`` complete."""
-    for line in lines:
-        parsed = parser.feed(line)
-        if parsed is not None:
-            event_id, data = parsed
-            yield event_id, parse_event(data)
+def _reader() -> sse.SSEReader:
+    """A reader of one answered stream, with this client's bound on lines and events."""
+    return sse.SSEReader(MAX_EVENT_CHARS, MAX_EVENT_CHARS, error=_too_large)
 
 
 def _response_id_of(event_id: str | None, fallback: str | None) -> str | None:
@@ -359,8 +312,7 @@ class _Follow:
         self.attempts = 0
         self._base_url = base_url
         self._max_reconnects = max_reconnects
-        self._parser = SSEParser()
-        self._reader = SSELineReader()
+        self._reader = _reader()
 
     def send_headers(self) -> dict[str, str]:
         headers = {"accept": "text/event-stream", **(self.headers or {})}
@@ -371,17 +323,24 @@ class _Follow:
     def started(self, response: httpx.Response) -> None:
         """A stream answered: read it from its start."""
         self.response_id = response.headers.get("x-openstarry-response-id", self.response_id)
-        self._parser = SSEParser()
-        self._reader = SSELineReader()
+        self._reader = _reader()
 
     def feed(self, chunk: bytes) -> list[WireEvent]:
         """The new events a chunk of the stream completes (repeats after a resume dropped)."""
+        return self._take(self._reader.feed(chunk))
+
+    def ended(self) -> list[WireEvent]:
+        """The stream ended: the events its last bytes complete (a CR held back ends a line)."""
+        return self._take(self._reader.close())
+
+    def _take(self, events: list[sse.ServerSentEvent]) -> list[WireEvent]:
         new: list[WireEvent] = []
-        for event_id, event in _events(self._parser, self._reader.feed(chunk)):
+        for sent in events:
+            event = parse_event(sent.data)
             if self.assembler.feed(event):
                 self.attempts = 0
-                self.last_id = event_id
-                self.response_id = _response_id_of(event_id, self.response_id)
+                self.last_id = sent.id
+                self.response_id = _response_id_of(sent.id, self.response_id)
                 new.append(event)
         return new
 
@@ -514,6 +473,8 @@ class AgentClient:
                         async for chunk in chunks:
                             for event in follow.feed(chunk):
                                 yield event
+                    for event in follow.ended():
+                        yield event
                     # The server ends the stream after the terminal event: read to
                     # its end, so httpx's generators are exhausted rather than abandoned.
                     if follow.assembler.done:
@@ -607,6 +568,7 @@ class Client:
                     follow.started(response)
                     for chunk in response.iter_bytes():
                         yield from follow.feed(chunk)
+                    yield from follow.ended()
                     if follow.assembler.done:
                         return
             except httpx.TransportError as exc:  # a dropped connection, a timeout

@@ -123,8 +123,8 @@ register_provider("default", _default_factory)
 
 #: The HTTP providers by name: the module and class of each one's API translator.
 HTTP_PROVIDERS: Mapping[str, tuple[str, str]] = {
-    "openai": ("openstarry.providers.openai", "OpenAIChatAPI"),
-    "openai-responses": ("openstarry.providers.openai", "OpenAIResponsesAPI"),
+    "openai": ("openstarry.providers.openai_chat", "OpenAIChatAPI"),
+    "openai-responses": ("openstarry.providers.openai_responses", "OpenAIResponsesAPI"),
     "anthropic": ("openstarry.providers.anthropic", "AnthropicAPI"),
     "gemini": ("openstarry.providers.gemini", "GeminiAPI"),
 }

@@ -1,8 +1,9 @@
 """What the API translators share: reading an answer into segments, and saying what went wrong.
 
-:mod:`openstarry.providers.openai`, :mod:`~openstarry.providers.anthropic` and
-:mod:`~openstarry.providers.gemini` read their APIs' answers by the same rules
-(spec 000 section 7), so the rules live here once:
+:mod:`openstarry.providers.openai_chat`,
+:mod:`~openstarry.providers.openai_responses`, :mod:`~openstarry.providers.anthropic`
+and :mod:`~openstarry.providers.gemini` read their APIs' answers by the same
+rules (spec 000 section 7), so the rules live here once:
 
 - :class:`Segments` collects an answer's segments in order: the model's text
   (adjacent pieces joined), its tool calls (arguments parsed by

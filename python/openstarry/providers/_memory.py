@@ -5,7 +5,7 @@ Every API openstarry speaks wants the same thing from the memory of
 each assistant turn that asked for tools, the outcome of every one of its calls
 answered by the call's id, before anything else is said. :func:`conversation`
 walks the memory once and returns those steps, so each translator
-(:mod:`openstarry.providers.openai`, Anthropic, Gemini) only renders them:
+(OpenAI Chat Completions and Responses, Anthropic, Gemini) only renders them:
 
 - :class:`~openstarry.agent.memory.UserTurn`, as in memory;
 - :class:`~openstarry.agent.memory.AssistantTurn` without tool calls, as in memory;

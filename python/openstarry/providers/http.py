@@ -87,7 +87,6 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
         "openstarry's HTTP providers need httpx: pip install 'openstarry[http]'"
     ) from exc
 
-import codecs
 import contextlib
 import dataclasses
 import email.utils
@@ -108,8 +107,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from openstarry import __version__, core, protocol
+from openstarry import core, protocol, sse
 from openstarry.agent.registry import SchemaCache
+from openstarry.core import __version__
 from openstarry.errors import AgentPainException, ManifestError, ProviderError
 from openstarry.providers._common import TransientProviderError
 from openstarry.providers.wire import ToolNameMap
@@ -138,10 +138,10 @@ MAX_RETRY_AFTER: Final = 60.0
 MAX_BACKOFF: Final = 8.0
 #: The most of an error response read for its message.
 MAX_ERROR_BODY: Final = 64 * 1024
-#: The longest line of a server-sent event stream.
-MAX_SSE_LINE: Final = 4 * 1024 * 1024
-#: The most data one server-sent event may carry.
-MAX_SSE_EVENT: Final = 8 * 1024 * 1024
+#: The longest line of a server-sent event stream, in characters.
+MAX_SSE_LINE: Final = sse.MAX_LINE
+#: The most data one server-sent event may carry, in characters.
+MAX_SSE_EVENT: Final = sse.MAX_EVENT
 #: Tool sets whose translated declarations a provider keeps.
 TOOL_SET_CACHE: Final = 64
 
@@ -229,119 +229,46 @@ class SSEError(ProviderError):
     """A server-sent event stream that breaks the size bounds."""
 
 
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
-
-
 class SSEDecoder:
-    """Server-sent events from a byte stream, as the HTML standard reads them.
+    """Server-sent events from a byte stream, as ``(event name or None, data)`` pairs.
 
-    Lines end in CRLF, LF or CR (a CRLF split across two chunks counts once);
-    ``event:`` names the event, ``data:`` lines (several make one multi-line
-    value), a line starting with ``:`` is a comment, ``id:``, ``retry:`` and
-    unknown fields are ignored; a blank line dispatches the event, unless it
-    had no ``data``. An event still open when the stream ends is dropped.
+    The stream is read by :class:`openstarry.sse.SSEReader`, by the rules that
+    module states (lines end in CRLF, LF or CR only; several ``data:`` lines
+    make one multi-line value; comments, ``id:``, ``retry:`` and unknown fields
+    are ignored here; an event without data is not dispatched; an event still
+    open when the stream ends is dropped). The API translators need only each
+    event's name and data.
 
     Args:
         max_line: The longest line, in characters.
         max_event: The most data one event may carry, in characters.
 
     Raises:
-        SSEError: from :meth:`feed`, for a line or an event beyond the bounds.
+        SSEError: from :meth:`feed` and :meth:`close`, for a line or an event beyond the bounds.
     """
 
-    __slots__ = (
-        "_data",
-        "_data_size",
-        "_decoder",
-        "_event",
-        "_rest",
-        "_rest_size",
-        "_started",
-        "max_event",
-        "max_line",
-    )
+    __slots__ = ("_reader",)
 
     def __init__(self, max_line: int = MAX_SSE_LINE, max_event: int = MAX_SSE_EVENT) -> None:
-        self.max_line = max_line
-        self.max_event = max_event
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        # The unfinished last line, in the pieces it came in: joined once it ends,
-        # so a long line arriving in many chunks is read in linear time.
-        self._rest: list[str] = []
-        self._rest_size = 0
-        self._event: str | None = None
-        self._data: list[str] = []
-        self._data_size = 0
-        self._started = False
+        self._reader = sse.SSEReader(max_line, max_event, error=SSEError)
+
+    @property
+    def max_line(self) -> int:
+        """The longest line, in characters."""
+        return self._reader.lines.max_line
+
+    @property
+    def max_event(self) -> int:
+        """The most data one event may carry, in characters."""
+        return self._reader.parser.max_event
 
     def feed(self, chunk: bytes) -> list[tuple[str | None, str]]:
         """The events that ``chunk`` completes, in order: ``(event name or None, data)``."""
-        text = self._decoder.decode(chunk)
-        if not self._started and text:
-            self._started = True
-            text = text.removeprefix("\ufeff")
-        if "\n" not in text and "\r" not in text and not self._held_cr():
-            # The line goes on: nothing before it needs reading again.
-            self._rest.append(text)
-            self._rest_size += len(text)
-            if self._rest_size > self.max_line:
-                raise SSEError(
-                    f"a server-sent event line is longer than {self.max_line} characters"
-                )
-            return []
-        return self._lines("".join(self._rest) + text, final=False)
+        return [(event.event, event.data) for event in self._reader.feed(chunk)]
 
     def close(self) -> list[tuple[str | None, str]]:
         """The end of the stream: complete what the last bytes held (an open event is dropped)."""
-        text = "".join(self._rest) + self._decoder.decode(b"", final=True)
-        return self._lines(text, final=True)
-
-    def _held_cr(self) -> bool:
-        return bool(self._rest) and self._rest[-1].endswith("\r")
-
-    def _lines(self, text: str, *, final: bool) -> list[tuple[str | None, str]]:
-        # A CR at the end may be the first half of a CRLF: wait for the next chunk.
-        held = "\r" if text.endswith("\r") and not final else ""
-        if held:
-            text = text[:-1]
-        lines = _LINE_BREAK.split(text)
-        rest = lines.pop()
-        if len(rest) > self.max_line:
-            raise SSEError(f"a server-sent event line is longer than {self.max_line} characters")
-        self._rest = [] if final or not (rest or held) else [rest + held]
-        self._rest_size = 0 if final else len(rest)
-        events: list[tuple[str | None, str]] = []
-        for line in lines:
-            if len(line) > self.max_line:
-                raise SSEError(
-                    f"a server-sent event line is longer than {self.max_line} characters"
-                )
-            if not line:
-                if self._data:
-                    events.append((self._event, "\n".join(self._data)))
-                self._event = None
-                self._data = []
-                self._data_size = 0
-                continue
-            if line.startswith(":"):
-                continue
-            field, colon, value = line.partition(":")
-            if colon and value.startswith(" "):
-                value = value[1:]
-            if field == "data":
-                self._data_size += len(value) + 1
-                if self._data_size > self.max_event:
-                    raise SSEError(
-                        f"a server-sent event carries more than {self.max_event} characters"
-                    )
-                self._data.append(value)
-            elif field == "event":
-                self._event = value or None
-        if final:
-            self._event = None
-            self._data = []
-            self._data_size = 0
-        return events
+        return [(event.event, event.data) for event in self._reader.close()]
 
 
 # --- the tool-set fingerprint and the declaration cache ------------------------------------------
