@@ -1,162 +1,68 @@
 """ExecutionLoop: the think-act loop of spec 000 section 5, with the events of spec 002.
 
-Every test drives a real :class:`EventBus` and :class:`ExecutionLoop` with providers
-and tools defined here, collects every event the bus dispatches, and asserts on
-them. Waits are bounded by :data:`HANG` only as a guard against a hang; no test
-asserts on wall time.
+The loop itself: its lifecycle, its inputs (``submit``, ``ask``, ``start``), slash
+and built-in commands, think-act rounds, state changes, provider errors and timeouts,
+and usage. Sessions and tool execution have their own modules (test_sessions.py,
+test_tool_execution.py). Every test drives a real :class:`EventBus` and
+:class:`ExecutionLoop` with the providers and tools of ``agent_harness``, collects
+every event the bus dispatches, and asserts on them. Waits are bounded by :data:`HANG`
+only as a guard against a hang; no test asserts on wall time.
 """
 
 from __future__ import annotations
 
-import errno
 import json
-import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import pytest
 
-from agent_harness import HANG, running
+from agent_harness import (
+    AGENT_MESSAGE,
+    ERROR,
+    HANG,
+    SOURCE,
+    STATE_CHANGE,
+    SYSTEM_COMMAND,
+    TICK_START,
+    TOOL_CALL,
+    TOOL_RESULT,
+    USER_MESSAGE,
+    Echo,
+    FakeProvider,
+    HangingProvider,
+    Weather,
+    call,
+    last_state,
+    observations,
+    outcomes,
+    response,
+    running,
+    schema,
+    states,
+    text,
+    then_say,
+    validate_payload,
+)
 from openstarry.agent.interfaces import AgentContext, Tool
-from openstarry.agent.loop import LoopLimits, RunResult
+from openstarry.agent.loop import ExecutionLoop, LoopLimits
 from openstarry.agent.memory import (
     AssistantTurn,
-    MemoryEntry,
-    Observation,
-    ToolFailure,
     ToolOutcome,
     UserTurn,
 )
-from openstarry.core import ContentSegment, Event, ProviderResponse, ToolCall
-from openstarry.errors import AgentPainException, ProviderError, ToolError
-from openstarry.events import OUTPUT_AGENT_MESSAGE, EventType
-
-USER_MESSAGE = EventType.USER_MESSAGE.value
-SYSTEM_COMMAND = EventType.SYSTEM_COMMAND.value
-TICK_START = EventType.TICK_START.value
-STATE_CHANGE = EventType.STATE_CHANGE.value
-ERROR = EventType.ERROR.value
-TOOL_CALL = EventType.TOOL_CALL.value
-TOOL_RESULT = EventType.TOOL_RESULT.value
-AGENT_MESSAGE = OUTPUT_AGENT_MESSAGE
-SOURCE = "agent:openstarry"
-
+from openstarry.bus import EventBus
+from openstarry.core import Event, ProviderResponse, ToolCall
+from openstarry.errors import AgentPainException, ProviderError
+from openstarry.testing import FunctionProvider, ScriptedProvider, tool_call
+from openstarry.testing import text as text_response
 
 # ----------------------------------------------------------------------------- helpers
 
 
-def text(value: str) -> ContentSegment:
-    return ContentSegment("text", text=value)
-
-
-def call(name: str, args: Any = None, call_id: str | None = None) -> ContentSegment:
-    return ContentSegment("tool_call", tool_call=ToolCall(name, args, call_id))
-
-
-def response(*segments: ContentSegment, metadata: Any = None) -> ProviderResponse:
-    return ProviderResponse(list(segments), metadata)
-
-
-@dataclass(frozen=True)
-class Seen:
-    """What the provider was shown on one call."""
-
-    prompt: str
-    round: int
-    session_id: str
-    trace_id: str
-    memory: list[MemoryEntry]
-    tools: list[str]
-
-
-Reply = Callable[[str, AgentContext], Any]
-
-
-class FakeProvider:
-    """Answers from a script (one item per call) or a function; records every call.
-
-    An item that is an exception is raised; anything else is returned as is.
-    """
-
-    name = "fake"
-
-    def __init__(self, *script: Any, reply: Reply | None = None) -> None:
-        self.script = list(script)
-        self.reply = reply
-        self.calls: list[Seen] = []
-
-    async def generate(self, prompt: str, context: AgentContext) -> Any:
-        self.calls.append(
-            Seen(
-                prompt,
-                context.round,
-                context.session_id,
-                context.trace_id,
-                list(context.memory),
-                list(context.tools),
-            )
-        )
-        await anyio.lowlevel.checkpoint()
-        if self.reply is not None:
-            answer = self.reply(prompt, context)
-        else:
-            assert len(self.calls) <= len(self.script), "the provider was called too often"
-            answer = self.script[len(self.calls) - 1]
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer
-
-
-class HangingProvider:
-    """Never answers; records whether it was cancelled."""
-
-    name = "hanging"
-
-    def __init__(self) -> None:
-        self.cancelled = False
-
-    async def generate(self, prompt: str, context: AgentContext) -> ProviderResponse:
-        try:
-            await anyio.sleep_forever()
-        except anyio.get_cancelled_exc_class():
-            self.cancelled = True
-            raise
-        raise AssertionError("unreachable")
-
-
-def schema(*names: str, types: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """An object schema of the named parameters (strings unless ``types`` says), all required."""
-    types = types or {}
-    return {
-        "type": "object",
-        "properties": {n: {"type": types.get(n, "string")} for n in names},
-        "required": list(names),
-    }
-
-
-class Weather(Tool):
-    """The tool of spec 000 section 5 (synchronous: it runs in a worker thread)."""
-
-    name = "get_weather"
-    description = "Get the current weather of a city."
-    parameters = schema("location")
-
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-        self.contexts: list[AgentContext] = []
-        self.rounds: list[int] = []
-
-    def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        self.calls.append(args)
-        self.contexts.append(context)
-        self.rounds.append(context.round)
-        return {"location": args["location"], "forecast": "25°C, Sunny"}
-
-
-class Echo(Tool):
+class SyncEcho(Tool):
     """A synchronous tool that returns the arguments it got."""
 
     def __init__(self, name: str, parameters: Mapping[str, Any] | None = None) -> None:
@@ -169,93 +75,6 @@ class Echo(Tool):
     def run(self, args: dict[str, Any], context: AgentContext) -> Any:
         self.calls.append(args)
         return {"echo": args}
-
-
-class Raises(Tool):
-    """Raises the given exception, from ``def run`` or ``async def run``."""
-
-    def __init__(self, name: str, exc: BaseException) -> None:
-        self.name = name
-        self.exc = exc
-        self.calls = 0
-
-    def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        self.calls += 1
-        raise self.exc
-
-
-class AsyncRaises(Raises):
-    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        self.calls += 1
-        await anyio.lowlevel.checkpoint()
-        raise self.exc
-
-
-class Returns(Tool):
-    """Returns the given value."""
-
-    def __init__(self, name: str, value: Any) -> None:
-        self.name = name
-        self.value = value
-
-    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        return self.value
-
-
-class Blocking(Tool):
-    """An async tool that waits for ``release``; records its start and its cancellation."""
-
-    def __init__(self, name: str = "slow") -> None:
-        self.name = name
-        self.started = anyio.Event()
-        self.release = anyio.Event()
-        self.cancelled = False
-        self.finished = False
-
-    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        self.started.set()
-        try:
-            await self.release.wait()
-        except anyio.get_cancelled_exc_class():
-            self.cancelled = True
-            raise
-        self.finished = True
-        return "released"
-
-
-def states(events: Sequence[Event]) -> list[tuple[str, str]]:
-    return [(e.payload["from"], e.payload["to"]) for e in events if e.type == STATE_CHANGE]
-
-
-def last_state(events: Sequence[Event]) -> dict[str, Any]:
-    changes = [e for e in events if e.type == STATE_CHANGE]
-    assert changes
-    payload: dict[str, Any] = changes[-1].payload
-    return payload
-
-
-def outcomes(memory: Iterable[MemoryEntry]) -> list[ToolOutcome]:
-    return [m for m in memory if isinstance(m, ToolOutcome)]
-
-
-def observations(memory: Iterable[MemoryEntry]) -> list[str]:
-    return [m.text for m in memory if isinstance(m, Observation)]
-
-
-def then_say(first: ProviderResponse | dict[str, Any], final: str) -> FakeProvider:
-    """A provider that answers ``first`` and then ``final`` as text."""
-    return FakeProvider(first, response(text(final)))
-
-
-def slow_on_go(first: ProviderResponse | None = None) -> FakeProvider:
-    """A provider that calls the ``slow`` tool on round 1 of "go", and answers any other turn."""
-
-    def reply(prompt: str, context: AgentContext) -> ProviderResponse:
-        if prompt == "go" and context.round == 1:
-            return first if first is not None else response(call("slow", {}))
-        return response(text(f"answer to {prompt}"))
-
-    return FakeProvider(reply=reply)
 
 
 # ------------------------------------------------------ 1. the sequence of spec 000 §5
@@ -387,23 +206,6 @@ async def test_query_weather_in_taipei_event_by_event() -> None:
 
 
 @pytest.mark.anyio
-async def test_a_tool_call_without_id_gets_one_and_the_result_matches_it() -> None:
-    provider = then_say(response(call("get_weather", {"location": "Taipei"})), "Sunny.")
-    async with running(provider, [Weather()]) as h:
-        result = await h.ask("weather?")
-    [tool_call] = h.of(TOOL_CALL)
-    [tool_result] = h.of(TOOL_RESULT)
-    call_id = tool_call.payload["toolCallId"]
-    assert isinstance(call_id, str)
-    assert call_id
-    assert tool_result.payload["toolCallId"] == call_id
-    assert outcomes(provider.calls[1].memory)[0].tool_call_id == call_id
-    # A response with only a tool call says nothing: one message, the final one.
-    assert result.replies == ["Sunny."]
-    assert [e.payload["final"] for e in h.of(AGENT_MESSAGE)] == [True]
-
-
-@pytest.mark.anyio
 async def test_a_plain_answer_is_one_round() -> None:
     provider = FakeProvider(response(text("Hello!")))
     async with running(provider) as h:
@@ -425,11 +227,11 @@ async def test_a_plain_answer_is_one_round() -> None:
 def slash_tools() -> list[Tool]:
     return [
         Weather(),
-        Echo("fs.read", schema("path")),
-        Echo("fs.write", schema("path", "text")),
-        Echo("calc.add", schema("a", "b", types={"a": "number", "b": "number"})),
-        Echo("fs.list", schema()),
-        Echo("db.list", schema()),
+        SyncEcho("fs.read", schema("path")),
+        SyncEcho("fs.write", schema("path", "text")),
+        SyncEcho("calc.add", schema("a", "b", types={"a": "number", "b": "number"})),
+        SyncEcho("fs.list", schema()),
+        SyncEcho("db.list", schema()),
     ]
 
 
@@ -587,56 +389,6 @@ async def test_help_lists_the_commands_and_the_tools() -> None:
 
 
 @pytest.mark.anyio
-async def test_reset_clears_memory_and_unlocks() -> None:
-    provider = FakeProvider(response(text("one")), response(text("two")))
-    async with running(provider) as h:
-        await h.ask("first")
-        session = h.loop.session("s")
-        assert len(session.memory) == 2
-        session.locked = True
-        session.failure_streak = 7
-        result = await h.ask("/reset")
-        assert result.replies == ["Session reset: memory cleared."]
-        assert list(session.memory) == []
-        assert session.locked is False
-        assert session.failure_streak == 0
-        again = await h.ask("second")
-    assert again.replies == ["two"]
-    assert again.error is None
-    assert provider.calls[1].memory == [UserTurn("second")]
-    [message] = [e for e in h.of(AGENT_MESSAGE) if e.payload.get("metadata")]
-    assert message.payload["metadata"] == {"command": "reset"}
-
-
-@pytest.mark.anyio
-async def test_stop_when_idle_says_so() -> None:
-    provider = FakeProvider()
-    async with running(provider) as h:
-        result = await h.ask("/stop")
-    assert result.replies == ["Stopped."]
-    assert result.error is None
-    assert [e.type for e in h.events] == [USER_MESSAGE, AGENT_MESSAGE]
-    assert h.events[1].payload["metadata"] == {"command": "stop"}
-    assert provider.calls == []
-
-
-@pytest.mark.anyio
-async def test_quit_removes_the_session_and_calls_the_hooks() -> None:
-    provider = FakeProvider(response(text("hello")))
-    quitted: list[str] = []
-    async with running(provider) as h:
-        h.loop.on_quit(quitted.append)
-        await h.ask("hi", session_id="q")
-        await h.ask("hi", session_id="other")
-        assert set(h.loop.sessions) == {"q", "other"}
-        result = await h.ask("/quit", session_id="q")
-        assert result.replies == ["Goodbye."]
-        assert set(h.loop.sessions) == {"other"}
-    assert quitted == ["q"]
-    assert h.of(AGENT_MESSAGE)[-1].payload["metadata"] == {"command": "quit"}
-
-
-@pytest.mark.anyio
 async def test_metrics_reports_data() -> None:
     provider = FakeProvider(response(text("hello")))
     async with running(provider) as h:
@@ -656,167 +408,6 @@ async def test_metrics_reports_data() -> None:
 
 
 # ------------------------------------------------- 3. failures are told, not raised
-
-
-@pytest.mark.anyio
-async def test_unknown_tool_is_fed_back_and_the_provider_sees_it() -> None:
-    provider = then_say(response(call("get_wether", {"location": "Taipei"}, "c1")), "Oops.")
-    weather = Weather()
-    async with running(provider, [weather]) as h:
-        result = await h.ask("weather?")
-    assert result.error is None
-    assert result.replies == ["Oops."]
-    [tool_result] = h.of(TOOL_RESULT)
-    assert tool_result.payload["toolCallId"] == "c1"
-    assert tool_result.payload["success"] is False
-    error = tool_result.payload["error"]
-    assert error["code"] == "TOOL_NOT_FOUND"
-    assert error["source"] == "core"
-    assert "get_wether" in error["message"]
-    assert weather.calls == []
-    # Called again, and shown the observation and the failed outcome.
-    assert len(provider.calls) == 2
-    seen = provider.calls[1].memory
-    [observation] = observations(seen)
-    assert "get_wether" in observation
-    assert "get_weather" in observation  # the tools that do exist
-    [outcome] = outcomes(seen)
-    assert outcome == ToolOutcome(
-        "c1", "get_wether", False, error=ToolFailure("TOOL_NOT_FOUND", error["message"], "core")
-    )
-    assert last_state(h.events) == {"from": "THINKING", "to": "IDLE"}
-
-
-@pytest.mark.anyio
-async def test_invalid_arguments_are_fed_back() -> None:
-    provider = then_say(response(call("get_weather", {"city": "Taipei"}, "c1")), "Let me fix that.")
-    weather = Weather()
-    async with running(provider, [weather]) as h:
-        result = await h.ask("weather?")
-    assert result.error is None
-    [tool_result] = h.of(TOOL_RESULT)
-    assert tool_result.payload["success"] is False
-    assert tool_result.payload["error"]["code"] == "INVALID_ARGUMENTS"
-    assert "location" in tool_result.payload["error"]["message"]
-    assert weather.calls == []
-    seen = provider.calls[1].memory
-    [observation] = observations(seen)
-    assert "get_weather" in observation
-    assert "location" in observation
-    assert outcomes(seen)[0].error is not None
-    assert outcomes(seen)[0].error.code == "INVALID_ARGUMENTS"  # type: ignore[union-attr]
-
-
-FAILURES = [
-    pytest.param(
-        ToolError("Operation not permitted", code="EPERM"),
-        "EPERM",
-        "Operation not permitted",
-        id="tool-error",
-    ),
-    pytest.param(RuntimeError("boom"), "TOOL_ERROR", "RuntimeError: boom", id="exception"),
-    pytest.param(
-        FileNotFoundError(errno.ENOENT, "No such file or directory"),
-        "ENOENT",
-        "No such file or directory",
-        id="enoent",
-    ),
-    pytest.param(
-        PermissionError(errno.EACCES, "Permission denied", "secret.txt"),
-        "EACCES",
-        "Permission denied",
-        id="eacces",
-    ),
-    # A TimeoutError of the tool's own (a socket's, say) is an exception it raised,
-    # not the loop's tool timeout: it did not run for tool_timeout seconds.
-    pytest.param(
-        TimeoutError("read timed out"),
-        "TOOL_ERROR",
-        "TimeoutError: read timed out",
-        id="own-timeout-error",
-    ),
-]
-
-
-@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
-@pytest.mark.parametrize(("exc", "code", "message"), FAILURES)
-@pytest.mark.anyio
-async def test_a_tool_that_raises_becomes_a_failed_result(
-    exc: Exception, code: str, message: str, is_async: bool
-) -> None:
-    tool = AsyncRaises("risky", exc) if is_async else Raises("risky", exc)
-    assert tool.is_async is is_async
-    provider = then_say(response(call("risky", {}, "c1")), "It failed.")
-    async with running(provider, [tool]) as h:
-        result = await h.ask("try it")
-    assert result.error is None
-    assert result.replies == ["It failed."]
-    assert tool.calls == 1
-    [tool_result] = h.of(TOOL_RESULT)
-    failure = {"code": code, "message": message, "source": "tool"}
-    assert tool_result.payload == {
-        "toolCallId": "c1",
-        "name": "risky",
-        "success": False,
-        "error": failure,
-    }
-    assert outcomes(provider.calls[1].memory) == [
-        ToolOutcome("c1", "risky", False, error=ToolFailure(code, message, "tool"))
-    ]
-
-
-class RaisingValidate(Tool):
-    """A tool whose own ``validate`` fails with something other than ToolArgumentsError."""
-
-    name = "picky"
-
-    def __init__(self) -> None:
-        self.ran = False
-
-    def validate(self, args: Any) -> dict[str, Any]:
-        raise KeyError("unit")
-
-    def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        self.ran = True
-        return "ran"
-
-
-@pytest.mark.anyio
-async def test_a_tool_whose_validate_raises_is_a_failed_result_not_a_crash() -> None:
-    provider = then_say(response(call("picky", {}, "c1")), "It refused.")
-    picky = RaisingValidate()
-    async with running(provider, [picky, Weather()]) as h:
-        result = await h.ask("go")
-        # The loop is still serving: another session gets its answer.
-        other = await h.ask("/get_weather Taipei", session_id="other")
-    assert result.error is None
-    assert result.replies == ["It refused."]
-    assert picky.ran is False
-    [tool_result, _] = h.of(TOOL_RESULT)
-    assert tool_result.payload["toolCallId"] == "c1"
-    assert tool_result.payload["success"] is False
-    assert tool_result.payload["error"]["code"] in {"INVALID_ARGUMENTS", "TOOL_ERROR"}
-    assert other.error is None
-
-
-@pytest.mark.parametrize(
-    "value", [object(), {"when": threading.Event()}, float("nan")], ids=["object", "nested", "nan"]
-)
-@pytest.mark.anyio
-async def test_a_result_that_is_not_json_is_invalid_result(value: Any) -> None:
-    provider = then_say(response(call("odd", {}, "c1")), "Hm.")
-    async with running(provider, [Returns("odd", value)]) as h:
-        result = await h.ask("go")
-    assert result.error is None
-    [tool_result] = h.of(TOOL_RESULT)
-    assert tool_result.payload["toolCallId"] == "c1"
-    assert tool_result.payload["success"] is False
-    assert tool_result.payload["error"]["code"] == "INVALID_RESULT"
-    assert tool_result.payload["error"]["source"] == "core"
-    [outcome] = outcomes(provider.calls[1].memory)
-    assert outcome.success is False
-    assert outcome.error is not None
-    assert outcome.error.code == "INVALID_RESULT"
 
 
 @pytest.mark.parametrize(
@@ -918,65 +509,6 @@ async def test_tool_round_limit() -> None:
 
 
 @pytest.mark.anyio
-async def test_tool_timeout_cancels_the_tool() -> None:
-    slow = Blocking()
-    cancelled_before_round_2: list[bool] = []
-
-    def reply(prompt: str, context: AgentContext) -> ProviderResponse:
-        if context.round == 1:
-            return response(call("slow", {}, "c1"))
-        cancelled_before_round_2.append(slow.cancelled)
-        return response(text("Too slow."))
-
-    provider = FakeProvider(reply=reply)
-    async with running(provider, [slow], limits=LoopLimits(tool_timeout=0.05)) as h:
-        result = await h.ask("go")
-    assert result.error is None
-    assert result.replies == ["Too slow."]
-    [tool_result] = h.of(TOOL_RESULT)
-    assert tool_result.payload["success"] is False
-    assert tool_result.payload["error"]["code"] == "TIMEOUT"
-    assert tool_result.payload["error"]["source"] == "core"
-    assert slow.started.is_set()
-    assert slow.cancelled is True
-    assert slow.finished is False
-    assert cancelled_before_round_2 == [True]
-    assert outcomes(provider.calls[1].memory)[0].error is not None
-
-
-class BlockingSync(Tool):
-    """A synchronous tool (worker thread) that blocks until released."""
-
-    name = "sync_slow"
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-        self.done = threading.Event()
-
-    def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        try:
-            self.release.wait(HANG)
-            return "late"
-        finally:
-            self.done.set()
-
-
-@pytest.mark.anyio
-async def test_tool_timeout_of_a_sync_tool() -> None:
-    tool = BlockingSync()
-    provider = then_say(response(call("sync_slow", {}, "c1")), "Too slow.")
-    async with running(provider, [tool], limits=LoopLimits(tool_timeout=0.05)) as h:
-        try:
-            result = await h.ask("go")
-        finally:
-            tool.release.set()
-            await anyio.to_thread.run_sync(tool.done.wait, HANG)
-    assert result.replies == ["Too slow."]
-    [tool_result] = h.of(TOOL_RESULT)
-    assert tool_result.payload["error"]["code"] == "TIMEOUT"
-
-
-@pytest.mark.anyio
 async def test_provider_timeout() -> None:
     provider = HangingProvider()
     async with running(provider, limits=LoopLimits(provider_timeout=0.05)) as h:
@@ -1015,419 +547,7 @@ async def test_the_provider_timeout_does_not_apply_to_tools() -> None:
     assert tool_result.payload["success"] is True
 
 
-class Meet(Tool):
-    """Two calls that each wait for the other to have started: sequential runs deadlock.
-
-    The call with ``last`` also waits for its peer to finish, so it finishes last.
-    """
-
-    name = "meet"
-    parameters = schema("me", "peer")
-
-    def __init__(self) -> None:
-        self.started = {"a": anyio.Event(), "b": anyio.Event()}
-        self.finished = {"a": anyio.Event(), "b": anyio.Event()}
-        self.order: list[str] = []
-
-    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        me, peer = args["me"], args["peer"]
-        self.started[me].set()
-        await self.started[peer].wait()
-        if args.get("last"):
-            await self.finished[peer].wait()
-        self.order.append(me)
-        self.finished[me].set()
-        return f"{me} met {peer}"
-
-
-@pytest.mark.anyio
-async def test_tool_calls_of_one_response_run_concurrently_and_report_in_call_order() -> None:
-    meet = Meet()
-    provider = then_say(
-        response(
-            call("meet", {"me": "a", "peer": "b", "last": True}, "c1"),
-            call("meet", {"me": "b", "peer": "a"}, "c2"),
-        ),
-        "Both met.",
-    )
-    async with running(provider, [meet]) as h:
-        result = await h.ask("meet")  # deadlocks (and fails after HANG) if run one by one
-    assert result.error is None
-    assert meet.order == ["b", "a"]  # the first call finished last ...
-    # ... and still its events and outcome come first.
-    assert [e.payload["toolCallId"] for e in h.of(TOOL_CALL)] == ["c1", "c2"]
-    assert [e.payload["toolCallId"] for e in h.of(TOOL_RESULT)] == ["c1", "c2"]
-    assert [e.payload["result"] for e in h.of(TOOL_RESULT)] == ["a met b", "b met a"]
-    types = [e.type for e in h.events]
-    assert types.index(TOOL_RESULT) > len(types) - 1 - types[::-1].index(TOOL_CALL)
-    assert [o.tool_call_id for o in outcomes(provider.calls[1].memory)] == ["c1", "c2"]
-    calls, results = h.of(TOOL_CALL), h.of(TOOL_RESULT)
-    assert [r.parent_id for r in results] == [c.id for c in calls]
-
-
-class Counting(Tool):
-    """Counts how many of its calls run at once."""
-
-    name = "count"
-    parameters = schema("n", types={"n": "integer"})
-
-    def __init__(self) -> None:
-        self.active = 0
-        self.peak = 0
-
-    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        self.active += 1
-        self.peak = max(self.peak, self.active)
-        for _ in range(10):
-            await anyio.lowlevel.checkpoint()
-        self.active -= 1
-        return args["n"]
-
-
-@pytest.mark.parametrize(("cap", "peak"), [(1, 1), (2, 2), (4, 3)])
-@pytest.mark.anyio
-async def test_max_concurrent_tools(cap: int, peak: int) -> None:
-    counting = Counting()
-    provider = then_say(response(*(call("count", {"n": n}, f"c{n}") for n in range(3))), "Counted.")
-    limits = LoopLimits(max_concurrent_tools=cap)
-    async with running(provider, [counting], limits=limits) as h:
-        result = await h.ask("count")
-    assert result.error is None
-    assert counting.peak == peak
-    assert [e.payload["result"] for e in h.of(TOOL_RESULT)] == [0, 1, 2]
-    assert [e.payload["toolCallId"] for e in h.of(TOOL_RESULT)] == ["c0", "c1", "c2"]
-
-
-# ------------------------------------------------------ 5. repeated failures, lock-out
-
-
-@pytest.mark.anyio
-async def test_three_identical_failing_calls_add_a_warning() -> None:
-    broken = Raises("broken", RuntimeError("nope"))
-    provider = FakeProvider(
-        response(call("broken", {"x": 1})),
-        response(call("broken", {"x": 1})),
-        response(call("broken", {"x": 1})),
-        response(text("I give up.")),
-    )
-    async with running(provider, [broken]) as h:
-        result = await h.ask("try")
-    assert result.error is None
-    assert broken.calls == 3
-    assert observations(provider.calls[2].memory) == []
-    [warning] = observations(provider.calls[3].memory)
-    assert "broken" in warning
-    assert "3 times" in warning
-    assert h.loop.sessions["s"].failure_streak == 3
-    assert h.loop.sessions["s"].locked is False
-
-
-@pytest.mark.anyio
-async def test_different_failing_calls_add_no_warning() -> None:
-    broken = Raises("broken", RuntimeError("nope"))
-    provider = FakeProvider(
-        response(call("broken", {"x": 1})),
-        response(call("broken", {"x": 2})),
-        response(call("broken", {"x": 3})),
-        response(text("I give up.")),
-    )
-    async with running(provider, [broken]) as h:
-        await h.ask("try")
-    assert observations(h.loop.sessions["s"].memory) == []
-
-
-def failing_provider(plan: Mapping[str, int]) -> FakeProvider:
-    """For prompt p, call the broken tool in the first plan[p] rounds, then answer."""
-
-    def reply(prompt: str, context: AgentContext) -> ProviderResponse:
-        if context.round <= plan.get(prompt, 0):
-            return response(call("broken", {"round": context.round}))
-        if prompt == "weather" and context.round == 1:
-            return response(call("get_weather", {"location": "Taipei"}))
-        return response(text(f"answer to {prompt}"))
-
-    return FakeProvider(reply=reply)
-
-
-@pytest.mark.anyio
-async def test_failure_streak_locks_the_session_until_reset() -> None:
-    provider = failing_provider({"break": 10})
-    broken = Raises("broken", RuntimeError("nope"))
-    weather = Weather()
-    limits = LoopLimits(max_failure_streak=3)
-    async with running(provider, [broken, weather], limits=limits) as h:
-        result = await h.ask("break")
-        session = h.loop.sessions["s"]
-        assert result.error is not None
-        assert result.error["code"] == "SESSION_LOCKED"
-        assert broken.calls == 3
-        assert len(provider.calls) == 3
-        assert session.locked is True
-        assert last_state(h.trace(result.trace_id)) == {"from": "EXECUTING", "to": "IDLE"}
-        [error] = h.of(ERROR, result.trace_id)
-        assert error.parent_id == h.of(TICK_START, result.trace_id)[-1].id
-
-        # Locked: inputs and slash tools are refused without calling anyone.
-        refused = await h.ask("hello")
-        assert refused.error is not None
-        assert refused.error["code"] == "SESSION_LOCKED"
-        assert refused.replies == []
-        assert len(provider.calls) == 3
-        assert h.of(TICK_START, refused.trace_id) == []
-        [error] = h.of(ERROR, refused.trace_id)
-        assert error.parent_id == h.of(USER_MESSAGE, refused.trace_id)[0].id
-        slash = await h.ask("/get_weather Taipei")
-        assert slash.error is not None
-        assert slash.error["code"] == "SESSION_LOCKED"
-        assert weather.calls == []
-
-        # Another session is not locked.
-        other = await h.ask("hello", session_id="other")
-        assert other.replies == ["answer to hello"]
-
-        await h.ask("/reset")
-        assert session.locked is False
-        answered = await h.ask("hello")
-    assert answered.error is None
-    assert answered.replies == ["answer to hello"]
-
-
-@pytest.mark.anyio
-async def test_failure_streak_counts_across_inputs_and_a_success_resets_it() -> None:
-    provider = failing_provider({"fail twice": 2, "fail once": 1})
-    broken = Raises("broken", RuntimeError("nope"))
-    limits = LoopLimits(max_failure_streak=3)
-    async with running(provider, [broken, Weather()], limits=limits) as h:
-        first = await h.ask("fail twice")
-        assert first.error is None
-        assert h.loop.sessions["s"].failure_streak == 2
-        await h.ask("weather")  # a successful tool call resets the streak
-        assert h.loop.sessions["s"].failure_streak == 0
-        await h.ask("fail twice")
-        assert h.loop.sessions["s"].locked is False
-        locked = await h.ask("fail once")
-    assert locked.error is not None
-    assert locked.error["code"] == "SESSION_LOCKED"
-    assert h.loop.sessions["s"].locked is True
-    # The run stopped at the locking round: the provider was not asked again.
-    assert [c.round for c in provider.calls if c.trace_id == locked.trace_id] == [1]
-
-
-@pytest.mark.anyio
-async def test_a_success_between_identical_failures_breaks_the_row() -> None:
-    def reply(prompt: str, context: AgentContext) -> ProviderResponse:
-        if context.round <= {"fail twice": 2, "fail once": 1}.get(prompt, 0):
-            return response(call("broken", {"x": 1}))
-        return response(text("done"))
-
-    provider = FakeProvider(reply=reply)
-    broken = Raises("broken", RuntimeError("nope"))
-    async with running(provider, [broken, Weather()]) as h:
-        await h.ask("fail twice")
-        session = h.loop.sessions["s"]
-        assert session.failure_streak == 2
-        # A successful call (here a slash command) ends the row of failures ...
-        slash = await h.ask("/get_weather Taipei")
-        assert slash.error is None
-        assert session.failure_streak == 0
-        # ... so one more identical failure is the first of a new row, not the third.
-        await h.ask("fail once")
-    assert broken.calls == 3
-    assert session.failure_streak == 1
-    assert observations(session.memory) == []
-
-
-# ---------------------------------------------------------------- 6. /stop mid-run
-
-
-@pytest.mark.parametrize("how", ["system-command", "slash-line"])
-@pytest.mark.anyio
-async def test_stop_cancels_a_slow_tool_and_the_session_goes_on(how: str) -> None:
-    slow = Blocking()
-
-    provider = slow_on_go(response(text("Working on it."), call("slow", {}, "c1")))
-    results: dict[str, RunResult] = {}
-    async with running(provider, [slow]) as h:
-
-        async def run() -> None:
-            results["go"] = await h.loop.ask("go", session_id="s")
-
-        with anyio.fail_after(HANG):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run)
-                await slow.started.wait()
-                if how == "system-command":
-                    stop = h.loop.command("stop", session_id="s")
-                    assert stop.priority == 0
-                else:
-                    stop = h.loop.submit("/stop", session_id="s")
-            await h.bus.wait_idle()
-        after = await h.ask("hello")
-
-    result = results["go"]
-    assert result.stopped is True
-    assert result.error is None
-    assert result.replies == ["Working on it."]
-    assert slow.cancelled is True
-    assert slow.finished is False
-    trace = h.trace(result.trace_id)
-    assert [e for e in trace if e.type == TOOL_RESULT] == []
-    assert last_state(trace) == {"from": "EXECUTING", "to": "IDLE", "reason": "stopped"}
-    [stopped] = [e for e in h.events if e.type == AGENT_MESSAGE and e.parent_id == stop.id]
-    assert stopped.payload["text"] == "Stopped."
-    assert h.loop.runs_stopped == 1
-    # The session answers the next input normally.
-    assert after.stopped is False
-    assert after.error is None
-    assert after.replies == ["answer to hello"]
-    assert states(h.trace(after.trace_id)) == [("IDLE", "THINKING"), ("THINKING", "IDLE")]
-    assert h.loop.sessions["s"].state.value == "IDLE"
-
-
-@pytest.mark.anyio
-async def test_stop_drops_the_inputs_waiting_behind_the_run() -> None:
-    slow = Blocking()
-
-    provider = slow_on_go()
-    results: dict[str, RunResult] = {}
-    async with running(provider, [slow]) as h:
-
-        async def run(line: str) -> None:
-            results[line] = await h.loop.ask(line, session_id="s")
-
-        with anyio.fail_after(HANG):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run, "go")
-                await slow.started.wait()
-                tg.start_soon(run, "queued")
-                while len(h.of(USER_MESSAGE)) < 2:  # "queued" now waits behind "go"
-                    await anyio.lowlevel.checkpoint()
-                stop = h.loop.command("stop", session_id="s")
-            await h.bus.wait_idle()
-    assert results["go"].stopped is True
-    assert results["queued"].stopped is True
-    assert results["queued"].replies == []
-    assert [c.prompt for c in provider.calls] == ["go"]
-    [stopped] = [e for e in h.events if e.type == AGENT_MESSAGE and e.parent_id == stop.id]
-    assert stopped.payload["text"] == "Stopped. Dropped 1 waiting input(s)."
-
-
-@pytest.mark.anyio
-async def test_stop_while_the_provider_thinks() -> None:
-    provider = HangingProvider()
-    results: dict[str, RunResult] = {}
-    async with running(provider) as h:
-
-        async def run() -> None:
-            results["go"] = await h.loop.ask("go", session_id="s")
-
-        with anyio.fail_after(HANG):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run)
-                while not h.of(STATE_CHANGE):
-                    await anyio.lowlevel.checkpoint()
-                h.loop.command("stop", session_id="s")
-            await h.bus.wait_idle()
-    result = results["go"]
-    assert result.stopped is True
-    assert result.error is None  # a stop is not a provider timeout
-    assert provider.cancelled is True
-    assert h.of(ERROR) == []
-    assert last_state(h.events) == {"from": "THINKING", "to": "IDLE", "reason": "stopped"}
-    assert h.loop.runs_stopped == 1
-
-
-@pytest.mark.anyio
-async def test_inputs_past_max_pending_are_refused_as_busy() -> None:
-    slow = Blocking()
-
-    provider = slow_on_go()
-    results: dict[str, RunResult] = {}
-    async with running(provider, [slow], limits=LoopLimits(max_pending_inputs=1)) as h:
-
-        async def run(line: str) -> None:
-            results[line] = await h.loop.ask(line, session_id="s")
-
-        with anyio.fail_after(HANG):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run, "go")
-                await slow.started.wait()
-                tg.start_soon(run, "second")
-                while len(h.of(USER_MESSAGE)) < 2:
-                    await anyio.lowlevel.checkpoint()
-                tg.start_soon(run, "third")
-                while "third" not in results:
-                    await anyio.lowlevel.checkpoint()
-                slow.release.set()
-            await h.bus.wait_idle()
-    assert results["third"].error is not None
-    assert results["third"].error["code"] == "SESSION_BUSY"
-    assert results["go"].replies == ["answer to go"]
-    assert results["second"].replies == ["answer to second"]
-    assert [c.prompt for c in provider.calls] == ["go", "go", "second"]
-
-
-# ------------------------------------------------------------ 7. isolated sessions
-
-
-def two_session_provider() -> FakeProvider:
-    def reply(prompt: str, context: AgentContext) -> ProviderResponse:
-        if context.round == 1:
-            if context.session_id == "A":
-                return response(call("slow", {}))
-            return response(call("get_weather", {"location": "Taipei"}))
-        return response(text(f"{context.session_id}: done"))
-
-    return FakeProvider(reply=reply)
-
-
-async def check_sessions_are_isolated(limits: LoopLimits) -> None:
-    slow = Blocking()
-    provider = two_session_provider()
-    results: dict[str, RunResult] = {}
-    async with running(provider, [slow, Weather()], limits=limits) as h:
-
-        async def run_a() -> None:
-            results["A"] = await h.loop.ask("slow one", session_id="A")
-
-        with anyio.fail_after(HANG):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run_a)
-                await slow.started.wait()
-                results["B"] = await h.loop.ask("quick one", session_id="B")
-                # B is done while A is still blocked in its tool.
-                assert "A" not in results
-                assert not slow.finished
-                assert h.loop.sessions["A"].state.value == "EXECUTING"
-                slow.release.set()
-            await h.bus.wait_idle()
-
-    assert results["B"].replies == ["B: done"]
-    assert results["A"].replies == ["A: done"]
-    assert results["A"].trace_id != results["B"].trace_id
-    memory_a = list(h.loop.sessions["A"].memory)
-    memory_b = list(h.loop.sessions["B"].memory)
-    assert [m for m in memory_a if isinstance(m, UserTurn)] == [UserTurn("slow one")]
-    assert [m for m in memory_b if isinstance(m, UserTurn)] == [UserTurn("quick one")]
-    assert [o.name for o in outcomes(memory_a)] == ["slow"]
-    assert [o.name for o in outcomes(memory_b)] == ["get_weather"]
-    for result, session_id in ((results["A"], "A"), (results["B"], "B")):
-        assert {e.session_id for e in h.trace(result.trace_id)} == {session_id}
-
-
-@pytest.mark.anyio
-async def test_a_slow_session_does_not_block_another() -> None:
-    await check_sessions_are_isolated(LoopLimits())
-
-
-@pytest.mark.anyio
-async def test_a_slow_session_does_not_block_another_at_one_tool_at_a_time() -> None:
-    # max_concurrent_tools is a limit of a run ("LoopLimits: the limits of a run"), and
-    # "a slow session never holds up another" (the loop's docstring).
-    await check_sessions_are_isolated(LoopLimits(max_concurrent_tools=1))
-
-
-# ----------------------------------------------------------------- 8. memory window
+# ----------------------------------------------------------------- 5. memory window
 
 
 @pytest.mark.anyio
@@ -1459,7 +579,7 @@ async def test_memory_window_keeps_the_last_user_turns() -> None:
     assert provider.calls[-1].memory == [*memory[:-1]]
 
 
-# ----------------------------------------------------------------- 9. invalid inputs
+# ----------------------------------------------------------------- 6. invalid inputs
 
 
 @pytest.mark.parametrize(
@@ -1533,153 +653,135 @@ async def test_submit_starts_a_run_like_ask() -> None:
     assert h.of(AGENT_MESSAGE)[0].payload["text"] == "ok"
 
 
-# ------------------------------------------- memory keeps every call paired with its answer
-
-
-def assert_calls_answered_in_order(memory: Iterable[MemoryEntry]) -> None:
-    """Each assistant turn's calls are followed at once by their outcomes, in call order."""
-    entries = list(memory)
-    for i, entry in enumerate(entries):
-        if isinstance(entry, AssistantTurn) and entry.tool_calls:
-            answers = entries[i + 1 : i + 1 + len(entry.tool_calls)]
-            assert [a.tool_call_id for a in answers if isinstance(a, ToolOutcome)] == [
-                c.id for c in entry.tool_calls
-            ], entries
+# ------------------------------------ 7. text deltas, the tool retrieval hook, usage
 
 
 @pytest.mark.anyio
-async def test_round_limit_answers_the_calls_it_does_not_run() -> None:
-    provider = FakeProvider(
-        reply=lambda prompt, context: response(call("get_weather", {"location": "Taipei"}))
-    )
-    async with running(provider, [Weather()], limits=LoopLimits(max_tool_rounds=1)) as h:
-        await h.ask("loop forever")
-    memory = h.loop.sessions["s"].memory
-    assert_calls_answered_in_order(memory)
-    last = outcomes(memory)[-1]
-    assert last.success is False
-    assert last.error is not None
-    assert last.error.code == "TOOL_ROUND_LIMIT"
+async def test_text_deltas_become_events_before_the_message() -> None:
+    kept: list[AgentContext] = []
+
+    async def streaming(prompt: str, context: AgentContext) -> Any:
+        kept.append(context)
+        context.emit_text_delta("Hel")
+        context.emit_text_delta("")  # nothing to say: no event
+        context.emit_text_delta("lo")
+        return text_response("Hello")
+
+    async with running(FunctionProvider(streaming), []) as h:
+        result = await h.ask("hi")
+        kept[0].emit_text_delta("late")  # after generate returned: dropped
+        await h.bus.wait_idle()
+    assert result.text == "Hello"
+    deltas = h.of("OUTPUT:AGENT_MESSAGE_DELTA")
+    assert [d.payload for d in deltas] == [{"text": "Hel", "round": 1}, {"text": "lo", "round": 1}]
+    (tick,) = h.of("KERNEL:TICK_START")
+    assert all(d.parent_id == tick.id for d in deltas)
+    types = [e.type for e in h.events]
+    assert types.index("OUTPUT:AGENT_MESSAGE_DELTA") < types.index("OUTPUT:AGENT_MESSAGE")
+    for d in deltas:
+        validate_payload(d)
 
 
 @pytest.mark.anyio
-async def test_a_stopped_run_answers_its_open_calls() -> None:
-    slow = Blocking()
-    provider = FakeProvider(reply=lambda prompt, context: response(call("slow", {}, "c1")))
-    async with running(provider, [slow]) as h:
-        with anyio.fail_after(HANG):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(h.ask, "go")
-                await slow.started.wait()
-                h.loop.command("stop", session_id="s")
-    memory = h.loop.sessions["s"].memory
-    assert_calls_answered_in_order(memory)
-    [outcome] = outcomes(memory)
-    assert outcome.tool_call_id == "c1"
-    assert outcome.error is not None
-    assert outcome.error.code == "CANCELLED"
+async def test_a_delta_that_is_not_text_fails_the_provider_call() -> None:
+    async def bad(prompt: str, context: AgentContext) -> Any:
+        context.emit_text_delta(b"bytes")  # type: ignore[arg-type]
+        return text_response("never")
+
+    async with running(FunctionProvider(bad), []) as h:
+        await h.ask("hi")
+    (error,) = h.of("KERNEL:ERROR")
+    assert error.payload["code"] == "PROVIDER_ERROR"
+    assert "must be a str" in error.payload["message"]
 
 
-@pytest.mark.anyio
-async def test_observations_follow_the_outcomes_of_their_round() -> None:
-    provider = then_say(
-        response(call("nope", {}, "n1"), call("get_weather", {"location": "Taipei"}, "w1")),
-        "done",
-    )
-    async with running(provider, [Weather()]) as h:
-        await h.ask("go")
-    memory = list(h.loop.sessions["s"].memory)
-    assert_calls_answered_in_order(memory)
-    kinds = [type(m).__name__ for m in memory]
-    assert kinds == [
-        "UserTurn",
-        "AssistantTurn",
-        "ToolOutcome",
-        "ToolOutcome",
-        "Observation",
-        "AssistantTurn",
-    ]
-
-
-@pytest.mark.anyio
-async def test_a_success_breaks_the_row_of_identical_failures() -> None:
-    broken = Raises("broken", ToolError("no", code="EIO"))
-    async with running(FakeProvider(), [broken, Weather()]) as h:
-        for line in ["/broken x=1", "/broken x=1", "/get_weather Taipei", "/broken x=1"]:
-            await h.ask(line)
-    assert not any("times in a row" in o for o in observations(h.loop.sessions["s"].memory))
-
-
-class CooperativeSync(Tool):
-    """A sync tool that checks for cancellation while it works, as the Tool docs advise."""
-
-    name = "crunch"
+class Picker:
+    """Picks the tools whose name appears in the query, then the rest by name."""
 
     def __init__(self) -> None:
-        self.stopped = threading.Event()
+        self.calls: list[tuple[str, int]] = []
 
-    def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        try:
-            while True:
-                threading.Event().wait(0.005)
-                anyio.from_thread.check_cancelled()
-        except BaseException:
-            self.stopped.set()
-            raise
+    def select(self, query: str, tools: Mapping[str, Tool], limit: int) -> Sequence[str]:
+        self.calls.append((query, limit))
+        hits = [name for name in tools if name in query]
+        return ([*hits, "not-a-tool", *sorted(tools)])[: limit + 1]
+
+
+def _tools(n: int) -> list[Tool]:
+    out: list[Tool] = []
+    for i in range(n):
+        tool = Echo()
+        tool.name = f"t{i:02d}"
+        out.append(tool)
+    return out
 
 
 @pytest.mark.anyio
-async def test_a_sync_tool_that_checks_for_cancellation_stops_at_the_timeout() -> None:
-    crunch = CooperativeSync()
-    provider = then_say(response(call("crunch", {}, "k1")), "gave up")
-    limits = LoopLimits(tool_timeout=0.05)
-    async with running(provider, [crunch], limits=limits) as h:
+async def test_only_the_retrieved_tools_reach_the_provider() -> None:
+    seen: list[list[str]] = []
+
+    def brain(prompt: str, context: AgentContext) -> Any:
+        seen.append(sorted(context.tools))
+        if context.round == 1:
+            return tool_call("t29", {"x": 1})  # not among those shown: still runs
+        return text_response("ok")
+
+    picker = Picker()
+    async with running(FunctionProvider(brain), _tools(30), max_tools=3, retriever=picker) as h:
+        result = await h.ask("use t17 and t23")
+    assert result.text == "ok"
+    assert picker.calls == [("use t17 and t23", 3)]
+    assert seen[0] == ["t00", "t17", "t23"]  # at most 3, unknown names dropped
+    assert seen[1] == seen[0]  # chosen once per input
+    (outcome,) = h.of("EXEC:TOOL_RESULT")
+    assert outcome.payload["success"] is True
+
+
+@pytest.mark.anyio
+async def test_no_retrieval_when_the_tools_fit() -> None:
+    picker = Picker()
+    seen: list[int] = []
+
+    def brain(prompt: str, context: AgentContext) -> Any:
+        seen.append(len(context.tools))
+        return text_response("ok")
+
+    async with running(FunctionProvider(brain), _tools(3), max_tools=3, retriever=picker) as h:
+        await h.ask("hi")
+    assert seen == [3]
+    assert picker.calls == []
+
+
+@pytest.mark.anyio
+async def test_a_failing_retriever_fails_the_run_not_the_loop() -> None:
+    class Broken:
+        def select(self, query: str, tools: Mapping[str, Tool], limit: int) -> Sequence[str]:
+            raise RuntimeError("index corrupt")
+
+    async with running(
+        ScriptedProvider([text_response("a")]), _tools(5), max_tools=2, retriever=Broken()
+    ) as h:
+        await h.ask("hi")
+    (error,) = h.of("KERNEL:ERROR")
+    assert error.payload["code"] == "INTERNAL_ERROR"
+    assert "index corrupt" in error.payload["message"]
+
+
+def test_max_tools_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_tools"):
+        ExecutionLoop(EventBus(), ScriptedProvider([]), [], max_tools=0)
+
+
+@pytest.mark.anyio
+async def test_usage_adds_up_over_every_response_of_a_run() -> None:
+    provider = ScriptedProvider(
+        [
+            tool_call("echo", {"x": 1}, metadata={"usage": {"input_tokens": 10, "raw": {"a": 1}}}),
+            text_response("done", metadata={"usage": {"input_tokens": 5, "output_tokens": 2}}),
+        ]
+    )
+    async with running(provider, [Echo()]) as h:
         result = await h.ask("go")
-        with anyio.fail_after(HANG):
-            await anyio.to_thread.run_sync(crunch.stopped.wait)
-    [tool_result] = h.of(TOOL_RESULT)
-    assert tool_result.payload["error"]["code"] == "TIMEOUT"
-    assert result.replies == ["gave up"]
-    assert crunch.stopped.is_set()
-
-
-@pytest.mark.anyio
-async def test_idle_workers_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    import openstarry.agent.loop as loop_module
-
-    monkeypatch.setattr(loop_module, "_MAX_IDLE_WORKERS", 2)
-    provider = FakeProvider(reply=lambda prompt, context: response(text(f"re: {prompt}")))
-    async with running(provider) as h:
-        for i in range(5):
-            result = await h.ask(f"hi {i}", session_id=f"s{i}")
-            assert result.replies == [f"re: hi {i}"]
-        await anyio.wait_all_tasks_blocked()
-        workers = [rt for rt in h.loop._sessions.values() if rt.running]
-        assert len(workers) == 2
-        # A session whose worker exited gets a new one on its next input.
-        assert (await h.ask("again", session_id="s0")).replies == ["re: again"]
-
-
-@pytest.mark.anyio
-async def test_quit_ends_the_sessions_idle_worker() -> None:
-    provider = FakeProvider(reply=lambda prompt, context: response(text("ok")))
-    async with running(provider) as h:
-        await h.ask("hi", session_id="q")
-        rt = h.loop._sessions["q"]
-        assert rt.running
-        await h.ask("/quit", session_id="q")
-        await anyio.wait_all_tasks_blocked()
-        assert not rt.running
-        assert "q" not in h.loop.sessions
-
-
-@pytest.mark.anyio
-async def test_commands_for_unknown_sessions_create_none() -> None:
-    provider = FakeProvider(reply=lambda prompt, context: response(text("ok")))
-    async with running(provider, limits=LoopLimits(max_sessions=2)) as h:
-        await h.ask("hi", session_id="real")
-        for i, command in enumerate(["/help", "/metrics", "/stop", "/reset", "/quit"] * 4):
-            result = await h.ask(command, session_id=f"ghost-{i}")
-            assert result.replies, command
-        assert set(h.loop.sessions) == {"real"}
-        assert [m.text for m in h.loop.sessions["real"].memory if isinstance(m, UserTurn)] == ["hi"]
+        plain = await h.ask("/echo x=1")
+    assert result.usage == {"input_tokens": 15, "output_tokens": 2, "raw": {"a": 1}}
+    assert plain.usage is None

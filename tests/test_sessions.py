@@ -1,0 +1,316 @@
+"""Sessions of the execution loop: scheduling, per-session workers, parking and idle eviction.
+
+How inputs of many sessions are served: one run at a time per session, sessions side
+by side, ``max_sessions`` and the inputs pending behind a run, idle workers parked and
+evicted, and what ``/stop``, ``/reset`` and ``/quit`` do to a session and its run.
+Waits are bounded by :data:`HANG` only as a guard against a hang.
+"""
+
+from __future__ import annotations
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from agent_harness import (
+    AGENT_MESSAGE,
+    ERROR,
+    HANG,
+    STATE_CHANGE,
+    TOOL_RESULT,
+    USER_MESSAGE,
+    Blocking,
+    FakeProvider,
+    HangingProvider,
+    Weather,
+    call,
+    last_state,
+    outcomes,
+    response,
+    running,
+    slow_on_go,
+    states,
+    text,
+)
+from openstarry.agent.interfaces import AgentContext
+from openstarry.agent.loop import LoopLimits, RunResult
+from openstarry.agent.memory import (
+    UserTurn,
+)
+from openstarry.core import ProviderResponse
+
+
+@pytest.mark.anyio
+async def test_reset_clears_memory_and_unlocks() -> None:
+    provider = FakeProvider(response(text("one")), response(text("two")))
+    async with running(provider) as h:
+        await h.ask("first")
+        session = h.loop.session("s")
+        assert len(session.memory) == 2
+        session.locked = True
+        session.failure_streak = 7
+        result = await h.ask("/reset")
+        assert result.replies == ["Session reset: memory cleared."]
+        assert list(session.memory) == []
+        assert session.locked is False
+        assert session.failure_streak == 0
+        again = await h.ask("second")
+    assert again.replies == ["two"]
+    assert again.error is None
+    assert provider.calls[1].memory == [UserTurn("second")]
+    [message] = [e for e in h.of(AGENT_MESSAGE) if e.payload.get("metadata")]
+    assert message.payload["metadata"] == {"command": "reset"}
+
+
+@pytest.mark.anyio
+async def test_stop_when_idle_says_so() -> None:
+    provider = FakeProvider()
+    async with running(provider) as h:
+        result = await h.ask("/stop")
+    assert result.replies == ["Stopped."]
+    assert result.error is None
+    assert [e.type for e in h.events] == [USER_MESSAGE, AGENT_MESSAGE]
+    assert h.events[1].payload["metadata"] == {"command": "stop"}
+    assert provider.calls == []
+
+
+@pytest.mark.anyio
+async def test_quit_removes_the_session_and_calls_the_hooks() -> None:
+    provider = FakeProvider(response(text("hello")))
+    quitted: list[str] = []
+    async with running(provider) as h:
+        h.loop.on_quit(quitted.append)
+        await h.ask("hi", session_id="q")
+        await h.ask("hi", session_id="other")
+        assert set(h.loop.sessions) == {"q", "other"}
+        result = await h.ask("/quit", session_id="q")
+        assert result.replies == ["Goodbye."]
+        assert set(h.loop.sessions) == {"other"}
+    assert quitted == ["q"]
+    assert h.of(AGENT_MESSAGE)[-1].payload["metadata"] == {"command": "quit"}
+
+
+@pytest.mark.parametrize("how", ["system-command", "slash-line"])
+@pytest.mark.anyio
+async def test_stop_cancels_a_slow_tool_and_the_session_goes_on(how: str) -> None:
+    slow = Blocking()
+
+    provider = slow_on_go(response(text("Working on it."), call("slow", {}, "c1")))
+    results: dict[str, RunResult] = {}
+    async with running(provider, [slow]) as h:
+
+        async def run() -> None:
+            results["go"] = await h.loop.ask("go", session_id="s")
+
+        with anyio.fail_after(HANG):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run)
+                await slow.started.wait()
+                if how == "system-command":
+                    stop = h.loop.command("stop", session_id="s")
+                    assert stop.priority == 0
+                else:
+                    stop = h.loop.submit("/stop", session_id="s")
+            await h.bus.wait_idle()
+        after = await h.ask("hello")
+
+    result = results["go"]
+    assert result.stopped is True
+    assert result.error is None
+    assert result.replies == ["Working on it."]
+    assert slow.cancelled is True
+    assert slow.finished is False
+    trace = h.trace(result.trace_id)
+    assert [e for e in trace if e.type == TOOL_RESULT] == []
+    assert last_state(trace) == {"from": "EXECUTING", "to": "IDLE", "reason": "stopped"}
+    [stopped] = [e for e in h.events if e.type == AGENT_MESSAGE and e.parent_id == stop.id]
+    assert stopped.payload["text"] == "Stopped."
+    assert h.loop.runs_stopped == 1
+    # The session answers the next input normally.
+    assert after.stopped is False
+    assert after.error is None
+    assert after.replies == ["answer to hello"]
+    assert states(h.trace(after.trace_id)) == [("IDLE", "THINKING"), ("THINKING", "IDLE")]
+    assert h.loop.sessions["s"].state.value == "IDLE"
+
+
+@pytest.mark.anyio
+async def test_stop_drops_the_inputs_waiting_behind_the_run() -> None:
+    slow = Blocking()
+
+    provider = slow_on_go()
+    results: dict[str, RunResult] = {}
+    async with running(provider, [slow]) as h:
+
+        async def run(line: str) -> None:
+            results[line] = await h.loop.ask(line, session_id="s")
+
+        with anyio.fail_after(HANG):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run, "go")
+                await slow.started.wait()
+                tg.start_soon(run, "queued")
+                while len(h.of(USER_MESSAGE)) < 2:  # "queued" now waits behind "go"
+                    await anyio.lowlevel.checkpoint()
+                stop = h.loop.command("stop", session_id="s")
+            await h.bus.wait_idle()
+    assert results["go"].stopped is True
+    assert results["queued"].stopped is True
+    assert results["queued"].replies == []
+    assert [c.prompt for c in provider.calls] == ["go"]
+    [stopped] = [e for e in h.events if e.type == AGENT_MESSAGE and e.parent_id == stop.id]
+    assert stopped.payload["text"] == "Stopped. Dropped 1 waiting input(s)."
+
+
+@pytest.mark.anyio
+async def test_stop_while_the_provider_thinks() -> None:
+    provider = HangingProvider()
+    results: dict[str, RunResult] = {}
+    async with running(provider) as h:
+
+        async def run() -> None:
+            results["go"] = await h.loop.ask("go", session_id="s")
+
+        with anyio.fail_after(HANG):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run)
+                while not h.of(STATE_CHANGE):
+                    await anyio.lowlevel.checkpoint()
+                h.loop.command("stop", session_id="s")
+            await h.bus.wait_idle()
+    result = results["go"]
+    assert result.stopped is True
+    assert result.error is None  # a stop is not a provider timeout
+    assert provider.cancelled is True
+    assert h.of(ERROR) == []
+    assert last_state(h.events) == {"from": "THINKING", "to": "IDLE", "reason": "stopped"}
+    assert h.loop.runs_stopped == 1
+
+
+@pytest.mark.anyio
+async def test_inputs_past_max_pending_are_refused_as_busy() -> None:
+    slow = Blocking()
+
+    provider = slow_on_go()
+    results: dict[str, RunResult] = {}
+    async with running(provider, [slow], limits=LoopLimits(max_pending_inputs=1)) as h:
+
+        async def run(line: str) -> None:
+            results[line] = await h.loop.ask(line, session_id="s")
+
+        with anyio.fail_after(HANG):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run, "go")
+                await slow.started.wait()
+                tg.start_soon(run, "second")
+                while len(h.of(USER_MESSAGE)) < 2:
+                    await anyio.lowlevel.checkpoint()
+                tg.start_soon(run, "third")
+                while "third" not in results:
+                    await anyio.lowlevel.checkpoint()
+                slow.release.set()
+            await h.bus.wait_idle()
+    assert results["third"].error is not None
+    assert results["third"].error["code"] == "SESSION_BUSY"
+    assert results["go"].replies == ["answer to go"]
+    assert results["second"].replies == ["answer to second"]
+    assert [c.prompt for c in provider.calls] == ["go", "go", "second"]
+
+
+def two_session_provider() -> FakeProvider:
+    def reply(prompt: str, context: AgentContext) -> ProviderResponse:
+        if context.round == 1:
+            if context.session_id == "A":
+                return response(call("slow", {}))
+            return response(call("get_weather", {"location": "Taipei"}))
+        return response(text(f"{context.session_id}: done"))
+
+    return FakeProvider(reply=reply)
+
+
+async def check_sessions_are_isolated(limits: LoopLimits) -> None:
+    slow = Blocking()
+    provider = two_session_provider()
+    results: dict[str, RunResult] = {}
+    async with running(provider, [slow, Weather()], limits=limits) as h:
+
+        async def run_a() -> None:
+            results["A"] = await h.loop.ask("slow one", session_id="A")
+
+        with anyio.fail_after(HANG):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run_a)
+                await slow.started.wait()
+                results["B"] = await h.loop.ask("quick one", session_id="B")
+                # B is done while A is still blocked in its tool.
+                assert "A" not in results
+                assert not slow.finished
+                assert h.loop.sessions["A"].state.value == "EXECUTING"
+                slow.release.set()
+            await h.bus.wait_idle()
+
+    assert results["B"].replies == ["B: done"]
+    assert results["A"].replies == ["A: done"]
+    assert results["A"].trace_id != results["B"].trace_id
+    memory_a = list(h.loop.sessions["A"].memory)
+    memory_b = list(h.loop.sessions["B"].memory)
+    assert [m for m in memory_a if isinstance(m, UserTurn)] == [UserTurn("slow one")]
+    assert [m for m in memory_b if isinstance(m, UserTurn)] == [UserTurn("quick one")]
+    assert [o.name for o in outcomes(memory_a)] == ["slow"]
+    assert [o.name for o in outcomes(memory_b)] == ["get_weather"]
+    for result, session_id in ((results["A"], "A"), (results["B"], "B")):
+        assert {e.session_id for e in h.trace(result.trace_id)} == {session_id}
+
+
+@pytest.mark.anyio
+async def test_a_slow_session_does_not_block_another() -> None:
+    await check_sessions_are_isolated(LoopLimits())
+
+
+@pytest.mark.anyio
+async def test_a_slow_session_does_not_block_another_at_one_tool_at_a_time() -> None:
+    # max_concurrent_tools is a limit of a run ("LoopLimits: the limits of a run"), and
+    # "a slow session never holds up another" (the loop's docstring).
+    await check_sessions_are_isolated(LoopLimits(max_concurrent_tools=1))
+
+
+@pytest.mark.anyio
+async def test_idle_workers_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import openstarry.agent.loop as loop_module
+
+    monkeypatch.setattr(loop_module, "_MAX_IDLE_WORKERS", 2)
+    provider = FakeProvider(reply=lambda prompt, context: response(text(f"re: {prompt}")))
+    async with running(provider) as h:
+        for i in range(5):
+            result = await h.ask(f"hi {i}", session_id=f"s{i}")
+            assert result.replies == [f"re: hi {i}"]
+        await anyio.wait_all_tasks_blocked()
+        workers = [rt for rt in h.loop._sessions.values() if rt.running]
+        assert len(workers) == 2
+        # A session whose worker exited gets a new one on its next input.
+        assert (await h.ask("again", session_id="s0")).replies == ["re: again"]
+
+
+@pytest.mark.anyio
+async def test_quit_ends_the_sessions_idle_worker() -> None:
+    provider = FakeProvider(reply=lambda prompt, context: response(text("ok")))
+    async with running(provider) as h:
+        await h.ask("hi", session_id="q")
+        rt = h.loop._sessions["q"]
+        assert rt.running
+        await h.ask("/quit", session_id="q")
+        await anyio.wait_all_tasks_blocked()
+        assert not rt.running
+        assert "q" not in h.loop.sessions
+
+
+@pytest.mark.anyio
+async def test_commands_for_unknown_sessions_create_none() -> None:
+    provider = FakeProvider(reply=lambda prompt, context: response(text("ok")))
+    async with running(provider, limits=LoopLimits(max_sessions=2)) as h:
+        await h.ask("hi", session_id="real")
+        for i, command in enumerate(["/help", "/metrics", "/stop", "/reset", "/quit"] * 4):
+            result = await h.ask(command, session_id=f"ghost-{i}")
+            assert result.replies, command
+        assert set(h.loop.sessions) == {"real"}
+        assert [m.text for m in h.loop.sessions["real"].memory if isinstance(m, UserTurn)] == ["hi"]
