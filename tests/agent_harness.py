@@ -295,3 +295,29 @@ def validate_payload(event: Event) -> None:
     """Validate ``event``'s payload against the protocol model of its type (spec 002)."""
     model = PAYLOAD_MODELS[event.type]
     model.model_validate(event.payload)
+
+
+class Gate(Tool):
+    """An async tool that waits for ``release``."""
+
+    name = "gate"
+
+    def __init__(self) -> None:
+        self.started = anyio.Event()
+        self.release = anyio.Event()
+
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        self.started.set()
+        await self.release.wait()
+        return "released"
+
+
+class UnprintableError(Exception):
+    """An exception whose ``str()`` raises, as a faulty ``__str__`` does."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+    def __str__(self) -> str:
+        raise AttributeError("message")  # e.g. `return self.message` on an unset attribute

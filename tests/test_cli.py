@@ -170,3 +170,15 @@ def test_the_console_script_is_installed() -> None:
     assert script is not None, "the openstarry entry point is not installed next to python"
     proc = subprocess.run([script, "--version"], capture_output=True, text=True, check=True)
     assert proc.stdout.startswith("openstarry ")
+
+
+def test_an_empty_session_id_on_the_command_line_exits_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--session ""`` on the command line is a bad command line: the CLI prints a
+    one-line error naming the session and exits with status 2, not a traceback."""
+    from openstarry.cli import main
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "weather-agent" / "agent.json"
+    assert main(["run", str(example), "--session", "", "--input", "hi"]) == 2
+    assert "session" in capsys.readouterr().err.lower()

@@ -9,6 +9,9 @@ response segment by segment.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -26,7 +29,12 @@ from openstarry.agent.memory import (
     ToolOutcome,
     UserTurn,
 )
-from openstarry.core import ContentSegment, ProviderResponse, ToolCall, encode_response
+from openstarry.core import (
+    ContentSegment,
+    ProviderResponse,
+    ToolCall,
+    encode_response,
+)
 from openstarry.errors import ManifestError
 from openstarry.providers import (
     DefaultProvider,
@@ -591,3 +599,49 @@ def test_register_provider(monkeypatch: pytest.MonkeyPatch) -> None:
         register_provider(" ", factory)
     with pytest.raises(TypeError, match="callable"):
         register_provider("x", "not a factory")  # type: ignore[arg-type]
+
+
+def test_the_default_provider_answers_a_maximal_prompt_quickly() -> None:
+    """The default provider parses a prompt of maximal length (``MAX_REQUEST_CHARS``)
+    without catastrophic regex backtracking, so one request cannot stall the event
+    loop for every session. Run in a subprocess (killed on timeout); the 5 s bound
+    is only a hang guard, a normal answer takes milliseconds."""
+    code = textwrap.dedent(
+        """
+        import asyncio
+        from openstarry.agent.interfaces import AgentContext
+        from openstarry.agent.memory import Memory, Session
+        from openstarry.providers.default import DefaultProvider
+        from openstarry.tools import fs_tools
+
+        tools = {t.name: t for t in fs_tools(["."])}
+        context = AgentContext(tools, Session("s", Memory()), "a", "t", 1)
+        prompt = "write " + " " * 990 + "x"
+        asyncio.run(DefaultProvider().generate(prompt, context))
+        """
+    )
+    try:
+        subprocess.run([sys.executable, "-c", code], timeout=5, check=True, capture_output=True)
+    except subprocess.TimeoutExpired:
+        pytest.fail("DefaultProvider.generate blocked for over 5 s on a 997-character prompt")
+
+
+def test_the_default_provider_tries_a_bounded_number_of_write_merges(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A prompt of many clauses that start like a write ("put ;" x 166) is parsed in
+    linear work: each clause tries a bounded number of merges with the next ones,
+    where trying them all cost cubic time (0.4 s of blocked event loop)."""
+    from openstarry.providers import default
+
+    calls = 0
+    match_write = default._match_write
+
+    def counting(clause: str) -> Any:
+        nonlocal calls
+        calls += 1
+        return match_write(clause)
+
+    monkeypatch.setattr(default, "_match_write", counting)
+    default._parse("put ;" * 166)
+    assert calls <= 166 * (default._MAX_MERGED + 2)

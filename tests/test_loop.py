@@ -32,6 +32,7 @@ from agent_harness import (
     USER_MESSAGE,
     Echo,
     FakeProvider,
+    Gate,
     HangingProvider,
     Weather,
     call,
@@ -47,15 +48,16 @@ from agent_harness import (
     validate_payload,
 )
 from openstarry.agent.interfaces import AgentContext, Tool
-from openstarry.agent.loop import ExecutionLoop, LoopLimits
+from openstarry.agent.loop import ExecutionLoop, LoopLimits, RunResult
 from openstarry.agent.memory import (
     AssistantTurn,
     ToolOutcome,
     UserTurn,
 )
 from openstarry.bus import EventBus
-from openstarry.core import Event, ProviderResponse, ToolCall
+from openstarry.core import ContentSegment, Event, ProviderResponse, ToolCall
 from openstarry.errors import AgentPainException, ProviderError
+from openstarry.protocol import parse_payload
 from openstarry.testing import FunctionProvider, ScriptedProvider, tool_call
 from openstarry.testing import text as text_response
 
@@ -785,3 +787,165 @@ async def test_usage_adds_up_over_every_response_of_a_run() -> None:
         plain = await h.ask("/echo x=1")
     assert result.usage == {"input_tokens": 15, "output_tokens": 2, "raw": {"a": 1}}
     assert plain.usage is None
+
+
+def nested(levels: int) -> Any:
+    """``[[[...1...]]]``, ``levels`` lists deep."""
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(
+            ProviderResponse([ContentSegment("text", text="hi")], {"m": nested(62)}),
+            id="metadata",
+        ),
+        pytest.param(ProviderResponse([ContentSegment("ui", ui={"m": nested(60)})]), id="ui"),
+    ],
+)
+@pytest.mark.anyio
+async def test_a_response_too_deep_for_an_event_ends_the_run_not_the_loop(
+    answer: ProviderResponse,
+) -> None:
+    """A provider response nested too deep to fit in an OUTPUT:AGENT_MESSAGE ends
+    only its own run with a KERNEL:ERROR; the loop keeps serving other sessions
+    (spec 000 §7: a provider's failure is reported, not raised)."""
+    provider = FunctionProvider(lambda prompt, context: answer if prompt == "bad" else "fine")
+    async with running(provider) as h:
+        bad = await h.ask("bad", session_id="a")
+        good = await h.ask("good", session_id="b")
+    assert bad.error is not None
+    assert good.replies == ["fine"]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param('/echo {"x": ' + "[" * 70 + "]" * 70 + "}", id="json-object-70-deep"),
+        pytest.param("/echo x=" + "[" * 70 + "]" * 70, id="key-value-70-deep"),
+        pytest.param("/echo x=" + "[" * 50_000 + "]" * 50_000, id="key-value-recursion"),
+        pytest.param('/echo {"x": ' + "[" * 50_000 + "]" * 50_000 + "}", id="object-recursion"),
+        pytest.param("/echo " + "[" * 50_000 + "]" * 50_000, id="positional-recursion"),
+    ],
+)
+@pytest.mark.anyio
+async def test_a_slash_line_with_deeply_nested_arguments_is_invalid_arguments(line: str) -> None:
+    """A slash line whose arguments are nested too deep (for the JSON decoder or for a
+    ToolCall) gets a failed EXEC:TOOL_RESULT with INVALID_ARGUMENTS, like any argument
+    line that does not parse; whatever a user types, the session keeps working."""
+    provider = FunctionProvider(lambda prompt, context: "fine")
+    async with running(provider, [Echo()]) as h:
+        await h.ask(line)
+        after = await h.ask("hello")
+    [result] = [e for e in h.events if e.type == TOOL_RESULT]
+    assert result.payload["success"] is False
+    assert result.payload["error"]["code"] == "INVALID_ARGUMENTS"
+    assert after.replies == ["fine"]
+
+
+@pytest.mark.anyio
+async def test_a_memory_window_of_one_keeps_the_last_turn() -> None:
+    """``memory.window`` of 1, which the manifest allows, keeps exactly the latest user
+    turn: the second input is answered and memory holds only that turn."""
+    provider = FunctionProvider(lambda prompt, context: f"re: {prompt}")
+    async with running(provider, memory_window=1) as h:
+        await h.ask("one")
+        second = await h.ask("two")
+        memory = list(h.loop.sessions["s"].memory)
+    assert second.replies == ["re: two"]
+    assert [m for m in memory if isinstance(m, UserTurn)] == [UserTurn("two")]
+
+
+@pytest.mark.anyio
+async def test_a_small_bus_does_not_drop_the_state_changes_of_a_run() -> None:
+    """On a bus with room for only two events, a run still publishes every
+    KERNEL:STATE_CHANGE (waiting for room rather than dropping), so a subscriber
+    tracking the agent's state sees each transition."""
+    echo = Echo()
+    provider = ScriptedProvider([tool_call("echo", {"x": 1}), text_response("done")])
+    async with running(provider, [echo], capacity=2) as h:
+        result = await h.ask("go")
+        dropped = h.loop.metrics()["loop"]["events_dropped"]
+    assert result.replies == ["done"]
+    changes = [(e.payload["from"], e.payload["to"]) for e in h.events if e.type == STATE_CHANGE]
+    assert changes == [
+        ("IDLE", "THINKING"),
+        ("THINKING", "EXECUTING"),
+        ("EXECUTING", "THINKING"),
+        ("THINKING", "IDLE"),
+    ]
+    assert dropped == 0
+
+
+@pytest.mark.anyio
+async def test_closing_the_bus_during_a_run_does_not_kill_the_loop() -> None:
+    """Closing the bus while a run waits on a tool ends that run (its events have nowhere
+    to go): ``ask`` returns and the loop exits cleanly, without an ExceptionGroup."""
+    gate = Gate()
+    provider = ScriptedProvider([tool_call("gate", {}), text_response("done")])
+    results: list[RunResult] = []
+    async with running(provider, [gate]) as h:
+
+        async def go() -> None:
+            results.append(await h.loop.ask("go"))
+
+        with anyio.fail_after(HANG):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(go)
+                await gate.started.wait()
+                await h.bus.aclose()
+                gate.release.set()
+    assert len(results) == 1
+
+
+@pytest.mark.parametrize("when", ["before-enter", "after-exit"])
+@pytest.mark.anyio
+async def test_ask_on_a_loop_that_is_not_running_raises(when: str) -> None:
+    """``ask`` on a loop that was never entered, or was already left, raises
+    RuntimeError ("not running") at once instead of waiting forever for a run that
+    nobody will start."""
+    provider = FunctionProvider(lambda prompt, context: "hi")
+    async with EventBus() as bus:
+        loop = ExecutionLoop(bus, provider)
+        if when == "after-exit":
+            async with loop:
+                assert (await loop.ask("first")).replies == ["hi"]
+        with anyio.fail_after(0.5), pytest.raises(RuntimeError, match="not running"):
+            await loop.ask("hello")
+
+
+@pytest.mark.anyio
+async def test_a_run_error_is_dispatched_after_the_events_it_descends_from() -> None:
+    """Every event of a run, including a KERNEL:ERROR when the provider fails, is
+    dispatched after its parent, and the error after the THINKING transition it ends,
+    so transcripts and the CLI's ``--events`` show a failed turn in order."""
+
+    def fail(prompt: str, context: AgentContext) -> ProviderResponse:
+        raise RuntimeError("the model is down")
+
+    async with running(FunctionProvider(fail)) as h:
+        result = await h.ask("go")
+    assert result.error is not None
+    seen: set[str] = set()
+    for event in h.events:
+        assert event.parent_id is None or event.parent_id in seen, (event.type, event.parent_id)
+        seen.add(event.id)
+    types = [e.type for e in h.events]
+    assert types.index(ERROR) > types.index(STATE_CHANGE)
+
+
+@pytest.mark.anyio
+async def test_every_event_of_a_run_with_non_object_args_matches_the_protocol() -> None:
+    """Every event the loop emits validates against its protocol payload model (spec
+    002), even when a provider's tool call has non-object ``args``, so consumers can
+    validate the stream with the project's own models."""
+    bad_call = ProviderResponse([ContentSegment("tool_call", tool_call=ToolCall("echo", [1]))])
+    provider = ScriptedProvider([bad_call, text_response("done")])
+    async with running(provider, [Echo()]) as h:
+        await h.ask("go")
+    for event in h.events:
+        parse_payload(event.type, event.payload)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from openstarry.agent.runtime import Agent
 from openstarry.errors import ManifestError, OpenStarryError
 from openstarry.manifest import (
     MANIFEST_FILENAME,
@@ -517,3 +518,41 @@ def test_a_directory_is_refused_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ManifestError) as info:
         load_manifest(tmp_path)
     assert str(tmp_path) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        pytest.param('{"identity": ' + "[" * 50_000 + "]" * 50_000 + "}", id="deep-json"),
+        pytest.param(
+            '{"identity": {"name": "x"}, "limits": {"maxToolRounds": ' + "1" * 5000 + "}}",
+            id="int-over-4300-digits",
+        ),
+    ],
+)
+def test_json_the_decoder_refuses_is_a_manifest_error_naming_the_file(
+    tmp_path: Path, content: str
+) -> None:
+    """Manifest JSON the decoder refuses for any reason (nesting too deep, an integer
+    over Python's digit limit) is a ManifestError naming the file, so ``openstarry
+    run`` prints a message and exits 2 instead of a traceback."""
+    manifest = tmp_path / "agent.json"
+    manifest.write_text(content, encoding="utf-8")
+    with pytest.raises(ManifestError) as info:
+        load_manifest(manifest)
+    assert info.value.path == str(manifest)
+    assert str(manifest) in str(info.value)
+
+
+def test_a_nul_in_allowed_paths_is_a_manifest_error_naming_file_and_field(
+    tmp_path: Path,
+) -> None:
+    """A NUL character in ``fs.allowedPaths`` is a ManifestError naming the file and
+    the field (``fs.allowedPaths[0]``), not a bare ValueError from path resolution."""
+    manifest = tmp_path / "agent.json"
+    data = {"identity": {"name": "x"}, "fs": {"allowedPaths": ["a\0b"]}, "tools": ["fs.read"]}
+    manifest.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ManifestError) as info:
+        Agent.from_manifest(manifest)
+    assert str(manifest) in str(info.value)
+    assert "fs.allowedPaths[0]" in str(info.value)

@@ -21,6 +21,7 @@ from agent_harness import (
     USER_MESSAGE,
     Blocking,
     FakeProvider,
+    Gate,
     HangingProvider,
     Weather,
     call,
@@ -38,6 +39,8 @@ from openstarry.agent.memory import (
     UserTurn,
 )
 from openstarry.core import ProviderResponse
+from openstarry.testing import FunctionProvider, tool_call
+from openstarry.testing import text as text_response
 
 
 @pytest.mark.anyio
@@ -314,3 +317,28 @@ async def test_commands_for_unknown_sessions_create_none() -> None:
             assert result.replies, command
         assert set(h.loop.sessions) == {"real"}
         assert [m.text for m in h.loop.sessions["real"].memory if isinstance(m, UserTurn)] == ["hi"]
+
+
+@pytest.mark.anyio
+async def test_reset_during_a_tool_call_leaves_memory_empty() -> None:
+    """/reset during a tool call leaves memory empty even after the cancelled run winds
+    down, so the next provider call sees only the new user turn and never an orphan
+    tool outcome (which OpenAI- and Anthropic-style adapters would reject)."""
+    gate = Gate()
+
+    def reply(prompt: str, context: AgentContext) -> ProviderResponse:
+        if prompt == "go":
+            return tool_call("gate", {}, id="c1")
+        return text_response("fresh")
+
+    provider = FunctionProvider(reply)
+    async with running(provider, [gate]) as h:
+        with anyio.fail_after(HANG):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(h.ask, "go")
+                await gate.started.wait()
+                h.loop.command("reset", session_id="s")
+        after_reset = list(h.loop.sessions["s"].memory)
+        await h.ask("hello")
+    assert after_reset == []
+    assert [type(m).__name__ for m in provider.calls[-1].memory] == ["UserTurn"]

@@ -9,9 +9,12 @@ guard against a hang.
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import sys
 import threading
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import anyio
@@ -31,6 +34,7 @@ from agent_harness import (
     FakeProvider,
     Raises,
     Returns,
+    UnprintableError,
     Weather,
     call,
     last_state,
@@ -43,7 +47,7 @@ from agent_harness import (
     then_say,
 )
 from openstarry.agent.interfaces import AgentContext, Tool
-from openstarry.agent.loop import LoopLimits
+from openstarry.agent.loop import LoopLimits, RunResult
 from openstarry.agent.memory import (
     AssistantTurn,
     MemoryEntry,
@@ -52,6 +56,8 @@ from openstarry.agent.memory import (
 )
 from openstarry.core import ProviderResponse
 from openstarry.errors import ToolError
+from openstarry.testing import ScriptedProvider, tool_call
+from openstarry.testing import text as text_response
 
 
 @pytest.mark.anyio
@@ -615,3 +621,75 @@ async def test_a_sync_tool_that_checks_for_cancellation_stops_at_the_timeout() -
     assert tool_result.payload["error"]["code"] == "TIMEOUT"
     assert result.replies == ["gave up"]
     assert crunch.stopped.is_set()
+
+
+class RaisesUnprintable(Tool):
+    name = "unprintable"
+
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        raise UnprintableError(1)
+
+
+@pytest.mark.anyio
+async def test_a_tool_error_that_cannot_be_printed_is_a_failed_result_not_a_crash() -> None:
+    """A tool whose exception cannot be printed (its ``__str__`` raises) still gets a
+    failed EXEC:TOOL_RESULT with a fallback message; the run goes on to the next round
+    and the loop and the other sessions go on."""
+    provider = ScriptedProvider([tool_call("unprintable", {}), text_response("done")])
+    async with running(provider, [RaisesUnprintable()]) as h:
+        result = await h.ask("go")
+    assert result.replies == ["done"]
+    [tool_result] = [e for e in h.events if e.type == TOOL_RESULT]
+    assert tool_result.payload["success"] is False
+
+
+class Proxy(Tool):
+    """A tool whose ``parameters`` is a read-only Mapping, as its type allows."""
+
+    name = "proxy"
+    parameters = MappingProxyType(
+        {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}
+    )
+
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        return args
+
+
+@pytest.mark.anyio
+async def test_invalid_arguments_for_a_tool_with_a_mapping_proxy_schema_do_not_crash() -> None:
+    """Invalid arguments for a tool whose ``parameters`` is a read-only Mapping (as its
+    ``Mapping[str, Any]`` type allows) give the usual INVALID_ARGUMENTS result and
+    observation, without crashing the loop."""
+    provider = ScriptedProvider([tool_call("proxy", {}), text_response("done")])
+    async with running(provider, [Proxy()]) as h:
+        result = await h.ask("go")
+    assert result.replies == ["done"]
+    [tool_result] = [e for e in h.events if e.type == TOOL_RESULT]
+    assert tool_result.payload["error"]["code"] == "INVALID_ARGUMENTS"
+
+
+@pytest.mark.skipif(
+    sys.version_info < (3, 11),
+    reason="telling a stray CancelledError from a real cancellation needs Task.cancelling() (3.11)",
+)
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.anyio
+async def test_a_tool_raising_a_stray_cancelled_error_fails_alone() -> None:
+    """On asyncio, a CancelledError raised inside a tool that nobody cancelled (awaiting
+    a future another party cancelled) is that tool's failure, like any exception; it
+    does not cancel the loop's task group, ``ask`` returns and the run goes on."""
+
+    class StrayCancel(Tool):
+        name = "stray"
+
+        async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            future.cancel()
+            await future
+
+    provider = ScriptedProvider([tool_call("stray", {}), text_response("done")])
+    result: RunResult | None = None
+    async with running(provider, [StrayCancel()]) as h:
+        result = await h.ask("go")
+    assert result is not None, "ask() was cancelled by the loop's own task group"
+    assert result.replies == ["done"]
