@@ -19,8 +19,8 @@ from openstarry.agent.loop import ExecutionLoop, RunResult
 from openstarry.agent.memory import MemoryEntry, Observation, ToolOutcome
 from openstarry.bus import EventBus
 from openstarry.core import ContentSegment, Event, ProviderResponse, ToolCall
-from openstarry.events import OUTPUT_AGENT_MESSAGE, EventType
-from openstarry.protocol import PAYLOAD_MODELS
+from openstarry.events import OUTPUT_AGENT_MESSAGE, AgentState, EventType
+from openstarry.protocol import PAYLOAD_MODELS, parse_payload
 
 #: A bound on any one wait, so that a broken loop fails a test instead of hanging it.
 HANG = 5
@@ -321,3 +321,62 @@ class UnprintableError(Exception):
 
     def __str__(self) -> str:
         raise AttributeError("message")  # e.g. `return self.message` on an unset attribute
+
+
+def filler(i: int) -> Event:
+    return Event.new("X:FILL", {"i": i}, source="test", session_id="filler")
+
+
+def conformance_problems(events: Sequence[Event], inputs: Iterable[str]) -> list[str]:
+    """What in ``events`` (all dispatched, in order) breaks spec 002 or the loop's promises.
+
+    Every event not in ``inputs`` (ids of the events the test published) must fit its
+    payload model, and have a ``parentId`` naming an event dispatched earlier with the
+    same ``traceId`` and ``sessionId``. Per trace, the ``KERNEL:STATE_CHANGE`` events
+    chain: each ``from`` is the previous ``to``, starting and ending at ``IDLE``.
+    """
+    given = set(inputs)
+    problems: list[str] = []
+    seen: dict[str, Event] = {}
+    chains: dict[str, list[tuple[str, str]]] = {}
+    for event in events:
+        if event.id not in given:
+            where = f"{event.type} {event.payload!r:.120}"
+            try:
+                parse_payload(event.type, event.payload)
+            except ValueError as exc:
+                problems.append(f"payload of {where}: {exc}")
+            parent = seen.get(event.parent_id) if event.parent_id is not None else None
+            if parent is None:
+                problems.append(f"parent of {where} was not dispatched before it")
+            elif (parent.trace_id, parent.session_id) != (event.trace_id, event.session_id):
+                problems.append(f"{where} left its parent's trace or session")
+            if event.type == STATE_CHANGE:
+                pair = (event.payload["from"], event.payload["to"])
+                chains.setdefault(event.trace_id, []).append(pair)
+        seen[event.id] = event
+    for trace_id, chain in chains.items():
+        state = AgentState.IDLE.value
+        for from_, to in chain:
+            if from_ != state:
+                problems.append(f"trace {trace_id}: state changes do not chain: {chain}")
+                break
+            state = to
+        else:
+            if state != AgentState.IDLE.value:
+                problems.append(f"trace {trace_id}: the run does not end IDLE: {chain}")
+    return problems
+
+
+def state_chain(events: Iterable[Event], trace_id: str) -> list[tuple[str, str]]:
+    return [
+        (e.payload["from"], e.payload["to"])
+        for e in events
+        if e.type == STATE_CHANGE and e.trace_id == trace_id
+    ]
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Yield until ``condition()`` holds (bounded by the caller's HANG guard)."""
+    while not condition():
+        await anyio.lowlevel.checkpoint()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -11,8 +12,18 @@ from pathlib import Path
 
 import pytest
 
+from agent_harness import (
+    SYSTEM_COMMAND,
+    USER_MESSAGE,
+    conformance_problems,
+)
 from openstarry.cli import main
-from openstarry.core import decode_event
+from openstarry.core import (
+    DedupWindow,
+    EventQueue,
+    Ingestor,
+    decode_event,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "weather-agent" / "agent.json"
@@ -182,3 +193,42 @@ def test_an_empty_session_id_on_the_command_line_exits_2(
     example = Path(__file__).resolve().parent.parent / "examples" / "weather-agent" / "agent.json"
     assert main(["run", str(example), "--session", "", "--input", "hi"]) == 2
     assert "session" in capsys.readouterr().err.lower()
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_cli_events_from_a_piped_session_reingest_cleanly(
+    backend: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """(Regression guard, passes.) ``openstarry run --events`` fed through a pipe with
+    /reset, /stop, built-ins, an unknown command, a slash tool and /quit prints one
+    envelope a line that ``Ingestor`` takes back with no invalid line and no duplicate,
+    and every event the agent emitted conforms."""
+    from openstarry.cli import main
+
+    script = [
+        "Query weather in Taipei",
+        "/reset",
+        "list files",
+        "/stop",
+        "/metrics",
+        "/help",
+        "/nope",
+        "/read notes.txt",
+        "what did I ask?",
+        "/quit",
+        "never read",
+    ]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(script) + "\n"))
+    code = main(["run", str(EXAMPLE), "--events", "--backend", backend])
+    out = capsys.readouterr().out
+    assert code == 1  # /nope ends with a KERNEL:ERROR
+    ingestor = Ingestor(EventQueue(None), DedupWindow(60_000, 10_000))
+    result = ingestor.ingest(out.encode())
+    lines = out.splitlines()
+    assert (result.accepted, result.duplicates, list(result.invalid)) == (len(lines), 0, [])
+    events = [decode_event(line.encode()) for line in lines]
+    inputs = [e.id for e in events if e.type in (USER_MESSAGE, SYSTEM_COMMAND)]
+    typed = [e.payload.get("text") or "/" + e.payload["command"] for e in events if e.id in inputs]
+    assert typed == script[:-1]
+    assert conformance_problems(events, inputs) == []
+    assert {e.session_id for e in events} == {"cli"}

@@ -12,7 +12,7 @@ only as a guard against a hang; no test asserts on wall time.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -36,27 +36,38 @@ from agent_harness import (
     HangingProvider,
     Weather,
     call,
+    conformance_problems,
+    filler,
     last_state,
     observations,
     outcomes,
     response,
     running,
     schema,
+    state_chain,
     states,
     text,
     then_say,
+    until,
     validate_payload,
 )
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.loop import ExecutionLoop, LoopLimits, RunResult
 from openstarry.agent.memory import (
     AssistantTurn,
+    MemoryEntry,
     ToolOutcome,
     UserTurn,
 )
 from openstarry.bus import EventBus
-from openstarry.core import ContentSegment, Event, ProviderResponse, ToolCall
+from openstarry.core import (
+    ContentSegment,
+    Event,
+    ProviderResponse,
+    ToolCall,
+)
 from openstarry.errors import AgentPainException, ProviderError
+from openstarry.events import AgentState
 from openstarry.protocol import parse_payload
 from openstarry.testing import FunctionProvider, ScriptedProvider, tool_call
 from openstarry.testing import text as text_response
@@ -949,3 +960,279 @@ async def test_every_event_of_a_run_with_non_object_args_matches_the_protocol() 
         await h.ask("go")
     for event in h.events:
         parse_payload(event.type, event.payload)
+
+
+class Fail(Tool):
+    """An async tool that always raises."""
+
+    name = "fail"
+
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        raise RuntimeError("broken")
+
+
+def unanswered_calls(memory: Iterable[MemoryEntry]) -> list[str]:
+    """Ids of tool calls in memory that no ToolOutcome answers."""
+    entries = list(memory)
+    answered = {e.tool_call_id for e in entries if isinstance(e, ToolOutcome)}
+    return [
+        call.id
+        for e in entries
+        if isinstance(e, AssistantTurn)
+        for call in e.tool_calls
+        if call.id not in answered
+    ]
+
+
+@pytest.mark.anyio
+async def test_runs_started_and_never_waited_for_leave_nothing_behind() -> None:
+    """Inputs sent with ``loop.start()`` whose ``PendingRun.wait()`` is never awaited
+    (fire and forget: the caller follows the bus instead) leave no per-input state in
+    the loop once their runs have ended, so a long-running agent does not grow by a
+    RunResult and a Signal per input; a late ``wait()`` still returns the result."""
+    provider = FunctionProvider(lambda prompt, context: f"re: {prompt}")
+    async with running(provider) as h:
+        pending = [h.loop.start(f"turn {i}", session_id="s") for i in range(20)]
+        with anyio.fail_after(HANG):
+            await until(lambda: h.loop.runs_completed == 20)
+            await h.bus.wait_idle()
+        left = len(h.loop._waiting) + len(h.loop._done)
+        with anyio.fail_after(HANG):
+            late = await pending[-1].wait()
+    assert left == 0, f"{left} entries kept for runs that have ended"
+    assert late.replies == ["re: turn 19"]
+
+
+@pytest.mark.anyio
+async def test_every_event_of_every_path_conforms() -> None:
+    """(Regression guard, passes.) Across every path of the loop (a plain turn, tool
+    rounds, an unknown tool, the round limit, a provider's AgentPainException and
+    error, the provider timeout, a slash tool and an unknown slash command, every
+    built-in typed and sent as INPUT:SYSTEM_COMMAND, an unknown system command, inputs
+    with bad payloads, a locked session, /stop during a tool, /stop of queued inputs,
+    SESSION_BUSY), every emitted event validates against its payload model, descends
+    from an event dispatched earlier in the same trace and session, and each run's
+    state changes chain from IDLE back to IDLE."""
+    gate = Gate()
+
+    async def reply(prompt: str, context: AgentContext) -> ProviderResponse:
+        first = context.round == 1
+        if prompt == "tool":
+            return tool_call("echo", {"x": 1}, text="checking") if first else text_response("done")
+        if prompt == "unknown":
+            return tool_call("nope", {}) if first else text_response("done")
+        if prompt == "forever":
+            return tool_call("echo", {"x": context.round})
+        if prompt == "fail":
+            return tool_call("fail", {})
+        if prompt == "gate":
+            return tool_call("gate", {}) if first else text_response("done")
+        if prompt == "pain":
+            raise AgentPainException("cannot parse")
+        if prompt == "boom":
+            raise RuntimeError("the model is down")
+        if prompt == "slow":
+            await anyio.sleep_forever()
+        return text_response(f"re: {prompt}")
+
+    limits = LoopLimits(
+        max_tool_rounds=2, provider_timeout=0.05, max_failure_streak=2, max_pending_inputs=1
+    )
+    inputs: set[str] = set()
+    async with running(FunctionProvider(reply), [Echo(), Fail(), gate], limits=limits) as h:
+
+        async def ask(line: str, session_id: str = "s") -> RunResult:
+            pending = h.loop.start(line, session_id=session_id)
+            inputs.add(pending.event.id)
+            with anyio.fail_after(HANG):
+                result = await pending.wait()
+                await h.bus.wait_idle()
+            return result
+
+        lines = ["hello", "tool", "unknown", "forever", "pain", "boom", "slow", "/echo x=1"]
+        lines += ["/nope", "/help", "/metrics", "/stop", "/reset", "hello again"]
+        codes = [(await ask(line)).error for line in lines]
+        assert [c["code"] if c else None for c in codes] == [
+            *(None, None, None, "TOOL_ROUND_LIMIT", "AGENT_PAIN", "PROVIDER_ERROR"),
+            *("PROVIDER_TIMEOUT", None, "UNKNOWN_COMMAND", None, None, None, None, None),
+        ]
+        await ask("fail", "locked")
+        locked = await ask("hi", "locked")
+        assert locked.error is not None
+        assert locked.error["code"] == "SESSION_LOCKED"
+        await ask("/quit", "q")
+        for name in ("stop", "reset", "help", "metrics", "bogus", "quit"):
+            inputs.add(h.loop.command(name, session_id="c").id)
+        for kind, payload in ((USER_MESSAGE, {"nottext": 1}), (SYSTEM_COMMAND, ["x"])):
+            bad = Event.new(kind, payload, source="test", session_id="c")
+            inputs.add(bad.id)
+            await h.publish(bad)
+        # /stop during a tool, with one input queued behind the run and one refused.
+        with anyio.fail_after(HANG):
+            async with anyio.create_task_group() as tg:
+                results: list[RunResult] = []
+
+                async def queue(line: str) -> None:
+                    results.append(await ask(line, "g"))
+
+                tg.start_soon(queue, "gate")
+                await gate.started.wait()
+                tg.start_soon(queue, "queued")
+                tg.start_soon(queue, "refused")
+                await until(lambda: len(results) == 1)  # the refused one
+                inputs.add(h.loop.command("stop", session_id="g").id)
+            await h.bus.wait_idle()
+        assert sorted((r.stopped, r.error is not None) for r in results) == [
+            (False, True),
+            (True, False),
+            (True, False),
+        ]
+    assert conformance_problems(h.events, inputs) == []
+
+
+@pytest.mark.anyio
+async def test_a_provider_that_fails_at_once_is_not_reported_as_a_timeout() -> None:
+    """A provider that raises at once ends the run with PROVIDER_ERROR (its own
+    message), even when the bus is slow to take that KERNEL:ERROR: the provider
+    deadline covers only the provider call, so a wait for room on the bus that outlasts
+    ``provider_timeout`` does not turn the error into PROVIDER_TIMEOUT."""
+    capacity = 4
+    entered = anyio.Event()
+    release = anyio.Event()
+    timeout = 0.02
+
+    async with EventBus(capacity=capacity) as bus:
+
+        async def hold(event: Event) -> None:
+            entered.set()
+            await release.wait()
+
+        async def reply(prompt: str, context: AgentContext) -> ProviderResponse:
+            bus.publish(Event.new("X:HOLD", {}, source="test", session_id="x"))
+            await entered.wait()
+            i = 0
+            while len(bus) < capacity:
+                bus.publish(filler(i))
+                i += 1
+            raise RuntimeError("the model is down")
+
+        events: list[Event] = []
+        bus.subscribe("*", events.append)
+        bus.subscribe("X:HOLD", hold)
+        results: list[RunResult] = []
+        limits = LoopLimits(provider_timeout=timeout)
+        async with ExecutionLoop(bus, FunctionProvider(reply), limits=limits) as loop:
+            with anyio.fail_after(HANG):
+                async with anyio.create_task_group() as tg:
+
+                    async def go() -> None:
+                        results.append(await loop.ask("go", session_id="s"))
+
+                    tg.start_soon(go)
+                    await until(lambda: bus._room_waiters > 0)
+                    await anyio.sleep(timeout * 5)  # the bus stays full past the deadline
+                    release.set()
+                await bus.wait_idle()
+    [result] = results
+    assert result.error is not None
+    assert result.error["code"] == "PROVIDER_ERROR", result.error
+    errors = [e.payload["code"] for e in events if e.type == ERROR]
+    assert errors == ["PROVIDER_ERROR"]
+
+
+async def _leave_the_loop_mid_run() -> tuple[list[Event], ExecutionLoop, list[RunResult]]:
+    """A run blocked in a tool, two inputs queued behind it, and the loop is left.
+
+    Returns the events, the loop, and the three results in the order of the inputs.
+    """
+    gate = Gate()
+    provider = FunctionProvider(
+        lambda prompt, context: tool_call("gate", {}, id="c1") if context.round == 1 else "done"
+    )
+    results: dict[int, RunResult] = {}
+    async with EventBus() as bus:
+        events: list[Event] = []
+        bus.subscribe("*", events.append)
+        with anyio.fail_after(HANG):
+            async with (
+                anyio.create_task_group() as tg,
+                ExecutionLoop(bus, provider, [gate]) as loop,
+            ):
+
+                async def ask(i: int) -> None:
+                    results[i] = await loop.ask("go", session_id="s")
+
+                tg.start_soon(ask, 0)
+                await gate.started.wait()
+                tg.start_soon(ask, 1)
+                tg.start_soon(ask, 2)
+                await anyio.wait_all_tasks_blocked()
+            await bus.wait_idle()
+    return events, loop, [results[i] for i in sorted(results)]
+
+
+@pytest.mark.anyio
+async def test_leaving_the_loop_returns_every_pending_ask_as_stopped() -> None:
+    """(Regression guard, passes.) Leaving the loop while a run is in progress and
+    inputs wait behind it returns every pending ``ask`` with ``stopped`` set, instead of
+    leaving the callers waiting."""
+    _, _, results = await _leave_the_loop_mid_run()
+    assert [r.stopped for r in results] == [True, True, True]
+
+
+@pytest.mark.anyio
+async def test_leaving_the_loop_mid_run_ends_the_run_back_in_idle() -> None:
+    """Leaving the loop while a run is in progress (the bus still open) ends that run as
+    a /stop does: a KERNEL:STATE_CHANGE back to IDLE with a reason, and the session's
+    state IDLE, so subscribers tracking the agent's state do not see it stuck in
+    EXECUTING."""
+    events, loop, results = await _leave_the_loop_mid_run()
+    chain = state_chain(events, results[0].trace_id)
+    assert chain[:2] == [("IDLE", "THINKING"), ("THINKING", "EXECUTING")]
+    assert chain[-1][1] == "IDLE", chain
+    assert loop.sessions["s"].state is AgentState.IDLE
+
+
+@pytest.mark.anyio
+async def test_leaving_the_loop_mid_run_answers_the_open_tool_calls() -> None:
+    """Leaving the loop while a tool call is in progress gives that call an outcome in
+    the session's memory (as /stop does with CANCELLED), so a loop entered again on the
+    same sessions never hands a provider a call without its answer."""
+    _, loop, _ = await _leave_the_loop_mid_run()
+    assert unanswered_calls(loop.sessions["s"].memory) == []
+
+
+@pytest.mark.anyio
+async def test_an_ask_waiting_for_room_is_not_published_after_the_loop_has_left() -> None:
+    """An ``ask`` whose input is still waiting for room on a full bus when the loop is
+    left returns ``stopped`` and its input is never published afterwards, so no other
+    loop on the bus (or this one entered again) serves an input its caller was told
+    had stopped."""
+    entered = anyio.Event()
+    release = anyio.Event()
+    results: list[RunResult] = []
+    async with EventBus(capacity=1) as bus:
+
+        async def hold(event: Event) -> None:
+            entered.set()
+            await release.wait()
+
+        events: list[Event] = []
+        bus.subscribe("*", events.append)
+        bus.subscribe("X:HOLD", hold)
+        with anyio.fail_after(HANG):
+            async with anyio.create_task_group() as tg:
+                async with ExecutionLoop(bus, FunctionProvider(lambda p, c: "hi")) as loop:
+                    bus.publish(Event.new("X:HOLD", {}, source="test", session_id="x"))
+                    await entered.wait()
+                    bus.publish(filler(0))  # the bus is full
+
+                    async def ask() -> None:
+                        results.append(await loop.ask("hello", session_id="s"))
+
+                    tg.start_soon(ask)
+                    await until(lambda: bus._room_waiters > 0)
+                release.set()
+            await bus.wait_idle()
+    assert [r.stopped for r in results] == [True]
+    assert [e.type for e in events if e.type == USER_MESSAGE] == []
