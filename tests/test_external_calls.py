@@ -189,3 +189,54 @@ async def test_the_loops_own_calls_are_not_run_twice() -> None:
     assert len(recorder.contexts) == 1
     assert recorder.contexts[0].call_depth == 0
     assert len(h.of("EXEC:TOOL_RESULT")) == 1
+
+
+class SideEffect(Tool):
+    """A tool with an effect in the world: counts its runs."""
+
+    name = "side_effect"
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        self.runs += 1
+        return "done"
+
+
+@pytest.mark.anyio
+async def test_a_call_tool_cancelled_before_it_starts_never_runs_the_tool() -> None:
+    """An MCP client cancels its ``tools/call`` while the bus is busy: the tool must not run later.
+
+    The caller forgot the call on its way out, so when the bus got to it the
+    loop took it for a call published by someone else, and ran it.
+    """
+    tool = SideEffect()
+    entered, hold = anyio.Event(), anyio.Event()
+
+    async def busy(event: Event) -> None:
+        if event.source == "bridge":  # holds the bus's dispatch up
+            entered.set()
+            await hold.wait()
+
+    async with running(ScriptedProvider([]), [tool, Echo()]) as h:
+        h.bus.subscribe("EXEC:TOOL_CALL", busy)
+        first = {"toolCallId": "c0", "name": "echo", "args": {"x": 0}}
+        h.bus.publish(Event.new("EXEC:TOOL_CALL", first, source="bridge", session_id="x"))
+        with anyio.fail_after(HANG):
+            await entered.wait()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(h.loop.call_tool, "side_effect", {})
+                while not h.loop._external:  # published, not dispatched
+                    await anyio.sleep(0.001)
+                tg.cancel_scope.cancel()
+            hold.set()
+            await h.bus.wait_idle()
+            again = await h.loop.call_tool("echo", {"x": 1})
+            await h.bus.wait_idle()
+        assert again.success
+        assert tool.runs == 0
+        (result,) = [r for r in h.of("EXEC:TOOL_RESULT") if r.payload["name"] == "side_effect"]
+        assert result.payload["success"] is False
+        assert result.payload["error"]["code"] == "CANCELLED"
+        assert h.loop._external == {}  # nothing kept for the cancelled call

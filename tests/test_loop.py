@@ -12,6 +12,7 @@ only as a guard against a hang; no test asserts on wall time.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -1236,3 +1237,70 @@ async def test_an_ask_waiting_for_room_is_not_published_after_the_loop_has_left(
             await bus.wait_idle()
     assert [r.stopped for r in results] == [True]
     assert [e.type for e in events if e.type == USER_MESSAGE] == []
+
+
+@pytest.mark.anyio
+async def test_text_deltas_from_a_worker_thread(
+    anyio_backend: str, request: pytest.FixtureRequest
+) -> None:
+    """A provider streaming through a sync SDK in a worker thread emits its deltas there.
+
+    Publishing on the bus from that thread touched the event loop's signals
+    from outside it: on trio the bus stopped dispatching (a hang); on asyncio
+    it worked only because the thread's end woke the loop.
+    """
+
+    async def streaming(prompt: str, context: AgentContext) -> Any:
+        def stream() -> None:
+            for piece in ("Hel", "lo"):
+                context.emit_text_delta(piece)
+
+        await anyio.to_thread.run_sync(stream)
+        return text_response("Hello")
+
+    async with running(FunctionProvider(streaming), []) as h:
+        with anyio.fail_after(HANG):
+            result = await h.loop.ask("hi")
+            await h.bus.wait_idle()
+        assert result.text == "Hello"
+        assert result.error is None
+        deltas = [e.payload["text"] for e in h.of("OUTPUT:AGENT_MESSAGE_DELTA")]
+        assert deltas == ["Hel", "lo"]
+
+
+@pytest.mark.anyio
+async def test_a_slow_retriever_does_not_stall_the_event_loop() -> None:
+    """An embedding retriever calls its model synchronously (a network call).
+
+    Called on the event loop, it froze every session, the bus and the
+    transports until the model answered.
+    """
+    entered, gate = threading.Event(), threading.Event()
+    released: list[bool] = []
+
+    class Slow:
+        def select(self, query: str, tools: Mapping[str, Tool], limit: int) -> Sequence[str]:
+            entered.set()
+            # True only if the event loop went on meanwhile (HANG: generous, and the
+            # wait ends as soon as the loop sets the gate).
+            released.append(gate.wait(HANG))
+            return list(tools)[:limit]
+
+    provider = ScriptedProvider([text_response("a")])
+    async with (
+        running(provider, _tools(5), max_tools=2, retriever=Slow()) as h,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(h.ask, "hi")
+        with anyio.fail_after(HANG):
+            while not entered.is_set():
+                await anyio.sleep(0.005)
+        gate.set()
+    assert released == [True]
+
+
+@pytest.mark.parametrize("bad", [2.5, True, "3"])
+def test_max_tools_must_be_an_int(bad: Any) -> None:
+    """A float was accepted, then every input failed with INTERNAL_ERROR."""
+    with pytest.raises((TypeError, ValueError), match="max_tools"):
+        ExecutionLoop(EventBus(), ScriptedProvider([]), [], max_tools=bad)
