@@ -16,7 +16,7 @@ import anyio.lowlevel
 
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.loop import ExecutionLoop, RunResult
-from openstarry.agent.memory import MemoryEntry, Observation, ToolOutcome
+from openstarry.agent.memory import MemoryEntry, Observation, Session, ToolOutcome
 from openstarry.bus import EventBus
 from openstarry.core import ContentSegment, Event, ProviderResponse, ToolCall
 from openstarry.events import OUTPUT_AGENT_MESSAGE, AgentState, EventType
@@ -380,3 +380,8 @@ async def until(condition: Callable[[], bool]) -> None:
     """Yield until ``condition()`` holds (bounded by the caller's HANG guard)."""
     while not condition():
         await anyio.lowlevel.checkpoint()
+
+
+def context(tools: Any = None) -> AgentContext:
+    """A context of session ``s``, trace ``t``, round 1, with ``tools`` (none by default)."""
+    return AgentContext(tools=tools or {}, session=Session("s"), trace_id="t", round=1)

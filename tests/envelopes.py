@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -17,9 +18,16 @@ ENVELOPE = {
 }
 
 
+def envelope_wire(**changes: Any) -> dict[str, Any]:
+    """A deep copy of ``ENVELOPE`` with ``changes`` replacing or adding fields."""
+    wire = copy.deepcopy(ENVELOPE)
+    wire.update(changes)
+    return wire
+
+
 def envelope_line(**changes: Any) -> bytes:
-    """``ENVELOPE`` as compact JSON bytes, with ``changes`` replacing or adding fields."""
-    return json.dumps({**ENVELOPE, **changes}, separators=(",", ":")).encode()
+    """``envelope_wire(**changes)`` as compact JSON bytes."""
+    return json.dumps(envelope_wire(**changes), separators=(",", ":")).encode()
 
 
 def nested(levels: int) -> Any:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from envelopes import ENVELOPE, envelope_line
+from envelopes import ENVELOPE, envelope_line, envelope_wire
 from openstarry.core import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_DEPTH,
@@ -783,3 +783,14 @@ def test_error_offsets_point_at_the_value_not_the_whitespace_before_it() -> None
         decode_event(data)
     assert info.value.field == "sessionId"
     assert data[info.value.offset or 0 :].startswith(b'""')
+
+
+def test_a_number_beyond_a_64_bit_float_is_refused_where_it_is_decoded() -> None:
+    """``1e400`` cannot be a float and be written back as JSON, so the core refuses it.
+
+    Read as infinity, it would turn into ``null`` (or an encoding error) on the
+    way out; refused at decode time, the error names where it is.
+    """
+    raw = json.dumps(envelope_wire(payload="@@")).encode().replace(b'"@@"', b'{"n": 1e400}')
+    with pytest.raises(DecodeError, match="out of range"):
+        decode_event(raw)

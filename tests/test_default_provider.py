@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import openstarry.providers as providers
+from agent_harness import context
 from openstarry.agent.interfaces import AgentContext, Provider, Tool
 from openstarry.agent.memory import (
     AssistantTurn,
@@ -43,6 +44,7 @@ from openstarry.providers import (
     register_provider,
 )
 from openstarry.providers.default import ACKNOWLEDGEMENT, MAX_REQUEST_CHARS
+from openstarry.tools import resolve_tools
 
 pytestmark = pytest.mark.anyio
 
@@ -645,3 +647,21 @@ def test_the_default_provider_tries_a_bounded_number_of_write_merges(
     monkeypatch.setattr(default, "_match_write", counting)
     default._parse("put ;" * 166)
     assert calls <= 166 * (default._MAX_MERGED + 2)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "prompt", ['"\xa0" weather', 'check "\u2003" forecast', '"\u3000"\'s weather'], ids=repr
+)
+async def test_default_provider_answers_a_quoted_unicode_space_before_weather(prompt: str) -> None:
+    """The default provider answers every prompt, odd whitespace in quotes included.
+
+    A quoted non-breaking or ideographic space where a place would be leaves a
+    "location" of whitespace that ``str.strip`` with an ASCII set keeps; the
+    provider must still answer (here: ask for a location) instead of raising
+    ``IndexError`` from ``location.split()[0]``.
+    """
+    tools = resolve_tools(["get_weather"])
+    response = await DefaultProvider().generate(prompt, context(tools))
+    assert response.segments
+    assert response.segments[0].text

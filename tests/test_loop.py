@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -52,6 +53,7 @@ from agent_harness import (
     until,
     validate_payload,
 )
+from openstarry.agent.commands import parse_tool_args
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.loop import ExecutionLoop, LoopLimits, RunResult
 from openstarry.agent.memory import (
@@ -60,6 +62,7 @@ from openstarry.agent.memory import (
     ToolOutcome,
     UserTurn,
 )
+from openstarry.agent.tools import tool
 from openstarry.bus import EventBus
 from openstarry.core import (
     ContentSegment,
@@ -72,6 +75,7 @@ from openstarry.events import AgentState
 from openstarry.protocol import parse_payload
 from openstarry.testing import FunctionProvider, ScriptedProvider, tool_call
 from openstarry.testing import text as text_response
+from openstarry.tools import resolve_tools
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -1304,3 +1308,40 @@ def test_max_tools_must_be_an_int(bad: Any) -> None:
     """A float was accepted, then every input failed with INTERNAL_ERROR."""
     with pytest.raises((TypeError, ValueError), match="max_tools"):
         ExecutionLoop(EventBus(), ScriptedProvider([]), [], max_tools=bad)
+
+
+@pytest.mark.parametrize(
+    ("tool_name", "argline", "expected"),
+    [
+        ("fs.read", "path=2024", {"path": "2024"}),
+        ("fs.read", 'path="17"', {"path": "17"}),
+        ("fs.write", "notes.txt content=true", {"path": "notes.txt", "content": "true"}),
+    ],
+    ids=["number-like path", "quoted number", "boolean-like content"],
+)
+def test_slash_named_string_argument_is_taken_as_written(
+    tmp_path: Path, tool_name: str, argline: str, expected: dict[str, Any]
+) -> None:
+    """``key=value`` for a string parameter gives the text as typed, as a positional word does.
+
+    ``/read 2024`` reads the file ``2024``; ``/read path=2024`` must too, not
+    turn the value into the integer 2024 that the tool then refuses.
+    """
+    tools = resolve_tools(["fs.read", "fs.write"], allowed_paths=[tmp_path])
+    target = tools[tool_name]
+    assert target.validate(parse_tool_args(target, argline)) == expected
+
+
+def test_slash_word_for_an_optional_string_parameter_is_taken_as_written() -> None:
+    """A word for a ``str | None`` parameter stays text, as for a plain ``str`` one.
+
+    The schema of an optional string is ``anyOf: [string, null]``, with no
+    top-level ``"type": "string"``; ``/greet 123`` must still pass the name
+    ``"123"``, not the integer 123 that validation then refuses.
+    """
+
+    def greet(name: str | None = None) -> str:
+        return f"hello {name}"
+
+    wrapped = tool(greet)
+    assert wrapped.validate(parse_tool_args(wrapped, "123")) == {"name": "123"}

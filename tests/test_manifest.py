@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -556,3 +559,40 @@ def test_a_nul_in_allowed_paths_is_a_manifest_error_naming_file_and_field(
         Agent.from_manifest(manifest)
     assert str(manifest) in str(info.value)
     assert "fs.allowedPaths[0]" in str(info.value)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs RLIMIT_AS as Linux has it")
+def test_load_manifest_of_a_huge_file_is_a_manifest_error_naming_the_file(tmp_path: Path) -> None:
+    """A manifest file far too large to be one gets a ``ManifestError`` that names the file.
+
+    ``load_manifest`` reads the whole file first; a (sparse) 1 TiB file then
+    ends in a bare ``MemoryError`` that names nothing. The check runs in a child
+    process with a bounded address space, so it costs no real memory.
+    """
+    path = tmp_path / "agent.json"
+    try:
+        with path.open("wb") as f:
+            f.write(b'{"identity": {"name": "a"}}')
+            f.truncate(1 << 40)
+    except OSError:
+        pytest.skip("this file system cannot hold a sparse 1 TiB file")
+    code = textwrap.dedent(
+        """
+        import resource, sys
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31))
+        from openstarry.errors import ManifestError
+        from openstarry.manifest import load_manifest
+        try:
+            load_manifest(sys.argv[1])
+        except ManifestError as exc:
+            print("ManifestError", sys.argv[1] in str(exc))
+        except BaseException as exc:
+            print("other", type(exc).__name__)
+        else:
+            print("accepted")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.split() == ["ManifestError", "True"], done.stderr
