@@ -42,6 +42,13 @@ def sse(data: Any, event: str | None = None) -> bytes:
     return (head + lines + "\n").encode()
 
 
+def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+    """One OpenAI Chat Completions stream chunk, as JSON: ``delta`` for choice 0."""
+    return json.dumps(
+        {"id": "c", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    )
+
+
 @dataclass
 class Reply:
     """One scripted answer.

@@ -665,3 +665,25 @@ async def test_default_provider_answers_a_quoted_unicode_space_before_weather(pr
     response = await DefaultProvider().generate(prompt, context(tools))
     assert response.segments
     assert response.segments[0].text
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "field"),
+    [
+        ("openai", {"messages": []}, "provider.options.messages"),
+        ("openai-responses", {"input": "x"}, "provider.options.input"),
+        ("anthropic", {"system": "be brief"}, "provider.options.system"),
+        ("anthropic", {"max_tokens": 0}, "provider.options.max_tokens"),
+        ("gemini", {"contents": []}, "provider.options.contents"),
+        ("gemini", {"generationConfig": 3}, "provider.options.generationConfig"),
+    ],
+)
+def test_options_the_translator_refuses_fail_when_the_provider_is_made(
+    name: str, options: dict[str, Any], field: str
+) -> None:
+    """They failed at the agent's first input instead, as a PROVIDER_ERROR of that run, though
+    ``create_provider`` promises a ManifestError for a configuration it cannot use."""
+    config = SimpleNamespace(name=name, model="m", options=options, base_url=None, api_key_env=None)
+    with pytest.raises(ManifestError) as caught:
+        create_provider(config)
+    assert caught.value.field == field

@@ -12,7 +12,7 @@ by name and order for Gemini).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -470,12 +470,6 @@ APIS = [
         ),
     ),
 ]
-
-
-@pytest.fixture
-def server() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as fake:
-        yield fake
 
 
 def manifest_for(api: API, base_url: str, *, stream: bool) -> AgentManifest:
