@@ -30,7 +30,6 @@ from openstarry.agent.retrieval import (
     tool_document,
 )
 from openstarry.core import ToolIndex
-from openstarry.testing import text as text_response
 
 
 class Spec(Tool):
