@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import signal
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -29,7 +31,8 @@ from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 import openstarry.mcp
 from mcp_fixtures import helpers
-from mcp_fixtures.tools import gate
+from mcp_fixtures.tools import Echo, gate
+from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.runtime import Agent
 from openstarry.core import Event
 from openstarry.mcp import (
@@ -43,6 +46,7 @@ from openstarry.mcp import (
     AgentMcpServer,
 )
 from openstarry.protocol import KernelError, parse_payload
+from openstarry.testing import ScriptedProvider
 
 pytestmark = pytest.mark.anyio
 
@@ -488,7 +492,6 @@ async def test_openstarry_mcp_over_http(tmp_path: Path, mode: str, anyio_backend
 
 
 def test_an_address_in_use_exits_1_saying_so(tmp_path: Path) -> None:
-    import socket
     import subprocess
 
     with socket.socket() as taken:
@@ -600,3 +603,158 @@ def test_every_public_name_imports_and_is_documented(name: str) -> None:
     if inspect.isclass(obj) or inspect.isfunction(obj):
         assert inspect.getdoc(obj), f"{name} has no docstring"
     assert name in dir(openstarry.mcp)
+
+
+class Counter(Tool):
+    """An async tool that counts the calls it started and the ones it finished."""
+
+    name = "counter"
+    description = "Counts its calls; sleeps ``seconds`` first."
+
+    def __init__(self) -> None:
+        self.parameters = {"type": "object", "properties": {"seconds": {"type": "number"}}}
+        self.started = 0
+        self.finished = 0
+
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        self.started += 1
+        await anyio.sleep(float(args.get("seconds", 0)))
+        self.finished += 1
+        return {"value": args.get("value"), "calls": self.started}
+
+
+class ToolsServed:
+    """A running agent with ``echo`` and ``counter``, both exposed, and every event of its bus."""
+
+    def __init__(self, agent: Agent, echo: Echo, counter: Counter) -> None:
+        self.agent = agent
+        self.echo = echo
+        self.counter = counter
+        self.mcp = AgentMcpServer(agent, expose=["echo", "counter"])
+        self.events: list[Event] = []
+        agent.bus.subscribe("*", self.events.append)
+
+    def of(self, event_type: str) -> list[Event]:
+        return [e for e in self.events if e.type == event_type]
+
+
+@asynccontextmanager
+async def serving_tools() -> AsyncIterator[ToolsServed]:
+    echo, counter = Echo(), Counter()
+    async with Agent(ScriptedProvider([]), [echo, counter], name="hardening") as agent:
+        yield ToolsServed(agent, echo, counter)
+
+
+def meta(trace_id: Any, depth: Any) -> RequestParamsMeta:
+    return cast(RequestParamsMeta, {META_TRACE: trace_id, META_DEPTH: depth})
+
+
+def nested(levels: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.anyio
+async def test_arguments_nested_too_deep_for_an_event_are_a_tool_error_not_an_internal_error() -> (
+    None
+):
+    """Defect: arguments nested deeper than an event carries (64 levels) made
+    ``tools/call`` fail with ``-32603 Internal server error`` and a traceback in
+    the log; they are bad arguments, answered ``isError`` with INVALID_ARGUMENTS."""
+    async with serving_tools() as served, Client(served.mcp.server) as client:
+        with anyio.fail_after(HANG):
+            result = await client.call_tool("echo", {"value": nested(70)})
+            assert result.is_error is True
+            [block] = result.content
+            assert isinstance(block, types.TextContent)
+            assert "nest" in block.text
+            assert result.meta is not None
+            assert result.meta["openstarry/error"]["code"] == "INVALID_ARGUMENTS"
+            assert served.echo.runs == 0
+            # The server goes on.
+            fine = await client.call_tool("echo", {"value": nested(10)})
+        assert fine.is_error is False
+        assert served.echo.runs == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "depth", [10**5000, 2**63, "9" * 5000], ids=["5000-digit-int", "2**63", "5000-digit-string"]
+)
+async def test_an_absurd_depth_is_a_malformed_trace_not_an_internal_error(depth: Any) -> None:
+    """Defect: a ``_meta`` depth of thousands of digits made formatting the
+    refusal raise (Python's int-to-str digit limit): ``-32603`` and a traceback.
+    Now any depth beyond a sane bound is a malformed trace (``-32602``), and the
+    message does not echo the whole value."""
+    async with serving_tools() as served, Client(served.mcp.server) as client:
+        with anyio.fail_after(HANG), pytest.raises(MCPError) as caught:
+            await client.call_tool("echo", {"value": 1}, meta=meta("t-1", depth))
+        assert caught.value.code == types.INVALID_PARAMS
+        assert "depth" in caught.value.message
+        assert len(caught.value.message) < 300
+        assert served.echo.runs == 0
+
+
+@pytest.mark.anyio
+async def test_a_malformed_depth_is_not_echoed_whole() -> None:
+    """Defect: a malformed depth was repeated in full in the error (100 kB of
+    ``x`` came back, and went into the server's log)."""
+    async with serving_tools() as served, Client(served.mcp.server) as client:
+        with anyio.fail_after(HANG), pytest.raises(MCPError) as caught:
+            await client.call_tool("echo", {}, meta=meta("t-2", "x" * 100_000))
+        assert caught.value.code == types.INVALID_PARAMS
+        assert len(caught.value.message) < 300
+        assert served.echo.runs == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "trace_id",
+    ["a\nrefused tools/call of 'x'", "tab\there", "nul\x00", "\x1b[2J"],
+    ids=["newline", "tab", "nul", "escape"],
+)
+async def test_a_trace_id_with_control_characters_is_refused(
+    trace_id: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Defect: a ``_meta`` trace id could carry newlines and other control
+    characters (HTTP headers cannot), which went as they were into the server's
+    log lines (forging entries) and every event of the call."""
+    async with serving_tools() as served, Client(served.mcp.server) as client:
+        with (
+            caplog.at_level(logging.INFO, logger="openstarry.mcp"),
+            anyio.fail_after(HANG),
+            pytest.raises(MCPError) as caught,
+        ):
+            await client.call_tool("echo", {"value": 1}, meta=meta(trace_id, 2))
+        assert caught.value.code == types.INVALID_PARAMS
+        assert "trace" in caught.value.message
+        assert served.echo.runs == 0
+        assert not any(trace_id in record.getMessage() for record in caplog.records)
+        with anyio.fail_after(HANG):
+            fine = await client.call_tool("echo", {"value": 1}, meta=meta("plain-trace.1", 2))
+        assert fine.is_error is False
+
+
+@pytest.mark.anyio
+async def test_a_call_cancelled_before_it_started_runs_nothing() -> None:
+    """Defect (in ``ExecutionLoop.call_tool``, fixed there by the loop's owner):
+    a caller cancelled while its ``EXEC:TOOL_CALL`` waited for dispatch (the
+    ``tools/call`` of a client that went away at once) left the call to run
+    anyway: its cancel scope did not exist yet, so nothing stopped it. On trio
+    the tool ran to its end for nobody, outside the server's ``max_calls``."""
+    async with serving_tools() as served:
+        with anyio.fail_after(HANG):
+            with anyio.move_on_after(0):
+                await served.agent.loop.call_tool("counter", {"seconds": 0.2})
+            # Settled when its result is published: at once when the call is stopped, only
+            # after the tool's 0.2 s when it runs on (no fixed sleep to outlast it).
+            while not served.of("EXEC:TOOL_RESULT"):
+                await anyio.sleep(0.01)
+            await served.agent.bus.wait_idle()
+        assert served.counter.finished == 0
+        [result] = served.of("EXEC:TOOL_RESULT")
+        assert result.payload["success"] is False
+        assert result.payload["error"]["code"] == "CANCELLED"
+        assert served.agent.loop.external_calls == 0
