@@ -6,9 +6,11 @@ the loop, its sessions and its tool execution share.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -385,3 +387,10 @@ async def until(condition: Callable[[], bool]) -> None:
 def context(tools: Any = None) -> AgentContext:
     """A context of session ``s``, trace ``t``, round 1, with ``tools`` (none by default)."""
     return AgentContext(tools=tools or {}, session=Session("s"), trace_id="t", round=1)
+
+
+def manifest_file(folder: Path, data: dict[str, Any]) -> Path:
+    """``folder/agent.json`` holding ``data`` under an identity named "ux"."""
+    path = folder / "agent.json"
+    path.write_text(json.dumps({"identity": {"name": "ux"}, **data}), encoding="utf-8")
+    return path

@@ -1092,3 +1092,27 @@ async def test_a_reader_that_keeps_up_gets_every_new_frame() -> None:
     gets each new frame, in order.
     """
     await _keep_up(30_000, 2000)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_the_client_says_it_cannot_connect_rather_than_a_broken_stream() -> None:
+    base = f"http://127.0.0.1:{_closed_port()}"
+    with Client(base) as client, pytest.raises(ApiError) as info:
+        client.run("hi")
+    assert info.value.code == "cannot_connect"
+    assert "cannot connect to" in str(info.value)
+
+
+@pytest.mark.anyio
+async def test_the_async_client_says_it_cannot_connect() -> None:
+    base = f"http://127.0.0.1:{_closed_port()}"
+    async with AgentClient(base) as client:
+        with pytest.raises(ApiError) as info:
+            await client.run("hi", session_id="s")
+    assert info.value.code == "cannot_connect"

@@ -16,6 +16,7 @@ from agent_harness import (
     SYSTEM_COMMAND,
     USER_MESSAGE,
     conformance_problems,
+    manifest_file,
 )
 from openstarry.cli import main
 from openstarry.core import (
@@ -232,3 +233,20 @@ def test_cli_events_from_a_piped_session_reingest_cleanly(
     assert typed == script[:-1]
     assert conformance_problems(events, inputs) == []
     assert {e.session_id for e in events} == {"cli"}
+
+
+def test_an_http_provider_without_the_extra_is_a_manifest_error(tmp_path: Path) -> None:
+    """It was a 30-line traceback and exit 1; now exit 2 naming the extra."""
+    path = manifest_file(tmp_path, {"provider": {"name": "openai", "model": "m"}})
+    code = (
+        "import sys; sys.modules['httpx'] = None\n"
+        "from openstarry.cli import main\n"
+        f"sys.exit(main(['run', {str(path)!r}, '--input', 'hi']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "provider.name" in done.stderr
+    assert "openstarry[http]" in done.stderr

@@ -15,6 +15,7 @@ import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import anyio
@@ -70,7 +71,7 @@ from openstarry.core import (
     ProviderResponse,
     ToolCall,
 )
-from openstarry.errors import AgentPainException, ProviderError
+from openstarry.errors import AgentPainException, ProviderError, ToolArgumentsError
 from openstarry.events import AgentState
 from openstarry.protocol import parse_payload
 from openstarry.testing import FunctionProvider, ScriptedProvider, tool_call
@@ -1345,3 +1346,26 @@ def test_slash_word_for_an_optional_string_parameter_is_taken_as_written() -> No
 
     wrapped = tool(greet)
     assert wrapped.validate(parse_tool_args(wrapped, "123")) == {"name": "123"}
+
+
+class NoParams(Tool):
+    name = "ping"
+    parameters = MappingProxyType({"type": "object", "properties": {}})
+
+    def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        return "pong"
+
+
+class OneParam(Tool):
+    name = "echo"
+    parameters = MappingProxyType({"type": "object", "properties": {"n": {"type": "integer"}}})
+
+    def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        return args
+
+
+def test_words_for_a_tool_without_parameters_are_explained() -> None:
+    with pytest.raises(ToolArgumentsError, match=r"/ping takes no words here: give key=value"):
+        parse_tool_args(NoParams(), "hello")
+    with pytest.raises(ToolArgumentsError, match=r"/echo: 2 words for 1 parameter \['n'\]"):
+        parse_tool_args(OneParam(), "1 2")

@@ -596,3 +596,14 @@ def test_load_manifest_of_a_huge_file_is_a_manifest_error_naming_the_file(tmp_pa
         [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60
     )
     assert done.stdout.split() == ["ManifestError", "True"], done.stderr
+
+
+def test_exposing_an_imported_tool_by_its_name_says_how_to_name_it() -> None:
+    with pytest.raises(ValueError, match=r"name an imported tool by its entry in tools"):
+        AgentManifest.model_validate(
+            {
+                "identity": {"name": "x"},
+                "tools": ["mcp_fixtures.tools:mumble"],
+                "mcp": {"expose_tools": ["mumble"]},
+            }
+        )

@@ -877,3 +877,26 @@ async def test_mcp_servers_without_the_sdk_fail_the_start_as_a_manifest_error(
     assert caught.value.field == "mcp.servers"
     assert "openstarry[mcp]" in str(caught.value)
     assert agent.mcp is None
+
+
+@pytest.mark.anyio
+async def test_a_stdio_server_writing_junk_is_reported_in_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The SDK logged a full traceback for each line a server wrote that is not JSON-RPC."""
+    from openstarry.errors import McpConnectError
+    from openstarry.manifest import McpServerConfig
+    from openstarry.mcp.client import McpToolset
+
+    junk = "print('oops, a log line')"
+    config = McpServerConfig(name="junk", command=[sys.executable, "-c", junk], timeout=2)
+    caplog.set_level(logging.ERROR, logger="mcp.client.stdio")
+    with pytest.raises(McpConnectError):
+        async with McpToolset([config], default_timeout=2):
+            pass
+    records = [r for r in caplog.records if r.name == "mcp.client.stdio"]
+    assert records, "the SDK reported nothing"
+    for record in records:
+        assert record.exc_info is None
+        assert "not JSON-RPC" in record.getMessage()
+    assert "oops, a log line" in records[0].getMessage()

@@ -13,6 +13,8 @@ import json
 import logging
 import signal
 import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -492,8 +494,6 @@ async def test_openstarry_mcp_over_http(tmp_path: Path, mode: str, anyio_backend
 
 
 def test_an_address_in_use_exits_1_saying_so(tmp_path: Path) -> None:
-    import subprocess
-
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
@@ -513,8 +513,6 @@ def test_an_address_in_use_exits_1_saying_so(tmp_path: Path) -> None:
 
 
 def test_a_bad_manifest_exits_2_naming_the_file(tmp_path: Path) -> None:
-    import subprocess
-
     manifest = tmp_path / "agent.json"
     manifest.write_text('{"identity": {"name": "x"}, "tools": ["nope"]}', encoding="utf-8")
     done = subprocess.run(
@@ -577,9 +575,6 @@ for attempt in (
 
 
 def test_without_the_sdk_the_server_names_the_extra_and_the_guard_still_imports() -> None:
-    import subprocess
-    import sys
-
     done = subprocess.run(
         [sys.executable, "-c", WITHOUT_SDK],
         capture_output=True,
@@ -758,3 +753,49 @@ async def test_a_call_cancelled_before_it_started_runs_nothing() -> None:
         assert result.payload["success"] is False
         assert result.payload["error"]["code"] == "CANCELLED"
         assert served.agent.loop.external_calls == 0
+
+
+def test_an_unflushed_print_of_a_tool_never_reaches_the_mcp_wire(tmp_path: Path) -> None:
+    manifest = helpers.write_manifest(
+        tmp_path,
+        {"expose_tools": ["mcp_fixtures.tools:mumble"]},
+        tools=["mcp_fixtures.tools:mumble"],
+    )
+    with helpers.stdio_server(manifest) as (process, out, err):
+        assert process.stdin is not None
+        replies: list[dict[str, Any]] = []
+        for message in (
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "ux", "version": "1"},
+                },
+            },
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "mumble", "arguments": {"text": "psst"}},
+            },
+        ):
+            process.stdin.write(json.dumps(message).encode() + b"\n")
+            process.stdin.flush()
+            if "id" in message:
+                reply = json.loads(out.next() or "null")
+                assert reply["id"] == message["id"]
+                assert "error" not in reply, reply
+                replies.append(reply)
+        process.stdin.close()
+        assert process.wait(timeout=helpers.WAIT) == 0
+        # Every line on stdout is protocol; the print went to stderr.
+        assert out.next() is None
+        assert "buffered chatter: psst" in err.join()
+    # The call ran and its reply, the tool's own result, is intact.
+    result = replies[1]["result"]
+    assert result["isError"] is False, result
+    assert result["content"] == [{"type": "text", "text": "psst"}]
