@@ -76,6 +76,27 @@ class Reply:
     cut: bool = False
 
 
+def chat_answer(words: str) -> Reply:
+    """An OpenAI Chat Completions answer with plain text."""
+    return Reply(
+        json={
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1741569952,
+            "model": "gpt-4.1-2025-04-14",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": words, "refusal": None},
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+        }
+    )
+
+
 @dataclass(frozen=True)
 class Recorded:
     """A request the server got."""

@@ -1116,3 +1116,40 @@ async def test_the_async_client_says_it_cannot_connect() -> None:
         with pytest.raises(ApiError) as info:
             await client.run("hi", session_id="s")
     assert info.value.code == "cannot_connect"
+
+
+#: The request of spec 003's "Example Use Case", verbatim.
+SPEC_REQUEST = """{
+  "input": [{
+    "role": "user",
+    "content": [{"type": "text", "text": "Describe this image"}],
+    "type": "message"
+  }],
+  "stream": true,
+  "model": "gpt-4-vision"
+}"""
+
+
+@pytest.mark.anyio
+async def test_issue4_the_specs_example_request_is_served_over_http() -> None:
+    """The spec's own request JSON, sent as it is to a real server, gets the spec's stream."""
+    from openstarry.testing import ScriptedProvider
+
+    provider = ScriptedProvider(["This image shows..."])
+    with serving(Agent(provider)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=HANG) as http:
+            response = await http.post(
+                "/process", content=SPEC_REQUEST, headers={"content-type": "application/json"}
+            )
+    assert response.status_code == 200, response.text
+    events = [json.loads(block["data"]) for block in frames(response.text)]
+    assert provider.calls[0].prompt == "Describe this image"
+    kinds = [(e["object"], e["status"]) for e in events]
+    assert kinds[0] == ("response", "created")
+    assert kinds[-1] == ("response", "completed")
+    message = next(e for e in events if e["object"] == "message")
+    contents = [e for e in events if e["object"] == "content"]
+    assert all(c["msg_id"] == message["id"] for c in contents)
+    assert [c["delta"] for c in contents] == [True, False]
+    assert contents[-1]["text"] == "This image shows..."
+    assert all(c["index"] == 0 for c in contents)

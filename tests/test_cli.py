@@ -6,10 +6,14 @@ import io
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from agent_harness import (
@@ -18,6 +22,7 @@ from agent_harness import (
     conformance_problems,
     manifest_file,
 )
+from openstarry.api.client import Client
 from openstarry.cli import main
 from openstarry.core import (
     DedupWindow,
@@ -250,3 +255,53 @@ def test_an_http_provider_without_the_extra_is_a_manifest_error(tmp_path: Path) 
     assert "Traceback" not in done.stderr
     assert "provider.name" in done.stderr
     assert "openstarry[http]" in done.stderr
+
+
+#: A bound on any one wait, so a broken component fails a test instead of hanging it.
+HANG = 10.0
+
+
+FINAL_TEXT = "The weather in Taipei is 25°C, Sunny."
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def test_issue4_openstarry_serve_takes_host_and_port() -> None:
+    """``openstarry serve MANIFEST --host 127.0.0.1 --port N``: health, then a streamed run."""
+    port = free_port()
+    command = [
+        *(sys.executable, "-m", "openstarry.cli", "serve", str(EXAMPLE)),
+        *("--host", "127.0.0.1", "--port", str(port)),
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with Client(f"http://127.0.0.1:{port}", timeout=HANG) as client:
+            deadline = time.monotonic() + HANG
+            while True:
+                try:
+                    health = client.health()
+                    break
+                except httpx.TransportError:
+                    assert process.poll() is None, process.communicate()
+                    assert time.monotonic() < deadline, "the server did not come up"
+                    time.sleep(0.05)
+            streamed = client.run("Query weather in Taipei", session_id="host")
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            _, err = process.communicate(timeout=HANG * 3)
+        except subprocess.TimeoutExpired:  # never left running past the test
+            process.kill()
+            process.communicate()
+            raise
+    assert health["status"] == "ok"
+    assert health["agent"] == "weather-agent"
+    assert streamed.session_id == "host"
+    assert streamed.output is not None
+    assert streamed.output[-1].get_text_content() == FINAL_TEXT
+    assert f"127.0.0.1:{port}" in err

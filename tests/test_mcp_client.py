@@ -23,11 +23,15 @@ import pytest
 
 pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
 
+
+import pytest
+
 from mcp_fixtures.tools import Echo
 from openstarry import Agent
 from openstarry.agent.interfaces import AgentContext
 from openstarry.agent.loop import LoopLimits
 from openstarry.agent.memory import Memory, Session, ToolOutcome
+from openstarry.agent.tools import tool
 from openstarry.bus import EventBus
 from openstarry.core import Event
 from openstarry.errors import ManifestError, ToolError
@@ -36,7 +40,8 @@ from openstarry.mcp import client as mcp_client
 from openstarry.mcp import server as mcp_server
 from openstarry.mcp.client import McpConnectError, McpToolset, RemoteTool
 from openstarry.mcp.guard import DEPTH_HEADER, META_DEPTH, META_TRACE, TRACE_HEADER
-from openstarry.testing import ScriptedProvider, text, tool_call
+from openstarry.testing import FunctionProvider, ScriptedProvider, text, tool_call
+from openstarry.tools.weather import get_weather
 
 FIXTURES = Path(__file__).resolve().parent / "mcp_fixtures"
 SERVER = FIXTURES / "sdk_server.py"
@@ -550,7 +555,6 @@ async def test_too_many_tools_fail_the_connection(
 
 @pytest.mark.anyio
 async def test_a_remote_name_clashing_with_a_local_tool_is_refused(http_url: str) -> None:
-    from openstarry.agent.tools import tool
 
     @tool
     def clash() -> str:
@@ -900,3 +904,41 @@ async def test_a_stdio_server_writing_junk_is_reported_in_one_line(
         assert record.exc_info is None
         assert "not JSON-RPC" in record.getMessage()
     assert "oops, a log line" in records[0].getMessage()
+
+
+@pytest.mark.anyio
+async def test_issue5_the_provider_sees_remote_tools_like_local_ones() -> None:
+    """A server written with the official SDK, over stdio: its tools reach the provider's
+    context next to the local tool, described the same way, under ``<server>.<tool>``, and
+    the retrieval layer ranks them like local tools."""
+    seen: list[dict[str, dict[str, Any]]] = []
+
+    def brain(prompt: str, context: AgentContext) -> Any:
+        seen.append({name: t.describe() for name, t in context.tools.items()})
+        if context.round == 1:
+            return tool_call("fx.add", {"a": 2, "b": 3})
+        outcome = context.memory.current_turn()[-1]
+        assert isinstance(outcome, ToolOutcome)
+        return text(f"The sum is {outcome.result['sum']}.")
+
+    config = McpServerConfig(name="fx", command=[sys.executable, str(SERVER), "stdio"])
+    agent = Agent(FunctionProvider(brain), [get_weather], mcp_servers=[config])
+    with anyio.fail_after(HANG * 2):
+        async with agent:
+            everything = await agent.ask("Hello")
+            # Now with a limit: the remote tool that fits the input is chosen.
+            agent.loop.max_tools = 2
+            chosen = await agent.ask("add two integers")
+    assert everything.error is None
+    assert everything.replies == ["The sum is 5."]
+    first = seen[0]
+    assert "get_weather" in first
+    assert "fx.add" in first
+    local, remote = first["get_weather"], first["fx.add"]
+    assert set(local) == set(remote)  # one shape of description for both
+    assert remote["name"] == "fx.add"
+    assert remote["description"] == "Add two integers."
+    assert remote["parameters"]["required"] == ["a", "b"]
+    assert chosen.replies == ["The sum is 5."]
+    assert len(seen[2]) == 2
+    assert "fx.add" in seen[2]

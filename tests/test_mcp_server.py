@@ -35,6 +35,7 @@ import openstarry.mcp
 from mcp_fixtures import helpers
 from mcp_fixtures.tools import Echo, gate
 from openstarry.agent.interfaces import AgentContext, Tool
+from openstarry.agent.memory import ToolOutcome
 from openstarry.agent.runtime import Agent
 from openstarry.core import Event
 from openstarry.mcp import (
@@ -49,6 +50,7 @@ from openstarry.mcp import (
 )
 from openstarry.protocol import KernelError, parse_payload
 from openstarry.testing import ScriptedProvider
+from openstarry.tools.weather import get_weather
 
 pytestmark = pytest.mark.anyio
 
@@ -530,7 +532,6 @@ def test_a_bad_manifest_exits_2_naming_the_file(tmp_path: Path) -> None:
 
 
 def test_a_result_json_cannot_carry_is_an_error() -> None:
-    from openstarry.agent.memory import ToolOutcome
     from openstarry.mcp.server import _result_of
 
     result = _result_of(ToolOutcome("id", "odd", True, result={"x": float("nan")}))
@@ -799,3 +800,110 @@ def test_an_unflushed_print_of_a_tool_never_reaches_the_mcp_wire(tmp_path: Path)
     result = replies[1]["result"]
     assert result["isError"] is False, result
     assert result["content"] == [{"type": "text", "text": "psst"}]
+
+
+@asynccontextmanager
+async def mcp_http_client(agent: Agent, headers: dict[str, str]) -> AsyncIterator[Any]:
+    """The official SDK's client over Streamable HTTP to ``agent``'s MCP app, in process."""
+    import httpx2
+    from mcp import Client as McpClient
+    from mcp.client.streamable_http import streamable_http_client
+
+    from openstarry.mcp import AgentMcpServer
+
+    app = AgentMcpServer(agent, expose=["whoami", "get_weather"]).http_app(json_response=True)
+    async with (
+        app.router.lifespan_context(app),
+        httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app),
+            base_url="http://127.0.0.1:8765",
+            headers=headers,
+        ) as http,
+        McpClient(streamable_http_client("http://127.0.0.1:8765/mcp", http_client=http)) as client,
+    ):
+        yield client
+
+
+@pytest.mark.anyio
+async def test_issue5_the_trace_header_is_x_openstarry_trace_id_with_its_depth_beside_it() -> None:
+    """The header is literally ``X-OpenStarry-Trace-ID`` (spec 004 §4); the depth header is
+    of the same family; a depth over 5 is refused with a JSON-RPC error and KERNEL:ERROR."""
+    pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
+    from mcp.shared.exceptions import MCPError
+
+    from mcp_fixtures.tools import whoami
+    from openstarry.mcp import DEPTH_HEADER, RECURSION_LIMIT_EXCEEDED, TRACE_HEADER
+    from openstarry.testing import ScriptedProvider
+
+    assert TRACE_HEADER == "X-OpenStarry-Trace-ID"
+    assert DEPTH_HEADER.lower().startswith("x-openstarry-")
+    agent = Agent(ScriptedProvider([]), [whoami, get_weather], name="trace-agent")
+    errors: list[Event] = []
+    with anyio.fail_after(HANG):
+        async with agent:
+            agent.bus.subscribe("KERNEL:ERROR", errors.append)
+            headers = {"x-openstarry-trace-id": "literal-1", DEPTH_HEADER: "5"}
+            async with mcp_http_client(agent, headers) as client:
+                result = await client.call_tool("whoami", {})
+                assert result.structured_content == {"traceId": "literal-1", "callDepth": 5}
+            deep = {"X-OpenStarry-Trace-ID": "literal-2", DEPTH_HEADER: "6"}
+            async with mcp_http_client(agent, deep) as client:
+                with pytest.raises(MCPError) as caught:
+                    await client.call_tool("whoami", {})
+                assert caught.value.code == RECURSION_LIMIT_EXCEEDED
+                assert "literal-2" in caught.value.message
+                # The agent stays responsive to a new request, in another trace.
+            async with mcp_http_client(agent, {"X-OpenStarry-Trace-ID": "literal-3"}) as client:
+                fresh = await client.call_tool("whoami", {})
+                assert fresh.structured_content == {"traceId": "literal-3", "callDepth": 1}
+            await agent.bus.wait_idle()
+    assert [e.trace_id for e in errors] == ["literal-2"]
+
+
+class RunCounter(Tool):
+    """Counts its runs."""
+
+    name = "count"
+    description = "Counts how often it ran."
+
+    def __init__(self) -> None:
+        self.parameters = {"type": "object", "properties": {}}
+        self.runs = 0
+
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        self.runs += 1
+        return {"runs": self.runs}
+
+
+@pytest.mark.anyio
+async def test_issue5_a_tools_call_event_delivered_twice_runs_the_tool_once() -> None:
+    """The MCP call enters the bus as EXEC:TOOL_CALL; the same event published again (a
+    duplicate delivery) is de-duplicated like any other and runs nothing more."""
+    pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
+    from mcp import Client as McpClient
+
+    from openstarry.mcp import AgentMcpServer
+    from openstarry.testing import ScriptedProvider
+
+    counter = RunCounter()
+    agent = Agent(ScriptedProvider([]), [counter], name="dedup-agent")
+    calls: list[Event] = []
+    results: list[Event] = []
+    with anyio.fail_after(HANG):
+        async with agent:
+            agent.bus.subscribe("EXEC:TOOL_CALL", calls.append)
+            agent.bus.subscribe("EXEC:TOOL_RESULT", results.append)
+            server = AgentMcpServer(agent, expose=["count"])
+            async with McpClient(server.server) as client:
+                result = await client.call_tool("count", {})
+                assert result.is_error is False
+                await agent.bus.wait_idle()
+                [call] = calls
+                assert await agent.bus.apublish(call) is False  # the same event, again
+                await agent.bus.wait_idle()
+                again = await client.call_tool("count", {})  # a new call runs
+                await agent.bus.wait_idle()
+    assert counter.runs == 2
+    assert again.structured_content == {"runs": 2}
+    assert len(results) == 2
+    assert all(r.payload["success"] for r in results)
