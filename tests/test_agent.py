@@ -1,7 +1,8 @@
 """``Agent`` (agent/runtime.py): its lifecycle, and serving inputs on the bus it runs.
 
-Entering and leaving an agent, entering a running agent again, several agents on one
-bus, and an agent built from a manifest serving the inputs ingested into its bus.
+An agent built from a manifest serves every session of the inputs ingested into its
+bus, and two agents given one bus do not both answer an input. (Entering an agent with
+MCP servers again while it runs is tested with the MCP client, in test_mcp_client.py.)
 """
 
 from __future__ import annotations
@@ -12,19 +13,10 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from agent_harness import (
-    HANG,
-    TOOL_RESULT,
-    USER_MESSAGE,
-    conformance_problems,
-    until,
-)
+from agent_harness import HANG, TOOL_RESULT, USER_MESSAGE, conformance_problems, until
 from openstarry.agent.runtime import Agent
 from openstarry.bus import EventBus
-from openstarry.core import (
-    Event,
-    encode_event,
-)
+from openstarry.core import Event, encode_event
 from openstarry.events import OUTPUT_AGENT_MESSAGE
 from openstarry.testing import FunctionProvider
 

@@ -19,11 +19,7 @@ import pytest
 import openstarry.bus as bus_module
 from agent_harness import HANG, UnprintableError
 from openstarry.bus import EventBus, Subscription
-from openstarry.core import (
-    DedupWindow,
-    Event,
-    encode_event,
-)
+from openstarry.core import DedupWindow, Event, encode_event
 from openstarry.errors import QueueClosed, QueueFull
 
 #: Generous bound on a whole test's waiting; never a timing assertion.

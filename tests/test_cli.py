@@ -16,20 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agent_harness import (
-    SYSTEM_COMMAND,
-    USER_MESSAGE,
-    conformance_problems,
-    manifest_file,
-)
+from agent_harness import SYSTEM_COMMAND, USER_MESSAGE, conformance_problems, manifest_file
 from openstarry.api.client import Client
 from openstarry.cli import main
-from openstarry.core import (
-    DedupWindow,
-    EventQueue,
-    Ingestor,
-    decode_event,
-)
+from openstarry.core import DedupWindow, EventQueue, Ingestor, decode_event
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "weather-agent" / "agent.json"

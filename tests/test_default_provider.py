@@ -30,12 +30,7 @@ from openstarry.agent.memory import (
     ToolOutcome,
     UserTurn,
 )
-from openstarry.core import (
-    ContentSegment,
-    ProviderResponse,
-    ToolCall,
-    encode_response,
-)
+from openstarry.core import ContentSegment, ProviderResponse, ToolCall, encode_response
 from openstarry.errors import ManifestError
 from openstarry.providers import (
     DefaultProvider,

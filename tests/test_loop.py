@@ -57,20 +57,10 @@ from agent_harness import (
 from openstarry.agent.commands import parse_tool_args
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.loop import ExecutionLoop, LoopLimits, RunResult
-from openstarry.agent.memory import (
-    AssistantTurn,
-    MemoryEntry,
-    ToolOutcome,
-    UserTurn,
-)
+from openstarry.agent.memory import AssistantTurn, MemoryEntry, ToolOutcome, UserTurn
 from openstarry.agent.tools import tool
 from openstarry.bus import EventBus
-from openstarry.core import (
-    ContentSegment,
-    Event,
-    ProviderResponse,
-    ToolCall,
-)
+from openstarry.core import ContentSegment, Event, ProviderResponse, ToolCall
 from openstarry.errors import AgentPainException, ProviderError, ToolArgumentsError
 from openstarry.events import AgentState
 from openstarry.protocol import parse_payload

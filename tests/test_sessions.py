@@ -44,14 +44,9 @@ from agent_harness import (
 )
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.loop import ExecutionLoop, LoopLimits, RunResult
-from openstarry.agent.memory import (
-    UserTurn,
-)
+from openstarry.agent.memory import UserTurn
 from openstarry.bus import EventBus
-from openstarry.core import (
-    Event,
-    ProviderResponse,
-)
+from openstarry.core import Event, ProviderResponse
 from openstarry.testing import FunctionProvider, tool_call
 from openstarry.testing import text as text_response
 

@@ -14,12 +14,7 @@ from agent_harness import context
 from openstarry import protocol
 from openstarry.agent.interfaces import AgentContext, Provider
 from openstarry.agent.memory import AssistantTurn, Session, ToolOutcome, UserTurn
-from openstarry.core import (
-    ContentSegment,
-    ProviderResponse,
-    ToolCall,
-    encode_response,
-)
+from openstarry.core import ContentSegment, ProviderResponse, ToolCall, encode_response
 from openstarry.errors import DecodeError, OpenStarryError
 from openstarry.testing import (
     FunctionProvider,

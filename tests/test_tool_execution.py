@@ -48,12 +48,7 @@ from agent_harness import (
 )
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.loop import LoopLimits, RunResult
-from openstarry.agent.memory import (
-    AssistantTurn,
-    MemoryEntry,
-    ToolFailure,
-    ToolOutcome,
-)
+from openstarry.agent.memory import AssistantTurn, MemoryEntry, ToolFailure, ToolOutcome
 from openstarry.core import ProviderResponse
 from openstarry.errors import ToolError
 from openstarry.testing import ScriptedProvider, tool_call
