@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+
+from fake_llm_server import FakeLLMServer
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -13,3 +17,10 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     """
     backend: str = request.param
     return backend
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    """A scripted LLM API server on 127.0.0.1 (a module may define its own ``server``)."""
+    with FakeLLMServer() as fake:
+        yield fake

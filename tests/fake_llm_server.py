@@ -42,6 +42,13 @@ def sse(data: Any, event: str | None = None) -> bytes:
     return (head + lines + "\n").encode()
 
 
+def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+    """One OpenAI Chat Completions stream chunk, as JSON: ``delta`` for choice 0."""
+    return json.dumps(
+        {"id": "c", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    )
+
+
 @dataclass
 class Reply:
     """One scripted answer.
@@ -67,6 +74,27 @@ class Reply:
     delay: float = 0.0
     event_delay: float = 0.0
     cut: bool = False
+
+
+def chat_answer(words: str) -> Reply:
+    """An OpenAI Chat Completions answer with plain text."""
+    return Reply(
+        json={
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1741569952,
+            "model": "gpt-4.1-2025-04-14",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": words, "refusal": None},
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+        }
+    )
 
 
 @dataclass(frozen=True)

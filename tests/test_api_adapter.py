@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ import pytest
 
 from openstarry.agent.interfaces import AgentContext
 from openstarry.agent.runtime import Agent
+from openstarry.api import adapter as adapter_module
 from openstarry.api.adapter import RESPONSE_END, check_request, collect_run, open_run
 from openstarry.api.models import (
     AgentRequest,
@@ -387,3 +390,46 @@ async def test_image_and_ui_segments_become_content_items_of_the_message() -> No
     assert isinstance(ui, DataContent)
     assert ui.data == {"ui": {"kind": "button", "label": "More"}}
     assert [item.index for item in message.content] == [0, 1, 2]
+
+
+def hi_body(text_: str = "hi", **fields: Any) -> dict[str, Any]:
+    return {"input": [{"role": "user", "content": [{"type": "text", "text": text_}]}], **fields}
+
+
+def hi_request(text_: str = "hi", **fields: Any) -> AgentRequest:
+    return AgentRequest.model_validate(hi_body(text_, **fields))
+
+
+async def break_inside(agent: Agent) -> None:
+    """Raise ``KeyError`` in the body of ``open_run``, at its first event."""
+    async with open_run(agent, hi_request(session_id="s")) as run:
+        async for _ in run:
+            raise KeyError("mine")
+
+
+@pytest.mark.anyio
+async def test_an_error_in_the_body_of_open_run_comes_out_as_itself() -> None:
+    async with Agent(ScriptedProvider(["First.", "Second."])) as agent:
+        with pytest.raises(KeyError, match="mine"):
+            await break_inside(agent)
+        # The run was stopped and its routing undone: the session answers again.
+        with anyio.fail_after(HANG):
+            final = await collect_run(agent, hi_request(session_id="s"))
+    assert str(final.status) == "completed"
+    assert final.output is not None
+    assert final.output[-1].get_text_content() == "Second."
+
+
+@pytest.mark.anyio
+async def test_running_the_adapter_keeps_no_agents_bus_alive() -> None:
+    buses = []
+    for _ in range(3):
+        agent = Agent(ScriptedProvider(["Fine."]))
+        async with agent:
+            final = await collect_run(agent, hi_request())
+        assert str(final.status) == "completed"
+        buses.append(weakref.ref(agent.bus))
+        del agent
+    gc.collect()
+    assert [ref() for ref in buses] == [None, None, None]
+    assert len(adapter_module._ROUTERS) == 0

@@ -28,6 +28,8 @@ from openstarry.api.models import (
     Error,
     Event,
     Message,
+    MessageType,
+    Role,
     RunStatus,
     StatusTransitionError,
     TextContent,
@@ -1038,3 +1040,18 @@ TERMINAL = {"completed", "failed", "canceled"}
 
 BuilderMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
 TestBuilderMachine = BuilderMachine.TestCase
+
+
+def test_set_error_refuses_what_would_break_the_message_later() -> None:
+    response = ResponseBuilder()
+    response.created()
+    message = response.create_message_builder(Role.ASSISTANT, MessageType.ERROR)
+    message.created()
+    with pytest.raises(TypeError, match="set_error needs a str"):
+        message.set_error(500, None)  # type: ignore[arg-type]
+    message.set_error("E500", "the tool broke")
+    done = message.complete()
+    assert (done.code, done.message, str(done.status)) == ("E500", "the tool broke", "completed")
+    final = response.completed()
+    assert final.output is not None
+    assert [m.id for m in final.output] == [message.id]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -593,8 +595,6 @@ def test_add_content_appends_replaces_and_refuses_gaps() -> None:
 
 
 def test_the_public_names_import_without_http_packages() -> None:
-    import subprocess
-    import sys
 
     code = (
         "import sys, openstarry.api as api\n"
@@ -617,3 +617,55 @@ def test_validation_errors_of_models_are_pydantic_errors() -> None:
         Message.model_validate({"role": "robot"})
     with pytest.raises(ValidationError):
         AgentRequest(input=[Message()], n=6)
+
+
+#: The fields spec 003 gives each model (the AgentScope Runtime schema).
+SPEC_FIELDS: dict[str, set[str]] = {
+    "FunctionParameters": {"type", "properties", "required"},
+    "FunctionTool": {"name", "description", "parameters"},
+    "Tool": {"type", "function"},
+    "FunctionCall": {"call_id", "name", "arguments"},
+    "FunctionCallOutput": {"call_id", "output"},
+    "Content": {"type", "object", "index", "delta", "msg_id"},
+    "ImageContent": {"image_url"},
+    "TextContent": {"text"},
+    "DataContent": {"data"},
+    "AudioContent": {"data", "format"},
+    "FileContent": {"file_url", "file_id", "filename", "file_data"},
+    "RefusalContent": {"refusal"},
+    "Message": {"id", "object", "type", "status", "role", "content", "code", "message"},
+    "BaseRequest": {"input", "stream"},
+    "AgentRequest": {
+        *("model", "top_p", "temperature", "frequency_penalty", "presence_penalty"),
+        *("max_tokens", "stop", "n", "seed", "tools", "session_id", "response_id"),
+    },
+    "BaseResponse": {
+        *("sequence_number", "id", "object", "created_at", "completed_at"),
+        *("error", "output", "usage", "status"),
+    },
+    "AgentResponse": {"session_id"},
+    "Error": {"code", "message"},
+}
+
+
+def test_issue4_every_model_has_the_specs_field_names_on_the_wire() -> None:
+    """Same field names as spec 003, as the JSON names (aliases) the models read and write."""
+    from openstarry.api import models
+
+    for name, fields in SPEC_FIELDS.items():
+        cls = getattr(models, name)
+        wire = {field.alias or key for key, field in cls.model_fields.items()}
+        assert fields <= wire, (name, sorted(fields - wire))
+    text_content = models.TextContent(text="x", msg_id="msg_1", index=0, delta=True)
+    assert text_content.to_wire() == {
+        "object": "content",
+        "type": "text",
+        "text": "x",
+        "msg_id": "msg_1",
+        "index": 0,
+        "delta": True,
+    }
+    call = models.FunctionCall(call_id="c1", name="get_weather", arguments="{}")
+    assert call.to_wire() == {"call_id": "c1", "name": "get_weather", "arguments": "{}"}
+    assert models.Message().to_wire()["object"] == "message"
+    assert models.Message().id.startswith("msg_")

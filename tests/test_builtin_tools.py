@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
+from agent_harness import context
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.memory import Session
 from openstarry.agent.tools import FunctionTool
+from openstarry.core import Event
 from openstarry.errors import ManifestError, ToolArgumentsError, ToolError
 from openstarry.tools import BUILTIN_TOOLS, fs, get_weather, resolve_tools
 from openstarry.tools.fs import fs_tools
@@ -465,3 +467,27 @@ def test_resolve_errors(ext_module: str, entries: list[Any], field: str, message
         resolve_tools(names)
     assert info.value.field == field
     assert info.value.path is None
+
+
+def test_fs_list_of_a_directory_with_a_non_utf8_name_can_be_reported(tmp_path: Path) -> None:
+    """fs.list returns text that JSON and the core can carry, whatever the file names' bytes.
+
+    A single file name that is not UTF-8 must not make the whole directory
+    unlistable: its name comes back with replacement characters (as fs.read
+    decodes content), not as lone surrogates that no event can encode.
+    """
+    try:
+        fd = os.open(os.path.join(os.fsencode(tmp_path), b"bad\xff.txt"), os.O_CREAT | os.O_WRONLY)
+    except OSError:
+        pytest.skip("this file system refuses file names that are not UTF-8")
+    os.close(fd)
+    (tmp_path / "good.txt").write_text("x")
+    listing = next(t for t in fs_tools([tmp_path]) if t.name == "fs.list")
+
+    entries: Any = listing.run(listing.validate({}), context())
+
+    assert len(entries) == 2
+    assert "good.txt" in [entry["name"] for entry in entries]
+    payload = {"toolCallId": "c-1", "name": "fs.list", "success": True, "result": entries}
+    event = Event.new("EXEC:TOOL_RESULT", payload, source="test", session_id="s")
+    assert len(event.payload["result"]) == 2

@@ -13,9 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import openstarry.bus as bus_module
+from agent_harness import HANG, UnprintableError
 from openstarry.bus import EventBus, Subscription
 from openstarry.core import DedupWindow, Event, encode_event
 from openstarry.errors import QueueClosed, QueueFull
@@ -1237,3 +1239,134 @@ async def test_aclose_from_a_handler_closes_without_deadlock() -> None:
     assert bus.closed
     # What was accepted before the close is still dispatched.
     assert seen == ["SYS:CLOSE", "APP:AFTER"]
+
+
+def user_event(type_: str = "X:Y") -> Event:
+    return Event.new(type_, {"n": 1}, source="test", session_id="s")
+
+
+@pytest.mark.anyio
+async def test_publish_to_a_closed_bus_does_not_record_the_id() -> None:
+    """``publish`` into a closed bus raises QueueClosed before the dedup window records
+    the event's id, so with a shared or restored DedupWindow the refused event can
+    still be published on the next bus instead of being dropped as a duplicate."""
+    window = DedupWindow(60_000, 1000)
+    event = user_event()
+    async with EventBus(dedup=window) as old:
+        await old.aclose()
+        with pytest.raises(QueueClosed):
+            old.publish(event)
+    assert event.id not in window
+    async with EventBus(dedup=window) as new:
+        assert new.publish(event) is True
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_subscription_gets_no_more_events() -> None:
+    """Once ``Subscription.cancel`` has returned, the handler is not called again, even
+    for an event whose dispatch was already under way (the loop relies on this when it
+    unsubscribes in ``__aexit__``)."""
+    entered = anyio.Event()
+    proceed = anyio.Event()
+    late: list[str] = []
+
+    async def first(event: Event) -> None:
+        entered.set()
+        await proceed.wait()
+
+    async with EventBus() as bus:
+        bus.subscribe("*", first)
+        second = bus.subscribe("*", lambda event: late.append(event.type))
+        bus.publish(user_event())
+        with anyio.fail_after(HANG):
+            await entered.wait()
+            second.cancel()
+            proceed.set()
+            await bus.wait_idle()
+    assert late == []
+
+
+@pytest.mark.anyio
+async def test_a_handler_error_that_cannot_be_printed_does_not_stop_the_bus() -> None:
+    """A handler whose exception cannot be printed still becomes a KERNEL:ERROR with a
+    fallback message, and the bus goes on dispatching later events."""
+    seen: list[str] = []
+
+    def bad(event: Event) -> None:
+        if event.type == "X:BAD":
+            raise UnprintableError(2)
+
+    async with EventBus() as bus:
+        bus.subscribe("*", bad)
+        bus.subscribe("*", lambda event: seen.append(event.type))
+        with anyio.fail_after(HANG):
+            bus.publish(user_event("X:BAD"))
+            await bus.wait_idle()
+            bus.publish(user_event("X:GOOD"))
+            await bus.wait_idle()
+    assert seen == ["X:BAD", ERROR, "X:GOOD"]
+
+
+@pytest.mark.anyio
+async def test_cancelled_while_the_bus_drains_exits_its_task_group() -> None:
+    """Cancelling the task while ``async with EventBus()`` drains on exit (a timeout, or
+    Ctrl-C in the CLI) still exits the bus's task group, so the cancellation is caught
+    by the scope that issued it and the task's cancel scope stack stays intact."""
+    draining = anyio.Event()
+
+    with anyio.CancelScope() as scope:
+
+        async def slow(event: Event) -> None:
+            with anyio.fail_after(HANG):
+                while not bus.closed:  # the host task is now in aclose()
+                    await anyio.lowlevel.checkpoint()
+            draining.set()
+            scope.cancel()
+            await anyio.sleep_forever()
+
+        async with EventBus() as bus:
+            bus.subscribe("*", slow)
+            bus.publish(user_event())
+    assert draining.is_set()
+    assert scope.cancelled_caught
+    await anyio.lowlevel.checkpoint()  # the task's cancel scope stack is intact
+
+
+@pytest.mark.anyio
+async def test_wait_idle_from_a_handler_does_not_deadlock_the_bus() -> None:
+    """``wait_idle`` called from a handler returns or raises RuntimeError at once
+    instead of waiting for the dispatcher that is running it, so the bus never
+    deadlocks on itself (as ``aclose`` already avoids)."""
+    outcome: list[str] = []
+
+    async def handler(event: Event) -> None:
+        try:
+            with anyio.fail_after(0.5):
+                await bus.wait_idle()
+            outcome.append("returned")
+        except RuntimeError:
+            outcome.append("refused")
+        except TimeoutError:
+            outcome.append("deadlocked")
+
+    async with EventBus() as bus:
+        bus.subscribe("*", handler)
+        bus.publish(user_event())
+        with anyio.fail_after(HANG):
+            while not outcome:
+                await anyio.sleep(0.01)
+    assert outcome in (["returned"], ["refused"])
+
+
+@pytest.mark.anyio
+async def test_the_route_cache_does_not_grow_with_every_event_type_seen() -> None:
+    """The bus's route cache stays bounded however many distinct event types pass
+    through, so a peer sending ever new types cannot grow memory without bound."""
+    async with EventBus() as bus:
+        bus.subscribe("*", lambda event: None)
+        with anyio.fail_after(HANG):
+            for i in range(5000):
+                bus.publish(user_event(f"X:T{i}"))
+            await bus.wait_idle()
+        cached = len(getattr(bus, "_routes", {}))
+    assert cached <= 1024

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
+from agent_harness import SYSTEM_COMMAND, USER_MESSAGE, conformance_problems, manifest_file
+from openstarry.api.client import Client
 from openstarry.cli import main
-from openstarry.core import decode_event
+from openstarry.core import DedupWindow, EventQueue, Ingestor, decode_event
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "weather-agent" / "agent.json"
@@ -170,3 +177,121 @@ def test_the_console_script_is_installed() -> None:
     assert script is not None, "the openstarry entry point is not installed next to python"
     proc = subprocess.run([script, "--version"], capture_output=True, text=True, check=True)
     assert proc.stdout.startswith("openstarry ")
+
+
+def test_an_empty_session_id_on_the_command_line_exits_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--session ""`` on the command line is a bad command line: the CLI prints a
+    one-line error naming the session and exits with status 2, not a traceback."""
+    from openstarry.cli import main
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "weather-agent" / "agent.json"
+    assert main(["run", str(example), "--session", "", "--input", "hi"]) == 2
+    assert "session" in capsys.readouterr().err.lower()
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_cli_events_from_a_piped_session_reingest_cleanly(
+    backend: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """(Regression guard, passes.) ``openstarry run --events`` fed through a pipe with
+    /reset, /stop, built-ins, an unknown command, a slash tool and /quit prints one
+    envelope a line that ``Ingestor`` takes back with no invalid line and no duplicate,
+    and every event the agent emitted conforms."""
+    from openstarry.cli import main
+
+    script = [
+        "Query weather in Taipei",
+        "/reset",
+        "list files",
+        "/stop",
+        "/metrics",
+        "/help",
+        "/nope",
+        "/read notes.txt",
+        "what did I ask?",
+        "/quit",
+        "never read",
+    ]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(script) + "\n"))
+    code = main(["run", str(EXAMPLE), "--events", "--backend", backend])
+    out = capsys.readouterr().out
+    assert code == 1  # /nope ends with a KERNEL:ERROR
+    ingestor = Ingestor(EventQueue(None), DedupWindow(60_000, 10_000))
+    result = ingestor.ingest(out.encode())
+    lines = out.splitlines()
+    assert (result.accepted, result.duplicates, list(result.invalid)) == (len(lines), 0, [])
+    events = [decode_event(line.encode()) for line in lines]
+    inputs = [e.id for e in events if e.type in (USER_MESSAGE, SYSTEM_COMMAND)]
+    typed = [e.payload.get("text") or "/" + e.payload["command"] for e in events if e.id in inputs]
+    assert typed == script[:-1]
+    assert conformance_problems(events, inputs) == []
+    assert {e.session_id for e in events} == {"cli"}
+
+
+def test_an_http_provider_without_the_extra_is_a_manifest_error(tmp_path: Path) -> None:
+    """It was a 30-line traceback and exit 1; now exit 2 naming the extra."""
+    path = manifest_file(tmp_path, {"provider": {"name": "openai", "model": "m"}})
+    code = (
+        "import sys; sys.modules['httpx'] = None\n"
+        "from openstarry.cli import main\n"
+        f"sys.exit(main(['run', {str(path)!r}, '--input', 'hi']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "provider.name" in done.stderr
+    assert "openstarry[http]" in done.stderr
+
+
+#: A bound on any one wait, so a broken component fails a test instead of hanging it.
+HANG = 10.0
+
+
+FINAL_TEXT = "The weather in Taipei is 25°C, Sunny."
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def test_issue4_openstarry_serve_takes_host_and_port() -> None:
+    """``openstarry serve MANIFEST --host 127.0.0.1 --port N``: health, then a streamed run."""
+    port = free_port()
+    command = [
+        *(sys.executable, "-m", "openstarry.cli", "serve", str(EXAMPLE)),
+        *("--host", "127.0.0.1", "--port", str(port)),
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with Client(f"http://127.0.0.1:{port}", timeout=HANG) as client:
+            deadline = time.monotonic() + HANG
+            while True:
+                try:
+                    health = client.health()
+                    break
+                except httpx.TransportError:
+                    assert process.poll() is None, process.communicate()
+                    assert time.monotonic() < deadline, "the server did not come up"
+                    time.sleep(0.05)
+            streamed = client.run("Query weather in Taipei", session_id="host")
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            _, err = process.communicate(timeout=HANG * 3)
+        except subprocess.TimeoutExpired:  # never left running past the test
+            process.kill()
+            process.communicate()
+            raise
+    assert health["status"] == "ok"
+    assert health["agent"] == "weather-agent"
+    assert streamed.session_id == "host"
+    assert streamed.output is not None
+    assert streamed.output[-1].get_text_content() == FINAL_TEXT
+    assert f"127.0.0.1:{port}" in err

@@ -5,13 +5,24 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import textwrap
 from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from openstarry.core import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, Event, decode_event, encode_event
+from envelopes import ENVELOPE, envelope_line, envelope_wire
+from openstarry.core import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_DEPTH,
+    MAX_DEPTH,
+    Event,
+    EventQueue,
+    Ingestor,
+    decode_event,
+    encode_event,
+)
 from openstarry.errors import DecodeError, OpenStarryError
 
 EVENT_ID = "0b7c2a54-3f8e-4c1a-9d2e-6f1b5a8c9e01"
@@ -717,3 +728,69 @@ def test_field_model(draw: st.DataObject) -> None:
         assert err.field == bad[0]
     else:
         assert err.field in bad
+
+
+def test_deepest_payloads_decode_on_a_small_thread_stack() -> None:
+    """Nesting is walked with a heap stack: a 128 KiB thread stack is enough at MAX_DEPTH."""
+    script = textwrap.dedent(
+        f"""
+        import json, threading
+        from openstarry.core import decode_event, decode_response
+        deep = "[" * {MAX_DEPTH - 1} + "]" * {MAX_DEPTH - 1}
+        env = json.dumps({ENVELOPE!r}).replace('{{"text": "hi"}}', deep).encode()
+        resp = ('{{"segments":[],"metadata":' + deep + '}}').encode()
+        out = []
+        def work():
+            out.append(len(str(decode_event(env, max_depth={MAX_DEPTH}).payload)))
+            out.append(decode_response(resp, max_depth={MAX_DEPTH}).metadata is not None)
+        threading.stack_size(128 * 1024)
+        t = threading.Thread(target=work)
+        t.start(); t.join()
+        print(out)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"[{2 * (MAX_DEPTH - 1)}, True]"
+
+
+def test_max_depth_above_the_hard_cap_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_depth"):
+        decode_event(envelope_line(), max_depth=MAX_DEPTH + 1)
+
+
+def test_integers_python_cannot_convert_are_refused_when_decoded() -> None:
+    ok = envelope_line(payload="@").replace(b'"@"', b"9" * 4300)
+    assert decode_event(ok).payload == int("9" * 4300)
+    with pytest.raises(DecodeError, match="digits") as info:
+        decode_event(envelope_line(payload="@").replace(b'"@"', b"9" * 4301))
+    assert info.value.offset is not None
+
+
+@pytest.mark.parametrize("data", [5, [123, 125], "{}", 2**40])
+def test_decoders_take_only_bytes_like_objects(data: Any) -> None:
+    with pytest.raises(TypeError, match="bytes"):
+        decode_event(data)
+    with pytest.raises(TypeError, match="bytes"):
+        Ingestor(EventQueue()).ingest(data)
+
+
+def test_error_offsets_point_at_the_value_not_the_whitespace_before_it() -> None:
+    data = envelope_line().replace(b'"sessionId":"s-1"', b'"sessionId":   ""')
+    with pytest.raises(DecodeError) as info:
+        decode_event(data)
+    assert info.value.field == "sessionId"
+    assert data[info.value.offset or 0 :].startswith(b'""')
+
+
+def test_a_number_beyond_a_64_bit_float_is_refused_where_it_is_decoded() -> None:
+    """``1e400`` cannot be a float and be written back as JSON, so the core refuses it.
+
+    Read as infinity, it would turn into ``null`` (or an encoding error) on the
+    way out; refused at decode time, the error names where it is.
+    """
+    raw = json.dumps(envelope_wire(payload="@@")).encode().replace(b'"@@"', b'{"n": 1e400}')
+    with pytest.raises(DecodeError, match="out of range"):
+        decode_event(raw)

@@ -9,6 +9,9 @@ response segment by segment.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -16,6 +19,7 @@ from typing import Any
 import pytest
 
 import openstarry.providers as providers
+from agent_harness import context
 from openstarry.agent.interfaces import AgentContext, Provider, Tool
 from openstarry.agent.memory import (
     AssistantTurn,
@@ -35,6 +39,7 @@ from openstarry.providers import (
     register_provider,
 )
 from openstarry.providers.default import ACKNOWLEDGEMENT, MAX_REQUEST_CHARS
+from openstarry.tools import resolve_tools
 
 pytestmark = pytest.mark.anyio
 
@@ -591,3 +596,89 @@ def test_register_provider(monkeypatch: pytest.MonkeyPatch) -> None:
         register_provider(" ", factory)
     with pytest.raises(TypeError, match="callable"):
         register_provider("x", "not a factory")  # type: ignore[arg-type]
+
+
+def test_the_default_provider_answers_a_maximal_prompt_quickly() -> None:
+    """The default provider parses a prompt of maximal length (``MAX_REQUEST_CHARS``)
+    without catastrophic regex backtracking, so one request cannot stall the event
+    loop for every session. Run in a subprocess (killed on timeout); the 5 s bound
+    is only a hang guard, a normal answer takes milliseconds."""
+    code = textwrap.dedent(
+        """
+        import asyncio
+        from openstarry.agent.interfaces import AgentContext
+        from openstarry.agent.memory import Memory, Session
+        from openstarry.providers.default import DefaultProvider
+        from openstarry.tools import fs_tools
+
+        tools = {t.name: t for t in fs_tools(["."])}
+        context = AgentContext(tools, Session("s", Memory()), "a", "t", 1)
+        prompt = "write " + " " * 990 + "x"
+        asyncio.run(DefaultProvider().generate(prompt, context))
+        """
+    )
+    try:
+        subprocess.run([sys.executable, "-c", code], timeout=5, check=True, capture_output=True)
+    except subprocess.TimeoutExpired:
+        pytest.fail("DefaultProvider.generate blocked for over 5 s on a 997-character prompt")
+
+
+def test_the_default_provider_tries_a_bounded_number_of_write_merges(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A prompt of many clauses that start like a write ("put ;" x 166) is parsed in
+    linear work: each clause tries a bounded number of merges with the next ones,
+    where trying them all cost cubic time (0.4 s of blocked event loop)."""
+    from openstarry.providers import default
+
+    calls = 0
+    match_write = default._match_write
+
+    def counting(clause: str) -> Any:
+        nonlocal calls
+        calls += 1
+        return match_write(clause)
+
+    monkeypatch.setattr(default, "_match_write", counting)
+    default._parse("put ;" * 166)
+    assert calls <= 166 * (default._MAX_MERGED + 2)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "prompt", ['"\xa0" weather', 'check "\u2003" forecast', '"\u3000"\'s weather'], ids=repr
+)
+async def test_default_provider_answers_a_quoted_unicode_space_before_weather(prompt: str) -> None:
+    """The default provider answers every prompt, odd whitespace in quotes included.
+
+    A quoted non-breaking or ideographic space where a place would be leaves a
+    "location" of whitespace that ``str.strip`` with an ASCII set keeps; the
+    provider must still answer (here: ask for a location) instead of raising
+    ``IndexError`` from ``location.split()[0]``.
+    """
+    tools = resolve_tools(["get_weather"])
+    response = await DefaultProvider().generate(prompt, context(tools))
+    assert response.segments
+    assert response.segments[0].text
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "field"),
+    [
+        ("openai", {"messages": []}, "provider.options.messages"),
+        ("openai-responses", {"input": "x"}, "provider.options.input"),
+        ("anthropic", {"system": "be brief"}, "provider.options.system"),
+        ("anthropic", {"max_tokens": 0}, "provider.options.max_tokens"),
+        ("gemini", {"contents": []}, "provider.options.contents"),
+        ("gemini", {"generationConfig": 3}, "provider.options.generationConfig"),
+    ],
+)
+def test_options_the_translator_refuses_fail_when_the_provider_is_made(
+    name: str, options: dict[str, Any], field: str
+) -> None:
+    """They failed at the agent's first input instead, as a PROVIDER_ERROR of that run, though
+    ``create_provider`` promises a ManifestError for a configuration it cannot use."""
+    config = SimpleNamespace(name=name, model="m", options=options, base_url=None, api_key_env=None)
+    with pytest.raises(ManifestError) as caught:
+        create_provider(config)
+    assert caught.value.field == field

@@ -6,17 +6,20 @@ Validation failures have their own file, ``test_codec_errors.py``.
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import math
 import pickle
 import time
 import uuid
+import weakref
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from envelopes import ENVELOPE, Sentinel, envelope_line, nested
 from openstarry.core import (
     DEFAULT_PRIORITY,
     PRIORITY_HIGHEST,
@@ -25,6 +28,7 @@ from openstarry.core import (
     decode_event,
     encode_event,
 )
+from openstarry.errors import DecodeError
 
 EVENT_ID = "0b7c2a54-3f8e-4c1a-9d2e-6f1b5a8c9e01"
 PARENT_ID = "5d1e4f0a-8b2c-4e6d-a1f3-7c9b0e2d4a68"
@@ -769,3 +773,80 @@ def test_any_json_written_by_the_json_module_decodes_and_re_encodes_identically(
     event = decode_event(data)
     assert event.payload == payload
     assert encode_event(event) == data
+
+
+def test_many_unknown_fields_decode_and_a_repeat_among_them_is_refused() -> None:
+    head = envelope_line()[:-1]
+    body = b"".join(b',"k%d":0' % i for i in range(50_000))
+    event = decode_event(head + body + b"}", max_bytes=1 << 22)
+    assert len(event.extra) == 50_000
+    with pytest.raises(DecodeError, match="duplicate") as info:
+        decode_event(head + body + b',"k0":1}', max_bytes=1 << 22)
+    assert info.value.field == "k0"
+
+
+def test_a_cycle_through_a_decoded_payload_is_collected() -> None:
+    sentinel = Sentinel()
+    alive = weakref.ref(sentinel)
+    event = decode_event(envelope_line())
+    event.payload["sentinel"] = sentinel
+    event.payload["self"] = event
+    del event, sentinel
+    gc.collect()
+    assert alive() is None
+
+
+def test_an_event_whose_payload_was_never_read_stays_out_of_the_collector() -> None:
+    event = decode_event(envelope_line())
+    assert not gc.is_tracked(event)
+    assert event.payload == {"text": "hi"}
+    assert gc.is_tracked(event)
+
+
+@pytest.mark.parametrize("levels", [62, 63])
+def test_what_an_event_is_built_with_decodes_back(levels: int) -> None:
+    """The payload sits one level inside the envelope: builders count it so."""
+    event = Event.new("A:B", nested(levels), source="s", session_id="x")
+    assert decode_event(encode_event(event)).payload == nested(levels)
+
+
+def test_a_payload_too_deep_to_decode_is_refused_when_built() -> None:
+    with pytest.raises(ValueError, match="nesting"):
+        Event.new("A:B", nested(64), source="s", session_id="x")
+
+
+def test_encoding_runs_no_user_code() -> None:
+    """Subclasses are encoded by value: their overridden methods are never called."""
+
+    class Loud(int):
+        def __str__(self) -> str:
+            raise AssertionError("str() called")
+
+        __repr__ = __str__
+
+    class Sneaky(list[Any]):
+        def __iter__(self) -> Any:
+            raise AssertionError("__iter__ called")
+
+    payload = {"big": Loud(2**70), "items": Sneaky([1, 2])}
+    event = Event.new("A:B", payload, source="s", session_id="x")
+    assert event.payload == {"big": 2**70, "items": [1, 2]}
+
+
+def test_a_bytearray_is_copied_so_later_changes_do_not_reach_the_event() -> None:
+    buffer = bytearray(envelope_line())
+    event = decode_event(buffer)
+    buffer[:] = b"x" * len(buffer)
+    assert event.session_id == "s-1"
+    assert decode_event(memoryview(envelope_line())[:]).id == ENVELOPE["id"]
+
+
+def test_a_cycle_through_a_list_payload_is_collected() -> None:
+    sentinel = Sentinel()
+    alive = weakref.ref(sentinel)
+    event = decode_event(envelope_line(payload=[1, 2]))
+    event.payload.append(sentinel)
+    event.payload.append(event)
+    del event, sentinel
+    gc.collect()
+    assert alive() is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 import uuid
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from envelopes import envelope_line
 from openstarry.core import (
     DedupWindow,
     Event,
@@ -707,3 +709,67 @@ def test_ingest_matches_a_plain_python_model(
     assert result.rejected == rejected
     assert result.shed == []
     assert [e.id for e in drain(queue)] == [event_id for _, _, event_id in sorted(queued)]
+
+
+def test_a_refused_line_leaves_a_full_dedup_window_as_it_was() -> None:
+    queue = EventQueue(capacity=2)
+    window = DedupWindow(max_entries=2)
+    ids = [str(uuid.uuid4()) for _ in range(3)]
+    result = Ingestor(queue, window).ingest([envelope_line(id=i) for i in ids], now_ms=0)
+    assert (result.accepted, result.rejected) == (2, [2])
+    assert [i in window for i in ids] == [True, True, False]
+    queue.pop_many(2)
+    again = Ingestor(queue, window).ingest([envelope_line(id=ids[0])], now_ms=1)
+    assert (again.accepted, again.duplicates) == (0, 1)
+
+
+def test_a_uuid_repeated_in_another_case_follows_its_refused_first_sight() -> None:
+    u = str(uuid.uuid4())
+    queue = EventQueue(capacity=1)
+    lines = [envelope_line(id=str(uuid.uuid4())), envelope_line(id=u.upper()), envelope_line(id=u)]
+    result = Ingestor(queue, DedupWindow()).ingest(lines, now_ms=0)
+    assert (result.accepted, result.duplicates, result.rejected) == (1, 0, [1, 2])
+
+
+def test_a_finalizer_running_another_ingest_cannot_let_an_id_in_twice() -> None:
+    """Two ingestors share a window; a finalizer runs the second in the middle of the first."""
+    queue, window = EventQueue(), DedupWindow()
+    first, second = Ingestor(queue, window), Ingestor(queue, window)
+    data = envelope_line(id="same-id")
+    results = []
+
+    class Intruder:
+        def __del__(self) -> None:
+            thread = threading.Thread(target=lambda: results.append(second.ingest(data, now_ms=1)))
+            thread.start()
+            thread.join()
+
+    intruder = Intruder()
+    intruder.cycle = intruder  # type: ignore[attr-defined]
+    del intruder
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1)  # the next allocation of the ingest collects the intruder
+    try:
+        results.append(first.ingest(data, now_ms=1))
+    finally:
+        gc.set_threshold(*thresholds)
+    gc.collect()
+    assert sorted(r.accepted for r in results) == [0, 1]
+    assert [e.id for e in queue.pop_many(10)] == ["same-id"]
+
+
+def test_shed_events_leave_the_window_so_a_redelivery_gets_in() -> None:
+    queue, window = EventQueue(capacity=1, overflow="shed"), DedupWindow()
+    ingestor = Ingestor(queue, window)
+    result = ingestor.ingest(
+        [envelope_line(id="mid", priority=3), envelope_line(id="low", priority=5)], now_ms=0
+    )
+    assert [e.id for e in result.shed] == ["low"]  # shed on arrival
+    assert "mid" in window
+    assert "low" not in window
+    result = ingestor.ingest([envelope_line(id="top", priority=0)], now_ms=1)
+    assert [e.id for e in result.shed] == ["mid"]  # queued earlier, then shed
+    assert "mid" not in window
+    assert queue.pop().id == "top"
+    again = ingestor.ingest([envelope_line(id="mid", priority=3)], now_ms=2)
+    assert (again.accepted, again.duplicates) == (1, 0)

@@ -1,162 +1,77 @@
 """ExecutionLoop: the think-act loop of spec 000 section 5, with the events of spec 002.
 
-Every test drives a real :class:`EventBus` and :class:`ExecutionLoop` with providers
-and tools defined here, collects every event the bus dispatches, and asserts on
-them. Waits are bounded by :data:`HANG` only as a guard against a hang; no test
-asserts on wall time.
+The loop itself: its lifecycle, its inputs (``submit``, ``ask``, ``start``), slash
+and built-in commands, think-act rounds, state changes, provider errors and timeouts,
+and usage. Sessions and tool execution have their own modules (test_sessions.py,
+test_tool_execution.py). Every test drives a real :class:`EventBus` and
+:class:`ExecutionLoop` with the providers and tools of ``agent_harness``, collects
+every event the bus dispatches, and asserts on them. Waits are bounded by :data:`HANG`
+only as a guard against a hang; no test asserts on wall time.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import pytest
 
-from agent_harness import HANG, running
-from openstarry.agent.interfaces import AgentContext, Tool
-from openstarry.agent.loop import LoopLimits, RunResult
-from openstarry.agent.memory import (
-    AssistantTurn,
-    MemoryEntry,
-    Observation,
-    ToolFailure,
-    ToolOutcome,
-    UserTurn,
+from agent_harness import (
+    AGENT_MESSAGE,
+    ERROR,
+    HANG,
+    SOURCE,
+    STATE_CHANGE,
+    SYSTEM_COMMAND,
+    TICK_START,
+    TOOL_CALL,
+    TOOL_RESULT,
+    USER_MESSAGE,
+    Echo,
+    FakeProvider,
+    Gate,
+    HangingProvider,
+    Weather,
+    call,
+    conformance_problems,
+    filler,
+    last_state,
+    observations,
+    outcomes,
+    response,
+    running,
+    schema,
+    state_chain,
+    states,
+    text,
+    then_say,
+    until,
+    validate_payload,
 )
+from openstarry.agent.commands import parse_tool_args
+from openstarry.agent.interfaces import AgentContext, Tool
+from openstarry.agent.loop import ExecutionLoop, LoopLimits, RunResult
+from openstarry.agent.memory import AssistantTurn, MemoryEntry, ToolOutcome, UserTurn
+from openstarry.agent.tools import tool
+from openstarry.bus import EventBus
 from openstarry.core import ContentSegment, Event, ProviderResponse, ToolCall
-from openstarry.errors import AgentPainException, ProviderError, ToolError
-from openstarry.events import OUTPUT_AGENT_MESSAGE, EventType
-
-USER_MESSAGE = EventType.USER_MESSAGE.value
-SYSTEM_COMMAND = EventType.SYSTEM_COMMAND.value
-TICK_START = EventType.TICK_START.value
-STATE_CHANGE = EventType.STATE_CHANGE.value
-ERROR = EventType.ERROR.value
-TOOL_CALL = EventType.TOOL_CALL.value
-TOOL_RESULT = EventType.TOOL_RESULT.value
-AGENT_MESSAGE = OUTPUT_AGENT_MESSAGE
-SOURCE = "agent:openstarry"
-
+from openstarry.errors import AgentPainException, ProviderError, ToolArgumentsError
+from openstarry.events import AgentState
+from openstarry.protocol import parse_payload
+from openstarry.testing import FunctionProvider, ScriptedProvider, tool_call
+from openstarry.testing import text as text_response
+from openstarry.tools import resolve_tools
 
 # ----------------------------------------------------------------------------- helpers
 
 
-def text(value: str) -> ContentSegment:
-    return ContentSegment("text", text=value)
-
-
-def call(name: str, args: Any = None, call_id: str | None = None) -> ContentSegment:
-    return ContentSegment("tool_call", tool_call=ToolCall(name, args, call_id))
-
-
-def response(*segments: ContentSegment, metadata: Any = None) -> ProviderResponse:
-    return ProviderResponse(list(segments), metadata)
-
-
-@dataclass(frozen=True)
-class Seen:
-    """What the provider was shown on one call."""
-
-    prompt: str
-    round: int
-    session_id: str
-    trace_id: str
-    memory: list[MemoryEntry]
-    tools: list[str]
-
-
-Reply = Callable[[str, AgentContext], Any]
-
-
-class FakeProvider:
-    """Answers from a script (one item per call) or a function; records every call.
-
-    An item that is an exception is raised; anything else is returned as is.
-    """
-
-    name = "fake"
-
-    def __init__(self, *script: Any, reply: Reply | None = None) -> None:
-        self.script = list(script)
-        self.reply = reply
-        self.calls: list[Seen] = []
-
-    async def generate(self, prompt: str, context: AgentContext) -> Any:
-        self.calls.append(
-            Seen(
-                prompt,
-                context.round,
-                context.session_id,
-                context.trace_id,
-                list(context.memory),
-                list(context.tools),
-            )
-        )
-        await anyio.lowlevel.checkpoint()
-        if self.reply is not None:
-            answer = self.reply(prompt, context)
-        else:
-            assert len(self.calls) <= len(self.script), "the provider was called too often"
-            answer = self.script[len(self.calls) - 1]
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer
-
-
-class HangingProvider:
-    """Never answers; records whether it was cancelled."""
-
-    name = "hanging"
-
-    def __init__(self) -> None:
-        self.cancelled = False
-
-    async def generate(self, prompt: str, context: AgentContext) -> ProviderResponse:
-        try:
-            await anyio.sleep_forever()
-        except anyio.get_cancelled_exc_class():
-            self.cancelled = True
-            raise
-        raise AssertionError("unreachable")
-
-
-def schema(*names: str, types: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """An object schema of the named parameters (strings unless ``types`` says), all required."""
-    types = types or {}
-    return {
-        "type": "object",
-        "properties": {n: {"type": types.get(n, "string")} for n in names},
-        "required": list(names),
-    }
-
-
-class Weather(Tool):
-    """The tool of spec 000 section 5 (synchronous: it runs in a worker thread)."""
-
-    name = "get_weather"
-    description = "Get the current weather of a city."
-    parameters = schema("location")
-
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-        self.contexts: list[AgentContext] = []
-        self.rounds: list[int] = []
-
-    def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        self.calls.append(args)
-        self.contexts.append(context)
-        self.rounds.append(context.round)
-        return {"location": args["location"], "forecast": "25°C, Sunny"}
-
-
-class Echo(Tool):
+class SyncEcho(Tool):
     """A synchronous tool that returns the arguments it got."""
 
     def __init__(self, name: str, parameters: Mapping[str, Any] | None = None) -> None:
@@ -169,93 +84,6 @@ class Echo(Tool):
     def run(self, args: dict[str, Any], context: AgentContext) -> Any:
         self.calls.append(args)
         return {"echo": args}
-
-
-class Raises(Tool):
-    """Raises the given exception, from ``def run`` or ``async def run``."""
-
-    def __init__(self, name: str, exc: BaseException) -> None:
-        self.name = name
-        self.exc = exc
-        self.calls = 0
-
-    def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        self.calls += 1
-        raise self.exc
-
-
-class AsyncRaises(Raises):
-    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        self.calls += 1
-        await anyio.lowlevel.checkpoint()
-        raise self.exc
-
-
-class Returns(Tool):
-    """Returns the given value."""
-
-    def __init__(self, name: str, value: Any) -> None:
-        self.name = name
-        self.value = value
-
-    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        return self.value
-
-
-class Blocking(Tool):
-    """An async tool that waits for ``release``; records its start and its cancellation."""
-
-    def __init__(self, name: str = "slow") -> None:
-        self.name = name
-        self.started = anyio.Event()
-        self.release = anyio.Event()
-        self.cancelled = False
-        self.finished = False
-
-    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        self.started.set()
-        try:
-            await self.release.wait()
-        except anyio.get_cancelled_exc_class():
-            self.cancelled = True
-            raise
-        self.finished = True
-        return "released"
-
-
-def states(events: Sequence[Event]) -> list[tuple[str, str]]:
-    return [(e.payload["from"], e.payload["to"]) for e in events if e.type == STATE_CHANGE]
-
-
-def last_state(events: Sequence[Event]) -> dict[str, Any]:
-    changes = [e for e in events if e.type == STATE_CHANGE]
-    assert changes
-    payload: dict[str, Any] = changes[-1].payload
-    return payload
-
-
-def outcomes(memory: Iterable[MemoryEntry]) -> list[ToolOutcome]:
-    return [m for m in memory if isinstance(m, ToolOutcome)]
-
-
-def observations(memory: Iterable[MemoryEntry]) -> list[str]:
-    return [m.text for m in memory if isinstance(m, Observation)]
-
-
-def then_say(first: ProviderResponse | dict[str, Any], final: str) -> FakeProvider:
-    """A provider that answers ``first`` and then ``final`` as text."""
-    return FakeProvider(first, response(text(final)))
-
-
-def slow_on_go(first: ProviderResponse | None = None) -> FakeProvider:
-    """A provider that calls the ``slow`` tool on round 1 of "go", and answers any other turn."""
-
-    def reply(prompt: str, context: AgentContext) -> ProviderResponse:
-        if prompt == "go" and context.round == 1:
-            return first if first is not None else response(call("slow", {}))
-        return response(text(f"answer to {prompt}"))
-
-    return FakeProvider(reply=reply)
 
 
 # ------------------------------------------------------ 1. the sequence of spec 000 §5
@@ -387,23 +215,6 @@ async def test_query_weather_in_taipei_event_by_event() -> None:
 
 
 @pytest.mark.anyio
-async def test_a_tool_call_without_id_gets_one_and_the_result_matches_it() -> None:
-    provider = then_say(response(call("get_weather", {"location": "Taipei"})), "Sunny.")
-    async with running(provider, [Weather()]) as h:
-        result = await h.ask("weather?")
-    [tool_call] = h.of(TOOL_CALL)
-    [tool_result] = h.of(TOOL_RESULT)
-    call_id = tool_call.payload["toolCallId"]
-    assert isinstance(call_id, str)
-    assert call_id
-    assert tool_result.payload["toolCallId"] == call_id
-    assert outcomes(provider.calls[1].memory)[0].tool_call_id == call_id
-    # A response with only a tool call says nothing: one message, the final one.
-    assert result.replies == ["Sunny."]
-    assert [e.payload["final"] for e in h.of(AGENT_MESSAGE)] == [True]
-
-
-@pytest.mark.anyio
 async def test_a_plain_answer_is_one_round() -> None:
     provider = FakeProvider(response(text("Hello!")))
     async with running(provider) as h:
@@ -425,11 +236,11 @@ async def test_a_plain_answer_is_one_round() -> None:
 def slash_tools() -> list[Tool]:
     return [
         Weather(),
-        Echo("fs.read", schema("path")),
-        Echo("fs.write", schema("path", "text")),
-        Echo("calc.add", schema("a", "b", types={"a": "number", "b": "number"})),
-        Echo("fs.list", schema()),
-        Echo("db.list", schema()),
+        SyncEcho("fs.read", schema("path")),
+        SyncEcho("fs.write", schema("path", "text")),
+        SyncEcho("calc.add", schema("a", "b", types={"a": "number", "b": "number"})),
+        SyncEcho("fs.list", schema()),
+        SyncEcho("db.list", schema()),
     ]
 
 
@@ -587,56 +398,6 @@ async def test_help_lists_the_commands_and_the_tools() -> None:
 
 
 @pytest.mark.anyio
-async def test_reset_clears_memory_and_unlocks() -> None:
-    provider = FakeProvider(response(text("one")), response(text("two")))
-    async with running(provider) as h:
-        await h.ask("first")
-        session = h.loop.session("s")
-        assert len(session.memory) == 2
-        session.locked = True
-        session.failure_streak = 7
-        result = await h.ask("/reset")
-        assert result.replies == ["Session reset: memory cleared."]
-        assert list(session.memory) == []
-        assert session.locked is False
-        assert session.failure_streak == 0
-        again = await h.ask("second")
-    assert again.replies == ["two"]
-    assert again.error is None
-    assert provider.calls[1].memory == [UserTurn("second")]
-    [message] = [e for e in h.of(AGENT_MESSAGE) if e.payload.get("metadata")]
-    assert message.payload["metadata"] == {"command": "reset"}
-
-
-@pytest.mark.anyio
-async def test_stop_when_idle_says_so() -> None:
-    provider = FakeProvider()
-    async with running(provider) as h:
-        result = await h.ask("/stop")
-    assert result.replies == ["Stopped."]
-    assert result.error is None
-    assert [e.type for e in h.events] == [USER_MESSAGE, AGENT_MESSAGE]
-    assert h.events[1].payload["metadata"] == {"command": "stop"}
-    assert provider.calls == []
-
-
-@pytest.mark.anyio
-async def test_quit_removes_the_session_and_calls_the_hooks() -> None:
-    provider = FakeProvider(response(text("hello")))
-    quitted: list[str] = []
-    async with running(provider) as h:
-        h.loop.on_quit(quitted.append)
-        await h.ask("hi", session_id="q")
-        await h.ask("hi", session_id="other")
-        assert set(h.loop.sessions) == {"q", "other"}
-        result = await h.ask("/quit", session_id="q")
-        assert result.replies == ["Goodbye."]
-        assert set(h.loop.sessions) == {"other"}
-    assert quitted == ["q"]
-    assert h.of(AGENT_MESSAGE)[-1].payload["metadata"] == {"command": "quit"}
-
-
-@pytest.mark.anyio
 async def test_metrics_reports_data() -> None:
     provider = FakeProvider(response(text("hello")))
     async with running(provider) as h:
@@ -656,167 +417,6 @@ async def test_metrics_reports_data() -> None:
 
 
 # ------------------------------------------------- 3. failures are told, not raised
-
-
-@pytest.mark.anyio
-async def test_unknown_tool_is_fed_back_and_the_provider_sees_it() -> None:
-    provider = then_say(response(call("get_wether", {"location": "Taipei"}, "c1")), "Oops.")
-    weather = Weather()
-    async with running(provider, [weather]) as h:
-        result = await h.ask("weather?")
-    assert result.error is None
-    assert result.replies == ["Oops."]
-    [tool_result] = h.of(TOOL_RESULT)
-    assert tool_result.payload["toolCallId"] == "c1"
-    assert tool_result.payload["success"] is False
-    error = tool_result.payload["error"]
-    assert error["code"] == "TOOL_NOT_FOUND"
-    assert error["source"] == "core"
-    assert "get_wether" in error["message"]
-    assert weather.calls == []
-    # Called again, and shown the observation and the failed outcome.
-    assert len(provider.calls) == 2
-    seen = provider.calls[1].memory
-    [observation] = observations(seen)
-    assert "get_wether" in observation
-    assert "get_weather" in observation  # the tools that do exist
-    [outcome] = outcomes(seen)
-    assert outcome == ToolOutcome(
-        "c1", "get_wether", False, error=ToolFailure("TOOL_NOT_FOUND", error["message"], "core")
-    )
-    assert last_state(h.events) == {"from": "THINKING", "to": "IDLE"}
-
-
-@pytest.mark.anyio
-async def test_invalid_arguments_are_fed_back() -> None:
-    provider = then_say(response(call("get_weather", {"city": "Taipei"}, "c1")), "Let me fix that.")
-    weather = Weather()
-    async with running(provider, [weather]) as h:
-        result = await h.ask("weather?")
-    assert result.error is None
-    [tool_result] = h.of(TOOL_RESULT)
-    assert tool_result.payload["success"] is False
-    assert tool_result.payload["error"]["code"] == "INVALID_ARGUMENTS"
-    assert "location" in tool_result.payload["error"]["message"]
-    assert weather.calls == []
-    seen = provider.calls[1].memory
-    [observation] = observations(seen)
-    assert "get_weather" in observation
-    assert "location" in observation
-    assert outcomes(seen)[0].error is not None
-    assert outcomes(seen)[0].error.code == "INVALID_ARGUMENTS"  # type: ignore[union-attr]
-
-
-FAILURES = [
-    pytest.param(
-        ToolError("Operation not permitted", code="EPERM"),
-        "EPERM",
-        "Operation not permitted",
-        id="tool-error",
-    ),
-    pytest.param(RuntimeError("boom"), "TOOL_ERROR", "RuntimeError: boom", id="exception"),
-    pytest.param(
-        FileNotFoundError(errno.ENOENT, "No such file or directory"),
-        "ENOENT",
-        "No such file or directory",
-        id="enoent",
-    ),
-    pytest.param(
-        PermissionError(errno.EACCES, "Permission denied", "secret.txt"),
-        "EACCES",
-        "Permission denied",
-        id="eacces",
-    ),
-    # A TimeoutError of the tool's own (a socket's, say) is an exception it raised,
-    # not the loop's tool timeout: it did not run for tool_timeout seconds.
-    pytest.param(
-        TimeoutError("read timed out"),
-        "TOOL_ERROR",
-        "TimeoutError: read timed out",
-        id="own-timeout-error",
-    ),
-]
-
-
-@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
-@pytest.mark.parametrize(("exc", "code", "message"), FAILURES)
-@pytest.mark.anyio
-async def test_a_tool_that_raises_becomes_a_failed_result(
-    exc: Exception, code: str, message: str, is_async: bool
-) -> None:
-    tool = AsyncRaises("risky", exc) if is_async else Raises("risky", exc)
-    assert tool.is_async is is_async
-    provider = then_say(response(call("risky", {}, "c1")), "It failed.")
-    async with running(provider, [tool]) as h:
-        result = await h.ask("try it")
-    assert result.error is None
-    assert result.replies == ["It failed."]
-    assert tool.calls == 1
-    [tool_result] = h.of(TOOL_RESULT)
-    failure = {"code": code, "message": message, "source": "tool"}
-    assert tool_result.payload == {
-        "toolCallId": "c1",
-        "name": "risky",
-        "success": False,
-        "error": failure,
-    }
-    assert outcomes(provider.calls[1].memory) == [
-        ToolOutcome("c1", "risky", False, error=ToolFailure(code, message, "tool"))
-    ]
-
-
-class RaisingValidate(Tool):
-    """A tool whose own ``validate`` fails with something other than ToolArgumentsError."""
-
-    name = "picky"
-
-    def __init__(self) -> None:
-        self.ran = False
-
-    def validate(self, args: Any) -> dict[str, Any]:
-        raise KeyError("unit")
-
-    def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        self.ran = True
-        return "ran"
-
-
-@pytest.mark.anyio
-async def test_a_tool_whose_validate_raises_is_a_failed_result_not_a_crash() -> None:
-    provider = then_say(response(call("picky", {}, "c1")), "It refused.")
-    picky = RaisingValidate()
-    async with running(provider, [picky, Weather()]) as h:
-        result = await h.ask("go")
-        # The loop is still serving: another session gets its answer.
-        other = await h.ask("/get_weather Taipei", session_id="other")
-    assert result.error is None
-    assert result.replies == ["It refused."]
-    assert picky.ran is False
-    [tool_result, _] = h.of(TOOL_RESULT)
-    assert tool_result.payload["toolCallId"] == "c1"
-    assert tool_result.payload["success"] is False
-    assert tool_result.payload["error"]["code"] in {"INVALID_ARGUMENTS", "TOOL_ERROR"}
-    assert other.error is None
-
-
-@pytest.mark.parametrize(
-    "value", [object(), {"when": threading.Event()}, float("nan")], ids=["object", "nested", "nan"]
-)
-@pytest.mark.anyio
-async def test_a_result_that_is_not_json_is_invalid_result(value: Any) -> None:
-    provider = then_say(response(call("odd", {}, "c1")), "Hm.")
-    async with running(provider, [Returns("odd", value)]) as h:
-        result = await h.ask("go")
-    assert result.error is None
-    [tool_result] = h.of(TOOL_RESULT)
-    assert tool_result.payload["toolCallId"] == "c1"
-    assert tool_result.payload["success"] is False
-    assert tool_result.payload["error"]["code"] == "INVALID_RESULT"
-    assert tool_result.payload["error"]["source"] == "core"
-    [outcome] = outcomes(provider.calls[1].memory)
-    assert outcome.success is False
-    assert outcome.error is not None
-    assert outcome.error.code == "INVALID_RESULT"
 
 
 @pytest.mark.parametrize(
@@ -918,65 +518,6 @@ async def test_tool_round_limit() -> None:
 
 
 @pytest.mark.anyio
-async def test_tool_timeout_cancels_the_tool() -> None:
-    slow = Blocking()
-    cancelled_before_round_2: list[bool] = []
-
-    def reply(prompt: str, context: AgentContext) -> ProviderResponse:
-        if context.round == 1:
-            return response(call("slow", {}, "c1"))
-        cancelled_before_round_2.append(slow.cancelled)
-        return response(text("Too slow."))
-
-    provider = FakeProvider(reply=reply)
-    async with running(provider, [slow], limits=LoopLimits(tool_timeout=0.05)) as h:
-        result = await h.ask("go")
-    assert result.error is None
-    assert result.replies == ["Too slow."]
-    [tool_result] = h.of(TOOL_RESULT)
-    assert tool_result.payload["success"] is False
-    assert tool_result.payload["error"]["code"] == "TIMEOUT"
-    assert tool_result.payload["error"]["source"] == "core"
-    assert slow.started.is_set()
-    assert slow.cancelled is True
-    assert slow.finished is False
-    assert cancelled_before_round_2 == [True]
-    assert outcomes(provider.calls[1].memory)[0].error is not None
-
-
-class BlockingSync(Tool):
-    """A synchronous tool (worker thread) that blocks until released."""
-
-    name = "sync_slow"
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-        self.done = threading.Event()
-
-    def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        try:
-            self.release.wait(HANG)
-            return "late"
-        finally:
-            self.done.set()
-
-
-@pytest.mark.anyio
-async def test_tool_timeout_of_a_sync_tool() -> None:
-    tool = BlockingSync()
-    provider = then_say(response(call("sync_slow", {}, "c1")), "Too slow.")
-    async with running(provider, [tool], limits=LoopLimits(tool_timeout=0.05)) as h:
-        try:
-            result = await h.ask("go")
-        finally:
-            tool.release.set()
-            await anyio.to_thread.run_sync(tool.done.wait, HANG)
-    assert result.replies == ["Too slow."]
-    [tool_result] = h.of(TOOL_RESULT)
-    assert tool_result.payload["error"]["code"] == "TIMEOUT"
-
-
-@pytest.mark.anyio
 async def test_provider_timeout() -> None:
     provider = HangingProvider()
     async with running(provider, limits=LoopLimits(provider_timeout=0.05)) as h:
@@ -1015,419 +556,7 @@ async def test_the_provider_timeout_does_not_apply_to_tools() -> None:
     assert tool_result.payload["success"] is True
 
 
-class Meet(Tool):
-    """Two calls that each wait for the other to have started: sequential runs deadlock.
-
-    The call with ``last`` also waits for its peer to finish, so it finishes last.
-    """
-
-    name = "meet"
-    parameters = schema("me", "peer")
-
-    def __init__(self) -> None:
-        self.started = {"a": anyio.Event(), "b": anyio.Event()}
-        self.finished = {"a": anyio.Event(), "b": anyio.Event()}
-        self.order: list[str] = []
-
-    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        me, peer = args["me"], args["peer"]
-        self.started[me].set()
-        await self.started[peer].wait()
-        if args.get("last"):
-            await self.finished[peer].wait()
-        self.order.append(me)
-        self.finished[me].set()
-        return f"{me} met {peer}"
-
-
-@pytest.mark.anyio
-async def test_tool_calls_of_one_response_run_concurrently_and_report_in_call_order() -> None:
-    meet = Meet()
-    provider = then_say(
-        response(
-            call("meet", {"me": "a", "peer": "b", "last": True}, "c1"),
-            call("meet", {"me": "b", "peer": "a"}, "c2"),
-        ),
-        "Both met.",
-    )
-    async with running(provider, [meet]) as h:
-        result = await h.ask("meet")  # deadlocks (and fails after HANG) if run one by one
-    assert result.error is None
-    assert meet.order == ["b", "a"]  # the first call finished last ...
-    # ... and still its events and outcome come first.
-    assert [e.payload["toolCallId"] for e in h.of(TOOL_CALL)] == ["c1", "c2"]
-    assert [e.payload["toolCallId"] for e in h.of(TOOL_RESULT)] == ["c1", "c2"]
-    assert [e.payload["result"] for e in h.of(TOOL_RESULT)] == ["a met b", "b met a"]
-    types = [e.type for e in h.events]
-    assert types.index(TOOL_RESULT) > len(types) - 1 - types[::-1].index(TOOL_CALL)
-    assert [o.tool_call_id for o in outcomes(provider.calls[1].memory)] == ["c1", "c2"]
-    calls, results = h.of(TOOL_CALL), h.of(TOOL_RESULT)
-    assert [r.parent_id for r in results] == [c.id for c in calls]
-
-
-class Counting(Tool):
-    """Counts how many of its calls run at once."""
-
-    name = "count"
-    parameters = schema("n", types={"n": "integer"})
-
-    def __init__(self) -> None:
-        self.active = 0
-        self.peak = 0
-
-    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        self.active += 1
-        self.peak = max(self.peak, self.active)
-        for _ in range(10):
-            await anyio.lowlevel.checkpoint()
-        self.active -= 1
-        return args["n"]
-
-
-@pytest.mark.parametrize(("cap", "peak"), [(1, 1), (2, 2), (4, 3)])
-@pytest.mark.anyio
-async def test_max_concurrent_tools(cap: int, peak: int) -> None:
-    counting = Counting()
-    provider = then_say(response(*(call("count", {"n": n}, f"c{n}") for n in range(3))), "Counted.")
-    limits = LoopLimits(max_concurrent_tools=cap)
-    async with running(provider, [counting], limits=limits) as h:
-        result = await h.ask("count")
-    assert result.error is None
-    assert counting.peak == peak
-    assert [e.payload["result"] for e in h.of(TOOL_RESULT)] == [0, 1, 2]
-    assert [e.payload["toolCallId"] for e in h.of(TOOL_RESULT)] == ["c0", "c1", "c2"]
-
-
-# ------------------------------------------------------ 5. repeated failures, lock-out
-
-
-@pytest.mark.anyio
-async def test_three_identical_failing_calls_add_a_warning() -> None:
-    broken = Raises("broken", RuntimeError("nope"))
-    provider = FakeProvider(
-        response(call("broken", {"x": 1})),
-        response(call("broken", {"x": 1})),
-        response(call("broken", {"x": 1})),
-        response(text("I give up.")),
-    )
-    async with running(provider, [broken]) as h:
-        result = await h.ask("try")
-    assert result.error is None
-    assert broken.calls == 3
-    assert observations(provider.calls[2].memory) == []
-    [warning] = observations(provider.calls[3].memory)
-    assert "broken" in warning
-    assert "3 times" in warning
-    assert h.loop.sessions["s"].failure_streak == 3
-    assert h.loop.sessions["s"].locked is False
-
-
-@pytest.mark.anyio
-async def test_different_failing_calls_add_no_warning() -> None:
-    broken = Raises("broken", RuntimeError("nope"))
-    provider = FakeProvider(
-        response(call("broken", {"x": 1})),
-        response(call("broken", {"x": 2})),
-        response(call("broken", {"x": 3})),
-        response(text("I give up.")),
-    )
-    async with running(provider, [broken]) as h:
-        await h.ask("try")
-    assert observations(h.loop.sessions["s"].memory) == []
-
-
-def failing_provider(plan: Mapping[str, int]) -> FakeProvider:
-    """For prompt p, call the broken tool in the first plan[p] rounds, then answer."""
-
-    def reply(prompt: str, context: AgentContext) -> ProviderResponse:
-        if context.round <= plan.get(prompt, 0):
-            return response(call("broken", {"round": context.round}))
-        if prompt == "weather" and context.round == 1:
-            return response(call("get_weather", {"location": "Taipei"}))
-        return response(text(f"answer to {prompt}"))
-
-    return FakeProvider(reply=reply)
-
-
-@pytest.mark.anyio
-async def test_failure_streak_locks_the_session_until_reset() -> None:
-    provider = failing_provider({"break": 10})
-    broken = Raises("broken", RuntimeError("nope"))
-    weather = Weather()
-    limits = LoopLimits(max_failure_streak=3)
-    async with running(provider, [broken, weather], limits=limits) as h:
-        result = await h.ask("break")
-        session = h.loop.sessions["s"]
-        assert result.error is not None
-        assert result.error["code"] == "SESSION_LOCKED"
-        assert broken.calls == 3
-        assert len(provider.calls) == 3
-        assert session.locked is True
-        assert last_state(h.trace(result.trace_id)) == {"from": "EXECUTING", "to": "IDLE"}
-        [error] = h.of(ERROR, result.trace_id)
-        assert error.parent_id == h.of(TICK_START, result.trace_id)[-1].id
-
-        # Locked: inputs and slash tools are refused without calling anyone.
-        refused = await h.ask("hello")
-        assert refused.error is not None
-        assert refused.error["code"] == "SESSION_LOCKED"
-        assert refused.replies == []
-        assert len(provider.calls) == 3
-        assert h.of(TICK_START, refused.trace_id) == []
-        [error] = h.of(ERROR, refused.trace_id)
-        assert error.parent_id == h.of(USER_MESSAGE, refused.trace_id)[0].id
-        slash = await h.ask("/get_weather Taipei")
-        assert slash.error is not None
-        assert slash.error["code"] == "SESSION_LOCKED"
-        assert weather.calls == []
-
-        # Another session is not locked.
-        other = await h.ask("hello", session_id="other")
-        assert other.replies == ["answer to hello"]
-
-        await h.ask("/reset")
-        assert session.locked is False
-        answered = await h.ask("hello")
-    assert answered.error is None
-    assert answered.replies == ["answer to hello"]
-
-
-@pytest.mark.anyio
-async def test_failure_streak_counts_across_inputs_and_a_success_resets_it() -> None:
-    provider = failing_provider({"fail twice": 2, "fail once": 1})
-    broken = Raises("broken", RuntimeError("nope"))
-    limits = LoopLimits(max_failure_streak=3)
-    async with running(provider, [broken, Weather()], limits=limits) as h:
-        first = await h.ask("fail twice")
-        assert first.error is None
-        assert h.loop.sessions["s"].failure_streak == 2
-        await h.ask("weather")  # a successful tool call resets the streak
-        assert h.loop.sessions["s"].failure_streak == 0
-        await h.ask("fail twice")
-        assert h.loop.sessions["s"].locked is False
-        locked = await h.ask("fail once")
-    assert locked.error is not None
-    assert locked.error["code"] == "SESSION_LOCKED"
-    assert h.loop.sessions["s"].locked is True
-    # The run stopped at the locking round: the provider was not asked again.
-    assert [c.round for c in provider.calls if c.trace_id == locked.trace_id] == [1]
-
-
-@pytest.mark.anyio
-async def test_a_success_between_identical_failures_breaks_the_row() -> None:
-    def reply(prompt: str, context: AgentContext) -> ProviderResponse:
-        if context.round <= {"fail twice": 2, "fail once": 1}.get(prompt, 0):
-            return response(call("broken", {"x": 1}))
-        return response(text("done"))
-
-    provider = FakeProvider(reply=reply)
-    broken = Raises("broken", RuntimeError("nope"))
-    async with running(provider, [broken, Weather()]) as h:
-        await h.ask("fail twice")
-        session = h.loop.sessions["s"]
-        assert session.failure_streak == 2
-        # A successful call (here a slash command) ends the row of failures ...
-        slash = await h.ask("/get_weather Taipei")
-        assert slash.error is None
-        assert session.failure_streak == 0
-        # ... so one more identical failure is the first of a new row, not the third.
-        await h.ask("fail once")
-    assert broken.calls == 3
-    assert session.failure_streak == 1
-    assert observations(session.memory) == []
-
-
-# ---------------------------------------------------------------- 6. /stop mid-run
-
-
-@pytest.mark.parametrize("how", ["system-command", "slash-line"])
-@pytest.mark.anyio
-async def test_stop_cancels_a_slow_tool_and_the_session_goes_on(how: str) -> None:
-    slow = Blocking()
-
-    provider = slow_on_go(response(text("Working on it."), call("slow", {}, "c1")))
-    results: dict[str, RunResult] = {}
-    async with running(provider, [slow]) as h:
-
-        async def run() -> None:
-            results["go"] = await h.loop.ask("go", session_id="s")
-
-        with anyio.fail_after(HANG):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run)
-                await slow.started.wait()
-                if how == "system-command":
-                    stop = h.loop.command("stop", session_id="s")
-                    assert stop.priority == 0
-                else:
-                    stop = h.loop.submit("/stop", session_id="s")
-            await h.bus.wait_idle()
-        after = await h.ask("hello")
-
-    result = results["go"]
-    assert result.stopped is True
-    assert result.error is None
-    assert result.replies == ["Working on it."]
-    assert slow.cancelled is True
-    assert slow.finished is False
-    trace = h.trace(result.trace_id)
-    assert [e for e in trace if e.type == TOOL_RESULT] == []
-    assert last_state(trace) == {"from": "EXECUTING", "to": "IDLE", "reason": "stopped"}
-    [stopped] = [e for e in h.events if e.type == AGENT_MESSAGE and e.parent_id == stop.id]
-    assert stopped.payload["text"] == "Stopped."
-    assert h.loop.runs_stopped == 1
-    # The session answers the next input normally.
-    assert after.stopped is False
-    assert after.error is None
-    assert after.replies == ["answer to hello"]
-    assert states(h.trace(after.trace_id)) == [("IDLE", "THINKING"), ("THINKING", "IDLE")]
-    assert h.loop.sessions["s"].state.value == "IDLE"
-
-
-@pytest.mark.anyio
-async def test_stop_drops_the_inputs_waiting_behind_the_run() -> None:
-    slow = Blocking()
-
-    provider = slow_on_go()
-    results: dict[str, RunResult] = {}
-    async with running(provider, [slow]) as h:
-
-        async def run(line: str) -> None:
-            results[line] = await h.loop.ask(line, session_id="s")
-
-        with anyio.fail_after(HANG):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run, "go")
-                await slow.started.wait()
-                tg.start_soon(run, "queued")
-                while len(h.of(USER_MESSAGE)) < 2:  # "queued" now waits behind "go"
-                    await anyio.lowlevel.checkpoint()
-                stop = h.loop.command("stop", session_id="s")
-            await h.bus.wait_idle()
-    assert results["go"].stopped is True
-    assert results["queued"].stopped is True
-    assert results["queued"].replies == []
-    assert [c.prompt for c in provider.calls] == ["go"]
-    [stopped] = [e for e in h.events if e.type == AGENT_MESSAGE and e.parent_id == stop.id]
-    assert stopped.payload["text"] == "Stopped. Dropped 1 waiting input(s)."
-
-
-@pytest.mark.anyio
-async def test_stop_while_the_provider_thinks() -> None:
-    provider = HangingProvider()
-    results: dict[str, RunResult] = {}
-    async with running(provider) as h:
-
-        async def run() -> None:
-            results["go"] = await h.loop.ask("go", session_id="s")
-
-        with anyio.fail_after(HANG):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run)
-                while not h.of(STATE_CHANGE):
-                    await anyio.lowlevel.checkpoint()
-                h.loop.command("stop", session_id="s")
-            await h.bus.wait_idle()
-    result = results["go"]
-    assert result.stopped is True
-    assert result.error is None  # a stop is not a provider timeout
-    assert provider.cancelled is True
-    assert h.of(ERROR) == []
-    assert last_state(h.events) == {"from": "THINKING", "to": "IDLE", "reason": "stopped"}
-    assert h.loop.runs_stopped == 1
-
-
-@pytest.mark.anyio
-async def test_inputs_past_max_pending_are_refused_as_busy() -> None:
-    slow = Blocking()
-
-    provider = slow_on_go()
-    results: dict[str, RunResult] = {}
-    async with running(provider, [slow], limits=LoopLimits(max_pending_inputs=1)) as h:
-
-        async def run(line: str) -> None:
-            results[line] = await h.loop.ask(line, session_id="s")
-
-        with anyio.fail_after(HANG):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run, "go")
-                await slow.started.wait()
-                tg.start_soon(run, "second")
-                while len(h.of(USER_MESSAGE)) < 2:
-                    await anyio.lowlevel.checkpoint()
-                tg.start_soon(run, "third")
-                while "third" not in results:
-                    await anyio.lowlevel.checkpoint()
-                slow.release.set()
-            await h.bus.wait_idle()
-    assert results["third"].error is not None
-    assert results["third"].error["code"] == "SESSION_BUSY"
-    assert results["go"].replies == ["answer to go"]
-    assert results["second"].replies == ["answer to second"]
-    assert [c.prompt for c in provider.calls] == ["go", "go", "second"]
-
-
-# ------------------------------------------------------------ 7. isolated sessions
-
-
-def two_session_provider() -> FakeProvider:
-    def reply(prompt: str, context: AgentContext) -> ProviderResponse:
-        if context.round == 1:
-            if context.session_id == "A":
-                return response(call("slow", {}))
-            return response(call("get_weather", {"location": "Taipei"}))
-        return response(text(f"{context.session_id}: done"))
-
-    return FakeProvider(reply=reply)
-
-
-async def check_sessions_are_isolated(limits: LoopLimits) -> None:
-    slow = Blocking()
-    provider = two_session_provider()
-    results: dict[str, RunResult] = {}
-    async with running(provider, [slow, Weather()], limits=limits) as h:
-
-        async def run_a() -> None:
-            results["A"] = await h.loop.ask("slow one", session_id="A")
-
-        with anyio.fail_after(HANG):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run_a)
-                await slow.started.wait()
-                results["B"] = await h.loop.ask("quick one", session_id="B")
-                # B is done while A is still blocked in its tool.
-                assert "A" not in results
-                assert not slow.finished
-                assert h.loop.sessions["A"].state.value == "EXECUTING"
-                slow.release.set()
-            await h.bus.wait_idle()
-
-    assert results["B"].replies == ["B: done"]
-    assert results["A"].replies == ["A: done"]
-    assert results["A"].trace_id != results["B"].trace_id
-    memory_a = list(h.loop.sessions["A"].memory)
-    memory_b = list(h.loop.sessions["B"].memory)
-    assert [m for m in memory_a if isinstance(m, UserTurn)] == [UserTurn("slow one")]
-    assert [m for m in memory_b if isinstance(m, UserTurn)] == [UserTurn("quick one")]
-    assert [o.name for o in outcomes(memory_a)] == ["slow"]
-    assert [o.name for o in outcomes(memory_b)] == ["get_weather"]
-    for result, session_id in ((results["A"], "A"), (results["B"], "B")):
-        assert {e.session_id for e in h.trace(result.trace_id)} == {session_id}
-
-
-@pytest.mark.anyio
-async def test_a_slow_session_does_not_block_another() -> None:
-    await check_sessions_are_isolated(LoopLimits())
-
-
-@pytest.mark.anyio
-async def test_a_slow_session_does_not_block_another_at_one_tool_at_a_time() -> None:
-    # max_concurrent_tools is a limit of a run ("LoopLimits: the limits of a run"), and
-    # "a slow session never holds up another" (the loop's docstring).
-    await check_sessions_are_isolated(LoopLimits(max_concurrent_tools=1))
-
-
-# ----------------------------------------------------------------- 8. memory window
+# ----------------------------------------------------------------- 5. memory window
 
 
 @pytest.mark.anyio
@@ -1459,7 +588,7 @@ async def test_memory_window_keeps_the_last_user_turns() -> None:
     assert provider.calls[-1].memory == [*memory[:-1]]
 
 
-# ----------------------------------------------------------------- 9. invalid inputs
+# ----------------------------------------------------------------- 6. invalid inputs
 
 
 @pytest.mark.parametrize(
@@ -1533,153 +662,700 @@ async def test_submit_starts_a_run_like_ask() -> None:
     assert h.of(AGENT_MESSAGE)[0].payload["text"] == "ok"
 
 
-# ------------------------------------------- memory keeps every call paired with its answer
-
-
-def assert_calls_answered_in_order(memory: Iterable[MemoryEntry]) -> None:
-    """Each assistant turn's calls are followed at once by their outcomes, in call order."""
-    entries = list(memory)
-    for i, entry in enumerate(entries):
-        if isinstance(entry, AssistantTurn) and entry.tool_calls:
-            answers = entries[i + 1 : i + 1 + len(entry.tool_calls)]
-            assert [a.tool_call_id for a in answers if isinstance(a, ToolOutcome)] == [
-                c.id for c in entry.tool_calls
-            ], entries
+# ------------------------------------ 7. text deltas, the tool retrieval hook, usage
 
 
 @pytest.mark.anyio
-async def test_round_limit_answers_the_calls_it_does_not_run() -> None:
-    provider = FakeProvider(
-        reply=lambda prompt, context: response(call("get_weather", {"location": "Taipei"}))
+async def test_text_deltas_become_events_before_the_message() -> None:
+    kept: list[AgentContext] = []
+
+    async def streaming(prompt: str, context: AgentContext) -> Any:
+        kept.append(context)
+        context.emit_text_delta("Hel")
+        context.emit_text_delta("")  # nothing to say: no event
+        context.emit_text_delta("lo")
+        return text_response("Hello")
+
+    async with running(FunctionProvider(streaming), []) as h:
+        result = await h.ask("hi")
+        kept[0].emit_text_delta("late")  # after generate returned: dropped
+        await h.bus.wait_idle()
+    assert result.text == "Hello"
+    deltas = h.of("OUTPUT:AGENT_MESSAGE_DELTA")
+    assert [d.payload for d in deltas] == [{"text": "Hel", "round": 1}, {"text": "lo", "round": 1}]
+    (tick,) = h.of("KERNEL:TICK_START")
+    assert all(d.parent_id == tick.id for d in deltas)
+    types = [e.type for e in h.events]
+    assert types.index("OUTPUT:AGENT_MESSAGE_DELTA") < types.index("OUTPUT:AGENT_MESSAGE")
+    for d in deltas:
+        validate_payload(d)
+
+
+@pytest.mark.anyio
+async def test_a_delta_that_is_not_text_fails_the_provider_call() -> None:
+    async def bad(prompt: str, context: AgentContext) -> Any:
+        context.emit_text_delta(b"bytes")  # type: ignore[arg-type]
+        return text_response("never")
+
+    async with running(FunctionProvider(bad), []) as h:
+        await h.ask("hi")
+    (error,) = h.of("KERNEL:ERROR")
+    assert error.payload["code"] == "PROVIDER_ERROR"
+    assert "must be a str" in error.payload["message"]
+
+
+class Picker:
+    """Picks the tools whose name appears in the query, then the rest by name."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def select(self, query: str, tools: Mapping[str, Tool], limit: int) -> Sequence[str]:
+        self.calls.append((query, limit))
+        hits = [name for name in tools if name in query]
+        return ([*hits, "not-a-tool", *sorted(tools)])[: limit + 1]
+
+
+def _tools(n: int) -> list[Tool]:
+    out: list[Tool] = []
+    for i in range(n):
+        tool = Echo()
+        tool.name = f"t{i:02d}"
+        out.append(tool)
+    return out
+
+
+@pytest.mark.anyio
+async def test_only_the_retrieved_tools_reach_the_provider() -> None:
+    seen: list[list[str]] = []
+
+    def brain(prompt: str, context: AgentContext) -> Any:
+        seen.append(sorted(context.tools))
+        if context.round == 1:
+            return tool_call("t29", {"x": 1})  # not among those shown: still runs
+        return text_response("ok")
+
+    picker = Picker()
+    async with running(FunctionProvider(brain), _tools(30), max_tools=3, retriever=picker) as h:
+        result = await h.ask("use t17 and t23")
+    assert result.text == "ok"
+    assert picker.calls == [("use t17 and t23", 3)]
+    assert seen[0] == ["t00", "t17", "t23"]  # at most 3, unknown names dropped
+    assert seen[1] == seen[0]  # chosen once per input
+    (outcome,) = h.of("EXEC:TOOL_RESULT")
+    assert outcome.payload["success"] is True
+
+
+@pytest.mark.anyio
+async def test_no_retrieval_when_the_tools_fit() -> None:
+    picker = Picker()
+    seen: list[int] = []
+
+    def brain(prompt: str, context: AgentContext) -> Any:
+        seen.append(len(context.tools))
+        return text_response("ok")
+
+    async with running(FunctionProvider(brain), _tools(3), max_tools=3, retriever=picker) as h:
+        await h.ask("hi")
+    assert seen == [3]
+    assert picker.calls == []
+
+
+@pytest.mark.anyio
+async def test_a_failing_retriever_fails_the_run_not_the_loop() -> None:
+    class Broken:
+        def select(self, query: str, tools: Mapping[str, Tool], limit: int) -> Sequence[str]:
+            raise RuntimeError("index corrupt")
+
+    async with running(
+        ScriptedProvider([text_response("a")]), _tools(5), max_tools=2, retriever=Broken()
+    ) as h:
+        await h.ask("hi")
+    (error,) = h.of("KERNEL:ERROR")
+    assert error.payload["code"] == "INTERNAL_ERROR"
+    assert "index corrupt" in error.payload["message"]
+
+
+def test_max_tools_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_tools"):
+        ExecutionLoop(EventBus(), ScriptedProvider([]), [], max_tools=0)
+
+
+@pytest.mark.anyio
+async def test_usage_adds_up_over_every_response_of_a_run() -> None:
+    provider = ScriptedProvider(
+        [
+            tool_call("echo", {"x": 1}, metadata={"usage": {"input_tokens": 10, "raw": {"a": 1}}}),
+            text_response("done", metadata={"usage": {"input_tokens": 5, "output_tokens": 2}}),
+        ]
     )
-    async with running(provider, [Weather()], limits=LoopLimits(max_tool_rounds=1)) as h:
-        await h.ask("loop forever")
-    memory = h.loop.sessions["s"].memory
-    assert_calls_answered_in_order(memory)
-    last = outcomes(memory)[-1]
-    assert last.success is False
-    assert last.error is not None
-    assert last.error.code == "TOOL_ROUND_LIMIT"
+    async with running(provider, [Echo()]) as h:
+        result = await h.ask("go")
+        plain = await h.ask("/echo x=1")
+    assert result.usage == {"input_tokens": 15, "output_tokens": 2, "raw": {"a": 1}}
+    assert plain.usage is None
+
+
+def nested(levels: int) -> Any:
+    """``[[[...1...]]]``, ``levels`` lists deep."""
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(
+            ProviderResponse([ContentSegment("text", text="hi")], {"m": nested(62)}),
+            id="metadata",
+        ),
+        pytest.param(ProviderResponse([ContentSegment("ui", ui={"m": nested(60)})]), id="ui"),
+    ],
+)
+@pytest.mark.anyio
+async def test_a_response_too_deep_for_an_event_ends_the_run_not_the_loop(
+    answer: ProviderResponse,
+) -> None:
+    """A provider response nested too deep to fit in an OUTPUT:AGENT_MESSAGE ends
+    only its own run with a KERNEL:ERROR; the loop keeps serving other sessions
+    (spec 000 §7: a provider's failure is reported, not raised)."""
+    provider = FunctionProvider(lambda prompt, context: answer if prompt == "bad" else "fine")
+    async with running(provider) as h:
+        bad = await h.ask("bad", session_id="a")
+        good = await h.ask("good", session_id="b")
+    assert bad.error is not None
+    assert good.replies == ["fine"]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param('/echo {"x": ' + "[" * 70 + "]" * 70 + "}", id="json-object-70-deep"),
+        pytest.param("/echo x=" + "[" * 70 + "]" * 70, id="key-value-70-deep"),
+        pytest.param("/echo x=" + "[" * 50_000 + "]" * 50_000, id="key-value-recursion"),
+        pytest.param('/echo {"x": ' + "[" * 50_000 + "]" * 50_000 + "}", id="object-recursion"),
+        pytest.param("/echo " + "[" * 50_000 + "]" * 50_000, id="positional-recursion"),
+    ],
+)
+@pytest.mark.anyio
+async def test_a_slash_line_with_deeply_nested_arguments_is_invalid_arguments(line: str) -> None:
+    """A slash line whose arguments are nested too deep (for the JSON decoder or for a
+    ToolCall) gets a failed EXEC:TOOL_RESULT with INVALID_ARGUMENTS, like any argument
+    line that does not parse; whatever a user types, the session keeps working."""
+    provider = FunctionProvider(lambda prompt, context: "fine")
+    async with running(provider, [Echo()]) as h:
+        await h.ask(line)
+        after = await h.ask("hello")
+    [result] = [e for e in h.events if e.type == TOOL_RESULT]
+    assert result.payload["success"] is False
+    assert result.payload["error"]["code"] == "INVALID_ARGUMENTS"
+    assert after.replies == ["fine"]
 
 
 @pytest.mark.anyio
-async def test_a_stopped_run_answers_its_open_calls() -> None:
-    slow = Blocking()
-    provider = FakeProvider(reply=lambda prompt, context: response(call("slow", {}, "c1")))
-    async with running(provider, [slow]) as h:
+async def test_a_memory_window_of_one_keeps_the_last_turn() -> None:
+    """``memory.window`` of 1, which the manifest allows, keeps exactly the latest user
+    turn: the second input is answered and memory holds only that turn."""
+    provider = FunctionProvider(lambda prompt, context: f"re: {prompt}")
+    async with running(provider, memory_window=1) as h:
+        await h.ask("one")
+        second = await h.ask("two")
+        memory = list(h.loop.sessions["s"].memory)
+    assert second.replies == ["re: two"]
+    assert [m for m in memory if isinstance(m, UserTurn)] == [UserTurn("two")]
+
+
+@pytest.mark.anyio
+async def test_a_small_bus_does_not_drop_the_state_changes_of_a_run() -> None:
+    """On a bus with room for only two events, a run still publishes every
+    KERNEL:STATE_CHANGE (waiting for room rather than dropping), so a subscriber
+    tracking the agent's state sees each transition."""
+    echo = Echo()
+    provider = ScriptedProvider([tool_call("echo", {"x": 1}), text_response("done")])
+    async with running(provider, [echo], capacity=2) as h:
+        result = await h.ask("go")
+        dropped = h.loop.metrics()["loop"]["events_dropped"]
+    assert result.replies == ["done"]
+    changes = [(e.payload["from"], e.payload["to"]) for e in h.events if e.type == STATE_CHANGE]
+    assert changes == [
+        ("IDLE", "THINKING"),
+        ("THINKING", "EXECUTING"),
+        ("EXECUTING", "THINKING"),
+        ("THINKING", "IDLE"),
+    ]
+    assert dropped == 0
+
+
+@pytest.mark.anyio
+async def test_closing_the_bus_during_a_run_does_not_kill_the_loop() -> None:
+    """Closing the bus while a run waits on a tool ends that run (its events have nowhere
+    to go): ``ask`` returns and the loop exits cleanly, without an ExceptionGroup."""
+    gate = Gate()
+    provider = ScriptedProvider([tool_call("gate", {}), text_response("done")])
+    results: list[RunResult] = []
+    async with running(provider, [gate]) as h:
+
+        async def go() -> None:
+            results.append(await h.loop.ask("go"))
+
         with anyio.fail_after(HANG):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(h.ask, "go")
-                await slow.started.wait()
-                h.loop.command("stop", session_id="s")
-    memory = h.loop.sessions["s"].memory
-    assert_calls_answered_in_order(memory)
-    [outcome] = outcomes(memory)
-    assert outcome.tool_call_id == "c1"
-    assert outcome.error is not None
-    assert outcome.error.code == "CANCELLED"
+                tg.start_soon(go)
+                await gate.started.wait()
+                await h.bus.aclose()
+                gate.release.set()
+    assert len(results) == 1
+
+
+@pytest.mark.parametrize("when", ["before-enter", "after-exit"])
+@pytest.mark.anyio
+async def test_ask_on_a_loop_that_is_not_running_raises(when: str) -> None:
+    """``ask`` on a loop that was never entered, or was already left, raises
+    RuntimeError ("not running") at once instead of waiting forever for a run that
+    nobody will start."""
+    provider = FunctionProvider(lambda prompt, context: "hi")
+    async with EventBus() as bus:
+        loop = ExecutionLoop(bus, provider)
+        if when == "after-exit":
+            async with loop:
+                assert (await loop.ask("first")).replies == ["hi"]
+        with anyio.fail_after(0.5), pytest.raises(RuntimeError, match="not running"):
+            await loop.ask("hello")
 
 
 @pytest.mark.anyio
-async def test_observations_follow_the_outcomes_of_their_round() -> None:
-    provider = then_say(
-        response(call("nope", {}, "n1"), call("get_weather", {"location": "Taipei"}, "w1")),
-        "done",
-    )
-    async with running(provider, [Weather()]) as h:
+async def test_a_run_error_is_dispatched_after_the_events_it_descends_from() -> None:
+    """Every event of a run, including a KERNEL:ERROR when the provider fails, is
+    dispatched after its parent, and the error after the THINKING transition it ends,
+    so transcripts and the CLI's ``--events`` show a failed turn in order."""
+
+    def fail(prompt: str, context: AgentContext) -> ProviderResponse:
+        raise RuntimeError("the model is down")
+
+    async with running(FunctionProvider(fail)) as h:
+        result = await h.ask("go")
+    assert result.error is not None
+    seen: set[str] = set()
+    for event in h.events:
+        assert event.parent_id is None or event.parent_id in seen, (event.type, event.parent_id)
+        seen.add(event.id)
+    types = [e.type for e in h.events]
+    assert types.index(ERROR) > types.index(STATE_CHANGE)
+
+
+@pytest.mark.anyio
+async def test_every_event_of_a_run_with_non_object_args_matches_the_protocol() -> None:
+    """Every event the loop emits validates against its protocol payload model (spec
+    002), even when a provider's tool call has non-object ``args``, so consumers can
+    validate the stream with the project's own models."""
+    bad_call = ProviderResponse([ContentSegment("tool_call", tool_call=ToolCall("echo", [1]))])
+    provider = ScriptedProvider([bad_call, text_response("done")])
+    async with running(provider, [Echo()]) as h:
         await h.ask("go")
-    memory = list(h.loop.sessions["s"].memory)
-    assert_calls_answered_in_order(memory)
-    kinds = [type(m).__name__ for m in memory]
-    assert kinds == [
-        "UserTurn",
-        "AssistantTurn",
-        "ToolOutcome",
-        "ToolOutcome",
-        "Observation",
-        "AssistantTurn",
+    for event in h.events:
+        parse_payload(event.type, event.payload)
+
+
+class Fail(Tool):
+    """An async tool that always raises."""
+
+    name = "fail"
+
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        raise RuntimeError("broken")
+
+
+def unanswered_calls(memory: Iterable[MemoryEntry]) -> list[str]:
+    """Ids of tool calls in memory that no ToolOutcome answers."""
+    entries = list(memory)
+    answered = {e.tool_call_id for e in entries if isinstance(e, ToolOutcome)}
+    return [
+        call.id
+        for e in entries
+        if isinstance(e, AssistantTurn)
+        for call in e.tool_calls
+        if call.id not in answered
     ]
 
 
 @pytest.mark.anyio
-async def test_a_success_breaks_the_row_of_identical_failures() -> None:
-    broken = Raises("broken", ToolError("no", code="EIO"))
-    async with running(FakeProvider(), [broken, Weather()]) as h:
-        for line in ["/broken x=1", "/broken x=1", "/get_weather Taipei", "/broken x=1"]:
-            await h.ask(line)
-    assert not any("times in a row" in o for o in observations(h.loop.sessions["s"].memory))
+async def test_runs_started_and_never_waited_for_leave_nothing_behind() -> None:
+    """Inputs sent with ``loop.start()`` whose ``PendingRun.wait()`` is never awaited
+    (fire and forget: the caller follows the bus instead) leave no per-input state in
+    the loop once their runs have ended, so a long-running agent does not grow by a
+    RunResult and a Signal per input; a late ``wait()`` still returns the result."""
+    provider = FunctionProvider(lambda prompt, context: f"re: {prompt}")
+    async with running(provider) as h:
+        pending = [h.loop.start(f"turn {i}", session_id="s") for i in range(20)]
+        with anyio.fail_after(HANG):
+            await until(lambda: h.loop.runs_completed == 20)
+            await h.bus.wait_idle()
+        left = len(h.loop._waiting) + len(h.loop._done)
+        with anyio.fail_after(HANG):
+            late = await pending[-1].wait()
+    assert left == 0, f"{left} entries kept for runs that have ended"
+    assert late.replies == ["re: turn 19"]
 
 
-class CooperativeSync(Tool):
-    """A sync tool that checks for cancellation while it works, as the Tool docs advise."""
+@pytest.mark.anyio
+async def test_every_event_of_every_path_conforms() -> None:
+    """(Regression guard, passes.) Across every path of the loop (a plain turn, tool
+    rounds, an unknown tool, the round limit, a provider's AgentPainException and
+    error, the provider timeout, a slash tool and an unknown slash command, every
+    built-in typed and sent as INPUT:SYSTEM_COMMAND, an unknown system command, inputs
+    with bad payloads, a locked session, /stop during a tool, /stop of queued inputs,
+    SESSION_BUSY), every emitted event validates against its payload model, descends
+    from an event dispatched earlier in the same trace and session, and each run's
+    state changes chain from IDLE back to IDLE."""
+    gate = Gate()
 
-    name = "crunch"
+    async def reply(prompt: str, context: AgentContext) -> ProviderResponse:
+        first = context.round == 1
+        if prompt == "tool":
+            return tool_call("echo", {"x": 1}, text="checking") if first else text_response("done")
+        if prompt == "unknown":
+            return tool_call("nope", {}) if first else text_response("done")
+        if prompt == "forever":
+            return tool_call("echo", {"x": context.round})
+        if prompt == "fail":
+            return tool_call("fail", {})
+        if prompt == "gate":
+            return tool_call("gate", {}) if first else text_response("done")
+        if prompt == "pain":
+            raise AgentPainException("cannot parse")
+        if prompt == "boom":
+            raise RuntimeError("the model is down")
+        if prompt == "slow":
+            await anyio.sleep_forever()
+        return text_response(f"re: {prompt}")
 
-    def __init__(self) -> None:
-        self.stopped = threading.Event()
+    limits = LoopLimits(
+        max_tool_rounds=2, provider_timeout=0.05, max_failure_streak=2, max_pending_inputs=1
+    )
+    inputs: set[str] = set()
+    async with running(FunctionProvider(reply), [Echo(), Fail(), gate], limits=limits) as h:
+
+        async def ask(line: str, session_id: str = "s") -> RunResult:
+            pending = h.loop.start(line, session_id=session_id)
+            inputs.add(pending.event.id)
+            with anyio.fail_after(HANG):
+                result = await pending.wait()
+                await h.bus.wait_idle()
+            return result
+
+        lines = ["hello", "tool", "unknown", "forever", "pain", "boom", "slow", "/echo x=1"]
+        lines += ["/nope", "/help", "/metrics", "/stop", "/reset", "hello again"]
+        codes = [(await ask(line)).error for line in lines]
+        assert [c["code"] if c else None for c in codes] == [
+            *(None, None, None, "TOOL_ROUND_LIMIT", "AGENT_PAIN", "PROVIDER_ERROR"),
+            *("PROVIDER_TIMEOUT", None, "UNKNOWN_COMMAND", None, None, None, None, None),
+        ]
+        await ask("fail", "locked")
+        locked = await ask("hi", "locked")
+        assert locked.error is not None
+        assert locked.error["code"] == "SESSION_LOCKED"
+        await ask("/quit", "q")
+        for name in ("stop", "reset", "help", "metrics", "bogus", "quit"):
+            inputs.add(h.loop.command(name, session_id="c").id)
+        for kind, payload in ((USER_MESSAGE, {"nottext": 1}), (SYSTEM_COMMAND, ["x"])):
+            bad = Event.new(kind, payload, source="test", session_id="c")
+            inputs.add(bad.id)
+            await h.publish(bad)
+        # /stop during a tool, with one input queued behind the run and one refused.
+        with anyio.fail_after(HANG):
+            async with anyio.create_task_group() as tg:
+                results: list[RunResult] = []
+
+                async def queue(line: str) -> None:
+                    results.append(await ask(line, "g"))
+
+                tg.start_soon(queue, "gate")
+                await gate.started.wait()
+                tg.start_soon(queue, "queued")
+                tg.start_soon(queue, "refused")
+                await until(lambda: len(results) == 1)  # the refused one
+                inputs.add(h.loop.command("stop", session_id="g").id)
+            await h.bus.wait_idle()
+        assert sorted((r.stopped, r.error is not None) for r in results) == [
+            (False, True),
+            (True, False),
+            (True, False),
+        ]
+    assert conformance_problems(h.events, inputs) == []
+
+
+@pytest.mark.anyio
+async def test_a_provider_that_fails_at_once_is_not_reported_as_a_timeout() -> None:
+    """A provider that raises at once ends the run with PROVIDER_ERROR (its own
+    message), even when the bus is slow to take that KERNEL:ERROR: the provider
+    deadline covers only the provider call, so a wait for room on the bus that outlasts
+    ``provider_timeout`` does not turn the error into PROVIDER_TIMEOUT."""
+    capacity = 4
+    entered = anyio.Event()
+    release = anyio.Event()
+    timeout = 0.02
+
+    async with EventBus(capacity=capacity) as bus:
+
+        async def hold(event: Event) -> None:
+            entered.set()
+            await release.wait()
+
+        async def reply(prompt: str, context: AgentContext) -> ProviderResponse:
+            bus.publish(Event.new("X:HOLD", {}, source="test", session_id="x"))
+            await entered.wait()
+            i = 0
+            while len(bus) < capacity:
+                bus.publish(filler(i))
+                i += 1
+            raise RuntimeError("the model is down")
+
+        events: list[Event] = []
+        bus.subscribe("*", events.append)
+        bus.subscribe("X:HOLD", hold)
+        results: list[RunResult] = []
+        limits = LoopLimits(provider_timeout=timeout)
+        async with ExecutionLoop(bus, FunctionProvider(reply), limits=limits) as loop:
+            with anyio.fail_after(HANG):
+                async with anyio.create_task_group() as tg:
+
+                    async def go() -> None:
+                        results.append(await loop.ask("go", session_id="s"))
+
+                    tg.start_soon(go)
+                    await until(lambda: bus._room_waiters > 0)
+                    await anyio.sleep(timeout * 5)  # the bus stays full past the deadline
+                    release.set()
+                await bus.wait_idle()
+    [result] = results
+    assert result.error is not None
+    assert result.error["code"] == "PROVIDER_ERROR", result.error
+    errors = [e.payload["code"] for e in events if e.type == ERROR]
+    assert errors == ["PROVIDER_ERROR"]
+
+
+async def _leave_the_loop_mid_run() -> tuple[list[Event], ExecutionLoop, list[RunResult]]:
+    """A run blocked in a tool, two inputs queued behind it, and the loop is left.
+
+    Returns the events, the loop, and the three results in the order of the inputs.
+    """
+    gate = Gate()
+    provider = FunctionProvider(
+        lambda prompt, context: tool_call("gate", {}, id="c1") if context.round == 1 else "done"
+    )
+    results: dict[int, RunResult] = {}
+    async with EventBus() as bus:
+        events: list[Event] = []
+        bus.subscribe("*", events.append)
+        with anyio.fail_after(HANG):
+            async with (
+                anyio.create_task_group() as tg,
+                ExecutionLoop(bus, provider, [gate]) as loop,
+            ):
+
+                async def ask(i: int) -> None:
+                    results[i] = await loop.ask("go", session_id="s")
+
+                tg.start_soon(ask, 0)
+                await gate.started.wait()
+                tg.start_soon(ask, 1)
+                tg.start_soon(ask, 2)
+                await anyio.wait_all_tasks_blocked()
+            await bus.wait_idle()
+    return events, loop, [results[i] for i in sorted(results)]
+
+
+@pytest.mark.anyio
+async def test_leaving_the_loop_returns_every_pending_ask_as_stopped() -> None:
+    """(Regression guard, passes.) Leaving the loop while a run is in progress and
+    inputs wait behind it returns every pending ``ask`` with ``stopped`` set, instead of
+    leaving the callers waiting."""
+    _, _, results = await _leave_the_loop_mid_run()
+    assert [r.stopped for r in results] == [True, True, True]
+
+
+@pytest.mark.anyio
+async def test_leaving_the_loop_mid_run_ends_the_run_back_in_idle() -> None:
+    """Leaving the loop while a run is in progress (the bus still open) ends that run as
+    a /stop does: a KERNEL:STATE_CHANGE back to IDLE with a reason, and the session's
+    state IDLE, so subscribers tracking the agent's state do not see it stuck in
+    EXECUTING."""
+    events, loop, results = await _leave_the_loop_mid_run()
+    chain = state_chain(events, results[0].trace_id)
+    assert chain[:2] == [("IDLE", "THINKING"), ("THINKING", "EXECUTING")]
+    assert chain[-1][1] == "IDLE", chain
+    assert loop.sessions["s"].state is AgentState.IDLE
+
+
+@pytest.mark.anyio
+async def test_leaving_the_loop_mid_run_answers_the_open_tool_calls() -> None:
+    """Leaving the loop while a tool call is in progress gives that call an outcome in
+    the session's memory (as /stop does with CANCELLED), so a loop entered again on the
+    same sessions never hands a provider a call without its answer."""
+    _, loop, _ = await _leave_the_loop_mid_run()
+    assert unanswered_calls(loop.sessions["s"].memory) == []
+
+
+@pytest.mark.anyio
+async def test_an_ask_waiting_for_room_is_not_published_after_the_loop_has_left() -> None:
+    """An ``ask`` whose input is still waiting for room on a full bus when the loop is
+    left returns ``stopped`` and its input is never published afterwards, so no other
+    loop on the bus (or this one entered again) serves an input its caller was told
+    had stopped."""
+    entered = anyio.Event()
+    release = anyio.Event()
+    results: list[RunResult] = []
+    async with EventBus(capacity=1) as bus:
+
+        async def hold(event: Event) -> None:
+            entered.set()
+            await release.wait()
+
+        events: list[Event] = []
+        bus.subscribe("*", events.append)
+        bus.subscribe("X:HOLD", hold)
+        with anyio.fail_after(HANG):
+            async with anyio.create_task_group() as tg:
+                async with ExecutionLoop(bus, FunctionProvider(lambda p, c: "hi")) as loop:
+                    bus.publish(Event.new("X:HOLD", {}, source="test", session_id="x"))
+                    await entered.wait()
+                    bus.publish(filler(0))  # the bus is full
+
+                    async def ask() -> None:
+                        results.append(await loop.ask("hello", session_id="s"))
+
+                    tg.start_soon(ask)
+                    await until(lambda: bus._room_waiters > 0)
+                release.set()
+            await bus.wait_idle()
+    assert [r.stopped for r in results] == [True]
+    assert [e.type for e in events if e.type == USER_MESSAGE] == []
+
+
+@pytest.mark.anyio
+async def test_text_deltas_from_a_worker_thread(
+    anyio_backend: str, request: pytest.FixtureRequest
+) -> None:
+    """A provider streaming through a sync SDK in a worker thread emits its deltas there.
+
+    Publishing on the bus from that thread touched the event loop's signals
+    from outside it: on trio the bus stopped dispatching (a hang); on asyncio
+    it worked only because the thread's end woke the loop.
+    """
+
+    async def streaming(prompt: str, context: AgentContext) -> Any:
+        def stream() -> None:
+            for piece in ("Hel", "lo"):
+                context.emit_text_delta(piece)
+
+        await anyio.to_thread.run_sync(stream)
+        return text_response("Hello")
+
+    async with running(FunctionProvider(streaming), []) as h:
+        with anyio.fail_after(HANG):
+            result = await h.loop.ask("hi")
+            await h.bus.wait_idle()
+        assert result.text == "Hello"
+        assert result.error is None
+        deltas = [e.payload["text"] for e in h.of("OUTPUT:AGENT_MESSAGE_DELTA")]
+        assert deltas == ["Hel", "lo"]
+
+
+@pytest.mark.anyio
+async def test_a_slow_retriever_does_not_stall_the_event_loop() -> None:
+    """An embedding retriever calls its model synchronously (a network call).
+
+    Called on the event loop, it froze every session, the bus and the
+    transports until the model answered.
+    """
+    entered, gate = threading.Event(), threading.Event()
+    released: list[bool] = []
+
+    class Slow:
+        def select(self, query: str, tools: Mapping[str, Tool], limit: int) -> Sequence[str]:
+            entered.set()
+            # True only if the event loop went on meanwhile (HANG: generous, and the
+            # wait ends as soon as the loop sets the gate).
+            released.append(gate.wait(HANG))
+            return list(tools)[:limit]
+
+    provider = ScriptedProvider([text_response("a")])
+    async with (
+        running(provider, _tools(5), max_tools=2, retriever=Slow()) as h,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(h.ask, "hi")
+        with anyio.fail_after(HANG):
+            while not entered.is_set():
+                await anyio.sleep(0.005)
+        gate.set()
+    assert released == [True]
+
+
+@pytest.mark.parametrize("bad", [2.5, True, "3"])
+def test_max_tools_must_be_an_int(bad: Any) -> None:
+    """A float was accepted, then every input failed with INTERNAL_ERROR."""
+    with pytest.raises((TypeError, ValueError), match="max_tools"):
+        ExecutionLoop(EventBus(), ScriptedProvider([]), [], max_tools=bad)
+
+
+@pytest.mark.parametrize(
+    ("tool_name", "argline", "expected"),
+    [
+        ("fs.read", "path=2024", {"path": "2024"}),
+        ("fs.read", 'path="17"', {"path": "17"}),
+        ("fs.write", "notes.txt content=true", {"path": "notes.txt", "content": "true"}),
+    ],
+    ids=["number-like path", "quoted number", "boolean-like content"],
+)
+def test_slash_named_string_argument_is_taken_as_written(
+    tmp_path: Path, tool_name: str, argline: str, expected: dict[str, Any]
+) -> None:
+    """``key=value`` for a string parameter gives the text as typed, as a positional word does.
+
+    ``/read 2024`` reads the file ``2024``; ``/read path=2024`` must too, not
+    turn the value into the integer 2024 that the tool then refuses.
+    """
+    tools = resolve_tools(["fs.read", "fs.write"], allowed_paths=[tmp_path])
+    target = tools[tool_name]
+    assert target.validate(parse_tool_args(target, argline)) == expected
+
+
+def test_slash_word_for_an_optional_string_parameter_is_taken_as_written() -> None:
+    """A word for a ``str | None`` parameter stays text, as for a plain ``str`` one.
+
+    The schema of an optional string is ``anyOf: [string, null]``, with no
+    top-level ``"type": "string"``; ``/greet 123`` must still pass the name
+    ``"123"``, not the integer 123 that validation then refuses.
+    """
+
+    def greet(name: str | None = None) -> str:
+        return f"hello {name}"
+
+    wrapped = tool(greet)
+    assert wrapped.validate(parse_tool_args(wrapped, "123")) == {"name": "123"}
+
+
+class NoParams(Tool):
+    name = "ping"
+    parameters = MappingProxyType({"type": "object", "properties": {}})
 
     def run(self, args: dict[str, Any], context: AgentContext) -> Any:
-        try:
-            while True:
-                threading.Event().wait(0.005)
-                anyio.from_thread.check_cancelled()
-        except BaseException:
-            self.stopped.set()
-            raise
+        return "pong"
 
 
-@pytest.mark.anyio
-async def test_a_sync_tool_that_checks_for_cancellation_stops_at_the_timeout() -> None:
-    crunch = CooperativeSync()
-    provider = then_say(response(call("crunch", {}, "k1")), "gave up")
-    limits = LoopLimits(tool_timeout=0.05)
-    async with running(provider, [crunch], limits=limits) as h:
-        result = await h.ask("go")
-        with anyio.fail_after(HANG):
-            await anyio.to_thread.run_sync(crunch.stopped.wait)
-    [tool_result] = h.of(TOOL_RESULT)
-    assert tool_result.payload["error"]["code"] == "TIMEOUT"
-    assert result.replies == ["gave up"]
-    assert crunch.stopped.is_set()
+class OneParam(Tool):
+    name = "echo"
+    parameters = MappingProxyType({"type": "object", "properties": {"n": {"type": "integer"}}})
+
+    def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        return args
 
 
-@pytest.mark.anyio
-async def test_idle_workers_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    import openstarry.agent.loop as loop_module
-
-    monkeypatch.setattr(loop_module, "_MAX_IDLE_WORKERS", 2)
-    provider = FakeProvider(reply=lambda prompt, context: response(text(f"re: {prompt}")))
-    async with running(provider) as h:
-        for i in range(5):
-            result = await h.ask(f"hi {i}", session_id=f"s{i}")
-            assert result.replies == [f"re: hi {i}"]
-        await anyio.wait_all_tasks_blocked()
-        workers = [rt for rt in h.loop._sessions.values() if rt.running]
-        assert len(workers) == 2
-        # A session whose worker exited gets a new one on its next input.
-        assert (await h.ask("again", session_id="s0")).replies == ["re: again"]
-
-
-@pytest.mark.anyio
-async def test_quit_ends_the_sessions_idle_worker() -> None:
-    provider = FakeProvider(reply=lambda prompt, context: response(text("ok")))
-    async with running(provider) as h:
-        await h.ask("hi", session_id="q")
-        rt = h.loop._sessions["q"]
-        assert rt.running
-        await h.ask("/quit", session_id="q")
-        await anyio.wait_all_tasks_blocked()
-        assert not rt.running
-        assert "q" not in h.loop.sessions
-
-
-@pytest.mark.anyio
-async def test_commands_for_unknown_sessions_create_none() -> None:
-    provider = FakeProvider(reply=lambda prompt, context: response(text("ok")))
-    async with running(provider, limits=LoopLimits(max_sessions=2)) as h:
-        await h.ask("hi", session_id="real")
-        for i, command in enumerate(["/help", "/metrics", "/stop", "/reset", "/quit"] * 4):
-            result = await h.ask(command, session_id=f"ghost-{i}")
-            assert result.replies, command
-        assert set(h.loop.sessions) == {"real"}
-        assert [m.text for m in h.loop.sessions["real"].memory if isinstance(m, UserTurn)] == ["hi"]
+def test_words_for_a_tool_without_parameters_are_explained() -> None:
+    with pytest.raises(ToolArgumentsError, match=r"/ping takes no words here: give key=value"):
+        parse_tool_args(NoParams(), "hello")
+    with pytest.raises(ToolArgumentsError, match=r"/echo: 2 words for 1 parameter \['n'\]"):
+        parse_tool_args(OneParam(), "1 2")

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from openstarry.agent.runtime import Agent
 from openstarry.errors import ManifestError, OpenStarryError
 from openstarry.manifest import (
     MANIFEST_FILENAME,
@@ -517,3 +521,89 @@ def test_a_directory_is_refused_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ManifestError) as info:
         load_manifest(tmp_path)
     assert str(tmp_path) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        pytest.param('{"identity": ' + "[" * 50_000 + "]" * 50_000 + "}", id="deep-json"),
+        pytest.param(
+            '{"identity": {"name": "x"}, "limits": {"maxToolRounds": ' + "1" * 5000 + "}}",
+            id="int-over-4300-digits",
+        ),
+    ],
+)
+def test_json_the_decoder_refuses_is_a_manifest_error_naming_the_file(
+    tmp_path: Path, content: str
+) -> None:
+    """Manifest JSON the decoder refuses for any reason (nesting too deep, an integer
+    over Python's digit limit) is a ManifestError naming the file, so ``openstarry
+    run`` prints a message and exits 2 instead of a traceback."""
+    manifest = tmp_path / "agent.json"
+    manifest.write_text(content, encoding="utf-8")
+    with pytest.raises(ManifestError) as info:
+        load_manifest(manifest)
+    assert info.value.path == str(manifest)
+    assert str(manifest) in str(info.value)
+
+
+def test_a_nul_in_allowed_paths_is_a_manifest_error_naming_file_and_field(
+    tmp_path: Path,
+) -> None:
+    """A NUL character in ``fs.allowedPaths`` is a ManifestError naming the file and
+    the field (``fs.allowedPaths[0]``), not a bare ValueError from path resolution."""
+    manifest = tmp_path / "agent.json"
+    data = {"identity": {"name": "x"}, "fs": {"allowedPaths": ["a\0b"]}, "tools": ["fs.read"]}
+    manifest.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ManifestError) as info:
+        Agent.from_manifest(manifest)
+    assert str(manifest) in str(info.value)
+    assert "fs.allowedPaths[0]" in str(info.value)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs RLIMIT_AS as Linux has it")
+def test_load_manifest_of_a_huge_file_is_a_manifest_error_naming_the_file(tmp_path: Path) -> None:
+    """A manifest file far too large to be one gets a ``ManifestError`` that names the file.
+
+    ``load_manifest`` reads the whole file first; a (sparse) 1 TiB file then
+    ends in a bare ``MemoryError`` that names nothing. The check runs in a child
+    process with a bounded address space, so it costs no real memory.
+    """
+    path = tmp_path / "agent.json"
+    try:
+        with path.open("wb") as f:
+            f.write(b'{"identity": {"name": "a"}}')
+            f.truncate(1 << 40)
+    except OSError:
+        pytest.skip("this file system cannot hold a sparse 1 TiB file")
+    code = textwrap.dedent(
+        """
+        import resource, sys
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31))
+        from openstarry.errors import ManifestError
+        from openstarry.manifest import load_manifest
+        try:
+            load_manifest(sys.argv[1])
+        except ManifestError as exc:
+            print("ManifestError", sys.argv[1] in str(exc))
+        except BaseException as exc:
+            print("other", type(exc).__name__)
+        else:
+            print("accepted")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.split() == ["ManifestError", "True"], done.stderr
+
+
+def test_exposing_an_imported_tool_by_its_name_says_how_to_name_it() -> None:
+    with pytest.raises(ValueError, match=r"name an imported tool by its entry in tools"):
+        AgentManifest.model_validate(
+            {
+                "identity": {"name": "x"},
+                "tools": ["mcp_fixtures.tools:mumble"],
+                "mcp": {"expose_tools": ["mumble"]},
+            }
+        )

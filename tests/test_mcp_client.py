@@ -7,6 +7,7 @@ The server is ``mcp_fixtures/sdk_server.py``, run as a subprocess over stdio
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -22,17 +23,25 @@ import pytest
 
 pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
 
+
+import pytest
+
+from mcp_fixtures.tools import Echo
 from openstarry import Agent
 from openstarry.agent.interfaces import AgentContext
 from openstarry.agent.loop import LoopLimits
 from openstarry.agent.memory import Memory, Session, ToolOutcome
+from openstarry.agent.tools import tool
+from openstarry.bus import EventBus
 from openstarry.core import Event
-from openstarry.errors import ToolError
+from openstarry.errors import ManifestError, ToolError
 from openstarry.manifest import McpServerConfig, load_manifest
 from openstarry.mcp import client as mcp_client
+from openstarry.mcp import server as mcp_server
 from openstarry.mcp.client import McpConnectError, McpToolset, RemoteTool
 from openstarry.mcp.guard import DEPTH_HEADER, META_DEPTH, META_TRACE, TRACE_HEADER
-from openstarry.testing import ScriptedProvider, text, tool_call
+from openstarry.testing import FunctionProvider, ScriptedProvider, text, tool_call
+from openstarry.tools.weather import get_weather
 
 FIXTURES = Path(__file__).resolve().parent / "mcp_fixtures"
 SERVER = FIXTURES / "sdk_server.py"
@@ -546,7 +555,6 @@ async def test_too_many_tools_fail_the_connection(
 
 @pytest.mark.anyio
 async def test_a_remote_name_clashing_with_a_local_tool_is_refused(http_url: str) -> None:
-    from openstarry.agent.tools import tool
 
     @tool
     def clash() -> str:
@@ -600,3 +608,337 @@ async def test_a_manifest_s_servers_start_relative_to_its_folder(tmp_path: Path)
             pid = await agent.tools["fx.pid"].run({}, context())
             assert isinstance(pid, int)
             assert pid != os.getpid()
+
+
+_SECRETS = ("s3cret", "TOPSECRET", "abc123")
+
+
+def _refused_port() -> int:
+    """A local port nothing listens on (bound, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def _secret_url() -> str:
+    port = _refused_port()
+    return f"http://alice:s3cret@127.0.0.1:{port}/mcp?token=TOPSECRET&key=abc123"
+
+
+def _assert_no_secret(text: str) -> None:
+    for secret in _SECRETS:
+        assert secret not in text, text
+
+
+@pytest.mark.anyio
+async def test_credentials_in_a_server_url_stay_out_of_errors_logs_and_repr(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Defect: an ``mcp.servers`` URL is the only place a server's credentials
+    can go (``user:password@`` or a ``?token=`` query), and it was quoted whole
+    in every connection error: the warning logged at start, the ToolError the
+    provider is shown as an observation, the connection's repr."""
+    config = McpServerConfig(name="peer", url=_secret_url(), tools=["relay"], timeout=5)
+    context = AgentContext({}, Session("s"), trace_id="t-3")
+    with caplog.at_level(logging.INFO, logger="openstarry.mcp"), anyio.fail_after(HANG):
+        async with McpToolset([config]) as toolset:
+            connection = toolset.connections["peer"]
+            _assert_no_secret(repr(connection))
+            assert "127.0.0.1" in repr(connection)
+            with pytest.raises(ToolError) as caught:
+                await toolset.tools["peer.relay"].run({}, context)
+    assert caught.value.code == "REMOTE_UNAVAILABLE"
+    assert "127.0.0.1" in str(caught.value)  # still says where
+    _assert_no_secret(str(caught.value))
+    assert any("peer" in record.getMessage() for record in caplog.records)
+    for record in caplog.records:
+        if record.name == "openstarry.mcp":
+            _assert_no_secret(record.getMessage())
+
+
+@pytest.mark.anyio
+async def test_credentials_in_a_server_url_stay_out_of_the_start_failure() -> None:
+    """Defect: as above, for the McpConnectError that fails an agent's start."""
+    config = McpServerConfig(name="peer", url=_secret_url(), timeout=5)
+    with anyio.fail_after(HANG), pytest.raises(McpConnectError) as caught:
+        async with McpToolset([config]):
+            pass
+    assert "peer" in str(caught.value)
+    _assert_no_secret(str(caught.value))
+
+
+@pytest.mark.anyio
+async def test_a_remote_name_clashing_with_a_local_tool_is_a_manifest_error() -> None:
+    """Defect: a remote tool named like a local one failed the start with a bare
+    ValueError, which ``openstarry mcp``/``run``/``serve`` do not catch: a
+    traceback. It is a ManifestError (still a ValueError) naming ``mcp.servers``."""
+    echo = Echo()
+    echo.name = "peer.relay"
+    config = McpServerConfig(name="peer", url=_secret_url(), tools=["relay"], timeout=5)
+    agent = Agent(ScriptedProvider([]), [echo], mcp_servers=[config])
+    with anyio.fail_after(HANG), pytest.raises(ManifestError) as caught:
+        await agent.__aenter__()
+    assert caught.value.field == "mcp.servers"
+    assert "peer.relay" in str(caught.value)
+    assert agent.mcp is None
+    assert agent.tools["peer.relay"] is echo
+
+
+def _manifest(tmp_path: Path, servers: list[dict[str, Any]]) -> Path:
+    path = tmp_path / "agent.json"
+    path.write_text(
+        json.dumps(
+            {
+                "identity": {"name": "hardening"},
+                "tools": ["fs.read"],
+                "limits": {"toolTimeout": 5},
+                "mcp": {"servers": servers},
+            }
+        ),
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_openstarry_mcp_exits_cleanly_when_a_remote_server_cannot_be_used(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Defect: ``python -m openstarry.mcp.server`` (the documented fallback of
+    ``openstarry mcp``) died with a traceback when a server of ``mcp.servers``
+    could not be reached; :func:`serve` now answers 1 with the reason."""
+    manifest = _manifest(tmp_path, [{"name": "peer", "url": _secret_url(), "timeout": 5}])
+    assert mcp_server.main([str(manifest)]) == 1
+    err = capsys.readouterr().err
+    assert "openstarry mcp:" in err
+    assert "'peer'" in err
+    assert "Traceback" not in err
+    _assert_no_secret(err)
+
+
+def test_openstarry_mcp_exits_2_when_a_remote_tool_clashes_with_a_local_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Defect: a remote ``fs.read`` (server ``fs``) next to the built-in
+    ``fs.read`` ended ``openstarry mcp`` with a traceback; it is a bad manifest."""
+    manifest = _manifest(tmp_path, [{"name": "fs", "url": _secret_url(), "tools": ["read"]}])
+    assert mcp_server.main([str(manifest)]) == 2
+    err = capsys.readouterr().err
+    assert "fs.read" in err
+    assert "mcp.servers" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.anyio
+async def test_entering_a_running_agent_again_leaves_it_running() -> None:
+    """Defect: a second ``async with agent`` on an agent already running (on a
+    bus it was given) was refused only by its loop, after it had swapped in a
+    second MCP toolset; the clean-up of the refused entry then closed the
+    running agent's connections, took its remote tools away and left its
+    provider."""
+    config = McpServerConfig(name="peer", url=_secret_url(), tools=["relay"], timeout=5)
+    provider = _CountingProvider()
+    with anyio.fail_after(HANG):
+        async with EventBus() as bus:
+            agent = Agent(provider, [Echo()], bus=bus, mcp_servers=[config])
+            async with agent:
+                toolset = agent.mcp
+                assert toolset is not None
+                with pytest.raises(RuntimeError, match="already running"):
+                    await agent.__aenter__()
+                assert agent.mcp is toolset
+                assert "peer.relay" in agent.tools
+                assert provider.entered == 1
+                assert provider.exited == 0
+            assert provider.exited == 1
+            assert agent.mcp is None
+
+
+class _CountingProvider(ScriptedProvider):
+    """A scripted provider that counts how often it is entered and left."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.entered = 0
+        self.exited = 0
+
+    async def __aenter__(self) -> _CountingProvider:
+        self.entered += 1
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.exited += 1
+
+
+@pytest.mark.anyio
+async def test_a_toolset_left_inside_a_cancelled_scope_closes_its_connections() -> None:
+    """Defect: leaving a connected McpToolset (an agent with ``mcp.servers``)
+    inside a cancelled scope (a timeout around ``async with agent``, a server
+    shutting down) stopped at its first wait: its task group was never left, a
+    RuntimeError "cancel scope stack corrupted" followed, and the connections'
+    tasks, and the stdio servers, stayed alive."""
+    import sys
+
+    config = McpServerConfig(
+        name="fx", command=[sys.executable, str(SERVER), "stdio"], timeout=HANG
+    )
+    toolset = McpToolset([config])
+    with anyio.fail_after(HANG):
+        with anyio.CancelScope() as outer:
+            async with toolset:
+                connection = toolset.connections["fx"]
+                assert connection.connected
+                pid = await toolset.tools["fx.pid"].run({}, AgentContext({}, Session("s")))
+                outer.cancel()
+        assert outer.cancelled_caught
+        assert not connection.connected
+        assert not connection._running  # the owner task ended
+    _assert_exited(pid)
+
+
+def _assert_exited(pid: int) -> None:
+    """The stdio server process ``pid`` is gone (reaped by the SDK's transport)."""
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return
+    raise AssertionError(f"the stdio server {pid} is still running")
+
+
+@pytest.mark.anyio
+async def test_an_agent_left_inside_a_cancelled_scope_stops_its_servers() -> None:
+    """Defect: the same through an Agent that has served an input. Its
+    toolset's part is fixed here; on trio the ExecutionLoop's ``__aexit__`` has
+    the same fault (it waits for its workers before leaving its task group; see
+    the report's loop.py diff)."""
+    import sys
+
+    config = McpServerConfig(
+        name="fx", command=[sys.executable, str(SERVER), "stdio"], timeout=HANG
+    )
+    agent = Agent(ScriptedProvider([tool_call("fx.pid", {}), text("done")]), mcp_servers=[config])
+    pids: list[int] = []
+    agent.bus.subscribe("EXEC:TOOL_RESULT", lambda event: pids.append(event.payload.get("result")))
+    with anyio.fail_after(HANG):
+        with anyio.CancelScope() as outer:
+            async with agent:
+                result = await agent.ask("which process?")
+                assert result.replies == ["done"]
+                outer.cancel()
+        assert outer.cancelled_caught
+    assert agent.mcp is None
+    [pid] = pids
+    _assert_exited(pid)
+
+
+@pytest.mark.anyio
+async def test_an_http_call_may_take_as_long_as_the_tool_timeout(
+    http_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect: the HTTP read timeout was a fixed 300 s, so with a longer
+    ``toolTimeout`` (a remote agent that thinks for minutes) the call failed
+    at 300 s as REMOTE_UNAVAILABLE and the whole connection, with every other
+    call on it, was torn down. The read timeout is now at least the tool
+    timeout; here the fixed floor is lowered to show it in a second."""
+    from openstarry.mcp import client as mcp_client
+
+    monkeypatch.setattr(mcp_client, "_HTTP_READ_TIMEOUT", 0.3)
+    config = McpServerConfig(name="fx", url=http_url, timeout=HANG)
+    provider = ScriptedProvider([tool_call("fx.hang", {}), text("gave up")])
+    agent = Agent(provider, mcp_servers=[config], limits=LoopLimits(tool_timeout=1.0))
+    seen: list[dict[str, Any]] = []
+    agent.bus.subscribe("EXEC:TOOL_RESULT", lambda event: seen.append(event.payload))
+    with anyio.fail_after(HANG):
+        async with agent:
+            assert agent.mcp is not None
+            connection = agent.mcp.connections["fx"]
+            result = await agent.ask("hang")
+            await agent.bus.wait_idle()
+            assert result.replies == ["gave up"]
+            # Cut off by the agent's tool timeout, not by the transport.
+            assert seen[0]["error"]["code"] == "TIMEOUT"
+            assert connection.connected
+            assert connection.connects == 1
+
+
+@pytest.mark.anyio
+async def test_mcp_servers_without_the_sdk_fail_the_start_as_a_manifest_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Defect: an agent with ``mcp.servers`` and no ``[mcp]`` extra failed its
+    start with a bare ImportError, a traceback from ``openstarry run``/``serve``;
+    it is a ManifestError naming ``mcp.servers`` and the extra."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "httpx2", None)
+    monkeypatch.delitem(sys.modules, "openstarry.mcp.client")
+    config = McpServerConfig(name="peer", url=_secret_url(), tools=["relay"])
+    agent = Agent(ScriptedProvider([]), mcp_servers=[config])
+    with anyio.fail_after(HANG), pytest.raises(ManifestError) as caught:
+        await agent.__aenter__()
+    assert caught.value.field == "mcp.servers"
+    assert "openstarry[mcp]" in str(caught.value)
+    assert agent.mcp is None
+
+
+@pytest.mark.anyio
+async def test_a_stdio_server_writing_junk_is_reported_in_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The SDK logged a full traceback for each line a server wrote that is not JSON-RPC."""
+    from openstarry.errors import McpConnectError
+    from openstarry.manifest import McpServerConfig
+    from openstarry.mcp.client import McpToolset
+
+    junk = "print('oops, a log line')"
+    config = McpServerConfig(name="junk", command=[sys.executable, "-c", junk], timeout=2)
+    caplog.set_level(logging.ERROR, logger="mcp.client.stdio")
+    with pytest.raises(McpConnectError):
+        async with McpToolset([config], default_timeout=2):
+            pass
+    records = [r for r in caplog.records if r.name == "mcp.client.stdio"]
+    assert records, "the SDK reported nothing"
+    for record in records:
+        assert record.exc_info is None
+        assert "not JSON-RPC" in record.getMessage()
+    assert "oops, a log line" in records[0].getMessage()
+
+
+@pytest.mark.anyio
+async def test_issue5_the_provider_sees_remote_tools_like_local_ones() -> None:
+    """A server written with the official SDK, over stdio: its tools reach the provider's
+    context next to the local tool, described the same way, under ``<server>.<tool>``, and
+    the retrieval layer ranks them like local tools."""
+    seen: list[dict[str, dict[str, Any]]] = []
+
+    def brain(prompt: str, context: AgentContext) -> Any:
+        seen.append({name: t.describe() for name, t in context.tools.items()})
+        if context.round == 1:
+            return tool_call("fx.add", {"a": 2, "b": 3})
+        outcome = context.memory.current_turn()[-1]
+        assert isinstance(outcome, ToolOutcome)
+        return text(f"The sum is {outcome.result['sum']}.")
+
+    config = McpServerConfig(name="fx", command=[sys.executable, str(SERVER), "stdio"])
+    agent = Agent(FunctionProvider(brain), [get_weather], mcp_servers=[config])
+    with anyio.fail_after(HANG * 2):
+        async with agent:
+            everything = await agent.ask("Hello")
+            # Now with a limit: the remote tool that fits the input is chosen.
+            agent.loop.max_tools = 2
+            chosen = await agent.ask("add two integers")
+    assert everything.error is None
+    assert everything.replies == ["The sum is 5."]
+    first = seen[0]
+    assert "get_weather" in first
+    assert "fx.add" in first
+    local, remote = first["get_weather"], first["fx.add"]
+    assert set(local) == set(remote)  # one shape of description for both
+    assert remote["name"] == "fx.add"
+    assert remote["description"] == "Add two integers."
+    assert remote["parameters"]["required"] == ["a", "b"]
+    assert chosen.replies == ["The sum is 5."]
+    assert len(seen[2]) == 2
+    assert "fx.add" in seen[2]

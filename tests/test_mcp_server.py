@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import signal
+import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -29,7 +33,9 @@ from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 import openstarry.mcp
 from mcp_fixtures import helpers
-from mcp_fixtures.tools import gate
+from mcp_fixtures.tools import Echo, gate
+from openstarry.agent.interfaces import AgentContext, Tool
+from openstarry.agent.memory import ToolOutcome
 from openstarry.agent.runtime import Agent
 from openstarry.core import Event
 from openstarry.mcp import (
@@ -43,6 +49,8 @@ from openstarry.mcp import (
     AgentMcpServer,
 )
 from openstarry.protocol import KernelError, parse_payload
+from openstarry.testing import ScriptedProvider
+from openstarry.tools.weather import get_weather
 
 pytestmark = pytest.mark.anyio
 
@@ -488,9 +496,6 @@ async def test_openstarry_mcp_over_http(tmp_path: Path, mode: str, anyio_backend
 
 
 def test_an_address_in_use_exits_1_saying_so(tmp_path: Path) -> None:
-    import socket
-    import subprocess
-
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
@@ -510,8 +515,6 @@ def test_an_address_in_use_exits_1_saying_so(tmp_path: Path) -> None:
 
 
 def test_a_bad_manifest_exits_2_naming_the_file(tmp_path: Path) -> None:
-    import subprocess
-
     manifest = tmp_path / "agent.json"
     manifest.write_text('{"identity": {"name": "x"}, "tools": ["nope"]}', encoding="utf-8")
     done = subprocess.run(
@@ -529,7 +532,6 @@ def test_a_bad_manifest_exits_2_naming_the_file(tmp_path: Path) -> None:
 
 
 def test_a_result_json_cannot_carry_is_an_error() -> None:
-    from openstarry.agent.memory import ToolOutcome
     from openstarry.mcp.server import _result_of
 
     result = _result_of(ToolOutcome("id", "odd", True, result={"x": float("nan")}))
@@ -574,9 +576,6 @@ for attempt in (
 
 
 def test_without_the_sdk_the_server_names_the_extra_and_the_guard_still_imports() -> None:
-    import subprocess
-    import sys
-
     done = subprocess.run(
         [sys.executable, "-c", WITHOUT_SDK],
         capture_output=True,
@@ -600,3 +599,311 @@ def test_every_public_name_imports_and_is_documented(name: str) -> None:
     if inspect.isclass(obj) or inspect.isfunction(obj):
         assert inspect.getdoc(obj), f"{name} has no docstring"
     assert name in dir(openstarry.mcp)
+
+
+class Counter(Tool):
+    """An async tool that counts the calls it started and the ones it finished."""
+
+    name = "counter"
+    description = "Counts its calls; sleeps ``seconds`` first."
+
+    def __init__(self) -> None:
+        self.parameters = {"type": "object", "properties": {"seconds": {"type": "number"}}}
+        self.started = 0
+        self.finished = 0
+
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        self.started += 1
+        await anyio.sleep(float(args.get("seconds", 0)))
+        self.finished += 1
+        return {"value": args.get("value"), "calls": self.started}
+
+
+class ToolsServed:
+    """A running agent with ``echo`` and ``counter``, both exposed, and every event of its bus."""
+
+    def __init__(self, agent: Agent, echo: Echo, counter: Counter) -> None:
+        self.agent = agent
+        self.echo = echo
+        self.counter = counter
+        self.mcp = AgentMcpServer(agent, expose=["echo", "counter"])
+        self.events: list[Event] = []
+        agent.bus.subscribe("*", self.events.append)
+
+    def of(self, event_type: str) -> list[Event]:
+        return [e for e in self.events if e.type == event_type]
+
+
+@asynccontextmanager
+async def serving_tools() -> AsyncIterator[ToolsServed]:
+    echo, counter = Echo(), Counter()
+    async with Agent(ScriptedProvider([]), [echo, counter], name="hardening") as agent:
+        yield ToolsServed(agent, echo, counter)
+
+
+def meta(trace_id: Any, depth: Any) -> RequestParamsMeta:
+    return cast(RequestParamsMeta, {META_TRACE: trace_id, META_DEPTH: depth})
+
+
+def nested(levels: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.anyio
+async def test_arguments_nested_too_deep_for_an_event_are_a_tool_error_not_an_internal_error() -> (
+    None
+):
+    """Defect: arguments nested deeper than an event carries (64 levels) made
+    ``tools/call`` fail with ``-32603 Internal server error`` and a traceback in
+    the log; they are bad arguments, answered ``isError`` with INVALID_ARGUMENTS."""
+    async with serving_tools() as served, Client(served.mcp.server) as client:
+        with anyio.fail_after(HANG):
+            result = await client.call_tool("echo", {"value": nested(70)})
+            assert result.is_error is True
+            [block] = result.content
+            assert isinstance(block, types.TextContent)
+            assert "nest" in block.text
+            assert result.meta is not None
+            assert result.meta["openstarry/error"]["code"] == "INVALID_ARGUMENTS"
+            assert served.echo.runs == 0
+            # The server goes on.
+            fine = await client.call_tool("echo", {"value": nested(10)})
+        assert fine.is_error is False
+        assert served.echo.runs == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "depth", [10**5000, 2**63, "9" * 5000], ids=["5000-digit-int", "2**63", "5000-digit-string"]
+)
+async def test_an_absurd_depth_is_a_malformed_trace_not_an_internal_error(depth: Any) -> None:
+    """Defect: a ``_meta`` depth of thousands of digits made formatting the
+    refusal raise (Python's int-to-str digit limit): ``-32603`` and a traceback.
+    Now any depth beyond a sane bound is a malformed trace (``-32602``), and the
+    message does not echo the whole value."""
+    async with serving_tools() as served, Client(served.mcp.server) as client:
+        with anyio.fail_after(HANG), pytest.raises(MCPError) as caught:
+            await client.call_tool("echo", {"value": 1}, meta=meta("t-1", depth))
+        assert caught.value.code == types.INVALID_PARAMS
+        assert "depth" in caught.value.message
+        assert len(caught.value.message) < 300
+        assert served.echo.runs == 0
+
+
+@pytest.mark.anyio
+async def test_a_malformed_depth_is_not_echoed_whole() -> None:
+    """Defect: a malformed depth was repeated in full in the error (100 kB of
+    ``x`` came back, and went into the server's log)."""
+    async with serving_tools() as served, Client(served.mcp.server) as client:
+        with anyio.fail_after(HANG), pytest.raises(MCPError) as caught:
+            await client.call_tool("echo", {}, meta=meta("t-2", "x" * 100_000))
+        assert caught.value.code == types.INVALID_PARAMS
+        assert len(caught.value.message) < 300
+        assert served.echo.runs == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "trace_id",
+    ["a\nrefused tools/call of 'x'", "tab\there", "nul\x00", "\x1b[2J"],
+    ids=["newline", "tab", "nul", "escape"],
+)
+async def test_a_trace_id_with_control_characters_is_refused(
+    trace_id: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Defect: a ``_meta`` trace id could carry newlines and other control
+    characters (HTTP headers cannot), which went as they were into the server's
+    log lines (forging entries) and every event of the call."""
+    async with serving_tools() as served, Client(served.mcp.server) as client:
+        with (
+            caplog.at_level(logging.INFO, logger="openstarry.mcp"),
+            anyio.fail_after(HANG),
+            pytest.raises(MCPError) as caught,
+        ):
+            await client.call_tool("echo", {"value": 1}, meta=meta(trace_id, 2))
+        assert caught.value.code == types.INVALID_PARAMS
+        assert "trace" in caught.value.message
+        assert served.echo.runs == 0
+        assert not any(trace_id in record.getMessage() for record in caplog.records)
+        with anyio.fail_after(HANG):
+            fine = await client.call_tool("echo", {"value": 1}, meta=meta("plain-trace.1", 2))
+        assert fine.is_error is False
+
+
+@pytest.mark.anyio
+async def test_a_call_cancelled_before_it_started_runs_nothing() -> None:
+    """Defect (in ``ExecutionLoop.call_tool``, fixed there by the loop's owner):
+    a caller cancelled while its ``EXEC:TOOL_CALL`` waited for dispatch (the
+    ``tools/call`` of a client that went away at once) left the call to run
+    anyway: its cancel scope did not exist yet, so nothing stopped it. On trio
+    the tool ran to its end for nobody, outside the server's ``max_calls``."""
+    async with serving_tools() as served:
+        with anyio.fail_after(HANG):
+            with anyio.move_on_after(0):
+                await served.agent.loop.call_tool("counter", {"seconds": 0.2})
+            # Settled when its result is published: at once when the call is stopped, only
+            # after the tool's 0.2 s when it runs on (no fixed sleep to outlast it).
+            while not served.of("EXEC:TOOL_RESULT"):
+                await anyio.sleep(0.01)
+            await served.agent.bus.wait_idle()
+        assert served.counter.finished == 0
+        [result] = served.of("EXEC:TOOL_RESULT")
+        assert result.payload["success"] is False
+        assert result.payload["error"]["code"] == "CANCELLED"
+        assert served.agent.loop.external_calls == 0
+
+
+def test_an_unflushed_print_of_a_tool_never_reaches_the_mcp_wire(tmp_path: Path) -> None:
+    manifest = helpers.write_manifest(
+        tmp_path,
+        {"expose_tools": ["mcp_fixtures.tools:mumble"]},
+        tools=["mcp_fixtures.tools:mumble"],
+    )
+    with helpers.stdio_server(manifest) as (process, out, err):
+        assert process.stdin is not None
+        replies: list[dict[str, Any]] = []
+        for message in (
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "ux", "version": "1"},
+                },
+            },
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "mumble", "arguments": {"text": "psst"}},
+            },
+        ):
+            process.stdin.write(json.dumps(message).encode() + b"\n")
+            process.stdin.flush()
+            if "id" in message:
+                reply = json.loads(out.next() or "null")
+                assert reply["id"] == message["id"]
+                assert "error" not in reply, reply
+                replies.append(reply)
+        process.stdin.close()
+        assert process.wait(timeout=helpers.WAIT) == 0
+        # Every line on stdout is protocol; the print went to stderr.
+        assert out.next() is None
+        assert "buffered chatter: psst" in err.join()
+    # The call ran and its reply, the tool's own result, is intact.
+    result = replies[1]["result"]
+    assert result["isError"] is False, result
+    assert result["content"] == [{"type": "text", "text": "psst"}]
+
+
+@asynccontextmanager
+async def mcp_http_client(agent: Agent, headers: dict[str, str]) -> AsyncIterator[Any]:
+    """The official SDK's client over Streamable HTTP to ``agent``'s MCP app, in process."""
+    import httpx2
+    from mcp import Client as McpClient
+    from mcp.client.streamable_http import streamable_http_client
+
+    from openstarry.mcp import AgentMcpServer
+
+    app = AgentMcpServer(agent, expose=["whoami", "get_weather"]).http_app(json_response=True)
+    async with (
+        app.router.lifespan_context(app),
+        httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app),
+            base_url="http://127.0.0.1:8765",
+            headers=headers,
+        ) as http,
+        McpClient(streamable_http_client("http://127.0.0.1:8765/mcp", http_client=http)) as client,
+    ):
+        yield client
+
+
+@pytest.mark.anyio
+async def test_issue5_the_trace_header_is_x_openstarry_trace_id_with_its_depth_beside_it() -> None:
+    """The header is literally ``X-OpenStarry-Trace-ID`` (spec 004 §4); the depth header is
+    of the same family; a depth over 5 is refused with a JSON-RPC error and KERNEL:ERROR."""
+    pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
+    from mcp.shared.exceptions import MCPError
+
+    from mcp_fixtures.tools import whoami
+    from openstarry.mcp import DEPTH_HEADER, RECURSION_LIMIT_EXCEEDED, TRACE_HEADER
+    from openstarry.testing import ScriptedProvider
+
+    assert TRACE_HEADER == "X-OpenStarry-Trace-ID"
+    assert DEPTH_HEADER.lower().startswith("x-openstarry-")
+    agent = Agent(ScriptedProvider([]), [whoami, get_weather], name="trace-agent")
+    errors: list[Event] = []
+    with anyio.fail_after(HANG):
+        async with agent:
+            agent.bus.subscribe("KERNEL:ERROR", errors.append)
+            headers = {"x-openstarry-trace-id": "literal-1", DEPTH_HEADER: "5"}
+            async with mcp_http_client(agent, headers) as client:
+                result = await client.call_tool("whoami", {})
+                assert result.structured_content == {"traceId": "literal-1", "callDepth": 5}
+            deep = {"X-OpenStarry-Trace-ID": "literal-2", DEPTH_HEADER: "6"}
+            async with mcp_http_client(agent, deep) as client:
+                with pytest.raises(MCPError) as caught:
+                    await client.call_tool("whoami", {})
+                assert caught.value.code == RECURSION_LIMIT_EXCEEDED
+                assert "literal-2" in caught.value.message
+                # The agent stays responsive to a new request, in another trace.
+            async with mcp_http_client(agent, {"X-OpenStarry-Trace-ID": "literal-3"}) as client:
+                fresh = await client.call_tool("whoami", {})
+                assert fresh.structured_content == {"traceId": "literal-3", "callDepth": 1}
+            await agent.bus.wait_idle()
+    assert [e.trace_id for e in errors] == ["literal-2"]
+
+
+class RunCounter(Tool):
+    """Counts its runs."""
+
+    name = "count"
+    description = "Counts how often it ran."
+
+    def __init__(self) -> None:
+        self.parameters = {"type": "object", "properties": {}}
+        self.runs = 0
+
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        self.runs += 1
+        return {"runs": self.runs}
+
+
+@pytest.mark.anyio
+async def test_issue5_a_tools_call_event_delivered_twice_runs_the_tool_once() -> None:
+    """The MCP call enters the bus as EXEC:TOOL_CALL; the same event published again (a
+    duplicate delivery) is de-duplicated like any other and runs nothing more."""
+    pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
+    from mcp import Client as McpClient
+
+    from openstarry.mcp import AgentMcpServer
+    from openstarry.testing import ScriptedProvider
+
+    counter = RunCounter()
+    agent = Agent(ScriptedProvider([]), [counter], name="dedup-agent")
+    calls: list[Event] = []
+    results: list[Event] = []
+    with anyio.fail_after(HANG):
+        async with agent:
+            agent.bus.subscribe("EXEC:TOOL_CALL", calls.append)
+            agent.bus.subscribe("EXEC:TOOL_RESULT", results.append)
+            server = AgentMcpServer(agent, expose=["count"])
+            async with McpClient(server.server) as client:
+                result = await client.call_tool("count", {})
+                assert result.is_error is False
+                await agent.bus.wait_idle()
+                [call] = calls
+                assert await agent.bus.apublish(call) is False  # the same event, again
+                await agent.bus.wait_idle()
+                again = await client.call_tool("count", {})  # a new call runs
+                await agent.bus.wait_idle()
+    assert counter.runs == 2
+    assert again.structured_content == {"runs": 2}
+    assert len(results) == 2
+    assert all(r.payload["success"] for r in results)

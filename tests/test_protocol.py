@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,7 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from openstarry import core, events
+from envelopes import envelope_wire
+from openstarry import core, events, protocol
+from openstarry.core import decode_event, decode_response
 from openstarry.errors import DecodeError
 from openstarry.protocol import (
     OUTPUT_AGENT_MESSAGE,
@@ -685,3 +688,69 @@ def test_json_schema_uses_wire_names_and_rules() -> None:
     result = ToolResultPayload.model_json_schema(by_alias=True)
     assert "toolCallId" in result["required"]
     assert result["allOf"][0]["then"]["required"] == ["error"]
+
+
+def test_envelope_without_payload_is_refused_as_the_core_and_spec_002_refuse_it() -> None:
+    """``payload`` is a required envelope field: the model and its JSON Schema say so.
+
+    Spec 002 declares ``payload`` without ``?`` and ``decode_event`` refuses an
+    envelope without it; a model that accepts it, and a schema other languages
+    validate against that does not require it, let producers emit events the
+    core then rejects.
+    """
+    wire = envelope_wire()
+    del wire["payload"]
+    raw = json.dumps(wire).encode()
+    with pytest.raises(DecodeError):
+        decode_event(raw)
+
+    with pytest.raises(ValidationError):
+        protocol.EventEnvelope.model_validate_json(raw)
+    assert "payload" in protocol.json_schema()["$defs"]["EventEnvelope"]["required"]
+
+
+NON_FINITE_MODELS: dict[str, Callable[[], Any]] = {
+    "tool call args NaN": lambda: protocol.ToolCall.model_validate(
+        {"name": "w", "args": {"x": float("nan")}}
+    ),
+    "ui segment inf": lambda: protocol.ContentSegment.model_validate(
+        {"type": "ui", "ui": {"x": float("inf")}}
+    ),
+    "response metadata -inf": lambda: protocol.ProviderResponse.model_validate(
+        {"segments": [], "metadata": float("-inf")}
+    ),
+    "envelope payload NaN": lambda: protocol.EventEnvelope.model_validate(
+        envelope_wire(payload={"x": float("nan")})
+    ),
+}
+
+
+@pytest.mark.parametrize("build", list(NON_FINITE_MODELS.values()), ids=list(NON_FINITE_MODELS))
+def test_to_core_refuses_a_non_finite_number_instead_of_turning_it_into_null(
+    build: Callable[[], Any],
+) -> None:
+    """A NaN or infinity in a model is refused (``ValueError``), as the core's own classes do.
+
+    ``core.ToolCall("w", {"x": nan})`` raises; the pydantic model must not
+    silently convert the same value into ``null`` on its way to the core, which
+    changes the data a tool or a transport receives.
+    """
+    with pytest.raises(ValueError):  # noqa: PT011 - a ValidationError or the core's ValueError
+        build().to_core()
+
+
+def test_provider_response_from_core_converts_every_response_the_core_decodes() -> None:
+    """A response ``decode_response`` accepts converts to the model with ``from_core``.
+
+    ``1e400`` is valid JSON: the core must either refuse it when decoding (a
+    ``DecodeError`` naming the field) or produce a response that converts;
+    today it decodes it as infinity, which ``encode_response`` and therefore
+    ``ProviderResponse.from_core`` then fail on with a bare ``ValueError``.
+    """
+    raw = b'{"segments":[{"type":"text","text":"a"}],"metadata":{"n":1e400}}'
+    try:
+        response = decode_response(raw)
+    except DecodeError:
+        return
+    model = protocol.ProviderResponse.from_core(response)
+    assert model.metadata == response.metadata

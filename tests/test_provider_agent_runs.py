@@ -12,7 +12,7 @@ by name and order for Gemini).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import pytest
 
-from fake_llm_server import FakeLLMServer, Recorded, Reply, sse
+from fake_llm_server import FakeLLMServer, Recorded, Reply, chat_answer, sse
 from openstarry.agent.registry import tool_set_fingerprint
 from openstarry.agent.runtime import Agent
 from openstarry.core import Event
@@ -472,12 +472,6 @@ APIS = [
 ]
 
 
-@pytest.fixture
-def server() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as fake:
-        yield fake
-
-
 def manifest_for(api: API, base_url: str, *, stream: bool) -> AgentManifest:
     data = json.loads(EXAMPLE.read_text())
     data["provider"] = {
@@ -528,3 +522,117 @@ async def test_the_weather_run(
     assert agent.provider.tool_set_reuses == 1  # type: ignore[attr-defined]  # the second call
     fingerprint = tool_set_fingerprint(agent.tools)
     assert [e.payload["metadata"]["tools_fingerprint"] for e in said] == [fingerprint] * 2
+
+
+#: A bound on any one wait, so a broken component fails a test instead of hanging it.
+HANG = 10.0
+
+
+@pytest.mark.anyio
+async def test_issue6_unparseable_llm_output_is_pain_or_a_note_and_the_agent_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through the real provider and loop: a body that is not JSON ends that run with an
+    error (AgentPainException), invalid JSON arguments become a text note and run no tool,
+    and the agent answers the next input."""
+    from openstarry.manifest import parse_manifest
+
+    monkeypatch.setenv(KEY_ENV, "k-conformance")
+    broken_call = chat_answer("")
+    broken_call.json["choices"][0]["message"]["tool_calls"] = [
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"location": "Tai'},
+        }
+    ]
+    broken_call.json["choices"][0]["finish_reason"] = "tool_calls"
+    with FakeLLMServer() as server:
+        server.script(
+            None,
+            Reply(body=b"<html>not json</html>", headers={"Content-Type": "application/json"}),
+            broken_call,
+            chat_answer("Still here."),
+        )
+        data = json.loads(EXAMPLE.read_text(encoding="utf-8"))
+        data["provider"] = {
+            "name": "openai",
+            "model": "gpt-4.1",
+            "baseUrl": server.url + "/v1",
+            "apiKeyEnv": KEY_ENV,
+            "options": {"stream": False, "retryBackoff": 0.01},
+        }
+        agent = Agent.from_manifest(parse_manifest(data, base_dir=EXAMPLE.parent))
+        ran: list[Event] = []
+        with anyio.fail_after(HANG):
+            async with agent:
+                agent.bus.subscribe("EXEC:TOOL_CALL", ran.append)
+                pain = await agent.ask("Query weather in Taipei")
+                noted = await agent.ask("Query weather in Taipei")
+                after = await agent.ask("Hello?")
+                await agent.bus.wait_idle()
+    assert pain.error is not None
+    assert pain.error["code"] == "AGENT_PAIN", pain.error
+    assert noted.error is None, noted.error
+    assert len(noted.replies) == 1
+    assert "get_weather" in noted.replies[0]
+    assert "JSON" in noted.replies[0] or "json" in noted.replies[0]
+    assert ran == []  # the broken call ran nothing
+    assert after.error is None
+    assert after.replies == ["Still here."]
+
+
+#: Per API, how many of the weather run's streamed events arrive before the connection drops,
+#: and the text they carry: the text and part of the tool call (Gemini sends a call whole in
+#: its last chunk, so two of its three text pieces).
+CUT_AFTER = {
+    "openai": (6, "Sure, let me check."),
+    "openai-responses": (11, "Sure, let me check."),
+    "anthropic": (10, "Sure, let me check."),
+    "gemini": (2, "Sure, let me"),
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("api_name", list(CUT_AFTER))
+async def test_issue6_each_http_provider_retries_429_and_500_and_survives_a_cut_stream(
+    api_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through each real adapter, the transport and the loop: a 429 with ``Retry-After`` and
+    a 500 are retried, a stream cut in the middle of a tool call keeps the text, runs no
+    tool and says the answer was cut; the next input is answered."""
+    from test_provider_agent_runs import APIS, FIRST_TEXT, KEY, manifest_for
+    from test_provider_agent_runs import KEY_ENV as RUNS_KEY_ENV
+
+    api = next(a for a in APIS if a.name == api_name)
+    monkeypatch.setenv(RUNS_KEY_ENV, KEY)
+    whole = api.streamed(FIRST_TEXT, True)
+    assert whole.events is not None
+    count, delivered = CUT_AFTER[api_name]
+    cut = Reply(events=list(whole.events[:count]), cut=True)
+    with FakeLLMServer() as server:
+        server.script(
+            None,
+            Reply(429, json={"error": {"message": "slow down"}}, headers={"Retry-After": "0"}),
+            Reply(500, json={"error": {"message": "boom"}}),
+            cut,
+            api.streamed(FINAL_TEXT, False),
+        )
+        agent = Agent.from_manifest(manifest_for(api, server.url + "/v1", stream=True))
+        ran: list[Event] = []
+        with anyio.fail_after(HANG):
+            async with agent:
+                agent.bus.subscribe("EXEC:TOOL_CALL", ran.append)
+                first = await agent.ask("Query weather in Taipei")
+                second = await agent.ask("And now?")
+                await agent.bus.wait_idle()
+        paths = server.paths()
+    assert first.error is None, first.error
+    assert len(first.replies) == 1
+    assert first.replies[0].startswith(delivered)
+    assert "cut" in first.replies[0][len(delivered) :]
+    assert ran == []
+    assert second.error is None, second.error
+    assert second.replies == [FINAL_TEXT]
+    assert len(paths) == 4
+    assert len(set(paths)) == 1

@@ -8,13 +8,14 @@ are driven end to end in ``test_provider_agent_runs.py``.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
 from types import SimpleNamespace
@@ -22,6 +23,8 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fake_llm_server import FakeLLMServer, Reply, sse
 from openstarry.agent.interfaces import AgentContext, Tool
@@ -30,7 +33,9 @@ from openstarry.agent.registry import tool_set_fingerprint
 from openstarry.errors import AgentPainException, ManifestError, ProviderError
 from openstarry.protocol import ContentSegment, ProviderResponse, ToolCall
 from openstarry.providers import create_provider
+from openstarry.providers.anthropic import AnthropicAPI
 from openstarry.providers.http import HTTPProvider, SSEDecoder, SSEError, TransportOptions
+from openstarry.providers.openai_chat import OpenAIChatAPI
 from openstarry.providers.wire import ToolNameMap
 from openstarry.tools import resolve_tools
 
@@ -145,12 +150,6 @@ def streamed(*texts: str, done: bool = True, cut: bool = False, **kw: Any) -> Re
 
 
 # --- fixtures ------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def server() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as fake:
-        yield fake
 
 
 @pytest.fixture
@@ -840,3 +839,265 @@ def test_sse_bounds() -> None:
     with pytest.raises(SSEError, match="more than 10"):
         decode(b"data: 123456\ndata: 123456\n\n", max_event=10)
     assert issubclass(SSEError, ProviderError)
+
+
+SECRET = "sk-test-Hardening0secretVALUE"
+
+
+def chat_provider(server: FakeLLMServer, **options: Any) -> HTTPProvider:
+    options.setdefault("stream", False)
+    options.setdefault("retryBackoff", 0.01)
+    return HTTPProvider(
+        OpenAIChatAPI(),
+        "gpt-test",
+        base_url=server.url + "/v1",
+        api_key_env=KEY_ENV,
+        options=options,
+    )
+
+
+def hi_context() -> AgentContext:
+    session = Session("s")
+    session.memory.append(UserTurn("Hi"))
+    return AgentContext(tools={}, session=session)
+
+
+async def generate_hi(p: HTTPProvider) -> Any:
+    with anyio.fail_after(HANG):
+        return await p.generate("Hi", hi_context())
+
+
+CHAT_ANSWER = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "model": "gpt-test",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "Hello."}, "finish_reason": "stop"}
+    ],
+}
+
+
+@pytest.mark.anyio
+async def test_a_key_with_a_stray_line_break_is_sent_trimmed(
+    server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key read from a file often ends in ``\\r`` or ``\\n``: it was sent as it was, and h11
+    refused the header with an error that quoted the key (``b'Bearer sk-...\\r'``)."""
+    monkeypatch.setenv(KEY_ENV, f"  {SECRET}\r\n")
+    server.script("/v1/chat/completions", Reply(json=CHAT_ANSWER))
+    response = await generate_hi(chat_provider(server))
+    assert response.segments[0].text == "Hello."
+    (request,) = server.requests
+    assert request.headers["authorization"] == f"Bearer {SECRET}"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "bad", ["\x7f", "\n", "\t", " inner", "é"], ids=["del", "newline", "tab", "space", "non-ascii"]
+)
+async def test_a_key_that_cannot_be_a_header_is_refused_without_showing_it(
+    server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, bad: str
+) -> None:
+    monkeypatch.setenv(KEY_ENV, SECRET[:10] + bad + SECRET[10:])
+    with pytest.raises(ProviderError) as caught:
+        await generate_hi(chat_provider(server))
+    message = str(caught.value)
+    assert KEY_ENV in message
+    assert SECRET[:10] not in message
+    assert SECRET[10:] not in message
+    assert repr(SECRET[:10] + bad)[1:-1] not in message
+    assert server.requests == []
+
+
+@pytest.mark.anyio
+async def test_a_redirect_is_a_provider_error_that_says_where_to(server: FakeLLMServer) -> None:
+    """A 301 (``http://`` to ``https://``, say) was read as a body, which is not JSON: an
+    ``AgentPainException`` about the model's output, where the configuration is at fault."""
+    server.script(
+        "/v1/chat/completions",
+        Reply(
+            301,
+            body=b"<html>Moved</html>",
+            headers={
+                "Location": "https://user:pw@api.example.com/v1/chat/completions?token=abc",
+                "Content-Type": "text/html",
+            },
+        ),
+    )
+    with pytest.raises(ProviderError) as caught:
+        await generate_hi(chat_provider(server))
+    message = str(caught.value)
+    assert "301" in message
+    assert "https://api.example.com/v1/chat/completions" in message
+    assert "baseUrl" in message
+    assert "pw" not in message
+    assert "token" not in message
+    assert len(server.requests) == 1  # not retried
+
+
+def _decode_in_chunks(payload: bytes) -> list[tuple[str | None, str]]:
+    decoder = SSEDecoder()
+    events: list[tuple[str | None, str]] = []
+    for i in range(0, len(payload), 1460):
+        events.extend(decoder.feed(payload[i : i + 1460]))
+    return events
+
+
+def test_a_long_sse_line_in_small_chunks_is_one_event() -> None:
+    """Each chunk re-read the whole unfinished line: a 4 MiB event (one big tool call) in
+    network-sized pieces took seconds of CPU, holding up every session on the event loop.
+
+    That it now takes linear time is measured by ``make bench``
+    (``benches/test_bench_linear.py``, the same bytes as 1 KiB events beside it); here,
+    what it decodes.
+    """
+    size = 4 * 1024 * 1024 - 1024  # under the decoder's 4 MiB line limit
+    long_line = b"data: " + b"x" * size + b"\n\n"
+    short_lines = (b"data: " + b"x" * 1016 + b"\n\n") * (size // 1024)
+    assert _decode_in_chunks(long_line) == [(None, "x" * size)]
+    assert len(_decode_in_chunks(short_lines)) == size // 1024
+
+
+def test_a_long_sse_line_split_before_its_crlf_is_one_line() -> None:
+    """The fast path for chunks without a line break must still honour a CR held back."""
+    decoder = SSEDecoder()
+    got = decoder.feed(b"data: a\r")
+    got += decoder.feed(b"\ndata: b")
+    got += decoder.feed(b"cd")
+    got += decoder.feed(b"\r")
+    got += decoder.feed(b"\r")
+    assert got == []  # the second CR may yet be the first half of a CRLF
+    got += decoder.feed(b"x")
+    assert got == [(None, "a\nbcd")]
+
+
+ANTHROPIC_OK = [
+    sse(
+        {
+            "type": "message_start",
+            "message": {"id": "msg_1", "type": "message", "role": "assistant", "content": []},
+        },
+        "message_start",
+    ),
+    sse(
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        "content_block_start",
+    ),
+    sse(
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi."}},
+        "content_block_delta",
+    ),
+    sse({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+    sse({"type": "message_delta", "delta": {"stop_reason": "end_turn"}}, "message_delta"),
+    sse({"type": "message_stop"}, "message_stop"),
+]
+
+
+def anthropic_error(kind: str) -> bytes:
+    return sse({"type": "error", "error": {"type": kind, "message": f"{kind} here"}}, "error")
+
+
+def anthropic_provider(server: FakeLLMServer) -> HTTPProvider:
+    return HTTPProvider(
+        AnthropicAPI(),
+        "claude-test",
+        base_url=server.url + "/v1",
+        api_key_env=KEY_ENV,
+        options={"stream": True, "retryBackoff": 0.01, "maxRetries": 2},
+    )
+
+
+@pytest.mark.anyio
+async def test_an_overloaded_error_at_the_start_of_a_stream_is_retried(
+    server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anthropic may answer 200 and then send ``overloaded_error`` as the first event; that was
+    a ProviderError that ended the run, where the same error as a 529 was retried."""
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    server.script(
+        "/v1/messages",
+        Reply(events=[ANTHROPIC_OK[0], anthropic_error("overloaded_error")]),
+        Reply(events=ANTHROPIC_OK),
+    )
+    response = await generate_hi(anthropic_provider(server))
+    assert [s.text for s in response.segments] == ["Hi."]
+    assert len(server.requests) == 2
+
+
+@pytest.mark.anyio
+async def test_a_lasting_error_in_a_stream_is_not_retried(
+    server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    server.script("/v1/messages", Reply(events=[anthropic_error("invalid_request_error")]))
+    with pytest.raises(ProviderError, match="invalid_request_error"):
+        await generate_hi(anthropic_provider(server))
+    assert len(server.requests) == 1
+
+
+@pytest.mark.anyio
+async def test_an_overloaded_error_after_text_is_not_retried(
+    server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Listeners saw the text: a second answer would differ from what they saw."""
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    server.script(
+        "/v1/messages", Reply(events=[*ANTHROPIC_OK[:3], anthropic_error("overloaded_error")])
+    )
+    with pytest.raises(ProviderError, match="overloaded_error"):
+        await generate_hi(anthropic_provider(server))
+    assert len(server.requests) == 1
+
+
+@pytest.mark.anyio
+async def test_a_stream_cancelled_midway_leaves_nothing_behind(
+    server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    server.script("/v1/messages", Reply(events=[*ANTHROPIC_OK[:3], 5.0, *ANTHROPIC_OK[3:]]))
+    p = anthropic_provider(server)
+    deltas: list[str] = []
+    session = Session("s")
+    session.memory.append(UserTurn("Hi"))
+    ctx = AgentContext(tools={}, session=session)
+    scope = anyio.CancelScope()
+
+    def cancel_on_text(text: str) -> None:
+        deltas.append(text)
+        scope.cancel()  # a /stop while the answer streams in
+
+    ctx.text_sink = cancel_on_text
+    with anyio.fail_after(HANG):
+        async with p:
+            with scope:
+                await p.generate("Hi", ctx)
+    assert scope.cancelled_caught
+    assert deltas == ["Hi."]
+    gc.collect()  # a half-read body left behind would warn here (an error under pytest)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lines=st.lists(
+        st.sampled_from(["data: a", "data: bc", "event: x", ": c", "data", "", "id: 1"]),
+        max_size=12,
+    ),
+    breaks=st.lists(st.sampled_from(["\n", "\r", "\r\n"]), min_size=12, max_size=12),
+    cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=8),
+)
+def test_sse_events_do_not_depend_on_how_the_bytes_are_cut(
+    lines: list[str], breaks: list[str], cuts: list[int]
+) -> None:
+    """The fast path for a chunk without a line break keeps the decoder's answers the same."""
+    text = "".join(line + brk for line, brk in zip(lines, breaks, strict=False)) + "\n\n"
+    data = text.encode()
+    whole = SSEDecoder()
+    expected = whole.feed(data) + whole.close()
+    pieces = SSEDecoder()
+    got: list[tuple[str | None, str]] = []
+    start = 0
+    for cut in sorted({min(c, len(data)) for c in cuts}):
+        got += pieces.feed(data[start:cut])
+        start = cut
+    got += pieces.feed(data[start:]) + pieces.close()
+    assert got == expected

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 import openstarry.providers._openai as openai_module
 from agent_harness import running
+from fake_llm_server import chunk
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.memory import (
     AssistantTurn,
@@ -1209,3 +1210,62 @@ def test_any_body_gives_a_response_or_a_clear_error(which: str, data: st.DataObj
         failures.append(str(exc))
     # Any other exception fails the test; these two always say what went wrong.
     assert all(failures)
+
+
+def test_parallel_calls_that_reuse_index_zero_stay_separate() -> None:
+    """Ollama (and others) stream every parallel call with ``index: 0``; each has its own id.
+
+    They were merged into one call named ``read_fileread_file`` whose arguments
+    did not parse, so neither call was made.
+    """
+    stream = OpenAIChatAPI().stream(ToolNameMap(["read.file"]))
+    for call_id, path in (("call_a", "a.txt"), ("call_b", "b.txt")):
+        piece = {
+            "index": 0,
+            "id": call_id,
+            "type": "function",
+            "function": {"name": "read_file", "arguments": json.dumps({"path": path})},
+        }
+        stream.feed(None, chunk({"role": "assistant", "tool_calls": [piece]}))
+    stream.feed(None, chunk({}, "tool_calls"))
+    stream.feed(None, "[DONE]")
+    response = stream.finish()
+    calls = [s.tool_call for s in response.segments if s.tool_call is not None]
+    assert [(c.id, c.name, c.args) for c in calls] == [
+        ("call_a", "read.file", {"path": "a.txt"}),
+        ("call_b", "read.file", {"path": "b.txt"}),
+    ]
+    assert "errors" not in (response.metadata or {})
+
+
+def test_a_reused_index_keeps_its_later_pieces_with_the_newest_call() -> None:
+    """After a new id reuses an index, pieces of that index without an id continue the new call."""
+    stream = OpenAIChatAPI().stream(ToolNameMap(["f", "g"]))
+    pieces = [
+        {"index": 0, "id": "call_1", "function": {"name": "f", "arguments": '{"x":'}},
+        {"index": 0, "function": {"arguments": " 1}"}},
+        {"index": 0, "id": "call_2", "function": {"name": "g", "arguments": '{"y":'}},
+        {"index": 0, "function": {"arguments": " 2}"}},
+    ]
+    for piece in pieces:
+        stream.feed(None, chunk({"tool_calls": [piece]}))
+    stream.feed(None, chunk({}, "tool_calls"))
+    calls = [s.tool_call for s in stream.finish().segments if s.tool_call is not None]
+    assert [(c.id, c.name, c.args) for c in calls] == [
+        ("call_1", "f", {"x": 1}),
+        ("call_2", "g", {"y": 2}),
+    ]
+
+
+def test_a_server_that_renames_a_call_mid_stream_still_makes_one_call() -> None:
+    """A new id at an index whose call is not finished yet is the same call, as before."""
+    stream = OpenAIChatAPI().stream(ToolNameMap(["f"]))
+    pieces = [
+        {"index": 0, "id": "call_1", "function": {"name": "f", "arguments": '{"x":'}},
+        {"index": 0, "id": "call_1b", "function": {"arguments": " 1}"}},
+    ]
+    for piece in pieces:
+        stream.feed(None, chunk({"tool_calls": [piece]}))
+    stream.feed(None, chunk({}, "tool_calls"))
+    calls = [s.tool_call for s in stream.finish().segments if s.tool_call is not None]
+    assert [(c.id, c.name, c.args) for c in calls] == [("call_1", "f", {"x": 1})]

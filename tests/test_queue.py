@@ -947,3 +947,9 @@ def test_threads_single_consumer_sees_each_producer_in_order() -> None:
     assert len(got) == PRODUCERS * n
     for p in range(PRODUCERS):
         assert [i for q_, i in got if q_ == p] == list(range(n))
+
+
+@pytest.mark.parametrize("capacity", [True, 0, -1, 1.5])
+def test_queue_capacity_must_be_a_positive_int(capacity: Any) -> None:
+    with pytest.raises(ValueError, match="capacity"):
+        EventQueue(capacity=capacity)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import uuid
+import weakref
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from envelopes import Sentinel, nested
 from openstarry.core import (
     ContentSegment,
     ProviderResponse,
@@ -556,3 +559,47 @@ def test_arbitrary_bytes_decode_or_raise_decode_error(data: bytes) -> None:
         decode_response(data)
     except DecodeError:
         return
+
+
+def test_many_unknown_response_fields_decode_and_a_repeat_is_refused() -> None:
+    body = b"".join(b',"k%d":0' % i for i in range(50_000))
+    assert decode_response(b'{"segments":[]' + body + b"}", max_bytes=1 << 22) is not None
+    with pytest.raises(DecodeError, match="duplicate"):
+        decode_response(b'{"segments":[]' + body + b',"k7":0}', max_bytes=1 << 22)
+
+
+def test_a_cycle_through_response_metadata_is_collected() -> None:
+    sentinel = Sentinel()
+    alive = weakref.ref(sentinel)
+    metadata: dict[str, Any] = {}
+    response = ProviderResponse([ContentSegment("text", text="x")], metadata=metadata)
+    metadata["sentinel"] = sentinel  # the response holds this very dict
+    metadata["response"] = response
+    del response, metadata, sentinel
+    gc.collect()
+    assert alive() is None
+
+
+def test_args_given_as_a_json_string_must_hold_an_object() -> None:
+    body = {"segments": [{"type": "tool_call", "toolCall": {"name": "f", "args": '"abc"'}}]}
+    with pytest.raises(DecodeError, match="JSON object") as info:
+        decode_response(json.dumps(body).encode())
+    assert info.value.field == "segments[0].toolCall.args"
+    with pytest.raises(ValueError, match="JSON object"):
+        ToolCall("f", args='"hello"')
+    assert ToolCall("f", args='{"a": 1}').args == {"a": 1}
+
+
+def test_responses_built_at_the_depth_limit_decode_back() -> None:
+    response = ProviderResponse(
+        [
+            ContentSegment("ui", ui=nested(61)),
+            ContentSegment("tool_call", tool_call=ToolCall("f", args={"a": nested(59)})),
+        ],
+        metadata=nested(63),
+    )
+    assert decode_response(encode_response(response)) == response
+    with pytest.raises(ValueError, match="nesting"):
+        ContentSegment("ui", ui=nested(62))
+    with pytest.raises(ValueError, match="nesting"):
+        ToolCall("f", args={"a": nested(60)})

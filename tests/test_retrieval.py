@@ -9,14 +9,18 @@ tool must be among the 10 selected for at least 95% of them.
 
 from __future__ import annotations
 
+import numbers
 import random
 import threading
+import time
+import unicodedata
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
 
+from agent_harness import HANG
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.retrieval import (
     EmbeddingRetriever,
@@ -788,3 +792,206 @@ def test_hybrid_arguments() -> None:
         HybridRetriever(Fixed("a"), depth=0)
     with pytest.raises(ValueError, match="limit must be an int"):
         HybridRetriever(Fixed("a")).select("q", {"a": Spec("a")}, -2)
+
+
+WEATHER_FORECAST = Spec("get_weather", "Get the current weather forecast for a city.")
+
+
+FOUR_TOOLS: dict[str, Tool] = {t.name: t for t in (WEATHER_FORECAST, READ, WRITE, LIST)}
+
+
+class Float32:
+    """A scalar like numpy's ``float32``: a ``numbers.Real``, but not a ``float``."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def __float__(self) -> float:
+        return self.value
+
+
+numbers.Real.register(Float32)
+
+
+class Array:
+    """What numpy, torch and jax return: not a ``Sequence``; ``tolist()`` gives plain lists."""
+
+    def __init__(self, rows: list[Any]) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Iterator[Any]:
+        for row in self.rows:
+            yield Array(row) if isinstance(row, list) else Float32(row)
+
+    def __getitem__(self, i: int) -> Any:
+        row = self.rows[i]
+        return Array(row) if isinstance(row, list) else Float32(row)
+
+    def tolist(self) -> list[Any]:
+        return self.rows
+
+
+def _bag_of_words(texts: list[str]) -> list[list[float]]:
+    vocabulary = ["weather", "read", "write", "folder", "file", "city"]
+    return [[float(word in t.lower()) + 0.01 for word in vocabulary] for t in texts]
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        pytest.param(lambda rows: Array(rows), id="matrix"),  # model.encode(texts)
+        pytest.param(lambda rows: [Array(r) for r in rows], id="list-of-vectors"),
+        pytest.param(lambda rows: [[Float32(x) for x in r] for r in rows], id="float32-scalars"),
+    ],
+)
+def test_embeddings_may_be_arrays_as_embedding_libraries_return(shape: Any) -> None:
+    retriever = EmbeddingRetriever(lambda texts: shape(_bag_of_words(texts)))
+    assert retriever.select("the weather in my city", FOUR_TOOLS, 1) == ["get_weather"]
+    assert retriever.select("open a folder", FOUR_TOOLS, 1) == ["fs.list"]
+
+
+def test_arrays_are_still_checked() -> None:
+    retriever = EmbeddingRetriever(lambda texts: Array([[1.0, 2.0]] * (len(texts) - 1)))
+    with pytest.raises(ValueError, match="embed returned 3 vectors for 4 texts"):
+        retriever.select("weather", FOUR_TOOLS, 1)
+    nan = EmbeddingRetriever(lambda texts: [[Float32(float("nan"))] for _ in texts])
+    with pytest.raises(ValueError, match="NaN or infinity"):
+        nan.select("weather", FOUR_TOOLS, 1)
+
+
+def test_lexical_matches_across_unicode_spellings() -> None:
+    tools: dict[str, Tool] = {
+        t.name: t
+        for t in (
+            Spec("meteo.get", "Prévisions météo de la ville."),
+            Spec("github.issue.create", "Open an issue on GitHub."),
+            Spec("db.query", "データベースを検索する"),
+            Spec("fs.read", "Read a file."),
+        )
+    }
+    retriever = LexicalRetriever(fill=False)
+    # An accent typed as a letter and a combining mark (NFD), as macOS produces.
+    assert retriever.select(unicodedata.normalize("NFD", "météo"), tools, 2) == ["meteo.get"]
+    # Full-width Latin letters, as typed with a CJK input method.
+    full_width = "".join(chr(ord(c) + 0xFEE0) for c in "GitHub")
+    assert retriever.select(full_width, tools, 2) == ["github.issue.create"]
+    # Kana with a separate voicing mark.
+    hits = retriever.search(unicodedata.normalize("NFD", "データベース"), tools, 2)
+    nfc = retriever.search("データベース", tools, 2)
+    assert hits == nfc
+    assert [name for name, _ in hits] == ["db.query"]
+
+
+def test_a_non_ascii_name_matches_in_its_normal_form() -> None:
+    name = unicodedata.normalize("NFD", "météo")
+    tools: dict[str, Tool] = {name: Spec(name, "Forecasts."), "other": Spec("other", "Nothing.")}
+    assert LexicalRetriever(fill=False).select("météo", tools, 2) == [name]
+
+
+def test_one_tool_under_two_keys() -> None:
+    """Keys need not be the tools' names (aliases): two keys may hold one tool."""
+    aliased: dict[str, Tool] = {
+        "weather": WEATHER_FORECAST,
+        "forecast": WEATHER_FORECAST,
+        "cat": READ,
+    }
+    lexical = LexicalRetriever(fill=False)
+    assert set(lexical.select("weather forecast", aliased, 3)) == {"weather", "forecast"}
+    embedding = EmbeddingRetriever(_bag_of_words)
+    assert embedding.select("read the file", aliased, 1) == ["cat"]
+    # A different aliasing is a different set.
+    assert lexical.select("weather", {"w": WEATHER_FORECAST}, 1) == ["w"]
+    assert lexical.builds == 2
+
+
+def test_a_limit_beyond_any_tool_count() -> None:
+    """A huge limit (``max_tools`` from a config, say) gave OverflowError or ValueError."""
+    huge = 2**70
+    assert LexicalRetriever().select("weather", FOUR_TOOLS, huge) == list(FOUR_TOOLS)
+    assert LexicalRetriever(fill=False).search("weather", FOUR_TOOLS, huge) == (
+        LexicalRetriever(fill=False).search("weather", FOUR_TOOLS, 4)
+    )
+    embedding = EmbeddingRetriever(_bag_of_words)
+    assert embedding.select("", FOUR_TOOLS, huge) == list(FOUR_TOOLS)
+    assert embedding.select("weather", FOUR_TOOLS, huge)[0] == "get_weather"
+    hybrid = HybridRetriever(LexicalRetriever(fill=False), embedding)
+    assert set(hybrid.select("weather", FOUR_TOOLS, huge)) == set(FOUR_TOOLS)
+
+
+def test_a_blank_query_gives_the_declared_order_of_this_mapping() -> None:
+    calls: list[int] = []
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        calls.append(len(texts))
+        return _bag_of_words(texts)
+
+    retriever = EmbeddingRetriever(embed)
+    retriever.select("weather", FOUR_TOOLS, 1)  # embeds this set, in this order
+    reordered = dict(reversed(list(FOUR_TOOLS.items())))
+    assert retriever.select("  ", reordered, 2) == ["fs.list", "fs.write"]
+    assert calls == [4, 1]
+
+
+def test_hybrid_depth_must_be_an_int() -> None:
+    with pytest.raises(ValueError, match=r"depth must be at least 1, not 2\.5"):
+        HybridRetriever(LexicalRetriever(), depth=2.5)  # type: ignore[arg-type]
+
+
+def test_threads_selecting_at_once_embed_a_tool_set_once() -> None:
+    """Sessions selecting from worker threads on a cold retriever each embedded every tool."""
+    calls: list[int] = []
+    first_batch = threading.Event()
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        calls.append(len(texts))
+        if len(texts) > 1:
+            first_batch.set()
+            time.sleep(0.05)  # a model takes a while: the other threads arrive meanwhile
+        return _bag_of_words(texts)
+
+    retriever = EmbeddingRetriever(embed)
+    picks: list[list[str]] = []
+
+    def work() -> None:
+        picks.append(retriever.select("the weather", FOUR_TOOLS, 1))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    threads[0].start()
+    first_batch.wait(HANG)
+    for t in threads[1:]:
+        t.start()
+    for t in threads:
+        t.join(HANG)
+    assert picks == [["get_weather"]] * 4
+    assert sorted(calls) == [1, 1, 1, 1, 4]  # the tools once, each query once
+    assert retriever.builds == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "terms"),
+    [
+        ("listAPIs", ["list", "api"]),  # was ["list", "ap"]: "Is" became a stop word
+        ("getURLsForTag", ["get", "url", "tag"]),  # was ["get", "ur", "ls", "tag"]
+        ("SDKs GPUs IDs", ["sdk", "gpu", "id"]),
+        ("HTTPServer HTTPSession", ["http", "server", "http", "session"]),
+    ],
+)
+def test_an_acronyms_plural_is_one_word(text: str, terms: list[str]) -> None:
+    assert ToolIndex.tokenize(text) == terms
+
+
+def test_tools_named_with_acronym_plurals_are_found() -> None:
+    tools: dict[str, Tool] = {
+        t.name: t
+        for t in (
+            Spec("listAPIs", "Enumerate what the gateway serves."),
+            Spec("getURLs", "Links of a page."),
+            Spec("fs.read", "Read a file."),
+        )
+    }
+    retriever = LexicalRetriever(fill=False)
+    assert retriever.select("which API endpoints exist?", tools, 3) == ["listAPIs"]
+    assert retriever.select("the URL of the docs", tools, 3) == ["getURLs"]

@@ -10,6 +10,8 @@ import anyio
 import pytest
 
 import openstarry.testing
+from agent_harness import context
+from openstarry import protocol
 from openstarry.agent.interfaces import AgentContext, Provider
 from openstarry.agent.memory import AssistantTurn, Session, ToolOutcome, UserTurn
 from openstarry.core import ContentSegment, ProviderResponse, ToolCall, encode_response
@@ -283,3 +285,24 @@ def test_star_import_gives_exactly_all() -> None:
     exec("from openstarry.testing import *", namespace)
     namespace.pop("__builtins__")
     assert set(namespace) == set(openstarry.testing.__all__)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", ["scripted", "function"])
+async def test_test_providers_accept_the_protocol_provider_response(kind: str) -> None:
+    """ScriptedProvider and FunctionProvider take a pydantic ``protocol.ProviderResponse``.
+
+    The loop accepts that model from any provider (it calls ``to_core()``), so
+    the test providers must too, rather than fail with "an answer must be a
+    ProviderResponse ..., not ProviderResponse".
+    """
+    answer: Any = protocol.ProviderResponse.model_validate(
+        {"segments": [{"type": "text", "text": "hi"}]}
+    )
+    provider = (
+        ScriptedProvider([answer]) if kind == "scripted" else FunctionProvider(lambda p, c: answer)
+    )
+
+    response = await provider.generate("x", context())
+
+    assert response.segments[0].text == "hi"

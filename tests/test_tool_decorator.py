@@ -10,6 +10,7 @@ import anyio
 import pytest
 from pydantic import BaseModel, Field
 
+from agent_harness import context
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.memory import Session
 from openstarry.agent.tools import AsyncFunctionTool, FunctionTool, tool
@@ -383,3 +384,42 @@ def takes_unsupported(value: Unsupported) -> None: ...
 def test_a_type_pydantic_cannot_describe_is_a_type_error() -> None:
     with pytest.raises(TypeError, match=r"'takes_unsupported': unsupported type hint"):
         tool(takes_unsupported)
+
+
+def test_tool_takes_an_optional_agent_context_as_the_context_parameter() -> None:
+    """A parameter annotated ``AgentContext | None`` receives the loop's context.
+
+    ``ctx: AgentContext | None = None`` is the natural way to keep a tool callable
+    as a plain function (the decorated object still is one); @tool must treat it
+    as the context parameter, not refuse the function at decoration with a
+    confusing "no schema for Tool" error.
+    """
+
+    def where(path: str, ctx: AgentContext | None = None) -> str:
+        return f"{path} in {ctx.session_id if ctx is not None else 'nowhere'}"
+
+    wrapped = tool(where)
+    assert wrapped.context_parameter == "ctx"
+    assert set(wrapped.parameters["properties"]) == {"path"}
+    assert wrapped.run(wrapped.validate({"path": "a"}), context()) == "a in s"
+
+
+def test_tool_keeps_the_promise_of_its_schema_for_an_annotated_default_factory() -> None:
+    """An argument the schema does not require can be left out, and the call then works.
+
+    ``Annotated[list[str], Field(default_factory=list)]`` is pydantic's way to give
+    a default inside ``Annotated``; the schema then marks the argument optional and
+    ``validate({})`` passes, so the tool must be called with that default (or the
+    argument must be required): a validated call must never fail with
+    "missing 1 required positional argument".
+    """
+
+    def count(tags: Annotated[list[str], Field(default_factory=list)]) -> int:
+        return len(tags)
+
+    wrapped = tool(count)
+    if "tags" in wrapped.parameters.get("required", []):
+        with pytest.raises(ToolArgumentsError):
+            wrapped.validate({})
+    else:
+        assert wrapped.run(wrapped.validate({}), context()) == 0

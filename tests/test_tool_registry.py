@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
+from agent_harness import HANG
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.registry import (
     FINGERPRINT_PREFIX,
@@ -377,3 +378,60 @@ def test_text_read_with_surrogateescape_has_a_fingerprint() -> None:
     two = tool_set_fingerprint([Spec("odd", "bytes \udcfe")])
     assert one != two
     assert one == tool_set_fingerprint([Spec("odd", "bytes \udcff")])
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_creation_in_one_event_loop_does_not_hang_another(backend: str) -> None:
+    """Two threads, each with its event loop, share one cache (say, one provider).
+
+    The second asked while the first was creating: it waited on the first
+    loop's signal, which cannot wake it (asyncio: stuck until something else
+    woke its loop; trio: AttributeError).
+    """
+    cache: SchemaCache[str] = SchemaCache()
+    key = ("api", "ts_same")
+    creating = threading.Event()
+    second_done = threading.Event()
+    out: dict[str, Any] = {}
+
+    def first() -> None:
+        async def main() -> None:
+            async def factory() -> str:
+                creating.set()
+                # Still creating while the other loop asks.
+                second_done.wait(HANG)
+                return "first"
+
+            out["first"] = await cache.aget_or_create(key, factory)
+
+        anyio.run(main, backend="asyncio")
+
+    def second() -> None:
+        async def main() -> None:
+            async def factory() -> str:
+                return "second"
+
+            creating.wait(HANG)
+            with anyio.move_on_after(2) as scope:
+                out["second"] = await cache.aget_or_create(key, factory)
+            out["hung"] = scope.cancelled_caught
+
+        try:
+            anyio.run(main, backend=backend)
+        except BaseException as exc:  # reported below
+            out["error"] = exc
+        finally:
+            second_done.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(HANG * 2)
+    assert "error" not in out, out
+    # Not hung: the first factory waits for the second call to finish, so a second call that
+    # waited for the first would have been cut off by its 2 s limit.
+    assert out["hung"] is False
+    # Whichever was stored first is what both get.
+    assert out["first"] == out["second"] == "second"
+    assert cache.keys() == [key]

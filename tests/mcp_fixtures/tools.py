@@ -78,3 +78,21 @@ def mumble(text: str) -> str:
     """
     print(f"buffered chatter: {text}")
     return text
+
+
+class Echo(Tool):
+    """Returns its argument ``value``, whatever it is; counts its runs.
+
+    Made by the tests themselves, not named by a manifest.
+    """
+
+    name = "echo"
+    description = "Returns its argument."
+
+    def __init__(self) -> None:
+        self.parameters = {"type": "object", "properties": {"value": {}}}
+        self.runs = 0
+
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        self.runs += 1
+        return args.get("value")

@@ -1,22 +1,20 @@
-"""The loop's doors for the transports: calls from other agents (``call_tool``),
-text deltas of streaming providers, and the tool retrieval hook (spec 000 §6B)."""
+"""Calls from other agents: ``ExecutionLoop.call_tool`` and EXEC:TOOL_CALL events that
+another component publishes on the bus, each run as an event with its trace and depth."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
 import pytest
 
-from agent_harness import HANG, Echo, running
+from agent_harness import HANG, Echo, running, validate_payload
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.loop import ExecutionLoop
 from openstarry.bus import EventBus
 from openstarry.core import Event
 from openstarry.errors import ToolError
-from openstarry.protocol import PAYLOAD_MODELS
-from openstarry.testing import FunctionProvider, ScriptedProvider, text, tool_call
+from openstarry.testing import ScriptedProvider, text, tool_call
 from openstarry.tools import get_weather
 
 pytestmark = pytest.mark.anyio
@@ -63,11 +61,6 @@ class Blocking(Tool):
             raise
 
 
-def _validate(event: Event) -> None:
-    model = PAYLOAD_MODELS[event.type]
-    model.model_validate(event.payload)
-
-
 # --- call_tool ----------------------------------------------------------------------------------
 
 
@@ -92,7 +85,7 @@ async def test_call_tool_runs_the_tool_as_an_event_with_trace_and_depth() -> Non
     assert results[0].payload["toolCallId"] == calls[0].payload["toolCallId"]
     assert results[0].payload["success"] is True
     for event in calls + results:
-        _validate(event)
+        validate_payload(event)
     # No session memory is touched by a call from another agent.
     assert all(len(session.memory) == 0 for session in h.loop.sessions.values())
 
@@ -116,7 +109,7 @@ async def test_call_tool_failures_are_outcomes() -> None:
     results = h.of("EXEC:TOOL_RESULT")
     assert [r.payload["success"] for r in results] == [False] * 4
     for event in results:
-        _validate(event)
+        validate_payload(event)
 
 
 async def test_cancelling_the_caller_cancels_the_tool() -> None:
@@ -198,135 +191,52 @@ async def test_the_loops_own_calls_are_not_run_twice() -> None:
     assert len(h.of("EXEC:TOOL_RESULT")) == 1
 
 
-# --- text deltas --------------------------------------------------------------------------------
+class SideEffect(Tool):
+    """A tool with an effect in the world: counts its runs."""
 
-
-async def test_text_deltas_become_events_before_the_message() -> None:
-    kept: list[AgentContext] = []
-
-    async def streaming(prompt: str, context: AgentContext) -> Any:
-        kept.append(context)
-        context.emit_text_delta("Hel")
-        context.emit_text_delta("")  # nothing to say: no event
-        context.emit_text_delta("lo")
-        return text("Hello")
-
-    async with running(FunctionProvider(streaming), []) as h:
-        result = await h.ask("hi")
-        kept[0].emit_text_delta("late")  # after generate returned: dropped
-        await h.bus.wait_idle()
-    assert result.text == "Hello"
-    deltas = h.of("OUTPUT:AGENT_MESSAGE_DELTA")
-    assert [d.payload for d in deltas] == [{"text": "Hel", "round": 1}, {"text": "lo", "round": 1}]
-    (tick,) = h.of("KERNEL:TICK_START")
-    assert all(d.parent_id == tick.id for d in deltas)
-    types = [e.type for e in h.events]
-    assert types.index("OUTPUT:AGENT_MESSAGE_DELTA") < types.index("OUTPUT:AGENT_MESSAGE")
-    for d in deltas:
-        _validate(d)
-
-
-async def test_a_delta_that_is_not_text_fails_the_provider_call() -> None:
-    async def bad(prompt: str, context: AgentContext) -> Any:
-        context.emit_text_delta(b"bytes")  # type: ignore[arg-type]
-        return text("never")
-
-    async with running(FunctionProvider(bad), []) as h:
-        await h.ask("hi")
-    (error,) = h.of("KERNEL:ERROR")
-    assert error.payload["code"] == "PROVIDER_ERROR"
-    assert "must be a str" in error.payload["message"]
-
-
-# --- tool retrieval hook ------------------------------------------------------------------------
-
-
-class Picker:
-    """Picks the tools whose name appears in the query, then the rest by name."""
+    name = "side_effect"
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, int]] = []
+        self.runs = 0
 
-    def select(self, query: str, tools: Mapping[str, Tool], limit: int) -> Sequence[str]:
-        self.calls.append((query, limit))
-        hits = [name for name in tools if name in query]
-        return ([*hits, "not-a-tool", *sorted(tools)])[: limit + 1]
-
-
-def _tools(n: int) -> list[Tool]:
-    out: list[Tool] = []
-    for i in range(n):
-        tool = Echo()
-        tool.name = f"t{i:02d}"
-        out.append(tool)
-    return out
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        self.runs += 1
+        return "done"
 
 
-async def test_only_the_retrieved_tools_reach_the_provider() -> None:
-    seen: list[list[str]] = []
+@pytest.mark.anyio
+async def test_a_call_tool_cancelled_before_it_starts_never_runs_the_tool() -> None:
+    """An MCP client cancels its ``tools/call`` while the bus is busy: the tool must not run later.
 
-    def brain(prompt: str, context: AgentContext) -> Any:
-        seen.append(sorted(context.tools))
-        if context.round == 1:
-            return tool_call("t29", {"x": 1})  # not among those shown: still runs
-        return text("ok")
+    The caller forgot the call on its way out, so when the bus got to it the
+    loop took it for a call published by someone else, and ran it.
+    """
+    tool = SideEffect()
+    entered, hold = anyio.Event(), anyio.Event()
 
-    picker = Picker()
-    async with running(FunctionProvider(brain), _tools(30), max_tools=3, retriever=picker) as h:
-        result = await h.ask("use t17 and t23")
-    assert result.text == "ok"
-    assert picker.calls == [("use t17 and t23", 3)]
-    assert seen[0] == ["t00", "t17", "t23"]  # at most 3, unknown names dropped
-    assert seen[1] == seen[0]  # chosen once per input
-    (outcome,) = h.of("EXEC:TOOL_RESULT")
-    assert outcome.payload["success"] is True
+    async def busy(event: Event) -> None:
+        if event.source == "bridge":  # holds the bus's dispatch up
+            entered.set()
+            await hold.wait()
 
-
-async def test_no_retrieval_when_the_tools_fit() -> None:
-    picker = Picker()
-    seen: list[int] = []
-
-    def brain(prompt: str, context: AgentContext) -> Any:
-        seen.append(len(context.tools))
-        return text("ok")
-
-    async with running(FunctionProvider(brain), _tools(3), max_tools=3, retriever=picker) as h:
-        await h.ask("hi")
-    assert seen == [3]
-    assert picker.calls == []
-
-
-async def test_a_failing_retriever_fails_the_run_not_the_loop() -> None:
-    class Broken:
-        def select(self, query: str, tools: Mapping[str, Tool], limit: int) -> Sequence[str]:
-            raise RuntimeError("index corrupt")
-
-    async with running(
-        ScriptedProvider([text("a")]), _tools(5), max_tools=2, retriever=Broken()
-    ) as h:
-        await h.ask("hi")
-    (error,) = h.of("KERNEL:ERROR")
-    assert error.payload["code"] == "INTERNAL_ERROR"
-    assert "index corrupt" in error.payload["message"]
-
-
-def test_max_tools_must_be_positive() -> None:
-    with pytest.raises(ValueError, match="max_tools"):
-        ExecutionLoop(EventBus(), ScriptedProvider([]), [], max_tools=0)
-
-
-# --- usage --------------------------------------------------------------------------------------
-
-
-async def test_usage_adds_up_over_every_response_of_a_run() -> None:
-    provider = ScriptedProvider(
-        [
-            tool_call("echo", {"x": 1}, metadata={"usage": {"input_tokens": 10, "raw": {"a": 1}}}),
-            text("done", metadata={"usage": {"input_tokens": 5, "output_tokens": 2}}),
-        ]
-    )
-    async with running(provider, [Echo()]) as h:
-        result = await h.ask("go")
-        plain = await h.ask("/echo x=1")
-    assert result.usage == {"input_tokens": 15, "output_tokens": 2, "raw": {"a": 1}}
-    assert plain.usage is None
+    async with running(ScriptedProvider([]), [tool, Echo()]) as h:
+        h.bus.subscribe("EXEC:TOOL_CALL", busy)
+        first = {"toolCallId": "c0", "name": "echo", "args": {"x": 0}}
+        h.bus.publish(Event.new("EXEC:TOOL_CALL", first, source="bridge", session_id="x"))
+        with anyio.fail_after(HANG):
+            await entered.wait()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(h.loop.call_tool, "side_effect", {})
+                while not h.loop._external:  # published, not dispatched
+                    await anyio.sleep(0.001)
+                tg.cancel_scope.cancel()
+            hold.set()
+            await h.bus.wait_idle()
+            again = await h.loop.call_tool("echo", {"x": 1})
+            await h.bus.wait_idle()
+        assert again.success
+        assert tool.runs == 0
+        (result,) = [r for r in h.of("EXEC:TOOL_RESULT") if r.payload["name"] == "side_effect"]
+        assert result.payload["success"] is False
+        assert result.payload["error"]["code"] == "CANCELLED"
+        assert h.loop._external == {}  # nothing kept for the cancelled call
