@@ -27,6 +27,7 @@ from openstarry.api.models import (
     TextContent,
     parse_request,
 )
+from openstarry.assembly import agent_from_manifest
 from openstarry.core import Event, ProviderResponse
 from openstarry.events import OUTPUT_AGENT_MESSAGE
 from openstarry.testing import FunctionProvider, ScriptedProvider, text, tool_call
@@ -60,7 +61,7 @@ def shape(events: Sequence[WireEvent]) -> list[tuple[str, str, str]]:
 
 @pytest.mark.anyio
 async def test_weather_run_streams_the_spec_sequence() -> None:
-    async with Agent.from_manifest(WEATHER) as agent:
+    async with agent_from_manifest(WEATHER) as agent:
         said: list[Event] = []
         agent.bus.subscribe(OUTPUT_AGENT_MESSAGE, said.append)
         events = await run_all(agent, request(session_id="alice"))
@@ -282,7 +283,7 @@ async def test_the_session_carries_the_conversation() -> None:
 
 @pytest.mark.anyio
 async def test_the_end_marker_follows_the_runs_events_on_the_bus() -> None:
-    async with Agent.from_manifest(WEATHER) as agent:
+    async with agent_from_manifest(WEATHER) as agent:
         seen: list[Event] = []
         agent.bus.subscribe("*", seen.append)
         async with open_run(agent, request()) as run:

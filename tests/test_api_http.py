@@ -38,6 +38,7 @@ from openstarry.api.client import (
 )
 from openstarry.api.models import AgentResponse, Message, parse_event
 from openstarry.api.server import ServerLimits, _Record, create_app
+from openstarry.assembly import agent_from_manifest
 from openstarry.testing import FunctionProvider, ScriptedProvider, text, tool_call
 
 WEATHER = Path(__file__).resolve().parent.parent / "examples" / "weather-agent" / "agent.json"
@@ -182,7 +183,7 @@ def frames(raw: str) -> list[dict[str, str]]:
 
 @pytest.mark.anyio
 async def test_health() -> None:
-    with serving(Agent.from_manifest(WEATHER)) as url:
+    with serving(agent_from_manifest(WEATHER)) as url:
         async with httpx.AsyncClient(base_url=url) as http:
             response = await http.get("/health")
     assert response.status_code == 200
@@ -191,7 +192,7 @@ async def test_health() -> None:
 
 @pytest.mark.anyio
 async def test_weather_run_streams_end_to_end() -> None:
-    with serving(Agent.from_manifest(WEATHER)) as url:
+    with serving(agent_from_manifest(WEATHER)) as url:
         async with httpx.AsyncClient(base_url=url, timeout=HANG) as http:
             response = await http.post("/process", json=body(session_id="alice"))
             assert response.status_code == 200
@@ -241,7 +242,7 @@ async def test_weather_run_streams_end_to_end() -> None:
 
 @pytest.mark.anyio
 async def test_stream_false_gives_one_whole_response() -> None:
-    with serving(Agent.from_manifest(WEATHER)) as url:
+    with serving(agent_from_manifest(WEATHER)) as url:
         async with httpx.AsyncClient(base_url=url, timeout=HANG) as http:
             response = await http.post("/process", json=body(stream=False, session_id="s"))
     assert response.status_code == 200
@@ -487,7 +488,7 @@ async def test_one_run_per_session_and_a_bound_on_runs() -> None:
 
 
 def test_blocking_client() -> None:
-    with serving(Agent.from_manifest(WEATHER)) as url, Client(url, timeout=HANG) as client:
+    with serving(agent_from_manifest(WEATHER)) as url, Client(url, timeout=HANG) as client:
         assert client.health()["status"] == "ok"
         streamed = client.run("Query weather in Taipei", session_id="sync")
         whole = client.send("Query weather in Taipei", session_id="sync")
@@ -584,7 +585,7 @@ async def cutting_proxy(url: str, cut_after: int) -> AsyncIterator[tuple[str, li
 
 @pytest.mark.anyio
 async def test_the_client_resumes_a_dropped_stream_with_last_event_id() -> None:
-    with serving(Agent.from_manifest(WEATHER)) as url:
+    with serving(agent_from_manifest(WEATHER)) as url:
         async with (
             cutting_proxy(url, cut_after=1500) as (proxy, connections),
             AgentClient(proxy, timeout=HANG, retry_delay=0.05) as client,
@@ -690,7 +691,7 @@ async def lifespan_of(app: Any) -> AsyncIterator[None]:
 @pytest.mark.anyio
 async def test_the_app_runs_in_the_clients_event_loop_too() -> None:
     """The application is anyio code: on trio as on asyncio (here without a socket)."""
-    app = create_app(Agent.from_manifest(WEATHER))
+    app = create_app(agent_from_manifest(WEATHER))
     async with lifespan_of(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:

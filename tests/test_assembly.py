@@ -12,15 +12,15 @@ import pytest
 
 from agent_harness import manifest_file
 from fake_llm_server import FakeLLMServer, chat_answer
-from openstarry.agent.runtime import Agent
 from openstarry.agent.tools import tool
+from openstarry.assembly import agent_from_manifest
 from openstarry.errors import ManifestError
 
 
 def test_an_unknown_retriever_name_says_what_is_known(tmp_path: Path) -> None:
     path = manifest_file(tmp_path, {"toolRetrieval": {"topN": 2, "retriever": "embedding"}})
     with pytest.raises(ManifestError, match=r"unknown retriever 'embedding': 'lexical' or"):
-        Agent.from_manifest(path)
+        agent_from_manifest(path)
 
 
 #: A bound on any one wait, so a broken component fails a test instead of hanging it.
@@ -173,7 +173,7 @@ async def test_issue6_only_the_top_n_tools_of_agent_json_reach_the_http_provider
         path = tmp_path / "agent.json"
         path.write_text(json.dumps(manifest), encoding="utf-8")
         server.script(None, chat_answer("one"), chat_answer("two"), chat_answer("three"))
-        agent = Agent.from_manifest(path)
+        agent = agent_from_manifest(path)
         assert len(agent.tools) == len(MANY_TOOLS)
         with anyio.fail_after(HANG):
             async with agent:

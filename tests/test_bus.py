@@ -1370,3 +1370,58 @@ async def test_the_route_cache_does_not_grow_with_every_event_type_seen() -> Non
             await bus.wait_idle()
         cached = len(getattr(bus, "_routes", {}))
     assert cached <= 1024
+
+
+# --- lifecycle: entered again -------------------------------------------------------
+
+
+def _lifecycle_event(n: int) -> Event:
+    return Event.new("INPUT:USER_MESSAGE", {"n": n}, source="test", session_id="s")
+
+
+@pytest.mark.anyio
+async def test_a_bus_can_be_entered_again_after_it_exits() -> None:
+    bus = EventBus()
+    seen: list[int] = []
+    bus.subscribe("INPUT:*", lambda event: seen.append(event.payload["n"]))
+    first = _lifecycle_event(1)
+    with anyio.fail_after(TIMEOUT):
+        async with bus:
+            assert bus.publish(first)
+        assert bus.closed
+        async with bus:
+            assert not bus.closed
+            assert not bus.publish(first)  # the dedup window carries on
+            assert bus.publish(_lifecycle_event(2))
+            await bus.wait_idle()
+    assert seen == [1, 2]
+    metrics = bus.metrics()
+    assert metrics["published"] == 2
+    assert metrics["duplicates"] == 1
+
+
+@pytest.mark.anyio
+async def test_a_bus_left_on_an_error_can_be_entered_again() -> None:
+    bus = EventBus()
+    seen: list[int] = []
+    bus.subscribe("INPUT:*", lambda event: seen.append(event.payload["n"]))
+    with anyio.fail_after(TIMEOUT):
+        with pytest.raises(LookupError):
+            async with bus:
+                raise LookupError("the body failed")
+        async with bus:
+            bus.publish(_lifecycle_event(3))
+            await bus.wait_idle()
+    assert seen == [3]
+
+
+@pytest.mark.anyio
+async def test_a_bus_publishes_before_it_runs_and_dispatches_once_entered() -> None:
+    bus = EventBus()
+    seen: list[int] = []
+    bus.subscribe("INPUT:*", lambda event: seen.append(event.payload["n"]))
+    assert bus.publish(_lifecycle_event(4))
+    with anyio.fail_after(TIMEOUT):
+        async with bus:
+            await bus.wait_idle()
+    assert seen == [4]

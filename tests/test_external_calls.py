@@ -227,7 +227,7 @@ async def test_a_call_tool_cancelled_before_it_starts_never_runs_the_tool() -> N
             await entered.wait()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(h.loop.call_tool, "side_effect", {})
-                while not h.loop._external:  # published, not dispatched
+                while not len(h.loop._external):  # published, not dispatched
                     await anyio.sleep(0.001)
                 tg.cancel_scope.cancel()
             hold.set()
@@ -239,4 +239,4 @@ async def test_a_call_tool_cancelled_before_it_starts_never_runs_the_tool() -> N
         (result,) = [r for r in h.of("EXEC:TOOL_RESULT") if r.payload["name"] == "side_effect"]
         assert result.payload["success"] is False
         assert result.payload["error"]["code"] == "CANCELLED"
-        assert h.loop._external == {}  # nothing kept for the cancelled call
+        assert len(h.loop._external) == 0  # nothing kept for the cancelled call

@@ -992,7 +992,7 @@ async def test_runs_started_and_never_waited_for_leave_nothing_behind() -> None:
         with anyio.fail_after(HANG):
             await until(lambda: h.loop.runs_completed == 20)
             await h.bus.wait_idle()
-        left = len(h.loop._waiting) + len(h.loop._done)
+        left = len(h.loop._waiters)
         with anyio.fail_after(HANG):
             late = await pending[-1].wait()
     assert left == 0, f"{left} entries kept for runs that have ended"
@@ -1359,3 +1359,32 @@ def test_words_for_a_tool_without_parameters_are_explained() -> None:
         parse_tool_args(NoParams(), "hello")
     with pytest.raises(ToolArgumentsError, match=r"/echo: 2 words for 1 parameter \['n'\]"):
         parse_tool_args(OneParam(), "1 2")
+
+
+# -- lifecycle: entered again ---------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_loop_can_be_entered_again_and_keeps_its_sessions() -> None:
+    provider = ScriptedProvider([text_response("one"), text_response("two")])
+    with anyio.fail_after(HANG):
+        async with EventBus() as bus:
+            loop = ExecutionLoop(bus, provider)
+            async with loop:
+                assert (await loop.ask("first", session_id="s")).text == "one"
+            assert bus.input_owner is None
+            with pytest.raises(RuntimeError, match="not running"):
+                loop.start("between", session_id="s")
+            async with loop:
+                assert (await loop.ask("second", session_id="s")).text == "two"
+    assert len(loop.session("s").memory) == 4  # two user turns, two answers
+
+
+@pytest.mark.anyio
+async def test_entering_a_running_loop_is_refused_and_leaves_it_running() -> None:
+    provider = ScriptedProvider([text_response("still here")])
+    with anyio.fail_after(HANG):
+        async with EventBus() as bus, ExecutionLoop(bus, provider) as loop:
+            with pytest.raises(RuntimeError, match="already running"):
+                await loop.__aenter__()
+            assert (await loop.ask("hi")).text == "still here"

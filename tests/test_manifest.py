@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from openstarry.agent.runtime import Agent
+from openstarry.assembly import agent_from_manifest
 from openstarry.errors import ManifestError, OpenStarryError
 from openstarry.manifest import (
     MANIFEST_FILENAME,
@@ -556,7 +556,7 @@ def test_a_nul_in_allowed_paths_is_a_manifest_error_naming_file_and_field(
     data = {"identity": {"name": "x"}, "fs": {"allowedPaths": ["a\0b"]}, "tools": ["fs.read"]}
     manifest.write_text(json.dumps(data), encoding="utf-8")
     with pytest.raises(ManifestError) as info:
-        Agent.from_manifest(manifest)
+        agent_from_manifest(manifest)
     assert str(manifest) in str(info.value)
     assert "fs.allowedPaths[0]" in str(info.value)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from openstarry.agent.runtime import Agent
+from openstarry.assembly import agent_from_manifest
 from openstarry.errors import ManifestError
 from openstarry.manifest import load_manifest
 
@@ -107,7 +107,7 @@ class FirstOnes:
 
 def test_an_imported_retriever_reaches_the_loop(tmp_path: Path) -> None:
     data = {**BASE, "toolRetrieval": {"topN": 1, "retriever": f"{__name__}:FirstOnes"}}
-    agent = Agent.from_manifest(write(tmp_path, data))
+    agent = agent_from_manifest(write(tmp_path, data))
     assert isinstance(agent.loop.retriever, FirstOnes)
     assert agent.loop.max_tools == 1
 
@@ -126,5 +126,5 @@ def test_a_bad_retriever_reference_names_the_field(
 ) -> None:
     data = {**BASE, "toolRetrieval": {"topN": 1, "retriever": reference}}
     with pytest.raises(ManifestError, match=message) as info:
-        Agent.from_manifest(write(tmp_path, data))
+        agent_from_manifest(write(tmp_path, data))
     assert "toolRetrieval.retriever" in str(info.value)

@@ -27,17 +27,17 @@ pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
 import pytest
 
 from mcp_fixtures.tools import Echo
-from openstarry import Agent
+from openstarry import Agent, cli
 from openstarry.agent.interfaces import AgentContext
 from openstarry.agent.loop import LoopLimits
 from openstarry.agent.memory import Memory, Session, ToolOutcome
 from openstarry.agent.tools import tool
+from openstarry.assembly import agent_from_manifest, mcp_toolset
 from openstarry.bus import EventBus
 from openstarry.core import Event
 from openstarry.errors import ManifestError, ToolError
 from openstarry.manifest import McpServerConfig, load_manifest
 from openstarry.mcp import client as mcp_client
-from openstarry.mcp import server as mcp_server
 from openstarry.mcp.client import McpConnectError, McpToolset, RemoteTool
 from openstarry.mcp.guard import DEPTH_HEADER, META_DEPTH, META_TRACE, TRACE_HEADER
 from openstarry.testing import FunctionProvider, ScriptedProvider, text, tool_call
@@ -47,6 +47,29 @@ FIXTURES = Path(__file__).resolve().parent / "mcp_fixtures"
 SERVER = FIXTURES / "sdk_server.py"
 #: A bound on any one wait, so a broken client fails a test instead of hanging it.
 HANG = 20.0
+
+
+def with_servers(
+    provider: Any,
+    tools: Any = (),
+    *,
+    servers: list[McpServerConfig],
+    limits: LoopLimits | None = None,
+    **options: Any,
+) -> Agent:
+    """An agent with the remote MCP servers ``servers`` as its toolset, as agent.json builds it."""
+    timeout = (limits or LoopLimits()).tool_timeout
+    toolset = mcp_toolset(servers, tool_timeout=timeout)
+    return Agent(provider, tools, limits=limits, toolsets=[toolset], **options)
+
+
+def remote(agent: Agent) -> McpToolset | None:
+    """The agent's MCP toolset while it is connected (the agent runs), else ``None``."""
+    toolset = agent.toolsets[0]
+    assert isinstance(toolset, McpToolset)
+    return toolset if toolset.running else None
+
+
 FIXTURE_TOOLS = ["echo", "add", "trace", "fail", "refuse", "hang", "die", "big", "pid"]
 
 
@@ -138,7 +161,9 @@ def context(trace_id: str = "trace-1", call_depth: int = 0) -> AgentContext:
 
 @pytest.mark.anyio
 async def test_the_tools_filter_keeps_only_the_named_tools(http_url: str) -> None:
-    agent = Agent(ScriptedProvider([]), mcp_servers=[config_for("http", http_url, tools=["echo"])])
+    agent = with_servers(
+        ScriptedProvider([]), servers=[config_for("http", http_url, tools=["echo"])]
+    )
     with anyio.fail_after(HANG):
         async with agent:
             assert [name for name in agent.tools if name.startswith("fx.")] == ["fx.echo"]
@@ -162,7 +187,7 @@ async def test_remote_tools_join_the_agent_and_a_run_gets_their_results(
             text("echoed"),
         ]
     )
-    agent = Agent(provider, mcp_servers=[config_for(transport, http_url)])
+    agent = with_servers(provider, servers=[config_for(transport, http_url)])
     async with agent:
         # The server's tools are the agent's, named <server>.<tool>, with their schemas.
         assert {name for name in agent.tools if name.startswith("fx.")} == {
@@ -176,8 +201,9 @@ async def test_remote_tools_join_the_agent_and_a_run_gets_their_results(
         assert schema["type"] == "object"
         assert schema["required"] == ["a", "b"]
         assert schema["properties"]["a"]["type"] == "integer"
-        assert agent.mcp is not None
-        assert agent.mcp.connections["fx"].connected
+        toolset = remote(agent)
+        assert toolset is not None
+        assert toolset.connections["fx"].connected
 
         seen = results(agent)
         result = await ask(agent, "add 2 and 3")
@@ -193,7 +219,7 @@ async def test_remote_tools_join_the_agent_and_a_run_gets_their_results(
         # A string result comes back as the string, not the SDK's {"result": ...} wrapper.
         assert seen[1]["result"] == "hello"
     # Stopped: the remote tools are gone and the connection is closed.
-    assert agent.mcp is None
+    assert remote(agent) is None
     assert not any(name.startswith("fx.") for name in agent.tools)
 
 
@@ -211,7 +237,7 @@ async def test_remote_errors_are_fed_back_as_failed_tool_results(
             text("noted"),
         ]
     )
-    agent = Agent(provider, mcp_servers=[config_for(transport, http_url)])
+    agent = with_servers(provider, servers=[config_for(transport, http_url)])
     async with agent:
         seen = results(agent)
         first = await ask(agent, "fail")
@@ -247,7 +273,7 @@ async def test_remote_errors_are_fed_back_as_failed_tool_results(
 @pytest.mark.anyio
 async def test_each_call_carries_the_runs_trace(transport: str, http_url: str) -> None:
     provider = ScriptedProvider([tool_call("fx.trace", {}), text("traced")])
-    agent = Agent(provider, mcp_servers=[config_for(transport, http_url)])
+    agent = with_servers(provider, servers=[config_for(transport, http_url)])
     async with agent:
         seen = results(agent)
         result = await ask(agent, "trace")
@@ -296,14 +322,15 @@ async def test_a_hung_server_times_out_and_the_agent_goes_on(transport: str, htt
     provider = ScriptedProvider(
         [tool_call("fx.hang", {}), text("it hung"), tool_call("fx.pid", {}), text("still there")]
     )
-    agent = Agent(
+    agent = with_servers(
         provider,
-        mcp_servers=[config_for(transport, http_url, timeout=HANG)],
+        servers=[config_for(transport, http_url, timeout=HANG)],
         limits=LoopLimits(tool_timeout=0.5),
     )
     async with agent:
-        assert agent.mcp is not None
-        connection = agent.mcp.connections["fx"]
+        toolset = remote(agent)
+        assert toolset is not None
+        connection = toolset.connections["fx"]
         seen = results(agent)
         hung = await ask(agent, "hang")
         assert hung.error is None
@@ -343,7 +370,7 @@ async def test_a_stdio_server_that_dies_is_restarted_on_the_next_call() -> None:
             text("back"),
         ]
     )
-    agent = Agent(provider, mcp_servers=[stdio_config()])
+    agent = with_servers(provider, servers=[stdio_config()])
     async with agent:
         seen = results(agent)
         await ask(agent, "pid")
@@ -373,7 +400,7 @@ async def test_an_http_server_that_goes_away_gives_tool_errors_and_comes_back() 
             text("back"),
         ]
     )
-    agent = Agent(provider, mcp_servers=[config])
+    agent = with_servers(provider, servers=[config])
     with http_server(port):
         await agent.__aenter__()
     try:
@@ -437,7 +464,7 @@ async def test_a_session_the_http_server_forgot_is_opened_afresh(
 @pytest.mark.anyio
 async def test_an_unreachable_server_without_tools_fails_the_start() -> None:
     url = f"http://127.0.0.1:{free_port()}/mcp"
-    agent = Agent(ScriptedProvider([]), mcp_servers=[McpServerConfig(name="away", url=url)])
+    agent = with_servers(ScriptedProvider([]), servers=[McpServerConfig(name="away", url=url)])
     with anyio.fail_after(HANG), pytest.raises(McpConnectError) as caught:
         await agent.__aenter__()
     message = str(caught.value)
@@ -446,13 +473,13 @@ async def test_an_unreachable_server_without_tools_fails_the_start() -> None:
     assert url in message
     assert "'tools'" in message
     # Nothing is left running: the agent starts once the server is there.
-    assert agent.mcp is None
+    assert remote(agent) is None
 
 
 @pytest.mark.anyio
 async def test_a_stdio_server_that_cannot_start_fails_the_start() -> None:
     config = McpServerConfig(name="nothing", command=[str(FIXTURES / "no-such-program")])
-    agent = Agent(ScriptedProvider([]), mcp_servers=[config])
+    agent = with_servers(ScriptedProvider([]), servers=[config])
     with anyio.fail_after(HANG), pytest.raises(McpConnectError, match="'nothing'"):
         await agent.__aenter__()
 
@@ -460,7 +487,7 @@ async def test_a_stdio_server_that_cannot_start_fails_the_start() -> None:
 @pytest.mark.anyio
 async def test_a_stdio_server_that_exits_at_once_fails_the_start_clearly() -> None:
     config = McpServerConfig(name="quits", command=[sys.executable, "-c", "pass"])
-    agent = Agent(ScriptedProvider([]), mcp_servers=[config])
+    agent = with_servers(ScriptedProvider([]), servers=[config])
     with anyio.fail_after(HANG), pytest.raises(McpConnectError) as caught:
         await agent.__aenter__()
     assert "'quits'" in str(caught.value)
@@ -470,7 +497,7 @@ async def test_a_stdio_server_that_exits_at_once_fails_the_start_clearly() -> No
 @pytest.mark.anyio
 async def test_a_named_tool_the_server_lacks_fails_the_start(http_url: str) -> None:
     config = config_for("http", http_url, tools=["echo", "teleport"])
-    agent = Agent(ScriptedProvider([]), mcp_servers=[config])
+    agent = with_servers(ScriptedProvider([]), servers=[config])
     with anyio.fail_after(HANG), pytest.raises(McpConnectError, match="teleport") as caught:
         await agent.__aenter__()
     assert "echo" in str(caught.value)  # what it has
@@ -490,7 +517,7 @@ async def test_a_server_with_named_tools_is_connected_on_first_use() -> None:
             text("up"),
         ]
     )
-    agent = Agent(provider, mcp_servers=[config])
+    agent = with_servers(provider, servers=[config])
     with anyio.fail_after(HANG):
         async with agent:
             tool = agent.tools["later.echo"]
@@ -548,7 +575,7 @@ async def test_too_many_tools_fail_the_connection(
     monkeypatch: pytest.MonkeyPatch, http_url: str
 ) -> None:
     monkeypatch.setattr(mcp_client, "MAX_TOOLS_PER_SERVER", 3)
-    agent = Agent(ScriptedProvider([]), mcp_servers=[config_for("http", http_url)])
+    agent = with_servers(ScriptedProvider([]), servers=[config_for("http", http_url)])
     with anyio.fail_after(HANG), pytest.raises(McpConnectError, match="more than 3 tools"):
         await agent.__aenter__()
 
@@ -562,10 +589,10 @@ async def test_a_remote_name_clashing_with_a_local_tool_is_refused(http_url: str
         return "local"
 
     clash.name = "fx.echo"
-    agent = Agent(ScriptedProvider([]), [clash], mcp_servers=[config_for("http", http_url)])
+    agent = with_servers(ScriptedProvider([]), [clash], servers=[config_for("http", http_url)])
     with anyio.fail_after(HANG), pytest.raises(ValueError, match=r"fx\.echo"):
         await agent.__aenter__()
-    assert agent.mcp is None
+    assert remote(agent) is None
     assert list(agent.tools) == ["fx.echo"]
     assert agent.tools["fx.echo"] is clash
 
@@ -598,13 +625,14 @@ async def test_a_manifest_s_servers_start_relative_to_its_folder(tmp_path: Path)
         ),
         encoding="utf-8",
     )
-    agent = Agent.from_manifest(manifest)
+    agent = agent_from_manifest(manifest)
     assert load_manifest(manifest).mcp.servers[0].cwd == os.path.relpath(FIXTURES, folder)
     with anyio.fail_after(HANG):
         async with agent:
             assert sorted(n for n in agent.tools if n.startswith("fx.")) == ["fx.echo", "fx.pid"]
-            assert agent.mcp is not None
-            assert agent.mcp.connections["fx"].config.cwd == str(FIXTURES)
+            toolset = remote(agent)
+            assert toolset is not None
+            assert toolset.connections["fx"].config.cwd == str(FIXTURES)
             pid = await agent.tools["fx.pid"].run({}, context())
             assert isinstance(pid, int)
             assert pid != os.getpid()
@@ -676,12 +704,12 @@ async def test_a_remote_name_clashing_with_a_local_tool_is_a_manifest_error() ->
     echo = Echo()
     echo.name = "peer.relay"
     config = McpServerConfig(name="peer", url=_secret_url(), tools=["relay"], timeout=5)
-    agent = Agent(ScriptedProvider([]), [echo], mcp_servers=[config])
+    agent = with_servers(ScriptedProvider([]), [echo], servers=[config])
     with anyio.fail_after(HANG), pytest.raises(ManifestError) as caught:
         await agent.__aenter__()
     assert caught.value.field == "mcp.servers"
     assert "peer.relay" in str(caught.value)
-    assert agent.mcp is None
+    assert remote(agent) is None
     assert agent.tools["peer.relay"] is echo
 
 
@@ -704,11 +732,11 @@ def _manifest(tmp_path: Path, servers: list[dict[str, Any]]) -> Path:
 def test_openstarry_mcp_exits_cleanly_when_a_remote_server_cannot_be_used(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Defect: ``python -m openstarry.mcp.server`` (the documented fallback of
+    """Defect: ``python -m openstarry.mcp.server`` (then the documented fallback of
     ``openstarry mcp``) died with a traceback when a server of ``mcp.servers``
     could not be reached; :func:`serve` now answers 1 with the reason."""
     manifest = _manifest(tmp_path, [{"name": "peer", "url": _secret_url(), "timeout": 5}])
-    assert mcp_server.main([str(manifest)]) == 1
+    assert cli.main(["mcp", str(manifest)]) == 1
     err = capsys.readouterr().err
     assert "openstarry mcp:" in err
     assert "'peer'" in err
@@ -722,7 +750,7 @@ def test_openstarry_mcp_exits_2_when_a_remote_tool_clashes_with_a_local_one(
     """Defect: a remote ``fs.read`` (server ``fs``) next to the built-in
     ``fs.read`` ended ``openstarry mcp`` with a traceback; it is a bad manifest."""
     manifest = _manifest(tmp_path, [{"name": "fs", "url": _secret_url(), "tools": ["read"]}])
-    assert mcp_server.main([str(manifest)]) == 2
+    assert cli.main(["mcp", str(manifest)]) == 2
     err = capsys.readouterr().err
     assert "fs.read" in err
     assert "mcp.servers" in err
@@ -740,18 +768,18 @@ async def test_entering_a_running_agent_again_leaves_it_running() -> None:
     provider = _CountingProvider()
     with anyio.fail_after(HANG):
         async with EventBus() as bus:
-            agent = Agent(provider, [Echo()], bus=bus, mcp_servers=[config])
+            agent = with_servers(provider, [Echo()], bus=bus, servers=[config])
             async with agent:
-                toolset = agent.mcp
+                toolset = remote(agent)
                 assert toolset is not None
                 with pytest.raises(RuntimeError, match="already running"):
                     await agent.__aenter__()
-                assert agent.mcp is toolset
+                assert remote(agent) is toolset
                 assert "peer.relay" in agent.tools
                 assert provider.entered == 1
                 assert provider.exited == 0
             assert provider.exited == 1
-            assert agent.mcp is None
+            assert remote(agent) is None
 
 
 class _CountingProvider(ScriptedProvider):
@@ -818,7 +846,9 @@ async def test_an_agent_left_inside_a_cancelled_scope_stops_its_servers() -> Non
     config = McpServerConfig(
         name="fx", command=[sys.executable, str(SERVER), "stdio"], timeout=HANG
     )
-    agent = Agent(ScriptedProvider([tool_call("fx.pid", {}), text("done")]), mcp_servers=[config])
+    agent = with_servers(
+        ScriptedProvider([tool_call("fx.pid", {}), text("done")]), servers=[config]
+    )
     pids: list[int] = []
     agent.bus.subscribe("EXEC:TOOL_RESULT", lambda event: pids.append(event.payload.get("result")))
     with anyio.fail_after(HANG):
@@ -828,7 +858,7 @@ async def test_an_agent_left_inside_a_cancelled_scope_stops_its_servers() -> Non
                 assert result.replies == ["done"]
                 outer.cancel()
         assert outer.cancelled_caught
-    assert agent.mcp is None
+    assert remote(agent) is None
     [pid] = pids
     _assert_exited(pid)
 
@@ -847,13 +877,14 @@ async def test_an_http_call_may_take_as_long_as_the_tool_timeout(
     monkeypatch.setattr(mcp_client, "_HTTP_READ_TIMEOUT", 0.3)
     config = McpServerConfig(name="fx", url=http_url, timeout=HANG)
     provider = ScriptedProvider([tool_call("fx.hang", {}), text("gave up")])
-    agent = Agent(provider, mcp_servers=[config], limits=LoopLimits(tool_timeout=1.0))
+    agent = with_servers(provider, servers=[config], limits=LoopLimits(tool_timeout=1.0))
     seen: list[dict[str, Any]] = []
     agent.bus.subscribe("EXEC:TOOL_RESULT", lambda event: seen.append(event.payload))
     with anyio.fail_after(HANG):
         async with agent:
-            assert agent.mcp is not None
-            connection = agent.mcp.connections["fx"]
+            toolset = remote(agent)
+            assert toolset is not None
+            connection = toolset.connections["fx"]
             result = await agent.ask("hang")
             await agent.bus.wait_idle()
             assert result.replies == ["gave up"]
@@ -875,12 +906,11 @@ async def test_mcp_servers_without_the_sdk_fail_the_start_as_a_manifest_error(
     monkeypatch.setitem(sys.modules, "httpx2", None)
     monkeypatch.delitem(sys.modules, "openstarry.mcp.client")
     config = McpServerConfig(name="peer", url=_secret_url(), tools=["relay"])
-    agent = Agent(ScriptedProvider([]), mcp_servers=[config])
+    # The composition root builds the toolset, so it is where the extra is missed.
     with anyio.fail_after(HANG), pytest.raises(ManifestError) as caught:
-        await agent.__aenter__()
+        with_servers(ScriptedProvider([]), servers=[config])
     assert caught.value.field == "mcp.servers"
     assert "openstarry[mcp]" in str(caught.value)
-    assert agent.mcp is None
 
 
 @pytest.mark.anyio
@@ -922,7 +952,7 @@ async def test_issue5_the_provider_sees_remote_tools_like_local_ones() -> None:
         return text(f"The sum is {outcome.result['sum']}.")
 
     config = McpServerConfig(name="fx", command=[sys.executable, str(SERVER), "stdio"])
-    agent = Agent(FunctionProvider(brain), [get_weather], mcp_servers=[config])
+    agent = with_servers(FunctionProvider(brain), [get_weather], servers=[config])
     with anyio.fail_after(HANG * 2):
         async with agent:
             everything = await agent.ask("Hello")

@@ -37,6 +37,7 @@ pytest.importorskip("uvicorn", reason="openstarry mcp --http needs uvicorn")
 
 from openstarry import Agent
 from openstarry.agent.loop import LoopLimits
+from openstarry.assembly import mcp_toolset
 from openstarry.core import Event
 from openstarry.manifest import McpServerConfig
 from openstarry.testing import ScriptedProvider, text, tool_call
@@ -186,7 +187,12 @@ async def test_a_call_cycle_stops_at_depth_6_and_every_agent_stays_responsive(
         McpServerConfig(name="a", url=a.url, timeout=10),
         McpServerConfig(name="b", url=b.url, timeout=10),
     ]
-    c = Agent(provider, name="cycle-c", mcp_servers=servers, limits=LoopLimits(tool_timeout=25))
+    c = Agent(
+        provider,
+        name="cycle-c",
+        toolsets=[mcp_toolset(servers, tool_timeout=25)],
+        limits=LoopLimits(tool_timeout=25),
+    )
     with anyio.fail_after(HANG * 2):
         async with c:
             seen = results(c)

@@ -37,6 +37,7 @@ from mcp_fixtures.tools import Echo, gate
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.memory import ToolOutcome
 from openstarry.agent.runtime import Agent
+from openstarry.assembly import agent_from_manifest
 from openstarry.core import Event
 from openstarry.mcp import (
     DEPTH_HEADER,
@@ -84,7 +85,7 @@ class Served:
 async def serving(
     tmp_path: Path, mcp: dict[str, Any] | None = None, **options: Any
 ) -> AsyncIterator[Served]:
-    async with Agent.from_manifest(helpers.write_manifest(tmp_path, mcp)) as agent:
+    async with agent_from_manifest(helpers.write_manifest(tmp_path, mcp)) as agent:
         yield Served(agent, AgentMcpServer(agent, **options))
 
 
@@ -416,7 +417,7 @@ async def test_calls_beyond_max_calls_are_refused_as_busy(tmp_path: Path) -> Non
 
 
 def test_max_calls_must_be_positive(tmp_path: Path) -> None:
-    agent = Agent.from_manifest(helpers.write_manifest(tmp_path))
+    agent = agent_from_manifest(helpers.write_manifest(tmp_path))
     with pytest.raises(ValueError, match="max_calls"):
         AgentMcpServer(agent, max_calls=0)
 
@@ -545,7 +546,7 @@ def test_a_result_json_cannot_carry_is_an_error() -> None:
 
 
 async def test_a_call_to_an_agent_that_is_not_running_is_an_error(tmp_path: Path) -> None:
-    agent = Agent.from_manifest(helpers.write_manifest(tmp_path))  # never started
+    agent = agent_from_manifest(helpers.write_manifest(tmp_path))  # never started
     async with Client(AgentMcpServer(agent).server) as client:
         assert [t.name for t in (await client.list_tools()).tools] == helpers.EXPOSED_NAMES
         with pytest.raises(MCPError) as caught:

@@ -22,7 +22,7 @@ import pytest
 
 from fake_llm_server import FakeLLMServer, Recorded, Reply, chat_answer, sse
 from openstarry.agent.registry import tool_set_fingerprint
-from openstarry.agent.runtime import Agent
+from openstarry.assembly import agent_from_manifest
 from openstarry.core import Event
 from openstarry.events import OUTPUT_AGENT_MESSAGE, OUTPUT_AGENT_MESSAGE_DELTA
 from openstarry.manifest import AgentManifest, parse_manifest
@@ -493,7 +493,7 @@ async def test_the_weather_run(
     monkeypatch.setenv(KEY_ENV, KEY)
     reply = api.streamed if stream else api.whole
     server.script(None, reply(FIRST_TEXT, True), reply(FINAL_TEXT, False))
-    agent = Agent.from_manifest(manifest_for(api, server.url + "/v1", stream=stream))
+    agent = agent_from_manifest(manifest_for(api, server.url + "/v1", stream=stream))
     deltas: list[Event] = []
     said: list[Event] = []
     with anyio.fail_after(10):
@@ -562,7 +562,7 @@ async def test_issue6_unparseable_llm_output_is_pain_or_a_note_and_the_agent_goe
             "apiKeyEnv": KEY_ENV,
             "options": {"stream": False, "retryBackoff": 0.01},
         }
-        agent = Agent.from_manifest(parse_manifest(data, base_dir=EXAMPLE.parent))
+        agent = agent_from_manifest(parse_manifest(data, base_dir=EXAMPLE.parent))
         ran: list[Event] = []
         with anyio.fail_after(HANG):
             async with agent:
@@ -618,7 +618,7 @@ async def test_issue6_each_http_provider_retries_429_and_500_and_survives_a_cut_
             cut,
             api.streamed(FINAL_TEXT, False),
         )
-        agent = Agent.from_manifest(manifest_for(api, server.url + "/v1", stream=True))
+        agent = agent_from_manifest(manifest_for(api, server.url + "/v1", stream=True))
         ran: list[Event] = []
         with anyio.fail_after(HANG):
             async with agent:

@@ -287,16 +287,16 @@ async def test_a_slow_session_does_not_block_another_at_one_tool_at_a_time() -> 
 
 @pytest.mark.anyio
 async def test_idle_workers_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    import openstarry.agent.loop as loop_module
+    import openstarry.agent.sessions as sessions_module
 
-    monkeypatch.setattr(loop_module, "_MAX_IDLE_WORKERS", 2)
+    monkeypatch.setattr(sessions_module, "_MAX_IDLE_WORKERS", 2)
     provider = FakeProvider(reply=lambda prompt, context: response(text(f"re: {prompt}")))
     async with running(provider) as h:
         for i in range(5):
             result = await h.ask(f"hi {i}", session_id=f"s{i}")
             assert result.replies == [f"re: hi {i}"]
         await anyio.wait_all_tasks_blocked()
-        workers = [rt for rt in h.loop._sessions.values() if rt.running]
+        workers = [rt for rt in h.loop._sessions._by_id.values() if rt.running]
         assert len(workers) == 2
         # A session whose worker exited gets a new one on its next input.
         assert (await h.ask("again", session_id="s0")).replies == ["re: again"]
@@ -307,7 +307,7 @@ async def test_quit_ends_the_sessions_idle_worker() -> None:
     provider = FakeProvider(reply=lambda prompt, context: response(text("ok")))
     async with running(provider) as h:
         await h.ask("hi", session_id="q")
-        rt = h.loop._sessions["q"]
+        rt = h.loop._sessions._by_id["q"]
         assert rt.running
         await h.ask("/quit", session_id="q")
         await anyio.wait_all_tasks_blocked()
@@ -414,8 +414,8 @@ async def test_quit_during_a_run_leaves_no_worker_parked_for_the_forgotten_sessi
         assert "q" not in h.loop.sessions
         orphans = [
             rt.session.id
-            for rt in h.loop._idle_workers
-            if h.loop._sessions.get(rt.session.id) is not rt
+            for rt in h.loop._sessions._idle_workers
+            if h.loop._sessions.find(rt.session.id) is not rt
         ]
     assert orphans == [], "a worker is parked for a session that has quit"
 
@@ -448,8 +448,8 @@ async def test_many_sessions_interleaving_stay_bounded_and_conform() -> None:
                 for i in range(300):
                     tg.start_soon(session, i)
             await h.bus.wait_idle()
-        assert len(h.loop._idle_workers) <= 256
-        assert len(h.loop._waiting) == len(h.loop._done) == 0
+        assert len(h.loop._sessions._idle_workers) <= 256
+        assert len(h.loop._waiters) == 0
         turns = {sum(isinstance(m, UserTurn) for m in s.memory) for s in h.loop.sessions.values()}
         assert turns == {2}
     assert conformance_problems(h.events, inputs) == []
