@@ -224,6 +224,34 @@ async def test_remote_tools_join_the_agent_and_a_run_gets_their_results(
 
 
 @pytest.mark.anyio
+async def test_an_agent_with_remote_servers_can_be_entered_again(
+    transport: str, http_url: str
+) -> None:
+    provider = ScriptedProvider(
+        [
+            tool_call("fx.echo", {"text": "first"}),
+            text("one"),
+            tool_call("fx.echo", {"text": "second"}),
+            text("two"),
+        ]
+    )
+    agent = with_servers(provider, servers=[config_for(transport, http_url)])
+    seen = results(agent)
+    for reply in ("one", "two"):
+        async with agent:
+            toolset = remote(agent)
+            assert toolset is not None
+            assert "fx.echo" in agent.tools
+            result = await ask(agent, "echo")
+            assert result.error is None
+            assert result.replies == [reply]
+        assert remote(agent) is None
+        assert "fx.echo" not in agent.tools
+    assert [r["success"] for r in seen] == [True, True]
+    assert toolset.connections["fx"].connects == 2
+
+
+@pytest.mark.anyio
 async def test_remote_errors_are_fed_back_as_failed_tool_results(
     transport: str, http_url: str
 ) -> None:
