@@ -248,6 +248,7 @@ async def test_an_agent_with_remote_servers_can_be_entered_again(
         assert remote(agent) is None
         assert "fx.echo" not in agent.tools
     assert [r["success"] for r in seen] == [True, True]
+    assert toolset is not None
     assert toolset.connections["fx"].connects == 2
 
 
