@@ -109,6 +109,20 @@ def _as_error(error: Error | Mapping[str, Any]) -> Error:
     return error if isinstance(error, Error) else Error.model_validate(dict(error))
 
 
+def _as_dict(what: str, action: str, data: Any) -> dict[str, Any]:
+    """``data`` as a new dict; a :class:`TypeError` naming ``what`` and ``action`` otherwise."""
+    if not isinstance(data, Mapping):
+        raise TypeError(f"{what}: {action} needs a dict, not {type(data).__name__}")
+    return dict(data)
+
+
+def _text_length(what: str, length: int) -> int:
+    """``length``, if within :data:`MAX_TEXT_LENGTH`; else a ``ValueError`` naming ``what``."""
+    if length > MAX_TEXT_LENGTH:
+        raise ValueError(f"{what}: the text would exceed {MAX_TEXT_LENGTH} characters")
+    return length
+
+
 class ResponseBuilder:
     """Builds one response and numbers every event of its stream.
 
@@ -369,7 +383,10 @@ class MessageBuilder:
         self.response_builder._check_live(what, f"move to {target.value!r}")
         _check_move(what, self._status, target)
         if target is RunStatus.Completed:
-            open_indexes = [str(b.index) for b in self._builders if b._is_open()]
+            # Started and not complete: a content that never emitted holds nothing open.
+            open_indexes = [
+                str(b.index) for b in self._builders if b.status is RunStatus.InProgress
+            ]
             if open_indexes:
                 raise BuilderStateError(
                     f"{what}: cannot move from {_name(self._status)} to 'completed' while "
@@ -536,10 +553,8 @@ class ContentBuilder:
     def _describe(self) -> str:
         return f"content {self.index} of message {self.message_builder.id}"
 
-    def _is_open(self) -> bool:
-        return self._status is RunStatus.InProgress
-
-    def _check(self, action: str, needs: ContentType | None = None) -> None:
+    def _check(self, action: str, needs: ContentType | None = None) -> str:
+        """Refuse ``action`` unless it fits this content and its status; this content's name."""
         what = self._describe()
         if needs is not None and self.content_type is not needs:
             raise BuilderStateError(
@@ -549,6 +564,7 @@ class ContentBuilder:
         if self._status is RunStatus.Completed:
             raise BuilderStateError(f"{what}: {action} after complete")
         self.message_builder._check_writable(what, action)
+        return what
 
     def _emit(self, delta: bool, payload: Mapping[str, Any]) -> Content:
         """A numbered ``in_progress`` event carrying ``payload`` (validated before numbering)."""
@@ -570,19 +586,6 @@ class ContentBuilder:
             self._text_parts = [payload["text"]]
         return payload
 
-    def _text_length_after(self, text: str, *, replace: bool) -> int:
-        length = len(text) + (0 if replace else self._text_length)
-        if length > MAX_TEXT_LENGTH:
-            raise ValueError(
-                f"{self._describe()}: the text would exceed {MAX_TEXT_LENGTH} characters"
-            )
-        return length
-
-    def _as_dict(self, action: str, data: Any) -> dict[str, Any]:
-        if not isinstance(data, Mapping):
-            raise TypeError(f"{self._describe()}: {action} needs a dict, not {type(data).__name__}")
-        return dict(data)
-
     def _set(self, action: str, needs: ContentType, **fields: Any) -> Content:
         self._check(action, needs)
         value = {**self._value, **{k: v for k, v in fields.items() if v is not None}}
@@ -592,8 +595,8 @@ class ContentBuilder:
 
     def add_text_delta(self, text: str) -> TextContent:
         """A text fragment: the ``in_progress`` delta event carrying just ``text``."""
-        self._check("add_text_delta", ContentType.TEXT)
-        length = self._text_length_after(text, replace=False)
+        what = self._check("add_text_delta", ContentType.TEXT)
+        length = _text_length(what, self._text_length + len(text))
         event = self._emit(True, {"text": text})
         self._text_parts.append(text)
         self._text_length = length
@@ -604,8 +607,8 @@ class ContentBuilder:
 
     def set_text(self, text: str) -> TextContent:
         """Replace the text so far; the ``in_progress`` event with the whole text, not a delta."""
-        self._check("set_text", ContentType.TEXT)
-        length = self._text_length_after(text, replace=True)
+        what = self._check("set_text", ContentType.TEXT)
+        length = _text_length(what, len(text))
         event = self._emit(False, {"text": text})
         self._text_parts = [text]
         self._text_length = length
@@ -620,8 +623,8 @@ class ContentBuilder:
 
     def set_data(self, data: Mapping[str, Any]) -> DataContent:
         """Replace the data so far; the ``in_progress`` event with the whole data."""
-        self._check("set_data", ContentType.DATA)
-        value = self._as_dict("set_data", data)
+        what = self._check("set_data", ContentType.DATA)
+        value = _as_dict(what, "set_data", data)
         event = self._emit(False, {"data": value})
         self._value["data"] = _copy_json(value)
         assert isinstance(event, DataContent)
@@ -629,8 +632,8 @@ class ContentBuilder:
 
     def add_data_delta(self, delta_data: Mapping[str, Any]) -> DataContent:
         """A data fragment, merged into the data so far; the delta event carrying just it."""
-        self._check("add_data_delta", ContentType.DATA)
-        delta = self._as_dict("add_data_delta", delta_data)
+        what = self._check("add_data_delta", ContentType.DATA)
+        delta = _as_dict(what, "add_data_delta", delta_data)
         merged = merge_delta(self._value.get("data"), delta)
         event = self._emit(True, {"data": delta})
         self._value["data"] = merged
