@@ -5,8 +5,9 @@ messages and content, wire-compatible with AgentScope Runtime;
 :mod:`openstarry.api.builders` the :class:`ResponseBuilder`,
 :class:`MessageBuilder` and :class:`ContentBuilder` that emit a response's events
 in order, numbered and checked; :mod:`openstarry.api.adapter` turns an
-execution-loop run into that stream (``open_run``, ``collect_run``). They need
-only pydantic: importing
+execution-loop run into that stream (``open_run``, ``collect_run``), with
+:mod:`openstarry.api.translate` mapping the run's bus events to the API's
+events. They need only pydantic: importing
 ``openstarry.api`` pulls in no HTTP package (the server and client, which do,
 live in their own modules and need the ``[http]`` extra).
 """

@@ -6,31 +6,17 @@
     print(run.final.status)                    # completed, failed or canceled
 
 :func:`open_run` sends the request's input to the agent's execution loop as
-one user turn and turns the events of that run (all sharing the input's
-``traceId``) into the Agent API's events:
-
-- the response ``created``, then ``in_progress``;
-- the agent's text: a message (role ``assistant``, type ``message``) whose text
-  content streams as deltas, from the ``OUTPUT:AGENT_MESSAGE_DELTA`` events of a
-  streaming provider or, without them, the whole text as one delta; then the
-  completed content (its text is the ``OUTPUT:AGENT_MESSAGE``'s, the record)
-  and the completed message. Image, audio and UI segments follow the text as
-  more content items of the same message;
-- each ``EXEC:TOOL_CALL``: a ``function_call`` message (role ``assistant``)
-  whose data content is ``{"call_id", "name", "arguments"}`` with the
-  arguments as JSON text, as AgentScope Runtime sends them;
-- each ``EXEC:TOOL_RESULT``: a ``function_call_output`` message (role ``tool``)
-  whose data content is ``{"call_id", "name", "output"}``, the output being the
-  result as JSON text (``{"error": {"code", "message", "source"}}`` for a
-  failed call);
-- each ``KERNEL:ERROR``: an ``error`` message with ``code`` and ``message``;
-- the end: the response ``completed`` (with its ``output`` and the ``usage``
-  the provider reported in its responses' ``metadata.usage``, numbers summed
-  over every provider response of the run, including those that only called
-  tools: ``RunResult.usage``); ``failed``
-  with ``error`` when a ``KERNEL:ERROR`` ended the run; or ``canceled`` when the
-  run was stopped (:meth:`RunStream.cancel`, leaving the stream early, or a
-  ``/stop`` on its session).
+one user turn, follows the events of that run on the bus (all sharing the
+input's ``traceId``) and hands them, in order, to a
+:class:`~openstarry.api.translate.RunTranslator`, which turns them into the
+Agent API's events: the response ``created`` and ``in_progress``; the agent's
+text as a streaming message with its image, audio and UI segments;
+``function_call`` and ``function_call_output`` messages for tool calls and
+results; ``error`` messages; and the response ``completed`` (with its
+``output`` and ``usage``, ``RunResult.usage``), ``failed`` when an error ended
+the run, or ``canceled`` when the run was stopped (:meth:`RunStream.cancel`,
+leaving the stream early, or a ``/stop`` on its session). The module
+:mod:`openstarry.api.translate` states the mapping in full.
 
 The stream ends once the loop has finished the run and the bus has dispatched
 every event the run published. To know the second, the adapter publishes an
@@ -42,42 +28,29 @@ within a priority, delivers it after the run's own events.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import uuid
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
 
-from openstarry.agent.loop import add_usage
-from openstarry.api.builders import ContentBuilder, MessageBuilder, ResponseBuilder
+from openstarry.api.builders import ResponseBuilder
 from openstarry.api.models import (
     AgentRequest,
     AgentResponse,
-    AudioContent,
-    Content,
-    ContentType,
-    DataContent,
-    Error,
-    FileContent,
-    FunctionCall,
-    FunctionCallOutput,
-    ImageContent,
     InvalidRequestError,
-    Message,
-    MessageType,
     Role,
-    RunStatus,
     TextContent,
 )
+from openstarry.api.translate import RunTranslator, WireEvent, run_status
 from openstarry.bus import EventBus, Subscription
 from openstarry.core import Event
 from openstarry.errors import QueueClosed, QueueFull
-from openstarry.events import OUTPUT_AGENT_MESSAGE, OUTPUT_AGENT_MESSAGE_DELTA, EventType
+from openstarry.events import OUTPUT_AGENT_MESSAGE_DELTA, EventType
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -97,12 +70,7 @@ SOURCE = "openstarry.api"
 #: dropped (the completed content still carries the whole text).
 MAX_PENDING_EVENTS = 10_000
 
-_TOOL_CALL = EventType.TOOL_CALL.value
-_TOOL_RESULT = EventType.TOOL_RESULT.value
-_ERROR = EventType.ERROR.value
-_PATTERNS = ("OUTPUT:*", "EXEC:*", _ERROR, "API:*")
-
-WireEvent = AgentResponse | Message | Content
+_PATTERNS = ("OUTPUT:*", "EXEC:*", EventType.ERROR.value, "API:*")
 
 
 def check_request(request: AgentRequest) -> str:
@@ -192,46 +160,6 @@ def _router(bus: EventBus) -> _Router:
     return router
 
 
-def _json_text(value: Any) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return json.dumps(str(value), ensure_ascii=False)
-
-
-def _segment_content(segment: Mapping[str, Any]) -> Content | None:
-    """The content item of a non-text segment of an ``OUTPUT:AGENT_MESSAGE``."""
-    kind = segment.get("type")
-    data = segment.get("data")
-    mime = segment.get("mimeType")
-    if kind == "text":
-        return None
-    if kind == "image" and isinstance(data, str):
-        if data.startswith(("http://", "https://", "data:")):
-            return ImageContent(image_url=data)
-        return ImageContent(image_url=f"data:{mime or 'image/png'};base64,{data}")
-    if kind == "audio" and isinstance(data, str):
-        audio_format = mime.rpartition("/")[2] if isinstance(mime, str) else None
-        return AudioContent(data=data, format=audio_format)
-    if kind == "video" and isinstance(data, str):
-        return FileContent(file_data=data, filename=f"video.{(mime or '/mp4').rpartition('/')[2]}")
-    if kind == "ui":
-        return DataContent(data={"ui": segment.get("ui")})
-    return DataContent(data=dict(segment))
-
-
-class _OpenText:
-    """The assistant message whose text is streaming in, in one provider round."""
-
-    __slots__ = ("content", "message", "round", "streamed")
-
-    def __init__(self, message: MessageBuilder, content: ContentBuilder, round_no: int) -> None:
-        self.message = message
-        self.content = content
-        self.round = round_no
-        self.streamed: list[str] = []
-
-
 class RunStream:
     """One run of the agent as a stream of Agent API events; made by :func:`open_run`.
 
@@ -259,8 +187,8 @@ class RunStream:
         self._text = check_request(request)
         self.agent = agent
         self.session_id = request.session_id or f"session_{uuid.uuid4()}"
-        self._builder = ResponseBuilder(session_id=self.session_id, response_id=response_id)
-        self.response_id = self._builder.response_id
+        builder = ResponseBuilder(session_id=self.session_id, response_id=response_id)
+        self.response_id = builder.response_id
         self.final: AgentResponse | None = None
         self.result: RunResult | None = None
         self._stop_timeout = stop_timeout
@@ -269,9 +197,7 @@ class RunStream:
         self._trace_id: str | None = None
         self._queue: deque[Event | None] = deque()
         self._wake: anyio.Event | None = None  # made in the event loop, when needed
-        self._out: deque[WireEvent] = deque()
-        self._open: _OpenText | None = None
-        self._usage: dict[str, Any] | None = None
+        self._translator = RunTranslator(builder)
         self._stop_sent = False
         self._ended = False
         self._finished = False
@@ -286,8 +212,7 @@ class RunStream:
         # Routed before anything of the run can be dispatched (no await since start).
         self._trace_id = pending.event.trace_id
         _router(self.agent.bus).add(self.agent.bus, self._trace_id, self._on_event)
-        self._out.append(self._builder.created())
-        self._out.append(self._builder.in_progress())
+        self._translator.start()
         task_group = anyio.create_task_group()
         try:
             await task_group.__aenter__()
@@ -381,21 +306,13 @@ class RunStream:
         self.result = result
         marker = pending.event.child(
             RESPONSE_END,
-            {"responseId": self.response_id, "status": self._status_of(result).value},
+            {"responseId": self.response_id, "status": run_status(result).value},
             source=SOURCE,
         )
         try:
             await self.agent.bus.apublish(marker)
         except QueueClosed:
             self._push(None)  # no bus to order the end: end after what has arrived
-
-    @staticmethod
-    def _status_of(result: RunResult) -> RunStatus:
-        if result.stopped:
-            return RunStatus.Canceled
-        if result.error is not None:
-            return RunStatus.Failed
-        return RunStatus.Completed
 
     # -- events in -------------------------------------------------------
 
@@ -423,9 +340,10 @@ class RunStream:
         return self
 
     async def __anext__(self) -> WireEvent:
+        out = self._translator.out
         while True:
-            if self._out:
-                return self._out.popleft()
+            if out:
+                return out.popleft()
             if self._finished:
                 raise StopAsyncIteration
             if self._task_group is None:
@@ -433,157 +351,12 @@ class RunStream:
             if not self._queue:
                 await self._wait()
                 continue
-            self._translate(self._queue.popleft())
-
-    def _translate(self, event: Event | None) -> None:
-        if event is None or event.type == RESPONSE_END:
-            self._end()
-            return
-        kind = event.type
-        payload = event.payload
-        if not isinstance(payload, dict):
-            return
-        if kind == OUTPUT_AGENT_MESSAGE_DELTA:
-            self._delta(payload)
-        elif kind == OUTPUT_AGENT_MESSAGE:
-            self._said(payload)
-        elif kind == _TOOL_CALL:
-            self._close_open()
-            self._tool_call(payload)
-        elif kind == _TOOL_RESULT:
-            self._close_open()
-            self._tool_result(payload)
-        elif kind == _ERROR:
-            error = Error(
-                code=str(payload.get("code", "ERROR")), message=str(payload.get("message", ""))
-            )
-            self._close_open(failed=error)
-            message = self._builder.create_message_builder(Role.ASSISTANT, MessageType.ERROR)
-            message.set_error(error.code, error.message)
-            self._out.append(message.created())
-            self._out.append(message.complete())
-
-    def _delta(self, payload: dict[str, Any]) -> None:
-        text = payload.get("text")
-        round_no = payload.get("round")
-        if not isinstance(text, str) or not text:
-            return
-        current = self._open
-        if current is not None and current.round != round_no:
-            self._close_open()
-            current = None
-        if current is None:
-            message = self._builder.create_message_builder(Role.ASSISTANT, MessageType.MESSAGE)
-            self._out.append(message.created())
-            content = message.create_content_builder(ContentType.TEXT)
-            current = self._open = _OpenText(
-                message, content, round_no if isinstance(round_no, int) else 0
-            )
-        current.streamed.append(text)
-        self._out.append(current.content.add_text_delta(text))
-
-    def _said(self, payload: dict[str, Any]) -> None:
-        metadata = payload.get("metadata")
-        if isinstance(metadata, dict) and isinstance(metadata.get("usage"), dict):
-            self._usage = add_usage(self._usage, metadata["usage"])
-        text = payload.get("text")
-        text = text if isinstance(text, str) else ""
-        current, self._open = self._open, None
-        content: ContentBuilder | None
-        if current is not None:
-            message, content = current.message, current.content
-            streamed = "".join(current.streamed)
-        else:
-            message = self._builder.create_message_builder(Role.ASSISTANT, MessageType.MESSAGE)
-            self._out.append(message.created())
-            content = message.create_content_builder(ContentType.TEXT) if text else None
-            streamed = ""
-        if content is not None:
-            # The message's text is the record; the deltas were its preview.
-            if text.startswith(streamed):
-                if len(text) > len(streamed) or not streamed:
-                    self._out.append(content.add_text_delta(text[len(streamed) :]))
+            event = self._queue.popleft()
+            if event is None or event.type == RESPONSE_END:
+                self.final = self._translator.end(self.result)
+                self._finished = True
             else:
-                self._out.append(content.set_text(text))
-            self._out.append(content.complete())
-        segments = payload.get("segments")
-        for segment in segments if isinstance(segments, list) else ():
-            if isinstance(segment, dict):
-                item = _segment_content(segment)
-                if item is not None:
-                    self._out.append(message.add_content(item))
-        self._out.append(message.complete())
-
-    def _tool_call(self, payload: dict[str, Any]) -> None:
-        call = FunctionCall(
-            call_id=str(payload.get("toolCallId", "")),
-            name=str(payload.get("name", "")),
-            arguments=_json_text(payload.get("args", {})),
-        )
-        message = self._builder.create_message_builder(Role.ASSISTANT, MessageType.FUNCTION_CALL)
-        self._out.append(message.created())
-        self._out.append(message.add_content(DataContent(data=call.to_wire())))
-        self._out.append(message.complete())
-
-    def _tool_result(self, payload: dict[str, Any]) -> None:
-        if payload.get("success"):
-            output = payload.get("result")
-        else:
-            output = {"error": payload.get("error")}
-        result = FunctionCallOutput(
-            call_id=str(payload.get("toolCallId", "")),
-            name=str(payload.get("name", "")),
-            output=_json_text(output),
-        )
-        message = self._builder.create_message_builder(Role.TOOL, MessageType.FUNCTION_CALL_OUTPUT)
-        self._out.append(message.created())
-        self._out.append(message.add_content(DataContent(data=result.to_wire())))
-        self._out.append(message.complete())
-
-    def _close_open(self, *, failed: Error | None = None, canceled: bool = False) -> None:
-        """End the message whose text was streaming: with what it said so far."""
-        current, self._open = self._open, None
-        if current is None:
-            return
-        self._out.append(current.content.complete())
-        if failed is not None:
-            self._out.append(current.message.failed(failed))
-        elif canceled:
-            self._out.append(current.message.canceled())
-        else:
-            self._out.append(current.message.complete())
-
-    def _end(self) -> None:
-        result = self.result
-        status = self._status_of(result) if result is not None else RunStatus.Canceled
-        builder = self._builder
-        if result is not None and result.usage:
-            # The loop's count includes responses that only called tools.
-            self._usage = result.usage
-        if status is RunStatus.Failed:
-            assert result is not None
-            assert result.error is not None
-            error = Error(
-                code=str(result.error.get("code", "ERROR")),
-                message=str(result.error.get("message", "")),
-            )
-            self._close_open(failed=error)
-            if self._usage:
-                builder.set_usage(self._usage)
-            final = builder.failed(error)
-        elif status is RunStatus.Canceled:
-            self._close_open(canceled=True)
-            if self._usage:
-                builder.set_usage(self._usage)
-            final = builder.canceled()
-        else:
-            self._close_open()
-            if self._usage:
-                builder.set_usage(self._usage)
-            final = builder.completed()
-        self.final = final
-        self._out.append(final)
-        self._finished = True
+                self._translator.translate(event)
 
 
 def open_run(
