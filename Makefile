@@ -59,7 +59,7 @@ test: wheel ## Set up, then run every test: cargo test, the layers contract, pyt
 	grep -q "The weather in Taipei is 25°C, Sunny." $(AGENT_VENV)/run.txt
 	rm -rf $(EXTRAS_VENV)
 	$(PYTHON) -m venv $(EXTRAS_VENV)
-	$(EXTRAS_VENV)/bin/python -m pip install --quiet "$$(ls dist/openstarry-*.whl)[http,mcp]"
+	$(EXTRAS_VENV)/bin/python -m pip install --quiet "$$(ls dist/openstarry-*.whl)[http,mcp,cli]"
 	$(EXTRAS_VENV)/bin/python tests/smoke_extras.py $(EXAMPLE)
 
 .PHONY: compat

@@ -83,13 +83,39 @@ class EventPrinter:
         self.out.flush()
 
 
+#: What the plain prompt says at a terminal when the ``[cli]`` extra is missing.
+CLI_EXTRA_HINT = (
+    "openstarry: for history, Tab completion and formatted output: pip install 'openstarry[cli]'"
+)
+
+
+def _terminal_module() -> Any:
+    """:mod:`openstarry.terminal` when prompt_toolkit and rich import, else ``None``.
+
+    Imported only here: the two libraries take about 150 ms to import, which
+    ``openstarry --help`` and piped runs should not pay.
+    """
+    try:
+        from openstarry import terminal
+    except ImportError:
+        return None
+    return terminal
+
+
 async def _run(args: argparse.Namespace) -> int:
     from openstarry.assembly import agent_from_manifest
 
     agent = agent_from_manifest(args.manifest)
-    printer: ConversationPrinter | EventPrinter = (
-        EventPrinter(sys.stdout) if args.events else ConversationPrinter(sys.stdout)
-    )
+    interactive = not args.input
+    at_terminal = sys.stdout.isatty() and (not interactive or sys.stdin.isatty())
+    terminal = _terminal_module() if at_terminal else None
+    printer: Any
+    if args.events:
+        printer = EventPrinter(sys.stdout)
+    elif terminal is not None:
+        printer = terminal.RichPrinter(terminal.make_console(), echo_input=not interactive)
+    else:
+        printer = ConversationPrinter(sys.stdout)
     async with agent:
         agent.bus.subscribe("*", printer)
         if args.input:
@@ -97,25 +123,33 @@ async def _run(args: argparse.Namespace) -> int:
                 await agent.ask(text, session_id=args.session)
                 await agent.bus.wait_idle()
         else:
-            await _interactive(agent, args.session)
+            await _interactive(agent, args.session, printer, terminal)
             await agent.bus.wait_idle()
     return 1 if printer.errors else 0
 
 
-async def _interactive(agent: Any, session_id: str) -> None:
+async def _interactive(
+    agent: Any, session_id: str, printer: Any = None, terminal: Any = None
+) -> None:
     """Read lines until EOF or ``/quit``.
 
     At a terminal, reading goes on while a turn runs, so a ``/stop`` typed
-    meanwhile goes out at priority 0 and cancels it. From a pipe or a file, each
-    line waits for the previous turn to end, as a script expects. At EOF the
-    turns still queued are finished.
+    meanwhile goes out at priority 0 and cancels it; with the ``[cli]`` extra
+    the prompt is :func:`openstarry.terminal.prompt_loop`. From a pipe or a
+    file, each line waits for the previous turn to end, as a script expects.
+    At EOF the turns still queued are finished.
     """
     quit_requested = anyio.Event()
     agent.loop.on_quit(lambda sid: quit_requested.set() if sid == session_id else None)
     at_terminal = sys.stdin.isatty()
+    if terminal is not None and at_terminal:
+        await terminal.prompt_loop(agent, session_id, quit_requested, printer=printer)
+        return
     prompt = "> " if at_terminal else ""
     if prompt:
         print(f"openstarry: {agent.name}. Type /help for commands, /quit to leave.", flush=True)
+        if sys.stdout.isatty():
+            print(CLI_EXTRA_HINT, file=sys.stderr, flush=True)
 
     def read() -> str | None:
         try:
