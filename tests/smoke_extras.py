@@ -1,8 +1,8 @@
-"""Smoke test of the installed wheel with its extras: ``pip install 'openstarry[http,mcp]'``.
+"""Smoke test of the installed wheel with its extras: ``pip install 'openstarry[http,mcp,cli]'``.
 
 Run by ``make test`` with the python of a fresh virtual environment that holds
 the wheel and what its extras bring, nothing else (no test tools), so a
-dependency missing from ``[http]`` or ``[mcp]`` fails here. It serves the
+dependency missing from ``[http]``, ``[mcp]`` or ``[cli]`` fails here. It serves the
 example agent with ``openstarry serve`` and asks it over HTTP with the shipped
 client, then serves it with ``openstarry mcp`` over stdio and calls its tool
 with the MCP SDK's own client. Every server is on 127.0.0.1 and stopped here.
@@ -92,8 +92,26 @@ async def check_mcp(manifest: str) -> None:
     print(f"mcp: tools {names}, get_weather -> {text[:60]!r}")
 
 
+def check_cli() -> None:
+    """The terminal prompt's module imports, and its printer renders an answer."""
+    import io
+
+    from rich.console import Console
+
+    from openstarry.core import Event
+    from openstarry.terminal import RichPrinter
+
+    out = io.StringIO()
+    printer = RichPrinter(Console(file=out, width=80))
+    printer(Event.new("OUTPUT:AGENT_MESSAGE", {"text": ANSWER}, source="t", session_id="s"))
+    if ANSWER not in out.getvalue():
+        raise SystemExit(f"smoke_extras: the [cli] printer wrote {out.getvalue()!r}")
+    print("cli: the terminal printer renders Markdown")
+
+
 def main() -> None:
     manifest = sys.argv[1]
+    check_cli()
     check_http(manifest)
     anyio.run(check_mcp, manifest)
     print("smoke_extras: ok")

@@ -44,7 +44,8 @@ def _printer(*, colour: bool = True, **kwargs: Any) -> tuple[RichPrinter, io.Str
 
 def test_streamed_text_is_shown_live_then_printed_once_as_markdown() -> None:
     redraws: list[str] = []
-    printer, out = _printer(echo_input=False, on_stream=lambda: redraws.append(printer.streaming))
+    printer, out = _printer(echo_input=False)
+    printer.on_stream = lambda: redraws.append(printer.streaming)
     for piece in ("# Title\n\n", "some **bold", "** text"):
         printer(_event(OUTPUT_AGENT_MESSAGE_DELTA, {"text": piece, "round": 1}))
     assert redraws[-1] == "# Title\n\nsome **bold** text"
