@@ -2,7 +2,8 @@
 
     openstarry run MANIFEST --input "Query weather in Taipei"  # a turn per --input, then exit
     openstarry run MANIFEST --input "..." --events     # every event, a JSON envelope a line
-    openstarry run MANIFEST                            # an interactive prompt
+    openstarry run MANIFEST                            # an interactive prompt ([cli] extra:
+                                                       # history, completion, rich output)
     openstarry schema manifest|protocol                # JSON Schema of agent.json or events
     openstarry serve MANIFEST [--host H] [--port N]    # the Agent API over HTTP (spec 003)
     openstarry mcp MANIFEST [--http --port N]          # the agent's tools over MCP (spec 004)

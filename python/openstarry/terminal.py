@@ -412,8 +412,8 @@ async def prompt_loop(
             redraw()
 
     print(
-        f"openstarry: {agent.name}. Tab completes, ↑ recalls, Ctrl-C stops a turn, "
-        "Ctrl-D leaves. /help lists the commands.",
+        f"{agent.name}: /help lists commands. Tab completes, ↑ recalls, "
+        "Ctrl-C stops a turn, Ctrl-D leaves.",
         flush=True,
     )
     with patch_stdout(raw=True):
