@@ -302,8 +302,11 @@ class DedupWindow:
     """Exact sliding-window de-duplication of event ids.
 
     An id is a duplicate when it was first seen less than ``window_ms`` ago and
-    is among the last ``max_entries`` ids seen. Canonical UUIDs are held as
-    128-bit integers (case-insensitive); other ids are held whole.
+    is among the last ``max_entries`` ids seen (at most 2**30 whatever
+    ``max_entries`` says). Canonical UUIDs are held as 128-bit integers
+    (case-insensitive); other ids are held whole. A hash only narrows the
+    search: every answer is confirmed on the id itself, so there are no false
+    positives.
     """
 
     def __new__(cls, window_ms: int = 60000, max_entries: int = 1000000) -> DedupWindow: ...
@@ -319,7 +322,16 @@ class DedupWindow:
         """
 
     def check_and_insert_many(self, ids: Iterable[str], now_ms: int | None = None) -> list[bool]:
-        """``check_and_insert`` for each id in order, in one call."""
+        """``check_and_insert`` for each id in order, in one call.
+
+        ``ids`` is any iterable of str; a list or tuple is read without the
+        iterator protocol, so it is the fastest. Every id is checked to be a str
+        before any is recorded; the window's lock is taken and the clock read
+        once for the whole batch.
+
+        Raises:
+            TypeError: for an item that is not a str (nothing is recorded).
+        """
 
     def __contains__(self, id: object, /) -> bool:
         """Whether ``id`` is in the window (without inserting it or expiring anything)."""
@@ -338,8 +350,12 @@ class DedupWindow:
     def restore(data: bytes) -> DedupWindow:
         """A window from :meth:`snapshot` bytes.
 
+        Snapshots of every release so far (format version 1) restore.
+
         Raises:
-            openstarry.errors.DecodeError: for bytes that are not a snapshot.
+            openstarry.errors.DecodeError: for bytes that are not a snapshot,
+                or a snapshot of a format version this release cannot read
+                (the message names the version).
         """
 
     def __len__(self) -> int: ...
