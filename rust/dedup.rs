@@ -54,52 +54,50 @@ pub fn uuid_key(id: impl AsRef<[u8]>) -> Option<u128> {
     if b.len() != 36 || b[8] != b'-' || b[13] != b'-' || b[18] != b'-' || b[23] != b'-' {
         return None;
     }
-    // Each digit's value, or 0x10 for a byte that is not a hex digit; OR-ing
-    // the values together flags a bad digit anywhere at once. Two 64-bit
-    // halves: independent chains of plain shifts.
-    let mut halves = [0u64; 2];
-    let mut bad = 0u8;
-    for (half, digits) in halves.iter_mut().zip(UUID_DIGITS.chunks_exact(16)) {
-        for &i in digits {
-            let d = HEX[b[i] as usize];
-            bad |= d;
-            *half = (*half << 4) | u64::from(d & 0x0f);
-        }
+    // Four runs of eight digits, each read as one big-endian u64 and decoded
+    // eight digits at a time (SWAR): no table, no per-byte branch.
+    let run = |at: [usize; 2]| -> [u8; 8] {
+        let mut out = [0u8; 8];
+        out[..4].copy_from_slice(&b[at[0]..at[0] + 4]);
+        out[4..].copy_from_slice(&b[at[1]..at[1] + 4]);
+        out
+    };
+    let runs = [run([0, 4]), run([9, 14]), run([19, 24]), run([28, 32])];
+    let mut value = 0u128;
+    let mut ok = true;
+    for r in runs {
+        let (digits, valid) = hex8(u64::from_be_bytes(r));
+        ok &= valid;
+        value = (value << 32) | u128::from(digits);
     }
-    (bad < 0x10).then_some((u128::from(halves[0]) << 64) | u128::from(halves[1]))
+    ok.then_some(value)
 }
 
-/// Where the 32 hex digits of a canonical UUID stand.
-const UUID_DIGITS: [usize; 32] = {
-    let mut out = [0usize; 32];
-    let mut i = 0;
-    let mut pos = 0;
-    while pos < 36 {
-        if !(pos == 8 || pos == 13 || pos == 18 || pos == 23) {
-            out[i] = pos;
-            i += 1;
-        }
-        pos += 1;
-    }
-    out
-};
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
 
-/// Hex digit values; 0x10 for every other byte.
-static HEX: [u8; 256] = {
-    let mut t = [0x10u8; 256];
-    let mut c = 0;
-    while c < 10 {
-        t[b'0' as usize + c] = c as u8;
-        c += 1;
-    }
-    let mut c = 0;
-    while c < 6 {
-        t[b'a' as usize + c] = 10 + c as u8;
-        t[b'A' as usize + c] = 10 + c as u8;
-        c += 1;
-    }
-    t
-};
+/// The high bit of each byte of `x` (all below 0x80) that is strictly between `m` and `n`.
+#[inline]
+fn between(x: u64, m: u64, n: u64) -> u64 {
+    // From "Bit Twiddling Hacks" (hasbetween): exact per byte for bytes below 0x80.
+    let low = x & (ONES * 127);
+    (ONES * (127 + n)).wrapping_sub(low) & !x & (low + ONES * (127 - m)) & HIGH
+}
+
+/// Eight ASCII hex digits (first digit in the top byte) as a u32, and whether all were digits.
+#[inline]
+fn hex8(x: u64) -> (u32, bool) {
+    let digit = between(x, 0x2f, 0x3a); // '0'..='9'
+                                        // OR 0x20 folds 'A'..'F' onto 'a'..'f' and leaves digits as they are.
+    let letter = between(x | (ONES * 0x20), 0x60, 0x67); // 'a'..='f'
+    let valid = (digit | letter) == HIGH && x & HIGH == 0;
+    // '0'..'9' have low nibbles 0..9; letters have bit 0x40 and low nibbles 1..6.
+    let mut v = (x & (ONES * 0x0f)) + ((x & (ONES * 0x40)) >> 6) * 9;
+    v = (v | (v >> 4)) & 0x00ff_00ff_00ff_00ff;
+    v = (v | (v >> 8)) & 0x0000_ffff_0000_ffff;
+    v = (v | (v >> 16)) & 0x0000_0000_ffff_ffff;
+    (v as u32, valid)
+}
 
 /// How the window tells ids apart, for callers that must agree with it:
 /// canonical UUIDs by value (so letter case does not matter), other ids whole.
@@ -714,6 +712,38 @@ mod tests {
 
     const U1: &str = "123e4567-e89b-42d3-a456-426614174000";
     const U2: &str = "00000000-0000-4000-8000-000000000002";
+
+    /// The table-driven parser the SWAR one replaced: the reference for it.
+    fn uuid_key_reference(b: &[u8]) -> Option<u128> {
+        if b.len() != 36 {
+            return None;
+        }
+        let mut v = 0u128;
+        for (i, &c) in b.iter().enumerate() {
+            if matches!(i, 8 | 13 | 18 | 23) {
+                if c != b'-' {
+                    return None;
+                }
+                continue;
+            }
+            v = (v << 4) | u128::from((c as char).to_digit(16)?);
+        }
+        Some(v)
+    }
+
+    #[test]
+    fn uuid_key_agrees_with_the_reference_for_every_byte_in_every_place() {
+        let base = *b"0a1B2c3D-4e5F-6789-abcd-EF0123456789";
+        assert_eq!(uuid_key(base), uuid_key_reference(&base));
+        assert!(uuid_key(base).is_some());
+        for i in 0..36 {
+            for c in 0..=255u8 {
+                let mut b = base;
+                b[i] = c;
+                assert_eq!(uuid_key(b), uuid_key_reference(&b), "byte {c:#x} at {i}");
+            }
+        }
+    }
 
     #[test]
     fn uuid_key_parses_canonical_form_only() {
