@@ -32,7 +32,8 @@ fn refused<T>(err: PushError<T>) -> CoreError {
 }
 
 /// The lane of `item`: the explicit priority, else the item's own as an `Event`.
-#[inline]
+// Inlined into the batch loops: as a call, its large `Result` went through the stack.
+#[inline(always)]
 fn item_priority(item: &Bound<'_, PyAny>, priority: Option<u8>) -> Result<u8, CoreError> {
     let lane = if item.is_none() {
         None
