@@ -139,8 +139,11 @@ def test_time_window(benchmark: Benchmark, warm: list[str], stream: list[str]) -
         label="set + deque, 60 s (time.time()) and 100,000 ids",
         ops=N,
         rounds=ROUNDS,
-        target=5.0,
         setup=lambda: ((_time(warm).check_and_insert, _arriving(stream)), {}),
+        note=(
+            "Also bounded by time, as DedupWindow is; no target: at 100,000 ids both "
+            "sides pay the same cache misses, so its clock read no longer dominates."
+        ),
     )
 
 
