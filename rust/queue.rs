@@ -261,7 +261,8 @@ impl<T> State<T> {
 
 /// A thread-safe priority queue: six FIFO lanes and a bitmask of the non-empty ones.
 ///
-/// See the [module documentation](self) for the overflow, aging and closing rules.
+/// The overflow, aging and closing rules are those of the module documentation
+/// (`rust/queue.rs`).
 /// Items are only moved while the lock is held: no caller code runs under it.
 pub struct PriorityQueue<T> {
     state: Mutex<State<T>>,
