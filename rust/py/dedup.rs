@@ -27,9 +27,7 @@ fn collect_strs<'py>(ids: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyStrin
     // Lists and tuples, the common cases, by index: no iterator object, and no
     // user code runs while they are read.
     if let Ok(list) = ids.cast::<PyList>() {
-        (0..list.len())
-            .map(|i| list.get_item(i).and_then(as_str))
-            .collect()
+        list.iter().map(as_str).collect()
     } else if let Ok(tuple) = ids.cast::<PyTuple>() {
         tuple.iter().map(as_str).collect()
     } else {

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyList, PyTuple};
 use pyo3::PyTraverseError;
 
 use super::errors::CoreError;
@@ -243,12 +243,18 @@ impl PyEventQueue {
         let priority = priority.map(priority_arg).transpose()?;
         // Every item is checked before any is queued; the iterable runs outside the lock.
         let batch = if let Ok(list) = items.cast::<PyList>() {
-            // Lists, the common case, without the iterator protocol.
+            // Lists, the common case, without the iterator protocol (PyO3's
+            // list iterator reads the items inline outside the stable ABI).
             // No user code runs in this loop, so the list cannot change size.
-            let len = list.len();
-            let mut batch = Vec::with_capacity(len);
-            for i in 0..len {
-                let item = list.get_item(i)?;
+            let mut batch = Vec::with_capacity(list.len());
+            for item in list.iter() {
+                let lane = item_priority(&item, priority)?;
+                batch.push((item.unbind(), lane));
+            }
+            batch
+        } else if let Ok(tuple) = items.cast::<PyTuple>() {
+            let mut batch = Vec::with_capacity(tuple.len());
+            for item in tuple.iter() {
                 let lane = item_priority(&item, priority)?;
                 batch.push((item.unbind(), lane));
             }
