@@ -274,6 +274,10 @@ class EventQueue:
     def push_many(self, items: Iterable[Any], priority: int | None = None) -> list[Any]:
         """Queue every item in one call (all or nothing under ``"reject"``).
 
+        ``items`` is any iterable; a list or tuple is read without the iterator
+        protocol, so it is the fastest. Every item is checked before any is
+        queued, and the queue's lock is taken once.
+
         Returns:
             The items dropped by the ``"shed"`` policy (empty otherwise).
         """
@@ -286,7 +290,10 @@ class EventQueue:
         """
 
     def pop_many(self, n: int, timeout: float | None = None) -> list[Any]:
-        """Up to ``n`` items in priority order; with ``timeout``, wait for the first."""
+        """Up to ``n`` items in priority order; with ``timeout``, wait for the first.
+
+        The items come as a new list, taken under one lock.
+        """
 
     def depths(self) -> list[int]:
         """How many items wait at each priority, 0..5."""

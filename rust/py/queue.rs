@@ -232,6 +232,10 @@ impl PyEventQueue {
 
     /// Queue every item in one call (all or nothing under ``"reject"``).
     ///
+    /// ``items`` is any iterable; a list or tuple is read without the iterator
+    /// protocol, so it is the fastest. Every item is checked before any is
+    /// queued, and the queue's lock is taken once.
+    ///
     /// Returns:
     ///     The items dropped by the ``"shed"`` policy (empty otherwise).
     #[pyo3(signature = (items, priority=None))]
@@ -290,6 +294,8 @@ impl PyEventQueue {
     }
 
     /// Up to ``n`` items in priority order; with ``timeout``, wait for the first.
+    ///
+    /// The items come as a new list, taken under one lock.
     #[pyo3(signature = (n, timeout=None))]
     fn pop_many(&self, py: Python<'_>, n: i64, timeout: Option<f64>) -> PyResult<Vec<Py<PyAny>>> {
         let n =
