@@ -47,7 +47,13 @@ wheel: $(DEPS) ## Build the abi3 wheel (CPython >= 3.10) into dist/
 wheel-version: $(DEPS) ## Build version-specific wheels for every CPython >= 3.10 found, into dist/version-specific/ (pip prefers them to the abi3 wheel)
 	@mkdir -p target
 	rm -rf dist/version-specific
-	$(LOCK) $(VENV)/bin/maturin build --release --no-default-features --find-interpreter --out dist/version-specific --quiet
+	@pys=""; for v in 10 11 12 13 14; do \
+	  py=$$(ls -d $$HOME/.pyenv/versions/3.$$v.*/bin/python3 2>/dev/null | tail -n 1); \
+	  [ -n "$$py" ] || py=$$(command -v python3.$$v); \
+	  [ -n "$$py" ] && $$py -c pass 2>/dev/null && pys="$$pys -i $$py"; \
+	done; [ -n "$$pys" ] || { echo "no CPython >= 3.10 found"; exit 1; }; \
+	echo "maturin build --release --no-default-features$$pys"; \
+	$(LOCK) $(VENV)/bin/maturin build --release --no-default-features $$pys --out dist/version-specific --quiet
 
 .PHONY: run
 run: dev ## Set up, then run the example weather agent through the spec 000 section 5 sequence
