@@ -355,6 +355,16 @@ impl DedupWindow {
     #[inline]
     fn insert(&mut self, key: IdKey<'_>, hash: u64, ts: i64) {
         let seq = self.head_seq.wrapping_add(self.ring.len() as u32);
+        self.push_entry(key, hash, ts);
+        let ring = &self.ring;
+        let head = self.head_seq;
+        self.table
+            .insert_unique(hash, seq, |&s| ring[pos(s, head)].hash);
+    }
+
+    /// Append `key`'s ring entry (its table bucket is the caller's to fill).
+    #[inline]
+    fn push_entry(&mut self, key: IdKey<'_>, hash: u64, ts: i64) {
         let key = match key {
             IdKey::Uuid(k) => Key::uuid(k),
             IdKey::Other(id) => {
@@ -363,10 +373,6 @@ impl DedupWindow {
             }
         };
         self.ring.push_back(RingEntry { hash, ts, key });
-        let ring = &self.ring;
-        let head = self.head_seq;
-        self.table
-            .insert_unique(hash, seq, |&s| ring[pos(s, head)].hash);
         self.live += 1;
     }
 
@@ -399,10 +405,21 @@ impl DedupWindow {
     ) -> bool {
         let now = self.advance(now_ms);
         self.expire_to(now);
-        if self.find(key, hash).is_some() {
-            return false;
+        // One probe finds the id or the free bucket it goes into.
+        let seq = self.head_seq.wrapping_add(self.ring.len() as u32);
+        let ring = &self.ring;
+        let head = self.head_seq;
+        match self.table.entry(
+            hash,
+            |&s| ring[pos(s, head)].key.matches(key),
+            |&s| ring[pos(s, head)].hash,
+        ) {
+            hashbrown::hash_table::Entry::Occupied(_) => return false,
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                slot.insert(seq);
+            }
         }
-        self.insert(key, hash, now);
+        self.push_entry(key, hash, now);
         self.enforce_count();
         true
     }
