@@ -200,6 +200,8 @@ pub struct DedupWindow {
     /// Heap bytes of the non-UUID keys held by the ring.
     other_key_bytes: usize,
     hasher: foldhash::fast::RandomState,
+    /// The table's capacity after its last growth or rehash.
+    table_capacity: usize,
     /// Every hash is AND-ed with this: all ones, or few bits in the tests that force collisions.
     hash_mask: u64,
 }
@@ -247,6 +249,7 @@ impl DedupWindow {
             live: 0,
             other_key_bytes: 0,
             hasher: foldhash::fast::RandomState::default(),
+            table_capacity: 0,
             hash_mask: u64::MAX,
         }
     }
@@ -341,6 +344,7 @@ impl DedupWindow {
         self.ring.retain(|e| !matches!(e.key, Key::Dead));
         self.ring.shrink_to(self.live.max(64));
         self.table.clear();
+        self.table_capacity = self.table.capacity();
         let base = self.head_seq;
         for (i, e) in self.ring.iter().enumerate() {
             let ring = &self.ring;
@@ -351,9 +355,46 @@ impl DedupWindow {
         }
     }
 
+    /// Make room in the table for one more id.
+    ///
+    /// Once the window is half full, the table grows straight to twice
+    /// `max_entries`, the size a full window's churn ends at anyway: hashbrown
+    /// clears the tombstones of removed ids in place only while the table is
+    /// at most half full, and grows it otherwise. Growing early moves half as
+    /// many ids, and never just as the window starts to evict.
+    #[inline]
+    fn make_room(&mut self) {
+        if self.table.len() < self.table.capacity() {
+            return;
+        }
+        self.grow();
+    }
+
+    #[cold]
+    fn grow(&mut self) {
+        let len = self.table.len();
+        let most = self.max_entries.min(MAX_LIVE);
+        let want = if 2 * len >= most {
+            most.saturating_mul(2)
+        } else {
+            (2 * len).max(16)
+        };
+        // Already that large: the buckets went to tombstones, rebuild in place.
+        let additional = if want > self.table_capacity {
+            want - len
+        } else {
+            1
+        };
+        let ring = &self.ring;
+        let head = self.head_seq;
+        self.table.reserve(additional, |&s| ring[pos(s, head)].hash);
+        self.table_capacity = self.table.capacity();
+    }
+
     /// Record `key` (absent from the window) at time `ts`.
     #[inline]
     fn insert(&mut self, key: IdKey<'_>, hash: u64, ts: i64) {
+        self.make_room();
         let seq = self.head_seq.wrapping_add(self.ring.len() as u32);
         self.push_entry(key, hash, ts);
         let ring = &self.ring;
@@ -406,6 +447,7 @@ impl DedupWindow {
         let now = self.advance(now_ms);
         self.expire_to(now);
         // One probe finds the id or the free bucket it goes into.
+        self.make_room();
         let seq = self.head_seq.wrapping_add(self.ring.len() as u32);
         let ring = &self.ring;
         let head = self.head_seq;
@@ -512,6 +554,7 @@ impl DedupWindow {
     /// Forget every id and release the tables' memory; the clock is kept.
     pub fn clear(&mut self) {
         self.table = HashTable::new();
+        self.table_capacity = 0;
         self.ring = VecDeque::new();
         self.head_seq = 0;
         self.live = 0;
@@ -635,6 +678,7 @@ impl DedupWindow {
         window.ring.reserve(count);
         // The table is empty: the hasher is never called.
         window.table.reserve(count, |_| 0);
+        window.table_capacity = window.table.capacity();
         for _ in 0..count {
             window.restore_entry(&mut r)?;
         }
@@ -1409,6 +1453,21 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_full_window_keeps_its_table_size() {
+        let mut w = DedupWindow::new(u64::MAX, 1000);
+        for i in 0..2000 {
+            assert!(w.check_and_insert(format!("{i:08x}-0000-4000-8000-000000000000"), 0));
+        }
+        let sized = w.table_capacity;
+        assert!((2000..4096).contains(&sized), "{sized}");
+        for i in 0..100_000 {
+            assert!(w.check_and_insert(format!("x-{i}"), 0));
+        }
+        assert_eq!(w.len(), 1000);
+        assert_eq!(w.table_capacity, sized);
     }
 
     #[test]
