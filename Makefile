@@ -14,8 +14,8 @@ EXAMPLE := examples/weather-agent/agent.json
 # The extension `make dev` builds (and so `make bench` and `make run` use):
 # `version`, for the venv's CPython only, or `abi3`, the stable-ABI build that
 # `make wheel` ships. The version-specific build reads lists, tuples and
-# reference counts inline: 8-26% faster on the batch calls and 14% or more on
-# ingestion (benches/README.md).
+# reference counts inline: about 1.5x faster on push_many/pop_many, a few
+# percent elsewhere (benches/README.md, "The stable ABI's price").
 ABI ?= version
 ABI_FLAGS := $(if $(filter abi3,$(ABI)),,--no-default-features)
 
