@@ -88,6 +88,25 @@ class CountDedup:
             seen.discard(order.popleft())
         return True
 
+    def check_and_insert_many(self, ids: Iterable[str]) -> list[bool]:
+        """``check_and_insert`` for each id, the loop inside one method with names hoisted."""
+        seen = self._seen
+        order = self._order
+        add, append, popleft, discard = seen.add, order.append, order.popleft, seen.discard
+        limit = self._max
+        out: list[bool] = []
+        keep = out.append
+        for id_ in ids:
+            if id_ in seen:
+                keep(False)
+                continue
+            add(id_)
+            append(id_)
+            if len(order) > limit:
+                discard(popleft())
+            keep(True)
+        return out
+
 
 class TimeDedup:
     """The same window also bounded by time, as DedupWindow is: entries older

@@ -124,6 +124,39 @@ def envelopes(n: int, *, seed: int) -> list[bytes]:
     return out
 
 
+def user_messages(n: int, *, seed: int, nested: bool) -> list[bytes]:
+    """``n`` compact ``INPUT:USER_MESSAGE`` envelopes of one shape, ids and times varying.
+
+    With ``nested`` the payload carries ``metadata`` with a few keys, as a chat
+    transport sends; without it the payload is flat (``text`` and ``mimeType``).
+    """
+    rng = random.Random(seed)
+    clock = 1_764_115_200_000
+    out: list[bytes] = []
+    for _ in range(n):
+        clock += rng.randint(0, 40)
+        payload: dict[str, Any] = {"text": rng.choice(_MESSAGES), "mimeType": "text/plain"}
+        if nested:
+            payload["metadata"] = {
+                "platform": rng.choice(("discord", "slack", "websocket", "cli")),
+                "channelId": f"C{rng.getrandbits(40):010X}",
+                "userId": f"U{rng.getrandbits(40):010X}",
+                "locale": rng.choice(("en-US", "zh-TW", "ja-JP")),
+            }
+        event = {
+            "id": uuid4(rng),
+            "timestamp": clock,
+            "traceId": uuid4(rng),
+            "source": "transport-websocket-01",
+            "sessionId": f"sess-{rng.getrandbits(32):08x}",
+            "priority": 1,
+            "type": "INPUT:USER_MESSAGE",
+            "payload": payload,
+        }
+        out.append(json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode())
+    return out
+
+
 def with_repeats(items: list[Any], ratio: float, *, seed: int, recent: int = 1000) -> list[Any]:
     """``items`` with about ``ratio`` of the output being repeats of an item seen shortly before.
 

@@ -54,7 +54,14 @@ def _entries(run: dict[str, Any]) -> list[Entry]:
 
 
 #: Groups are listed in this order (by prefix); others follow in run order.
-_GROUP_ORDER = ("queue: push+pop", "queue: push_many", "dedup", "envelope decode", "ingest")
+_GROUP_ORDER = (
+    "queue: push+pop",
+    "queue: push_many",
+    "dedup: check_and_insert,",
+    "dedup: check_and_insert_many",
+    "envelope decode",
+    "ingest",
+)
 
 
 def _order(group: str) -> int:

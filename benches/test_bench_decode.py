@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from benches.baselines import EnvelopeAny, EnvelopeModel, EnvelopeRaw
-from benches.data import envelopes
+from benches.data import envelopes, user_messages
 from benches.harness import Benchmark, measure
 from openstarry.core import decode_event
 
@@ -19,6 +19,8 @@ N = 1000
 ROUNDS = 200
 CONTEXT = {"note": "Context: plain dicts, every field decoded, nothing validated; no target."}
 GROUP = "envelope decode + validate, payload lazy (per envelope)"
+NESTED = "envelope decode: USER_MESSAGE, payload with nested metadata (per envelope)"
+FLAT = "envelope decode: USER_MESSAGE, flat payload (per envelope)"
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +93,38 @@ def test_decode(
         benchmark,
         _run,
         group=GROUP,
+        label=label,
+        ops=N,
+        rounds=ROUNDS,
+        setup=lambda: ((decode, blobs), {}),
+        **options,
+    )
+
+
+#: The decoders compared on one envelope shape: the target row and the like-for-like one.
+SHAPE_CASES = [
+    c for c in CASES if c[0] != "pydantic model_validate_json" and "no validation" not in c[0]
+]
+
+
+@pytest.mark.parametrize(
+    ("label", "decode", "options"), SHAPE_CASES, ids=[c[0] for c in SHAPE_CASES]
+)
+@pytest.mark.parametrize("nested", [True, False], ids=["nested", "flat"])
+def test_decode_one_shape(
+    benchmark: Benchmark,
+    nested: bool,
+    label: str,
+    decode: Callable[[bytes], Any],
+    options: dict[str, Any],
+) -> None:
+    blobs = user_messages(N, seed=8, nested=nested)
+    if options.get("role") != "floor":
+        _check(decode, blobs)
+    measure(
+        benchmark,
+        _run,
+        group=NESTED if nested else FLAT,
         label=label,
         ops=N,
         rounds=ROUNDS,

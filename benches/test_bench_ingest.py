@@ -68,6 +68,6 @@ def test_python(benchmark: Benchmark, batch: bytes) -> None:
         label="orjson + validation + set/deque dedup + heapq",
         ops=N,
         rounds=ROUNDS,
-        target=8.0,
+        target=15.0,
         setup=lambda: ((TimeDedup(WINDOW_MS, MAX_ENTRIES), batch), {}),
     )

@@ -16,10 +16,12 @@ from benches.data import envelopes
 from benches.harness import Benchmark, measure
 from openstarry.core import Event, EventQueue, decode_event
 
-N = 1000
+N = 1024
 ROUNDS = 1000
+#: Items per ``push_many`` / ``pop_many`` call in the batch group.
+BATCH_SIZE = 256
 SINGLE = "queue: push+pop, one call each (per item)"
-BATCH = "queue: push_many(1000)+pop_many(1000) (per item)"
+BATCH = "queue: push_many(256)+pop_many(256) (per item)"
 
 Pairs = list[tuple[Event, int]]
 Push = Callable[[Any, int], object]
@@ -149,27 +151,40 @@ def test_single_floor(benchmark: Benchmark, pairs: Pairs) -> None:
 # ---------------------------------------------------------------- batch calls
 
 
-def _openstarry_batch(q: EventQueue, events: list[Event]) -> list[Any]:
-    q.push_many(events)
-    return q.pop_many(len(events))
+def _batches(events: list[Event]) -> list[list[Event]]:
+    return [events[i : i + BATCH_SIZE] for i in range(0, len(events), BATCH_SIZE)]
 
 
-def _six_deque_batch(q: SixDequeQueue, events: list[Event]) -> list[Any]:
-    q.push_many(events)
-    return q.pop_many(len(events))
+def _batch_round(q: EventQueue | SixDequeQueue, batches: list[list[Event]]) -> list[list[Any]]:
+    """``push_many`` one batch, ``pop_many`` as many, batch after batch; the popped lists."""
+    push_many, pop_many = q.push_many, q.pop_many
+    popped: list[list[Any]] = []
+    for batch in batches:
+        push_many(batch)
+        popped.append(pop_many(BATCH_SIZE))
+    return popped
+
+
+def _flat(popped: list[list[Any]]) -> list[Any]:
+    return [item for batch in popped for item in batch]
+
+
+def _batch_expected(events: list[Event]) -> list[Event]:
+    return [e for batch in _batches(events) for e in _expected(batch)]
 
 
 def test_batch_openstarry(benchmark: Benchmark, events: list[Event]) -> None:
-    assert _openstarry_batch(EventQueue(), events) == _expected(events)
+    batches = _batches(events)
+    assert _flat(_batch_round(EventQueue(), batches)) == _batch_expected(events)
     measure(
         benchmark,
-        _openstarry_batch,
+        _batch_round,
         group=BATCH,
         label="EventQueue.push_many / .pop_many",
         ops=N,
         rounds=ROUNDS,
         role="openstarry",
-        setup=lambda: ((EventQueue(), events), {}),
+        setup=lambda: ((EventQueue(), batches), {}),
     )
 
 
@@ -178,7 +193,7 @@ def test_batch_six_deques_one_call_each(benchmark: Benchmark, pairs: Pairs) -> N
         benchmark,
         _one_call_each,
         group=BATCH,
-        label="six deques, 1000 push + 1000 pop calls",
+        label="six deques, one push + one pop call per item",
         ops=N,
         rounds=ROUNDS,
         target=15.0,
@@ -187,14 +202,15 @@ def test_batch_six_deques_one_call_each(benchmark: Benchmark, pairs: Pairs) -> N
 
 
 def test_batch_six_deques_batch_methods(benchmark: Benchmark, events: list[Event]) -> None:
-    assert _six_deque_batch(SixDequeQueue(), events) == _expected(events)
+    batches = _batches(events)
+    assert _flat(_batch_round(SixDequeQueue(), batches)) == _batch_expected(events)
     measure(
         benchmark,
-        _six_deque_batch,
+        _batch_round,
         group=BATCH,
         label="six deques, Python push_many / pop_many",
         ops=N,
         rounds=ROUNDS,
-        setup=lambda: ((SixDequeQueue(), events), {}),
+        setup=lambda: ((SixDequeQueue(), batches), {}),
         note="Batch methods in Python: a loop of appends, then whole lanes moved by list.extend.",
     )

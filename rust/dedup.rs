@@ -2,9 +2,10 @@
 //!
 //! An id is a duplicate when it was first seen less than `window_ms` ago and is
 //! among the last `max_entries` ids recorded. The window is exact: canonical
-//! UUIDs are held as 128-bit integers in one table (so case does not matter),
-//! every other id is held whole in a second table. There is no lossy hash, so
-//! there are no false positives.
+//! UUIDs are held as 128-bit integers (so case does not matter), every other id
+//! is held whole, and a hash only ever narrows the search: each candidate is
+//! confirmed by comparing the id itself, so there are no false positives and a
+//! hash collision costs one comparison.
 //!
 //! # Time
 //!
@@ -16,18 +17,21 @@
 //!
 //! # Cost
 //!
-//! Expiry and the count bound use a time-ordered ring of `(ts, key, seq)`;
-//! each operation is amortized O(1). [`DedupWindow::forget`] leaves its ring
-//! entry behind: the sequence number stored in the table tells a live ring
-//! entry from a stale one, and the ring is compacted when stale entries
-//! outnumber live ones.
+//! Each id is held once, in a time-ordered ring of `(hash, ts, key)` that also
+//! drives expiry and the count bound. A hash table holds only each live
+//! entry's sequence number (its place in the ring), 4 bytes a bucket: at
+//! 100,000 ids the table is about 0.6 MiB and stays in a core's L2 cache,
+//! where a table of keys would be 4 MiB and miss it on most probes. Evicting the oldest entry finds its
+//! bucket by the stored hash and sequence number, without reading the key.
+//! Each operation is amortized O(1). [`DedupWindow::forget`] marks its ring
+//! entry dead (or pops it when it is the newest); the ring is compacted, and
+//! the table renumbered, when dead entries outnumber live ones.
 
-use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
+use std::hash::BuildHasher;
 use std::mem::size_of;
-use std::sync::Arc;
 
-use foldhash::{HashMap, HashMapExt};
+use hashbrown::HashTable;
 
 use crate::json::JsonError;
 
@@ -50,52 +54,50 @@ pub fn uuid_key(id: impl AsRef<[u8]>) -> Option<u128> {
     if b.len() != 36 || b[8] != b'-' || b[13] != b'-' || b[18] != b'-' || b[23] != b'-' {
         return None;
     }
-    // Each digit's value, or 0x10 for a byte that is not a hex digit; OR-ing
-    // the values together flags a bad digit anywhere at once. Two 64-bit
-    // halves: independent chains of plain shifts.
-    let mut halves = [0u64; 2];
-    let mut bad = 0u8;
-    for (half, digits) in halves.iter_mut().zip(UUID_DIGITS.chunks_exact(16)) {
-        for &i in digits {
-            let d = HEX[b[i] as usize];
-            bad |= d;
-            *half = (*half << 4) | u64::from(d & 0x0f);
-        }
+    // Four runs of eight digits, each read as one big-endian u64 and decoded
+    // eight digits at a time (SWAR): no table, no per-byte branch.
+    let run = |at: [usize; 2]| -> [u8; 8] {
+        let mut out = [0u8; 8];
+        out[..4].copy_from_slice(&b[at[0]..at[0] + 4]);
+        out[4..].copy_from_slice(&b[at[1]..at[1] + 4]);
+        out
+    };
+    let runs = [run([0, 4]), run([9, 14]), run([19, 24]), run([28, 32])];
+    let mut value = 0u128;
+    let mut ok = true;
+    for r in runs {
+        let (digits, valid) = hex8(u64::from_be_bytes(r));
+        ok &= valid;
+        value = (value << 32) | u128::from(digits);
     }
-    (bad < 0x10).then_some((u128::from(halves[0]) << 64) | u128::from(halves[1]))
+    ok.then_some(value)
 }
 
-/// Where the 32 hex digits of a canonical UUID stand.
-const UUID_DIGITS: [usize; 32] = {
-    let mut out = [0usize; 32];
-    let mut i = 0;
-    let mut pos = 0;
-    while pos < 36 {
-        if !(pos == 8 || pos == 13 || pos == 18 || pos == 23) {
-            out[i] = pos;
-            i += 1;
-        }
-        pos += 1;
-    }
-    out
-};
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
 
-/// Hex digit values; 0x10 for every other byte.
-static HEX: [u8; 256] = {
-    let mut t = [0x10u8; 256];
-    let mut c = 0;
-    while c < 10 {
-        t[b'0' as usize + c] = c as u8;
-        c += 1;
-    }
-    let mut c = 0;
-    while c < 6 {
-        t[b'a' as usize + c] = 10 + c as u8;
-        t[b'A' as usize + c] = 10 + c as u8;
-        c += 1;
-    }
-    t
-};
+/// The high bit of each byte of `x` (all below 0x80) that is strictly between `m` and `n`.
+#[inline]
+fn between(x: u64, m: u64, n: u64) -> u64 {
+    // From "Bit Twiddling Hacks" (hasbetween): exact per byte for bytes below 0x80.
+    let low = x & (ONES * 127);
+    (ONES * (127 + n)).wrapping_sub(low) & !x & (low + ONES * (127 - m)) & HIGH
+}
+
+/// Eight ASCII hex digits (first digit in the top byte) as a u32, and whether all were digits.
+#[inline]
+fn hex8(x: u64) -> (u32, bool) {
+    let digit = between(x, 0x2f, 0x3a); // '0'..='9'
+                                        // OR 0x20 folds 'A'..'F' onto 'a'..'f' and leaves digits as they are.
+    let letter = between(x | (ONES * 0x20), 0x60, 0x67); // 'a'..='f'
+    let valid = (digit | letter) == HIGH && x & HIGH == 0;
+    // '0'..'9' have low nibbles 0..9; letters have bit 0x40 and low nibbles 1..6.
+    let mut v = (x & (ONES * 0x0f)) + ((x & (ONES * 0x40)) >> 6) * 9;
+    v = (v | (v >> 4)) & 0x00ff_00ff_00ff_00ff;
+    v = (v | (v >> 8)) & 0x0000_ffff_0000_ffff;
+    v = (v | (v >> 16)) & 0x0000_0000_ffff_ffff;
+    (v as u32, valid)
+}
 
 /// How the window tells ids apart, for callers that must agree with it:
 /// canonical UUIDs by value (so letter case does not matter), other ids whole.
@@ -133,26 +135,53 @@ impl From<IdKey<'_>> for OwnedIdKey {
 /// The key an id is held under.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Key {
-    Uuid(u128),
-    Other(Arc<[u8]>),
+    /// A canonical UUID's value, as two halves (no 16-byte alignment in the ring).
+    Uuid([u64; 2]),
+    Other(Box<[u8]>),
+    /// A ring entry whose id was forgotten; it leaves when it reaches the front.
+    Dead,
 }
 
-/// What the tables hold for a live entry.
-#[derive(Clone, Copy, Debug)]
-struct Slot {
-    ts: i64,
-    seq: u64,
+impl Key {
+    #[inline]
+    fn uuid(k: u128) -> Self {
+        Key::Uuid([(k >> 64) as u64, k as u64])
+    }
+
+    #[inline]
+    fn matches(&self, key: IdKey<'_>) -> bool {
+        match (self, key) {
+            (Key::Uuid(halves), IdKey::Uuid(k)) => *halves == [(k >> 64) as u64, k as u64],
+            (Key::Other(id), IdKey::Other(other)) => **id == *other,
+            _ => false,
+        }
+    }
+
+    fn as_id_key(&self) -> Option<IdKey<'_>> {
+        match self {
+            Key::Uuid([hi, lo]) => Some(IdKey::Uuid((u128::from(*hi) << 64) | u128::from(*lo))),
+            Key::Other(id) => Some(IdKey::Other(id)),
+            Key::Dead => None,
+        }
+    }
 }
 
-/// One ring entry, oldest first; stale when the table's slot has another `seq` (or is gone).
+/// One ring entry, oldest first. Its sequence number is its place in the ring
+/// plus [`DedupWindow::head_seq`].
 #[derive(Clone, Debug)]
 struct RingEntry {
+    /// The key's hash, so that neither eviction nor a rehash reads the key.
+    hash: u64,
     ts: i64,
-    seq: u64,
     key: Key,
 }
 
 /// An exact, time- and count-bounded set of recently seen ids.
+///
+/// Each id is held once, in a time-ordered ring; a hash table holds only the
+/// ring sequence numbers (4 bytes a bucket), found by the id's hash and
+/// confirmed by comparing the id in the ring. Hash collisions therefore cost a
+/// comparison, never a wrong answer.
 ///
 /// Not synchronized: wrap it in a mutex to share it.
 #[derive(Clone, Debug)]
@@ -161,12 +190,20 @@ pub struct DedupWindow {
     max_entries: usize,
     /// The latest time seen; `i64::MIN` before the first call.
     last_now: i64,
-    uuids: HashMap<u128, Slot>,
-    others: HashMap<Arc<[u8]>, Slot>,
+    /// The sequence numbers of the live ring entries.
+    table: HashTable<u32>,
+    /// Live and dead entries, oldest first; `ring[i]` has sequence number `head_seq + i`.
     ring: VecDeque<RingEntry>,
-    next_seq: u64,
-    /// Heap bytes of the non-UUID keys held by the ring (each ring entry owns one allocation).
+    head_seq: u32,
+    /// Live entries (the ring also holds dead ones).
+    live: usize,
+    /// Heap bytes of the non-UUID keys held by the ring.
     other_key_bytes: usize,
+    hasher: foldhash::fast::RandomState,
+    /// The table's capacity after its last growth or rehash.
+    table_capacity: usize,
+    /// Every hash is AND-ed with this: all ones, or few bits in the tests that force collisions.
+    hash_mask: u64,
 }
 
 /// Whether an entry recorded at `ts` has left the window at `now` (`ts <= now`).
@@ -176,10 +213,20 @@ fn expired(ts: i64, now: i64, window_ms: u64) -> bool {
     now.abs_diff(ts) >= window_ms
 }
 
-/// The heap bytes an `Arc<[u8]>` of `len` bytes takes: two counters and the bytes.
+/// The most ids held whatever `max_entries` says, so that the ring (at most
+/// twice the live entries, plus 64) is always numbered by a `u32`.
+pub const MAX_LIVE: usize = 1 << 30;
+
+/// The place in the ring of sequence number `seq` when the front has `head`.
 #[inline]
-fn arc_bytes(len: usize) -> usize {
-    2 * size_of::<usize>() + len
+fn pos(seq: u32, head: u32) -> usize {
+    seq.wrapping_sub(head) as usize
+}
+
+/// The heap bytes a boxed id of `len` bytes takes.
+#[inline]
+fn key_bytes(len: usize) -> usize {
+    len
 }
 
 impl DedupWindow {
@@ -196,12 +243,25 @@ impl DedupWindow {
             window_ms,
             max_entries,
             last_now: i64::MIN,
-            uuids: HashMap::new(),
-            others: HashMap::new(),
+            table: HashTable::new(),
             ring: VecDeque::new(),
-            next_seq: 0,
+            head_seq: 0,
+            live: 0,
             other_key_bytes: 0,
+            hasher: foldhash::fast::RandomState::default(),
+            table_capacity: 0,
+            hash_mask: u64::MAX,
         }
+    }
+
+    /// The hash of `key` (a UUID by its value, so letter case does not matter).
+    #[inline]
+    fn hash(&self, key: IdKey<'_>) -> u64 {
+        let h = match key {
+            IdKey::Uuid(k) => self.hasher.hash_one(k),
+            IdKey::Other(id) => self.hasher.hash_one(id),
+        };
+        h & self.hash_mask
     }
 
     /// Move the clock to `max(now_ms, last_now)` and return it.
@@ -211,51 +271,48 @@ impl DedupWindow {
         self.last_now
     }
 
+    /// The ring entry with sequence number `seq` (it must be in the ring).
     #[inline]
-    fn slot(&self, key: &Key) -> Option<Slot> {
-        match key {
-            Key::Uuid(k) => self.uuids.get(k).copied(),
-            Key::Other(k) => self.others.get(&**k).copied(),
-        }
+    fn entry(&self, seq: u32) -> &RingEntry {
+        &self.ring[pos(seq, self.head_seq)]
     }
 
+    /// The live entry holding `key`, if any.
     #[inline]
-    fn is_live(&self, entry: &RingEntry) -> bool {
-        self.slot(&entry.key)
-            .is_some_and(|slot| slot.seq == entry.seq)
+    fn find(&self, key: IdKey<'_>, hash: u64) -> Option<&RingEntry> {
+        let ring = &self.ring;
+        let head = self.head_seq;
+        self.table
+            .find(hash, |&seq| ring[pos(seq, head)].key.matches(key))
+            .map(|&seq| self.entry(seq))
     }
 
-    /// Pop the ring's front entry; remove it from its table when it is live.
+    /// Pop the ring's front entry; remove it from the table when it is live.
     /// Returns whether it was live.
     fn pop_front(&mut self) -> bool {
         let Some(entry) = self.ring.pop_front() else {
             return false;
         };
-        // One lookup in the common case: remove, and put back the rare slot
-        // that a later insertion of the same id (after a `forget`) owns.
-        let live = match &entry.key {
-            Key::Uuid(k) => match self.uuids.remove(k) {
-                Some(slot) if slot.seq != entry.seq => {
-                    self.uuids.insert(*k, slot);
-                    false
+        let seq = self.head_seq;
+        self.head_seq = self.head_seq.wrapping_add(1);
+        match entry.key {
+            Key::Dead => false,
+            key => {
+                // Found by its hash and sequence number: the key itself is not read.
+                if let Ok(found) = self.table.find_entry(entry.hash, |&s| s == seq) {
+                    found.remove();
                 }
-                removed => removed.is_some(),
-            },
-            Key::Other(k) => match self.others.remove_entry(&**k) {
-                Some((key, slot)) if slot.seq != entry.seq => {
-                    self.others.insert(key, slot);
-                    false
+                if let Key::Other(id) = key {
+                    self.other_key_bytes -= key_bytes(id.len());
                 }
-                removed => removed.is_some(),
-            },
-        };
-        if let Key::Other(k) = &entry.key {
-            self.other_key_bytes -= arc_bytes(k.len());
+                self.live -= 1;
+                true
+            }
         }
-        live
     }
 
     /// Drop the entries that left the window at `now`; returns how many live ones went.
+    #[inline]
     fn expire_to(&mut self, now: i64) -> usize {
         let mut dropped = 0;
         while let Some(front) = self.ring.front() {
@@ -270,51 +327,94 @@ impl DedupWindow {
     }
 
     /// Evict the oldest entries while more than `max_entries` are held.
+    #[inline]
     fn enforce_count(&mut self) {
-        while self.len() > self.max_entries {
-            if self.ring.is_empty() {
+        while self.live > self.max_entries.min(MAX_LIVE) {
+            if !self.pop_front() && self.ring.is_empty() {
                 break;
             }
-            self.pop_front();
         }
     }
 
-    /// Drop the stale ring entries once they outnumber the live ones.
+    /// Drop the dead ring entries once they outnumber the live ones, renumbering the rest.
     fn maybe_compact(&mut self) {
-        let live = self.len();
-        if self.ring.len() <= 2 * live + 64 {
+        if self.ring.len() <= 2 * self.live + 64 {
             return;
         }
-        let ring = std::mem::take(&mut self.ring);
-        let mut kept = VecDeque::with_capacity(live);
-        let mut key_bytes = 0;
-        for entry in ring {
-            if self.is_live(&entry) {
-                if let Key::Other(k) = &entry.key {
-                    key_bytes += arc_bytes(k.len());
-                }
-                kept.push_back(entry);
-            }
+        self.ring.retain(|e| !matches!(e.key, Key::Dead));
+        self.ring.shrink_to(self.live.max(64));
+        self.table.clear();
+        self.table_capacity = self.table.capacity();
+        let base = self.head_seq;
+        for (i, e) in self.ring.iter().enumerate() {
+            let ring = &self.ring;
+            self.table
+                .insert_unique(e.hash, base.wrapping_add(i as u32), |&s| {
+                    ring[pos(s, base)].hash
+                });
         }
-        self.ring = kept;
-        self.other_key_bytes = key_bytes;
     }
 
-    /// Record `key` at time `ts` (it must be absent).
-    fn insert(&mut self, key: Key, ts: i64) {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let slot = Slot { ts, seq };
-        match &key {
-            Key::Uuid(k) => {
-                self.uuids.insert(*k, slot);
-            }
-            Key::Other(k) => {
-                self.other_key_bytes += arc_bytes(k.len());
-                self.others.insert(Arc::clone(k), slot);
-            }
+    /// Make room in the table for one more id.
+    ///
+    /// Once the window is half full, the table grows straight to twice
+    /// `max_entries`, the size a full window's churn ends at anyway: hashbrown
+    /// clears the tombstones of removed ids in place only while the table is
+    /// at most half full, and grows it otherwise. Growing early moves half as
+    /// many ids, and never just as the window starts to evict.
+    #[inline]
+    fn make_room(&mut self) {
+        if self.table.len() < self.table.capacity() {
+            return;
         }
-        self.ring.push_back(RingEntry { ts, seq, key });
+        self.grow();
+    }
+
+    #[cold]
+    fn grow(&mut self) {
+        let len = self.table.len();
+        let most = self.max_entries.min(MAX_LIVE);
+        let want = if 2 * len >= most {
+            most.saturating_mul(2)
+        } else {
+            (2 * len).max(16)
+        };
+        // Already that large: the buckets went to tombstones, rebuild in place.
+        let additional = if want > self.table_capacity {
+            want - len
+        } else {
+            1
+        };
+        let ring = &self.ring;
+        let head = self.head_seq;
+        self.table.reserve(additional, |&s| ring[pos(s, head)].hash);
+        self.table_capacity = self.table.capacity();
+    }
+
+    /// Record `key` (absent from the window) at time `ts`.
+    #[inline]
+    fn insert(&mut self, key: IdKey<'_>, hash: u64, ts: i64) {
+        self.make_room();
+        let seq = self.head_seq.wrapping_add(self.ring.len() as u32);
+        self.push_entry(key, hash, ts);
+        let ring = &self.ring;
+        let head = self.head_seq;
+        self.table
+            .insert_unique(hash, seq, |&s| ring[pos(s, head)].hash);
+    }
+
+    /// Append `key`'s ring entry (its table bucket is the caller's to fill).
+    #[inline]
+    fn push_entry(&mut self, key: IdKey<'_>, hash: u64, ts: i64) {
+        let key = match key {
+            IdKey::Uuid(k) => Key::uuid(k),
+            IdKey::Other(id) => {
+                self.other_key_bytes += key_bytes(id.len());
+                Key::Other(id.into())
+            }
+        };
+        self.ring.push_back(RingEntry { hash, ts, key });
+        self.live += 1;
     }
 
     /// `true` the first time `id` is seen within the window (it is then recorded),
@@ -324,38 +424,62 @@ impl DedupWindow {
     }
 
     /// [`DedupWindow::check_and_insert`] for an id already parsed.
+    #[inline]
     pub fn check_and_insert_key(&mut self, key: IdKey<'_>, now_ms: i64) -> bool {
+        self.check_and_insert_hashed(key, self.hash(key), now_ms)
+    }
+
+    /// The hash this window files `key` under (each window has its own seed),
+    /// for a caller that looks the same id up more than once.
+    #[inline]
+    pub(crate) fn hash_key(&self, key: IdKey<'_>) -> u64 {
+        self.hash(key)
+    }
+
+    /// [`DedupWindow::check_and_insert_key`] with `hash` from [`DedupWindow::hash_key`].
+    #[inline]
+    pub(crate) fn check_and_insert_hashed(
+        &mut self,
+        key: IdKey<'_>,
+        hash: u64,
+        now_ms: i64,
+    ) -> bool {
         let now = self.advance(now_ms);
         self.expire_to(now);
-        let key = match key {
-            IdKey::Uuid(k) => {
-                // One lookup for the common case: probe and insert together.
-                let seq = self.next_seq;
-                match self.uuids.entry(k) {
-                    Entry::Occupied(_) => return false,
-                    Entry::Vacant(v) => {
-                        v.insert(Slot { ts: now, seq });
-                    }
-                }
-                self.next_seq += 1;
-                self.ring.push_back(RingEntry {
-                    ts: now,
-                    seq,
-                    key: Key::Uuid(k),
-                });
-                self.enforce_count();
-                return true;
+        // One probe finds the id or the free bucket it goes into.
+        self.make_room();
+        let seq = self.head_seq.wrapping_add(self.ring.len() as u32);
+        let ring = &self.ring;
+        let head = self.head_seq;
+        match self.table.entry(
+            hash,
+            |&s| ring[pos(s, head)].key.matches(key),
+            |&s| ring[pos(s, head)].hash,
+        ) {
+            hashbrown::hash_table::Entry::Occupied(_) => return false,
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                slot.insert(seq);
             }
-            IdKey::Other(id) => {
-                if self.others.contains_key(id) {
-                    return false;
-                }
-                Key::Other(Arc::from(id))
-            }
-        };
-        self.insert(key, now);
+        }
+        self.push_entry(key, hash, now);
         self.enforce_count();
         true
+    }
+
+    /// [`DedupWindow::check_and_insert_key`] for each key in order, all at time
+    /// `now_ms`, the answers pushed onto `out`.
+    // Probing the table a few keys ahead (a prefetch in safe code) was tried
+    // here and measured slower: the extra probes cost more than the overlap won.
+    pub fn check_and_insert_keys<'k>(
+        &mut self,
+        keys: impl IntoIterator<Item = IdKey<'k>>,
+        now_ms: i64,
+        out: &mut Vec<bool>,
+    ) {
+        out.extend(
+            keys.into_iter()
+                .map(|key| self.check_and_insert_key(key, now_ms)),
+        );
     }
 
     /// Whether `id` is in the window, without recording it or expiring anything.
@@ -369,35 +493,43 @@ impl DedupWindow {
     /// [`DedupWindow::contains`] for an id already parsed.
     #[must_use]
     pub fn contains_key(&self, key: IdKey<'_>) -> bool {
-        let slot = match key {
-            IdKey::Uuid(k) => self.uuids.get(&k),
-            IdKey::Other(id) => self.others.get(id),
-        };
-        slot.is_some_and(|slot| !expired(slot.ts, self.last_now, self.window_ms))
+        self.contains_hashed(key, self.hash(key))
+    }
+
+    /// [`DedupWindow::contains_key`] with `hash` from [`DedupWindow::hash_key`].
+    #[must_use]
+    #[inline]
+    pub(crate) fn contains_hashed(&self, key: IdKey<'_>, hash: u64) -> bool {
+        self.find(key, hash)
+            .is_some_and(|e| !expired(e.ts, self.last_now, self.window_ms))
     }
 
     /// Remove `id` (the ingestor un-records the events its queue refused).
     /// Returns whether it was held.
     pub fn forget(&mut self, id: impl AsRef<[u8]>) -> bool {
-        let id = id.as_ref();
-        let removed = match uuid_key(id) {
-            Some(k) => self.uuids.remove(&k),
-            None => self.others.remove(id),
-        };
-        let Some(slot) = removed else {
+        let key = IdKey::of(id.as_ref());
+        let hash = self.hash(key);
+        let ring = &self.ring;
+        let head = self.head_seq;
+        let Ok(found) = self
+            .table
+            .find_entry(hash, |&seq| ring[pos(seq, head)].key.matches(key))
+        else {
             return false;
         };
-        // The newest entry (the usual case for the ingestor) leaves the ring at once.
-        if self.ring.back().is_some_and(|back| back.seq == slot.seq) {
-            if let Some(RingEntry {
-                key: Key::Other(k), ..
-            }) = self.ring.pop_back()
-            {
-                self.other_key_bytes -= arc_bytes(k.len());
-            }
+        let (seq, _) = found.remove();
+        self.live -= 1;
+        let index = pos(seq, self.head_seq);
+        let old = if index + 1 == self.ring.len() {
+            // The newest entry (the usual case for the ingestor) leaves the ring at once.
+            self.ring.pop_back().map(|e| e.key)
         } else {
-            self.maybe_compact();
+            Some(std::mem::replace(&mut self.ring[index].key, Key::Dead))
+        };
+        if let Some(Key::Other(id)) = old {
+            self.other_key_bytes -= key_bytes(id.len());
         }
+        self.maybe_compact();
         true
     }
 
@@ -410,7 +542,7 @@ impl DedupWindow {
     /// How many ids are held.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.uuids.len() + self.others.len()
+        self.live
     }
 
     /// Whether no id is held.
@@ -421,9 +553,11 @@ impl DedupWindow {
 
     /// Forget every id and release the tables' memory; the clock is kept.
     pub fn clear(&mut self) {
-        self.uuids = HashMap::new();
-        self.others = HashMap::new();
+        self.table = HashTable::new();
+        self.table_capacity = 0;
         self.ring = VecDeque::new();
+        self.head_seq = 0;
+        self.live = 0;
         self.other_key_bytes = 0;
     }
 
@@ -431,16 +565,14 @@ impl DedupWindow {
     #[must_use]
     pub fn memory_usage(&self) -> usize {
         // A hash table stores its entries and one control byte per bucket.
-        let table = |capacity: usize, entry: usize| {
-            if capacity == 0 {
-                0
-            } else {
-                (capacity * 8 / 7).next_power_of_two() * (entry + 1)
-            }
+        let capacity = self.table.capacity();
+        let table = if capacity == 0 {
+            0
+        } else {
+            (capacity * 8 / 7).next_power_of_two() * (size_of::<u32>() + 1)
         };
         size_of::<Self>()
-            + table(self.uuids.capacity(), size_of::<(u128, Slot)>())
-            + table(self.others.capacity(), size_of::<(Arc<[u8]>, Slot)>())
+            + table
             + self.ring.capacity() * size_of::<RingEntry>()
             + self.other_key_bytes
     }
@@ -474,19 +606,20 @@ impl DedupWindow {
         out.extend_from_slice(&(self.max_entries as u64).to_le_bytes());
         out.extend_from_slice(&self.last_now.to_le_bytes());
         out.extend_from_slice(&(self.len() as u64).to_le_bytes());
-        for entry in self.ring.iter().filter(|e| self.is_live(e)) {
-            match &entry.key {
-                Key::Uuid(k) => {
+        for entry in &self.ring {
+            match entry.key.as_id_key() {
+                Some(IdKey::Uuid(k)) => {
                     out.push(TAG_UUID);
                     out.extend_from_slice(&entry.ts.to_le_bytes());
                     out.extend_from_slice(&k.to_be_bytes());
                 }
-                Key::Other(k) => {
+                Some(IdKey::Other(k)) => {
                     out.push(TAG_OTHER);
                     out.extend_from_slice(&entry.ts.to_le_bytes());
                     out.extend_from_slice(&(k.len() as u32).to_le_bytes());
                     out.extend_from_slice(k);
                 }
+                None => {}
             }
         }
         out
@@ -543,6 +676,9 @@ impl DedupWindow {
         let mut window = DedupWindow::new(window_ms, max_entries);
         window.last_now = last_now;
         window.ring.reserve(count);
+        // The table is empty: the hasher is never called.
+        window.table.reserve(count, |_| 0);
+        window.table_capacity = window.table.capacity();
         for _ in 0..count {
             window.restore_entry(&mut r)?;
         }
@@ -575,14 +711,8 @@ impl DedupWindow {
         if expired(ts, self.last_now, self.window_ms) {
             return Err(JsonError::at(ts_at, "entry time is outside the window"));
         }
-        let key = match tag {
-            TAG_UUID => {
-                let k = r.u128("uuid")?;
-                if self.uuids.contains_key(&k) {
-                    return Err(JsonError::at(entry_at, "duplicate entry"));
-                }
-                Key::Uuid(k)
-            }
+        let id: IdKey<'_> = match tag {
+            TAG_UUID => IdKey::Uuid(r.u128("uuid")?),
             TAG_OTHER => {
                 let len = r.u32("id length")? as usize;
                 let bytes_at = r.pos;
@@ -592,10 +722,7 @@ impl DedupWindow {
                 if uuid_key(id).is_some() {
                     return Err(JsonError::at(bytes_at, "a UUID id stored as a plain id"));
                 }
-                if self.others.contains_key(bytes) {
-                    return Err(JsonError::at(entry_at, "duplicate entry"));
-                }
-                Key::Other(Arc::from(bytes))
+                IdKey::Other(bytes)
             }
             other => {
                 return Err(JsonError::at(
@@ -604,7 +731,11 @@ impl DedupWindow {
                 ))
             }
         };
-        self.insert(key, ts);
+        let hash = self.hash(id);
+        if self.find(id, hash).is_some() {
+            return Err(JsonError::at(entry_at, "duplicate entry"));
+        }
+        self.insert(id, hash, ts);
         Ok(())
     }
 }
@@ -668,6 +799,38 @@ mod tests {
 
     const U1: &str = "123e4567-e89b-42d3-a456-426614174000";
     const U2: &str = "00000000-0000-4000-8000-000000000002";
+
+    /// The table-driven parser the SWAR one replaced: the reference for it.
+    fn uuid_key_reference(b: &[u8]) -> Option<u128> {
+        if b.len() != 36 {
+            return None;
+        }
+        let mut v = 0u128;
+        for (i, &c) in b.iter().enumerate() {
+            if matches!(i, 8 | 13 | 18 | 23) {
+                if c != b'-' {
+                    return None;
+                }
+                continue;
+            }
+            v = (v << 4) | u128::from((c as char).to_digit(16)?);
+        }
+        Some(v)
+    }
+
+    #[test]
+    fn uuid_key_agrees_with_the_reference_for_every_byte_in_every_place() {
+        let base = *b"0a1B2c3D-4e5F-6789-abcd-EF0123456789";
+        assert_eq!(uuid_key(base), uuid_key_reference(&base));
+        assert!(uuid_key(base).is_some());
+        for i in 0..36 {
+            for c in 0..=255u8 {
+                let mut b = base;
+                b[i] = c;
+                assert_eq!(uuid_key(b), uuid_key_reference(&b), "byte {c:#x} at {i}");
+            }
+        }
+    }
 
     #[test]
     fn uuid_key_parses_canonical_form_only() {
@@ -888,7 +1051,7 @@ mod tests {
             .iter()
             .map(|e| {
                 if let Key::Other(k) = &e.key {
-                    arc_bytes(k.len())
+                    key_bytes(k.len())
                 } else {
                     0
                 }
@@ -924,7 +1087,7 @@ mod tests {
             w.check_and_insert(&id, 0);
         }
         let uuids = w.memory_usage();
-        assert!(uuids >= empty + 1000 * (size_of::<(u128, Slot)>() + size_of::<RingEntry>()));
+        assert!(uuids >= empty + 1000 * (size_of::<u32>() + size_of::<RingEntry>()));
         w.check_and_insert("x".repeat(10_000), 0);
         assert!(w.memory_usage() >= uuids + 10_000);
     }
@@ -1188,5 +1351,134 @@ mod tests {
                 assert_same_behaviour(a.clone(), b, &ids, now);
             }
         }
+    }
+
+    /// A plain reference: a list of `(ts, id)` oldest first, ids normalized as the window keys them.
+    struct Model {
+        window_ms: u64,
+        max_entries: usize,
+        last_now: i64,
+        entries: VecDeque<(i64, String)>,
+    }
+
+    impl Model {
+        fn norm(id: &str) -> String {
+            if uuid_key(id).is_some() {
+                id.to_ascii_lowercase()
+            } else {
+                id.to_owned()
+            }
+        }
+
+        fn check_and_insert(&mut self, id: &str, now_ms: i64) -> bool {
+            self.last_now = self.last_now.max(now_ms);
+            let now = self.last_now;
+            let window = self.window_ms;
+            self.entries.retain(|(ts, _)| !expired(*ts, now, window));
+            let id = Self::norm(id);
+            if self.entries.iter().any(|(_, e)| *e == id) {
+                return false;
+            }
+            self.entries.push_back((now, id));
+            while self.entries.len() > self.max_entries {
+                self.entries.pop_front();
+            }
+            true
+        }
+
+        fn forget(&mut self, id: &str) -> bool {
+            let id = Self::norm(id);
+            let before = self.entries.len();
+            self.entries.retain(|(_, e)| *e != id);
+            before != self.entries.len()
+        }
+
+        fn contains(&self, id: &str) -> bool {
+            let id = Self::norm(id);
+            self.entries
+                .iter()
+                .any(|(ts, e)| *e == id && !expired(*ts, self.last_now, self.window_ms))
+        }
+    }
+
+    #[test]
+    fn exact_under_hash_collisions() {
+        // Two hash bits: every id shares its hash with a quarter of the others,
+        // so each answer rests on the exact comparison.
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for (mask, head) in [
+            (0u64, 0u32),
+            (0x3, u32::MAX - 300),
+            (u64::MAX, u32::MAX - 7),
+        ] {
+            let mut w = DedupWindow::new(60, 25);
+            w.hash_mask = mask;
+            // Sequence numbers wrap around u32::MAX within the run.
+            w.head_seq = head;
+            let mut m = Model {
+                window_ms: 60,
+                max_entries: 25,
+                last_now: i64::MIN,
+                entries: VecDeque::new(),
+            };
+            let mut now = 0i64;
+            for step in 0..20_000 {
+                now += (next() % 4) as i64 - 1;
+                let n = next() % 50;
+                let id = match next() % 3 {
+                    0 => format!("id-{n}"),
+                    1 => format!("{n:08x}-0000-4000-8000-00000000000a"),
+                    _ => format!("{n:08X}-0000-4000-8000-00000000000A"),
+                };
+                match next() % 10 {
+                    0 => assert_eq!(w.forget(&id), m.forget(&id), "forget {id} at {step}"),
+                    1 => assert_eq!(w.contains(&id), m.contains(&id), "contains {id} at {step}"),
+                    _ => assert_eq!(
+                        w.check_and_insert(&id, now),
+                        m.check_and_insert(&id, now),
+                        "check {id} at {step}"
+                    ),
+                }
+                assert_eq!(w.len(), m.entries.len(), "len at {step}");
+                if step % 1000 == 0 {
+                    // A restored window hashes every id again, with its own seed.
+                    let r = DedupWindow::restore(&w.snapshot()).unwrap();
+                    assert_eq!(r.snapshot(), w.snapshot());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_full_window_keeps_its_table_size() {
+        let mut w = DedupWindow::new(u64::MAX, 1000);
+        for i in 0..2000 {
+            assert!(w.check_and_insert(format!("{i:08x}-0000-4000-8000-000000000000"), 0));
+        }
+        let sized = w.table_capacity;
+        assert!((2000..4096).contains(&sized), "{sized}");
+        for i in 0..100_000 {
+            assert!(w.check_and_insert(format!("x-{i}"), 0));
+        }
+        assert_eq!(w.len(), 1000);
+        assert_eq!(w.table_capacity, sized);
+    }
+
+    #[test]
+    fn check_and_insert_keys_is_check_and_insert_in_order() {
+        let ids = ["a", "b", "a", U1, &U1.to_uppercase(), "c", "b"];
+        let mut one = DedupWindow::new(100, 3);
+        let mut many = one.clone();
+        let expected: Vec<bool> = ids.iter().map(|id| one.check_and_insert(id, 5)).collect();
+        let mut out = Vec::new();
+        many.check_and_insert_keys(ids.iter().map(|id| IdKey::of(id.as_bytes())), 5, &mut out);
+        assert_eq!(out, expected);
+        assert_eq!(many.snapshot(), one.snapshot());
     }
 }

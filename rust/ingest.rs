@@ -10,9 +10,8 @@
 //! shared state under their own locks and build its objects outside them; see
 //! [`ingest`] for the whole pipeline in plain Rust.
 
-use std::collections::hash_map::Entry;
-
-use foldhash::{HashMap, HashMapExt, HashSet};
+use foldhash::HashSet;
+use hashbrown::hash_table::{Entry, HashTable};
 
 use crate::dedup::{DedupWindow, IdKey, OwnedIdKey};
 use crate::envelope::{self, EnvelopeIndex};
@@ -112,22 +111,27 @@ impl Screened {
 /// Nothing is recorded until the queue has taken the lines (phase 4,
 /// [`record`]): a line the queue refuses must leave the window as it was,
 /// without an id of its own and without having evicted an older one.
-fn screen(keys: &[IdKey<'_>], window: &mut DedupWindow, now_ms: i64) -> Screened {
+fn screen(keys: &[(IdKey<'_>, u64)], window: &mut DedupWindow, now_ms: i64) -> Screened {
     window.expire(now_ms);
-    let mut first_of: HashMap<IdKey<'_>, usize> = HashMap::with_capacity(keys.len());
+    // The batch's own first sightings, filed under the window's hashes: each
+    // id is hashed once for the whole call.
+    let mut first_of: HashTable<usize> = HashTable::with_capacity(keys.len());
     let mut screened = Screened {
         fresh: Vec::with_capacity(keys.len()),
         repeats: Vec::new(),
     };
-    for (line, &key) in keys.iter().enumerate() {
-        if window.contains_key(key) {
+    for (line, &(key, hash)) in keys.iter().enumerate() {
+        if window.contains_hashed(key, hash) {
             screened.repeats.push((line, None));
             continue;
         }
-        match first_of.entry(key) {
-            Entry::Occupied(first) => screened.repeats.push((line, Some(*first.get()))),
+        let fresh = &screened.fresh;
+        match first_of.entry(hash, |&i| keys[fresh[i]].0 == key, |&i| keys[fresh[i]].1) {
+            Entry::Occupied(first) => {
+                screened.repeats.push((line, Some(*first.get())));
+            }
             Entry::Vacant(slot) => {
-                slot.insert(screened.fresh.len());
+                slot.insert(fresh.len());
                 screened.fresh.push(line);
             }
         }
@@ -139,7 +143,7 @@ fn screen(keys: &[IdKey<'_>], window: &mut DedupWindow, now_ms: i64) -> Screened
 /// refused (`refused` holds their positions in `fresh`, in order), nor those
 /// whose id is in `dropped` (shed by the queue in the same call).
 fn record(
-    keys: &[IdKey<'_>],
+    keys: &[(IdKey<'_>, u64)],
     fresh: &[usize],
     refused: &[usize],
     dropped: &HashSet<OwnedIdKey>,
@@ -151,9 +155,9 @@ fn record(
         if refused.next_if_eq(&&i).is_some() {
             continue;
         }
-        let key = keys[line];
+        let (key, hash) = keys[line];
         if dropped.is_empty() || !dropped.contains(&OwnedIdKey::from(key)) {
-            window.check_and_insert_key(key, now_ms);
+            window.check_and_insert_hashed(key, hash, now_ms);
         }
     }
 }
@@ -222,7 +226,16 @@ pub fn admit<T>(
         Some(_) => decoded.iter().map(Decoded::id).collect(),
         None => Vec::new(),
     };
-    let keys: Vec<IdKey<'_>> = ids.iter().map(|id| IdKey::of(id)).collect();
+    let keys: Vec<(IdKey<'_>, u64)> = match window.as_deref() {
+        Some(w) => ids
+            .iter()
+            .map(|id| {
+                let key = IdKey::of(id);
+                (key, w.hash_key(key))
+            })
+            .collect(),
+        None => Vec::new(),
+    };
     let mut screened = match window.as_deref_mut() {
         Some(w) => screen(&keys, w, now_ms),
         None => Screened::all(decoded.len()),

@@ -2,15 +2,41 @@
 //!
 //! The logic lives in plain Rust modules with no `PyO3` in them, so `cargo test`
 //! needs no Python and another runtime could embed the same code. The `PyO3`
-//! wrappers sit apart in [`py`], behind the `python` feature that maturin turns on.
+//! wrappers sit apart in `py`, behind the `python` feature that maturin turns on.
+//!
+//! The modules are private; what another crate may use is re-exported here, so
+//! the surface is chosen in one place and the modules can change behind it.
 
-pub mod dedup;
-pub mod envelope;
-pub mod ingest;
-pub mod json;
-pub mod queue;
-pub mod retrieval;
-pub mod segment;
+mod dedup;
+mod envelope;
+mod ingest;
+mod json;
+mod queue;
+mod retrieval;
+mod segment;
 
 #[cfg(feature = "python")]
-pub mod py;
+mod py;
+
+pub use dedup::{uuid_key, DedupWindow, IdKey, OwnedIdKey, MAX_LIVE};
+pub use envelope::{
+    decode as decode_envelope, encode as encode_envelope, is_event_type, new_uuid, now_ms,
+    EnvelopeIndex, Header, LOWEST_PRIORITY, SPEC_TYPES,
+};
+// `ingest` in one call, or its phases for a host that builds its own items
+// between them (as the Python bindings do).
+pub use ingest::{
+    admit, decode_lines, ingest, split_lines, Admitted, Decoded, Report, CHUNK_LINES,
+};
+pub use json::{
+    validate as validate_json, JsonError, Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, MAX_DEPTH,
+    MAX_INPUT,
+};
+pub use queue::{Overflow, PriorityQueue, PushError, LANES};
+pub use retrieval::{
+    stem, tokenize, RetrievalError, ToolIndex, MAX_DOCUMENTS, MAX_NAME_BYTES, MAX_QUERY_BYTES,
+    MAX_TEXT_BYTES,
+};
+pub use segment::{
+    decode as decode_response, Args, ResponseIndex, SegmentIndex, SegmentType, ToolCallIndex,
+};

@@ -7,9 +7,11 @@ plain-Python model of the same rules.
 from __future__ import annotations
 
 import re
+import struct
 import threading
 import uuid
 from collections import Counter, deque
+from collections.abc import Iterable
 
 import pytest
 from hypothesis import settings
@@ -222,6 +224,44 @@ def test_check_and_insert_many_is_check_and_insert_in_order() -> None:
     assert w.check_and_insert_many((x for x in ["b"]), T0 + 100) == [True]
 
 
+def test_check_and_insert_many_takes_any_iterable_of_str() -> None:
+    """A tuple, a deque, a generator, a dict's keys and a str subclass all work like a list."""
+
+    class Id(str):
+        pass
+
+    batches: list[Iterable[str]] = [
+        ("a", "b", "a"),
+        deque(["a", "b", "a"]),
+        (x for x in ["a", "b", "a"]),
+        [Id("a"), Id("b"), "a"],
+    ]
+    for batch in batches:
+        w = DedupWindow(window_ms=100, max_entries=10)
+        assert w.check_and_insert_many(batch, T0) == [True, True, False]
+        assert "a" in w
+        assert "b" in w
+    w = DedupWindow(window_ms=100, max_entries=10)
+    assert w.check_and_insert_many(dict.fromkeys(["a", "b"]).keys(), T0) == [True, True]
+
+
+def test_check_and_insert_many_returns_a_new_list_of_bools() -> None:
+    w = DedupWindow(window_ms=100, max_entries=10)
+    got = w.check_and_insert_many(["x", "x"], T0)
+    assert type(got) is list
+    assert [type(b) for b in got] == [bool, bool]
+    assert got[0] is True
+    assert got[1] is False
+
+
+def test_check_and_insert_many_refuses_a_non_iterable_and_a_lone_str() -> None:
+    w = DedupWindow(window_ms=100, max_entries=10)
+    with pytest.raises(TypeError):
+        w.check_and_insert_many(5, T0)  # type: ignore[arg-type]
+    # A str is an iterable of one-character ids: accepted, as any iterable of str is.
+    assert w.check_and_insert_many("aba", T0) == [True, True, False]
+
+
 def test_check_and_insert_many_checks_every_id_first() -> None:
     w = DedupWindow(window_ms=100, max_entries=10)
     with pytest.raises(TypeError):
@@ -411,6 +451,43 @@ def test_restore_rejects_trailing_bytes() -> None:
     data = sample_window().snapshot()
     assert_decode_error(data + b"\x00")
     assert_decode_error(data + data)
+
+
+def _v1_snapshot(entries: list[tuple[int, str]], last_now: int) -> bytes:
+    """A snapshot in format version 1, built by hand as the first releases wrote it."""
+    out = b"OSDEDUP\x00" + struct.pack("<IQQqQ", 1, 1000, 10, last_now, len(entries))
+    for ts, id_ in entries:
+        try:
+            value = uuid.UUID(id_).int if len(id_) == 36 else None
+        except ValueError:
+            value = None
+        if value is not None:
+            out += b"\x00" + struct.pack("<q", ts) + value.to_bytes(16, "big")
+        else:
+            raw = id_.encode()
+            out += b"\x01" + struct.pack("<qI", ts, len(raw)) + raw
+    return out
+
+
+def test_a_version_1_snapshot_restores() -> None:
+    u = "123e4567-e89b-42d3-a456-426614174000"
+    data = _v1_snapshot([(T0, "evt-1"), (T0 + 5, u)], T0 + 10)
+    w = DedupWindow.restore(data)
+    assert (w.window_ms, w.max_entries, len(w)) == (1000, 10, 2)
+    assert "evt-1" in w
+    assert u.upper() in w
+    assert not w.check_and_insert(u.upper(), T0 + 10)
+    assert w.check_and_insert("evt-1", T0 + 1000)  # left the window at T0 + 1000
+    assert not w.check_and_insert(u, T0 + 1004)
+    assert w.snapshot()[:12] == b"OSDEDUP\x00" + struct.pack("<I", 1)
+    assert DedupWindow.restore(data).snapshot() == data
+
+
+def test_restore_refuses_another_version_naming_it() -> None:
+    data = bytearray(sample_window().snapshot())
+    data[8:12] = struct.pack("<I", 7)
+    with pytest.raises(DecodeError, match=r"version 7 \(expected 1\)"):
+        DedupWindow.restore(bytes(data))
 
 
 def test_restore_rejects_a_wrong_magic() -> None:

@@ -15,7 +15,7 @@ import sys
 import threading
 import weakref
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -150,6 +150,29 @@ def test_push_many_with_one_priority_keeps_order() -> None:
     assert q.push_many(iter(range(5)), 2) == []
     assert q.push_many((x for x in "ab"), 0) == []
     assert drain(q) == ["a", "b", "first", 0, 1, 2, 3, 4]
+
+
+def test_push_many_takes_any_iterable() -> None:
+    """Lists and tuples are read by index, anything else through the iterator protocol."""
+    items = ["a", "b", "c"]
+    sources: list[Callable[[], Iterable[str]]] = [
+        lambda: list(items),
+        lambda: tuple(items),
+        lambda: (x for x in items),
+        lambda: deque(items),
+        lambda: dict.fromkeys(items).keys(),
+    ]
+    for source in sources:
+        q = EventQueue()
+        assert q.push_many(source(), 2) == []
+        assert q.pop_many(10) == ["a", "b", "c"]
+
+
+def test_push_many_checks_every_item_of_a_tuple_first() -> None:
+    q = EventQueue()
+    with pytest.raises(TypeError):
+        q.push_many((event(1), "no priority", event(2)))
+    assert len(q) == 0
 
 
 def test_push_many_of_nothing() -> None:

@@ -274,6 +274,10 @@ class EventQueue:
     def push_many(self, items: Iterable[Any], priority: int | None = None) -> list[Any]:
         """Queue every item in one call (all or nothing under ``"reject"``).
 
+        ``items`` is any iterable; a list or tuple is read without the iterator
+        protocol, so it is the fastest. Every item is checked before any is
+        queued, and the queue's lock is taken once.
+
         Returns:
             The items dropped by the ``"shed"`` policy (empty otherwise).
         """
@@ -286,7 +290,10 @@ class EventQueue:
         """
 
     def pop_many(self, n: int, timeout: float | None = None) -> list[Any]:
-        """Up to ``n`` items in priority order; with ``timeout``, wait for the first."""
+        """Up to ``n`` items in priority order; with ``timeout``, wait for the first.
+
+        The items come as a new list, taken under one lock.
+        """
 
     def depths(self) -> list[int]:
         """How many items wait at each priority, 0..5."""
@@ -302,8 +309,11 @@ class DedupWindow:
     """Exact sliding-window de-duplication of event ids.
 
     An id is a duplicate when it was first seen less than ``window_ms`` ago and
-    is among the last ``max_entries`` ids seen. Canonical UUIDs are held as
-    128-bit integers (case-insensitive); other ids are held whole.
+    is among the last ``max_entries`` ids seen (at most 2**30 whatever
+    ``max_entries`` says). Canonical UUIDs are held as 128-bit integers
+    (case-insensitive); other ids are held whole. A hash only narrows the
+    search: every answer is confirmed on the id itself, so there are no false
+    positives.
     """
 
     def __new__(cls, window_ms: int = 60000, max_entries: int = 1000000) -> DedupWindow: ...
@@ -319,7 +329,16 @@ class DedupWindow:
         """
 
     def check_and_insert_many(self, ids: Iterable[str], now_ms: int | None = None) -> list[bool]:
-        """``check_and_insert`` for each id in order, in one call."""
+        """``check_and_insert`` for each id in order, in one call.
+
+        ``ids`` is any iterable of str; a list or tuple is read without the
+        iterator protocol, so it is the fastest. Every id is checked to be a str
+        before any is recorded; the window's lock is taken and the clock read
+        once for the whole batch.
+
+        Raises:
+            TypeError: for an item that is not a str (nothing is recorded).
+        """
 
     def __contains__(self, id: object, /) -> bool:
         """Whether ``id`` is in the window (without inserting it or expiring anything)."""
@@ -338,8 +357,12 @@ class DedupWindow:
     def restore(data: bytes) -> DedupWindow:
         """A window from :meth:`snapshot` bytes.
 
+        Snapshots of every release so far (format version 1) restore.
+
         Raises:
-            openstarry.errors.DecodeError: for bytes that are not a snapshot.
+            openstarry.errors.DecodeError: for bytes that are not a snapshot,
+                or a snapshot of a format version this release cannot read
+                (the message names the version).
         """
 
     def __len__(self) -> int: ...

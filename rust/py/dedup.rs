@@ -9,10 +9,31 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::{PyBool, PyBytes, PyList, PyString, PyTuple};
 
 use super::errors::{type_name, CoreError};
-use crate::dedup::DedupWindow;
+use crate::dedup::{DedupWindow, IdKey};
+
+/// Every item of `ids` as a str, in order; a `TypeError` for the first that is not one.
+fn collect_strs<'py>(ids: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyString>>> {
+    let as_str = |id: Bound<'py, PyAny>| {
+        id.cast_into::<PyString>().map_err(|e| {
+            PyErr::from(CoreError::Type(format!(
+                "ids must be str, got {}",
+                type_name(&e.into_inner())
+            )))
+        })
+    };
+    // Lists and tuples, the common cases, by index: no iterator object, and no
+    // user code runs while they are read.
+    if let Ok(list) = ids.cast::<PyList>() {
+        list.iter().map(as_str).collect()
+    } else if let Ok(tuple) = ids.cast::<PyTuple>() {
+        tuple.iter().map(as_str).collect()
+    } else {
+        ids.try_iter()?.map(|id| id.and_then(as_str)).collect()
+    }
+}
 
 /// The wall clock in milliseconds since the Unix epoch.
 fn wall_clock_ms() -> i64 {
@@ -24,8 +45,11 @@ fn wall_clock_ms() -> i64 {
 /// Exact sliding-window de-duplication of event ids.
 ///
 /// An id is a duplicate when it was first seen less than ``window_ms`` ago and
-/// is among the last ``max_entries`` ids seen. Canonical UUIDs are held as
-/// 128-bit integers (case-insensitive); other ids are held whole.
+/// is among the last ``max_entries`` ids seen (at most 2**30 whatever
+/// ``max_entries`` says). Canonical UUIDs are held as 128-bit integers
+/// (case-insensitive); other ids are held whole. A hash only narrows the
+/// search: every answer is confirmed on the id itself, so there are no false
+/// positives.
 #[pyclass(frozen, name = "DedupWindow", module = "openstarry._core")]
 pub struct PyDedupWindow {
     inner: Mutex<DedupWindow>,
@@ -85,36 +109,34 @@ impl PyDedupWindow {
     }
 
     /// ``check_and_insert`` for each id in order, in one call.
+    ///
+    /// ``ids`` is any iterable of str; a list or tuple is read without the
+    /// iterator protocol, so it is the fastest. Every id is checked to be a str
+    /// before any is recorded; the window's lock is taken and the clock read
+    /// once for the whole batch.
+    ///
+    /// Raises:
+    ///     TypeError: for an item that is not a str (nothing is recorded).
     #[pyo3(signature = (ids, now_ms=None))]
-    fn check_and_insert_many(
+    fn check_and_insert_many<'py>(
         &self,
-        ids: &Bound<'_, PyAny>,
+        ids: &Bound<'py, PyAny>,
         now_ms: Option<i64>,
-    ) -> PyResult<Vec<bool>> {
-        // Run the iterable and check every id before taking the lock.
-        let objects = ids
-            .try_iter()?
-            .map(|id| {
-                let id = id?;
-                id.cast_into::<PyString>().map_err(|e| {
-                    CoreError::Type(format!(
-                        "ids must be str, got {}",
-                        type_name(&e.into_inner())
-                    ))
-                    .into()
-                })
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        let strs = objects
+    ) -> PyResult<Bound<'py, PyList>> {
+        let py = ids.py();
+        let strings = collect_strs(ids)?;
+        let strs = strings
             .iter()
             .map(|s| s.to_str())
             .collect::<PyResult<Vec<&str>>>()?;
         let now = now_ms.unwrap_or_else(wall_clock_ms);
-        let mut window = self.inner.lock();
-        Ok(strs
-            .into_iter()
-            .map(|id| window.check_and_insert(id, now))
-            .collect())
+        let mut answers = Vec::with_capacity(strs.len());
+        self.inner.lock().check_and_insert_keys(
+            strs.iter().map(|id| IdKey::of(id.as_bytes())),
+            now,
+            &mut answers,
+        );
+        PyList::new(py, answers.into_iter().map(|new| PyBool::new(py, new)))
     }
 
     /// Whether ``id`` is in the window (without inserting it or expiring anything).
@@ -150,8 +172,12 @@ impl PyDedupWindow {
 
     /// A window from :meth:`snapshot` bytes.
     ///
+    /// Snapshots of every release so far (format version 1) restore.
+    ///
     /// Raises:
-    ///     openstarry.errors.DecodeError: for bytes that are not a snapshot.
+    ///     openstarry.errors.DecodeError: for bytes that are not a snapshot,
+    ///         or a snapshot of a format version this release cannot read
+    ///         (the message names the version).
     #[staticmethod]
     fn restore(data: PyBackedBytes) -> Result<Self, CoreError> {
         let window = DedupWindow::restore(&data)?;

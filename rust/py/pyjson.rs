@@ -123,14 +123,10 @@ fn number<'py>(py: Python<'py>, s: &mut Scanner<'_>) -> PyResult<Bound<'py, PyAn
     Ok(PyFloat::new(py, v).into_any())
 }
 
-/// Encode a Python object as JSON: dicts with string keys, lists and tuples,
-/// strings, integers of any size, finite floats, booleans and `None`.
-pub fn dumps(obj: &Bound<'_, PyAny>, max_depth: usize) -> PyResult<Vec<u8>> {
-    dumps_at(obj, 0, max_depth)
-}
-
-/// [`dumps`] for a value that will sit `depth` levels deep in its document,
-/// so that what encodes here also decodes there under `max_depth`.
+/// Encode a Python object as JSON (dicts with string keys, lists and tuples,
+/// strings, integers of any size, finite floats, booleans and `None`) that will
+/// sit `depth` levels deep in its document, so that what encodes here also
+/// decodes there under `max_depth`.
 pub fn dumps_at(obj: &Bound<'_, PyAny>, depth: usize, max_depth: usize) -> PyResult<Vec<u8>> {
     let mut out = Vec::with_capacity(64);
     write(obj, &mut out, depth, max_depth)?;
