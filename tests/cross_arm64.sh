@@ -45,6 +45,8 @@ fi
 
 packages=python3,python3-venv
 stamp=$root/.openstarry-root
+# A run that was killed may have left the root's /proc mounted.
+if mountpoint -q "$root/proc" 2>/dev/null; then umount "$root/proc"; fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "$SUITE $packages" ]; then
     echo "building a Debian $SUITE arm64 root in $root (once; a few minutes)"
     rm -rf "$root"
