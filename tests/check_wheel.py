@@ -26,8 +26,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from elftools.elf.dynamic import DynamicSection  # type: ignore[import-untyped]
-from elftools.elf.elffile import ELFFile  # type: ignore[import-untyped]
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
 
 # The architecture each platform tag names, as ELF's e_machine.
 MACHINES = {"x86_64": "EM_X86_64", "aarch64": "EM_AARCH64"}
@@ -59,7 +59,8 @@ def elf_facts(data: bytes) -> tuple[str, list[str], bool]:
     needed: list[str] = []
     for section in elf.iter_sections():
         if isinstance(section, DynamicSection):
-            needed += [t.needed for t in section.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+            # pyelftools sets each tag's value as an attribute named after the tag.
+            needed += [vars(tag)["needed"] for tag in section.iter_tags("DT_NEEDED")]
     return str(elf["e_machine"]), needed, elf.get_section_by_name(".symtab") is not None
 
 
