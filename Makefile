@@ -18,6 +18,12 @@ EXAMPLE := examples/weather-agent/agent.json
 # percent elsewhere (benches/README.md, "The stable ABI's price").
 ABI ?= version
 ABI_FLAGS := $(if $(filter abi3,$(ABI)),,--no-default-features)
+SDIST_VENV := .venv-sdist
+# maturin finds zig as `python3 -m ziglang`: the venv's python, which has ziglang.
+MATURIN_ZIG := env PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/maturin
+LINUX_TARGETS := x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu x86_64-unknown-linux-musl aarch64-unknown-linux-musl
+# The Debian arm64 root of `make test-cross` (kept between runs) and its wheel.
+CROSS := .cross
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -38,10 +44,39 @@ dev: $(DEPS) ## Build the extension in release mode into .venv (editable Python 
 	$(LOCK) $(VENV)/bin/maturin develop --release --quiet $(ABI_FLAGS)
 
 .PHONY: wheel
-wheel: $(DEPS) ## Build the abi3 wheel (CPython >= 3.10) into dist/
+wheel: $(DEPS) ## Build the abi3 wheel (CPython >= 3.10) for this machine into dist/: manylinux2014 (glibc 2.17), linked by zig
 	@mkdir -p target
 	rm -rf dist
-	$(LOCK) $(VENV)/bin/maturin build --release --out dist --quiet
+	$(LOCK) $(MATURIN_ZIG) build --release --zig --compatibility manylinux2014 --out dist --quiet
+
+.PHONY: wheels
+wheels: $(DEPS) ## Build and check every Linux wheel (manylinux2014, musllinux_1_2; x86_64, aarch64) and the sdist into dist/
+	rustup target add $(LINUX_TARGETS)
+	@mkdir -p target
+	rm -rf dist
+	for target in $(LINUX_TARGETS); do \
+	  case $$target in *-gnu) tag=manylinux2014;; *-musl) tag=musllinux_1_2;; esac; \
+	  $(LOCK) $(MATURIN_ZIG) build --release --zig --target $$target --compatibility $$tag --out dist --quiet || exit 1; \
+	done
+	$(PY) tests/check_wheel.py dist/*.whl
+	@# The sdist is made from the tracked files (with their uncommitted changes), never from stray ones.
+	rm -rf target/sdist-tree && mkdir -p target/sdist-tree
+	rev=$$(git stash create) && git archive --format=tar "$${rev:-HEAD}" | tar -x -C target/sdist-tree
+	cd target/sdist-tree && $(CURDIR)/$(VENV)/bin/maturin sdist --out $(CURDIR)/dist
+	rm -rf $(SDIST_VENV)
+	$(PYTHON) -m venv $(SDIST_VENV)
+	$(LOCK) $(SDIST_VENV)/bin/python -m pip install --quiet --no-deps dist/openstarry-*.tar.gz
+	$(SDIST_VENV)/bin/python tests/smoke_wheel.py
+	@ls -l dist
+
+.PHONY: test-cross
+test-cross: $(DEPS) ## Build the manylinux2014 aarch64 wheel and run its smoke test and the example agent in a Debian arm64 root under qemu
+	rustup target add aarch64-unknown-linux-gnu
+	@mkdir -p target
+	rm -rf $(CROSS)/dist
+	$(LOCK) $(MATURIN_ZIG) build --release --zig --target aarch64-unknown-linux-gnu --compatibility manylinux2014 --out $(CROSS)/dist --quiet
+	$(PY) tests/check_wheel.py $(CROSS)/dist/*.whl
+	CROSS=$(CROSS) PY=$(PY) tests/cross_arm64.sh $(CROSS)/dist/openstarry-*.whl $(EXAMPLE)
 
 .PHONY: wheel-version
 wheel-version: $(DEPS) ## Build version-specific wheels for every CPython >= 3.10 found, into dist/version-specific/ (pip prefers them to the abi3 wheel)
@@ -67,6 +102,7 @@ demo: dev ## Run the Rust ingestion demo on the shipped NDJSON sample
 test: wheel ## Set up, then run every test: cargo test, the layers contract, pytest against the wheel, smoke tests of the wheel (alone, with its dependencies, with its extras) in clean venvs
 	cargo test --quiet
 	PYTHONPATH=python $(VENV)/bin/lint-imports --no-cache
+	$(PY) tests/check_wheel.py dist/openstarry-*.whl
 	$(PY) -m pip install --quiet --force-reinstall --no-deps dist/openstarry-*.whl
 	$(PY) -m pytest
 	rm -rf $(SMOKE_VENV)
@@ -113,6 +149,7 @@ lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy --strict, stubtes
 	$(VENV)/bin/mypy
 	$(PY) -m mypy.stubtest openstarry._core
 	PYTHONPATH=python $(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 
 .PHONY: format
 format: $(DEPS) ## Format the Rust and Python sources
@@ -122,8 +159,8 @@ format: $(DEPS) ## Format the Rust and Python sources
 
 .PHONY: clean
 clean: ## Remove build outputs and virtual environments
-	rm -rf target dist $(VENV) $(SMOKE_VENV) $(AGENT_VENV) $(EXTRAS_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
+	rm -rf target dist $(VENV) $(SMOKE_VENV) $(AGENT_VENV) $(EXTRAS_VENV) $(SDIST_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
 
 .PHONY: help
 help: ## Show this help
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
