@@ -87,8 +87,8 @@ wheel-version: $(DEPS) ## Build version-specific wheels for every CPython >= 3.1
 	  [ -n "$$py" ] || py=$$(command -v python3.$$v); \
 	  [ -n "$$py" ] && $$py -c pass 2>/dev/null && pys="$$pys -i $$py"; \
 	done; [ -n "$$pys" ] || { echo "no CPython >= 3.10 found"; exit 1; }; \
-	echo "maturin build --release --no-default-features$$pys"; \
-	$(LOCK) $(VENV)/bin/maturin build --release --no-default-features $$pys --out dist/version-specific --quiet
+	echo "maturin build --release --zig --compatibility manylinux2014 --no-default-features$$pys"; \
+	$(LOCK) $(MATURIN_ZIG) build --release --zig --compatibility manylinux2014 --no-default-features $$pys --out dist/version-specific --quiet
 
 .PHONY: run
 run: dev ## Set up, then run the example weather agent through the spec 000 section 5 sequence
