@@ -777,7 +777,7 @@ def create_app(agent: Agent, *, limits: ServerLimits | None = None) -> Starlette
                 return _resume(api, named, resume_from)
             try:
                 agent_request = parse_request(body)
-                check_request(agent_request)
+                check_request(agent_request, api.agent)
             except ProtocolError as exc:
                 return _error_response(exc.http_status, exc.code, str(exc))
             record = api.start(agent_request)

@@ -25,7 +25,24 @@ translation keeps:
   whose data content is ``{"call_id", "name", "output"}``, the output being the
   result as JSON text (``{"error": {"code", "message", "source"}}`` for a
   failed call);
+- a call to a remote MCP server's tool (its ``EXEC:TOOL_CALL`` names a
+  ``serverLabel``) is an ``mcp_call`` message instead, whose data also holds
+  ``server_label``;
+- each ``EXEC:APPROVAL_REQUEST``: an ``mcp_approval_request`` message (role
+  ``assistant``) whose data content is ``{"id", "call_id", "name",
+  "arguments", "server_label"?}``; the client answers it with an
+  ``mcp_approval_response`` naming that ``id``;
 - each ``KERNEL:ERROR``: an ``error`` message with ``code`` and ``message``;
+- the provider's reasoning (segments of type ``reasoning``): a ``reasoning``
+  message before the text, whose text content is the reasoning's summary;
+- ``EXEC:AWAITING`` (the run waits for its client): the response ends
+  ``incomplete``, its ``metadata.waiting_for`` naming the call ids whose
+  ``function_call_output`` and the approval ids whose ``mcp_approval_response``
+  the client's next request on the session must carry
+  (:meth:`RunTranslator.waiting`);
+- generation parameters the provider dropped (its responses'
+  ``metadata.droppedParameters``) are named in the response's
+  ``metadata.dropped_parameters``;
 - a tool call, a tool result, an error or the end closes the message whose text
   was streaming, with what it said so far (``failed`` on an error, ``canceled``
   when the run was stopped);
@@ -74,6 +91,7 @@ __all__ = ["RunTranslator", "WireEvent", "run_status"]
 _TOOL_CALL = EventType.TOOL_CALL.value
 _TOOL_RESULT = EventType.TOOL_RESULT.value
 _ERROR = EventType.ERROR.value
+_APPROVAL_REQUEST = "EXEC:APPROVAL_REQUEST"
 
 WireEvent = AgentResponse | Message | Content
 
@@ -162,7 +180,23 @@ class RunTranslator:
                 name=str(payload.get("name", "")),
                 arguments=_json_text(payload.get("args", {})),
             )
-            self._data_message(Role.ASSISTANT, MessageType.FUNCTION_CALL, call.to_wire())
+            label = payload.get("serverLabel")
+            if isinstance(label, str):
+                data = {**call.to_wire(), "server_label": label}
+                self._data_message(Role.ASSISTANT, MessageType.MCP_TOOL_CALL, data)
+            else:
+                self._data_message(Role.ASSISTANT, MessageType.FUNCTION_CALL, call.to_wire())
+        elif kind == _APPROVAL_REQUEST:
+            self._close_open()
+            request: dict[str, Any] = {
+                "id": str(payload.get("approvalId", "")),
+                "call_id": str(payload.get("toolCallId", "")),
+                "name": str(payload.get("name", "")),
+                "arguments": _json_text(payload.get("args", {})),
+            }
+            if isinstance(payload.get("serverLabel"), str):
+                request["server_label"] = payload["serverLabel"]
+            self._data_message(Role.ASSISTANT, MessageType.MCP_APPROVAL_REQUEST, request)
         elif kind == _TOOL_RESULT:
             self._close_open()
             output = (
@@ -213,6 +247,29 @@ class RunTranslator:
         self.out.append(final)
         return final
 
+    def waiting(self, payload: Mapping[str, Any]) -> AgentResponse:
+        """The ``incomplete`` terminal event of a run that now waits for its client.
+
+        ``payload`` is the ``EXEC:AWAITING``'s: the call ids and approval ids
+        waited for, named in the response's ``metadata.waiting_for``.
+        """
+        self._close_open()
+        if self._usage:
+            self._builder.set_usage(self._usage)
+        call_ids = payload.get("callIds")
+        approval_ids = payload.get("approvalIds")
+        metadata = dict(self._builder.metadata or {})
+        metadata["waiting_for"] = {
+            MessageType.FUNCTION_CALL.value: list(call_ids) if isinstance(call_ids, list) else [],
+            MessageType.MCP_APPROVAL_REQUEST.value: (
+                list(approval_ids) if isinstance(approval_ids, list) else []
+            ),
+        }
+        self._builder.metadata = metadata
+        final = self._builder.end(RunStatus.Incomplete)
+        self.out.append(final)
+        return final
+
     def _delta(self, payload: dict[str, Any]) -> None:
         text = payload.get("text")
         round_no = payload.get("round")
@@ -236,6 +293,12 @@ class RunTranslator:
         metadata = payload.get("metadata")
         if isinstance(metadata, dict) and isinstance(metadata.get("usage"), dict):
             self._usage = add_usage(self._usage, metadata["usage"])
+        if isinstance(metadata, dict) and isinstance(metadata.get("droppedParameters"), list):
+            known = dict(self._builder.metadata or {})
+            dropped = list(known.get("dropped_parameters", []))
+            dropped += [p for p in metadata["droppedParameters"] if p not in dropped]
+            known["dropped_parameters"] = dropped
+            self._builder.metadata = known
         text = payload.get("text")
         text = text if isinstance(text, str) else ""
         current, self._open = self._open, None

@@ -181,6 +181,10 @@ class RemoteTool(Tool):
         name: ``<server>.<tool>``.
         remote_name: The tool's name on its server.
         server: The server's name in the manifest.
+        server_label: The same: the Agent API shows its calls as ``mcp_call``
+            messages with this ``server_label``.
+        requires_approval: The server's entry sets ``approval``: each call
+            waits for a person's yes.
     """
 
     def __init__(
@@ -191,7 +195,8 @@ class RemoteTool(Tool):
         parameters: Mapping[str, Any] | None = None,
     ) -> None:
         self._connection = connection
-        self.server = connection.name
+        self.server = self.server_label = connection.name
+        self.requires_approval = connection.config.approval
         self.remote_name = remote_name
         self.name = f"{connection.name}.{remote_name}"
         self.description = description

@@ -134,6 +134,15 @@ class AnthropicAPI:
     #: The variables to try for the key, in order, when ``provider.apiKeyEnv`` is absent.
     api_key_envs: tuple[str, ...] = ("ANTHROPIC_API_KEY",)
 
+    #: A request's generation parameters and the body fields they become (the
+    #: Messages API has no seed or penalties).
+    generation_options: Final[Mapping[str, str]] = {
+        "temperature": "temperature",
+        "top_p": "top_p",
+        "max_tokens": "max_tokens",
+        "stop": "stop_sequences",
+    }
+
     def path(self, model: str, *, stream: bool) -> str:
         """``/messages``: the model and streaming are chosen in the body."""
         return "/messages"

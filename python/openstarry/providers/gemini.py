@@ -162,6 +162,17 @@ class GeminiAPI:
     #: What a current-turn function call without a thought signature is sent with.
     skip_thought_signature: str | None = SKIP_THOUGHT_SIGNATURE
 
+    #: A request's generation parameters and the ``generationConfig`` fields they become.
+    generation_options: Mapping[str, str] = {
+        "temperature": "temperature",
+        "top_p": "topP",
+        "max_tokens": "maxOutputTokens",
+        "stop": "stopSequences",
+        "seed": "seed",
+        "frequency_penalty": "frequencyPenalty",
+        "presence_penalty": "presencePenalty",
+    }
+
     def path(self, model: str, *, stream: bool) -> str:
         """``/models/{model}:generateContent``, or ``:streamGenerateContent?alt=sse``.
 

@@ -128,6 +128,14 @@ class OpenAIResponsesAPI(OpenAIWireAPI):
     #: The body keys ``provider.options`` may not set, with the reason each is refused.
     reserved_options: Mapping[str, str] = _RESPONSES_RESERVED
 
+    #: A request's generation parameters and the body fields they become (the
+    #: Responses API has no stop, seed or penalties).
+    generation_options: Mapping[str, str] = {
+        "temperature": "temperature",
+        "top_p": "top_p",
+        "max_tokens": "max_output_tokens",
+    }
+
     def __init__(self, *, observation_role: ObservationRole = "developer") -> None:
         super().__init__(observation_role=observation_role)
 
