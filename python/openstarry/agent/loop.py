@@ -26,6 +26,7 @@ bus) cancels the run in progress at once; the session stays usable.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -54,9 +55,7 @@ from openstarry.agent.sessions import SessionRuntime, Sessions
 from openstarry.agent.turn import Turn
 from openstarry.bus import EventBus, Subscription
 from openstarry.core import Event
-from openstarry.errors import (
-    QueueFull,
-)
+from openstarry.errors import QueueClosed, QueueFull
 from openstarry.events import (
     OUTPUT_AGENT_MESSAGE_DELTA,
     AgentState,
@@ -182,7 +181,19 @@ class ExecutionLoop(Lifecycle):
 
     @tools.setter
     def tools(self, tools: Iterable[Tool] | Mapping[str, Tool]) -> None:
-        self._executor.tools = _tools_by_name(tools)
+        """Replace the tools; while the loop runs, a ``KERNEL:TOOLS_CHANGED`` says so.
+
+        Its payload is ``{"tools": [names]}``; an MCP server of the agent
+        turns it into ``notifications/tools/list_changed``. The next round of
+        every run sees the new tools.
+        """
+        self._executor.tools = by_name = _tools_by_name(tools)
+        if self._open:
+            changed = Event.new(
+                TOOLS_CHANGED, {"tools": list(by_name)}, source=self.source, session_id="agent"
+            )
+            with contextlib.suppress(QueueFull, QueueClosed):
+                self.bus.publish(changed)
 
     # -- lifecycle -------------------------------------------------------
 
@@ -472,6 +483,10 @@ class ExecutionLoop(Lifecycle):
                 "events_dropped": self._outbox.dropped,
             },
         }
+
+
+#: Published when the agent's tools change while the loop runs: ``{"tools": [names]}``.
+TOOLS_CHANGED = "KERNEL:TOOLS_CHANGED"
 
 
 def _tools_by_name(tools: Iterable[Tool] | Mapping[str, Tool]) -> dict[str, Tool]:

@@ -120,6 +120,14 @@ class Agent(Lifecycle):
                 local = self.loop.tools
                 self.loop.tools = self._with_toolsets(local)
                 stack.callback(setattr, self.loop, "tools", local)
+                for toolset in self.toolsets:
+                    # A toolset whose tools change while it runs (a remote server's
+                    # list_changed) says so; the agent takes the new list.
+                    if hasattr(toolset, "on_change"):
+                        toolset.on_change = lambda: setattr(
+                            self.loop, "tools", self._with_toolsets(local)
+                        )
+                        stack.callback(setattr, toolset, "on_change", None)
             await stack.enter_async_context(self.loop)
             yield self
 
