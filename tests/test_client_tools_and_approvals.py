@@ -254,3 +254,49 @@ async def test_a_call_that_needs_approval_runs_when_approved_and_not_when_denied
     told = json.dumps(server.requests[3].json["messages"])
     assert "denied" in told
     assert "not today" in told
+
+
+@pytest.mark.anyio
+async def test_a_slash_command_of_a_tool_that_needs_approval_is_rejected(
+    server: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = make_agent(server.url, tmp_path, monkeypatch, approval={"tools": ["fs.write"]})
+    with serving(agent) as url, anyio.fail_after(HANG):
+        async with AgentClient(url) as client:
+            events = [e async for e in client.stream(request("/fs.write a.txt hello", "s5"))]
+    statuses = [e.status.value for e in events if e.object == "response" and e.status]
+    assert statuses == ["created", "rejected"]
+    final = events[-1]
+    assert final.error is not None
+    assert final.error.code == "approval_required"
+    assert not (tmp_path / "workspace" / "a.txt").exists()
+    assert server.requests == []
+
+
+@pytest.mark.anyio
+async def test_at_the_terminal_a_typed_y_or_n_answers_the_waiting_approval(
+    server: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The prompt asks ``Allow fs.write {...}? [y/N]``; the next line answers it."""
+    from openstarry.terminal import _answer_approval, _ask_approval
+
+    server.script(
+        None,
+        calls("fs.write", {"path": "t.txt", "content": "yes"}, "call_t1"),
+        chat_answer("Done."),
+    )
+    agent = make_agent(server.url, tmp_path, monkeypatch, approval={"tools": ["fs.write"]})
+    asked: list[str] = []
+    monkeypatch.setattr("builtins.print", lambda *a, **k: asked.append(" ".join(map(str, a))))
+    with anyio.fail_after(HANG):
+        async with agent:
+            agent.bus.subscribe("EXEC:APPROVAL_REQUEST", lambda e: _ask_approval(e, "term"))
+            assert not _answer_approval(agent, "term", "y")  # nothing waits yet
+            run = agent.loop.start("write yes to t.txt", session_id="term")
+            while not agent.loop.waits.pending("term"):
+                await anyio.sleep(0.01)
+            assert _answer_approval(agent, "term", "y")
+            result = await run.wait()
+    assert result.replies[-1] == "Done."
+    assert (tmp_path / "workspace" / "t.txt").read_text() == "yes"
+    assert any(line.startswith("Allow fs.write") and "[y/N]" in line for line in asked)

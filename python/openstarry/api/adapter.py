@@ -39,12 +39,14 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
+from openstarry.agent.commands import find_tool, parse_line
 from openstarry.agent.waits import Answer
 from openstarry.api.builders import ResponseBuilder
 from openstarry.api.models import (
     AgentRequest,
     AgentResponse,
     DataContent,
+    Error,
     InvalidRequestError,
     MessageType,
     Role,
@@ -252,6 +254,28 @@ def _check_answers(agent: Agent, session_id: str, answers: dict[str, Answer]) ->
         )
 
 
+def _rejection(agent: Agent, text: str) -> Error | None:
+    """Why a request is refused before any run: a slash command of a tool that needs approval.
+
+    A slash command runs its tool at once, with nobody asked; the approval
+    policy refuses it (the model may still call the tool, and ask).
+    """
+    command = parse_line(text)
+    if command is None or command.is_builtin:
+        return None
+    tool = find_tool(command.name, agent.tools)
+    if tool is None:
+        return None
+    approval = getattr(getattr(agent.manifest, "approval", None), "tools", ())
+    if tool.name in approval or getattr(tool, "requires_approval", False) is True:
+        return Error(
+            code="approval_required",
+            message=f"/{command.name}: {tool.name} needs approval; a slash command cannot ask "
+            "for it (ask the agent in words instead)",
+        )
+    return None
+
+
 def _refuse(code: str, message: str) -> InvalidRequestError:
     return InvalidRequestError(
         message, code=code, errors=[{"loc": "(root)", "msg": message, "type": code}]
@@ -337,6 +361,8 @@ class RunStream:
         if generation:
             self._extra["generation"] = generation
         self.agent = agent
+        #: Why the request is refused before any run (``rejected``), if it is.
+        self.rejection = _rejection(agent, self._text)
         self.session_id = request.session_id or f"session_{uuid.uuid4()}"
         builder = ResponseBuilder(session_id=self.session_id, response_id=response_id)
         self.response_id = builder.response_id
@@ -361,6 +387,13 @@ class RunStream:
 
     async def __aenter__(self) -> RunStream:
         loop = self.agent.loop
+        if self.rejection is not None:
+            # Refused by the approval policy before any run: created, then rejected.
+            self.final = self._translator.rejected(self.rejection)
+            self._finished = self._ended = True
+            self._task_group = anyio.create_task_group()
+            await self._task_group.__aenter__()
+            return self
         if self._answers:
             pending = _PARKED.get(self.agent, {}).pop(self.session_id, None)
             if pending is None:

@@ -40,6 +40,9 @@ translation keeps:
   ``function_call_output`` and the approval ids whose ``mcp_approval_response``
   the client's next request on the session must carry
   (:meth:`RunTranslator.waiting`);
+- a request refused before any run (a slash command of a tool that needs
+  approval): the response ``created``, then ``rejected`` with its ``error``
+  (:meth:`RunTranslator.rejected`);
 - generation parameters the provider dropped (its responses'
   ``metadata.droppedParameters``) are named in the response's
   ``metadata.dropped_parameters``;
@@ -244,6 +247,16 @@ class RunTranslator:
             final = self._builder.canceled()
         else:
             final = self._builder.completed()
+        self.out.append(final)
+        return final
+
+    def rejected(self, error: Error) -> AgentResponse:
+        """A request refused before any run: the response ``created``, then ``rejected``.
+
+        Used instead of :meth:`start`; returns the terminal event.
+        """
+        self.out.append(self._builder.created())
+        final = self._builder.end(RunStatus.Rejected, error)
         self.out.append(final)
         return final
 
