@@ -394,7 +394,7 @@ class McpServerConnection:
                     self._client = client
                     self._error = ""
                     settle()
-                    await self._serve_until(drop, client, scope)
+                    await _serve_until(self, drop, client, scope)
             if not connected:
                 self._error = (
                     "the connection was closed"
@@ -415,60 +415,6 @@ class McpServerConnection:
             self._scope = None
             self._client = None
             settle()
-
-    async def _serve_until(
-        self, drop: anyio.Event, client: Client, scope: anyio.CancelScope
-    ) -> None:
-        """Hold the connection until ``drop``; list the tools again when the server says so."""
-        async with anyio.create_task_group() as listening:
-            listening.start_soon(self._listen_changes, client)
-            await self._refresh_until(drop, client)
-            # Closing is bounded too (an HTTP server that hangs would hold the
-            # session's DELETE, or a listen stream); a stdio server's shutdown
-            # is shielded by the SDK and bounded on its own.
-            scope.deadline = anyio.current_time() + _CLOSE_GRACE
-            listening.cancel_scope.cancel()
-
-    async def _listen_changes(self, client: Client) -> None:
-        """On the 2026-07-28 protocol a change arrives on a ``subscriptions/listen`` stream."""
-        tools = client.server_capabilities.tools
-        if client.protocol_version not in MODERN_PROTOCOL_VERSIONS or not (
-            tools is not None and tools.list_changed
-        ):
-            return  # the handshake era: a notification, to the message handler
-        if self.config.url is not None:
-            # The SDK's HTTP listen stream does not always end when cancelled
-            # (measured: closing the connection then hangs until its deadline);
-            # an HTTP server's new tools are taken on its next connection.
-            return
-        try:
-            async with client.listen(tools_list_changed=True) as changes:
-                async for _ in changes:
-                    self._refresh.set()
-        except Exception as exc:
-            log.info("MCP server %r: no live tool list: %s", self.name, _describe(exc))
-
-    async def _refresh_until(self, drop: anyio.Event, client: Client) -> None:
-        while not drop.is_set():
-            refresh = self._refresh
-            async with anyio.create_task_group() as waiting:
-
-                async def until(event: anyio.Event) -> None:
-                    await event.wait()
-                    waiting.cancel_scope.cancel()
-
-                waiting.start_soon(until, drop)
-                waiting.start_soon(until, refresh)
-            if refresh.is_set() and not drop.is_set():
-                self._refresh = anyio.Event()
-                try:
-                    with anyio.fail_after(self.timeout):
-                        self._absorb(await self._list_tools(client), grow=True)
-                except Exception as exc:
-                    log.warning("MCP server %r: listing the tools again failed: %s", self.name, exc)
-                    continue
-                if self.on_tools_changed is not None:
-                    self.on_tools_changed()
 
     async def _on_message(self, message: Any) -> None:
         """The SDK's message handler: a tool list that changed is listed again."""
@@ -900,6 +846,63 @@ class McpToolset:
             # cancel scopes and keeps the connections' tasks, and stdio servers, alive.
             task_group.cancel_scope.cancel()
             await task_group.__aexit__(None, None, None)
+
+
+async def _serve_until(
+    conn: McpServerConnection, drop: anyio.Event, client: Client, scope: anyio.CancelScope
+) -> None:
+    """Hold the connection until ``drop``; list the tools again when the server says so."""
+    async with anyio.create_task_group() as listening:
+        listening.start_soon(_listen_changes, conn, client)
+        await _refresh_until(conn, drop, client)
+        # Closing is bounded too (an HTTP server that hangs would hold the
+        # session's DELETE, or a listen stream); a stdio server's shutdown
+        # is shielded by the SDK and bounded on its own.
+        scope.deadline = anyio.current_time() + _CLOSE_GRACE
+        listening.cancel_scope.cancel()
+
+
+async def _listen_changes(conn: McpServerConnection, client: Client) -> None:
+    """On the 2026-07-28 protocol a change arrives on a ``subscriptions/listen`` stream."""
+    tools = client.server_capabilities.tools
+    if client.protocol_version not in MODERN_PROTOCOL_VERSIONS or not (
+        tools is not None and tools.list_changed
+    ):
+        return  # the handshake era: a notification, to the message handler
+    if conn.config.url is not None:
+        # The SDK's HTTP listen stream does not always end when cancelled
+        # (measured: closing the connection then hangs until its deadline);
+        # an HTTP server's new tools are taken on its next connection.
+        return
+    try:
+        async with client.listen(tools_list_changed=True) as changes:
+            async for _ in changes:
+                conn._refresh.set()
+    except Exception as exc:
+        log.info("MCP server %r: no live tool list: %s", conn.name, _describe(exc))
+
+
+async def _refresh_until(conn: McpServerConnection, drop: anyio.Event, client: Client) -> None:
+    while not drop.is_set():
+        refresh = conn._refresh
+        async with anyio.create_task_group() as waiting:
+
+            async def until(event: anyio.Event) -> None:
+                await event.wait()
+                waiting.cancel_scope.cancel()
+
+            waiting.start_soon(until, drop)
+            waiting.start_soon(until, refresh)
+        if refresh.is_set() and not drop.is_set():
+            conn._refresh = anyio.Event()
+            try:
+                with anyio.fail_after(conn.timeout):
+                    conn._absorb(await conn._list_tools(client), grow=True)
+            except Exception as exc:
+                log.warning("MCP server %r: listing the tools again failed: %s", conn.name, exc)
+                continue
+            if conn.on_tools_changed is not None:
+                conn.on_tools_changed()
 
 
 async def _has_resources(client: Client) -> bool:
