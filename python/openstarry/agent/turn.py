@@ -67,6 +67,9 @@ _IDLE, _THINKING, _EXECUTING = AgentState.IDLE, AgentState.THINKING, AgentState.
 
 
 def _segment_dict(segment: ContentSegment) -> dict[str, Any]:
+    if segment.type == "reasoning":
+        # Its signature and encrypted data are for the provider, kept in memory.
+        return {"type": "reasoning", "text": segment.text or ""}
     out: dict[str, Any] = {"type": segment.type}
     if segment.text is not None:
         out["text"] = segment.text
@@ -355,14 +358,17 @@ class Turn:
             await _honour_cancellation(scope)
             calls: list[ToolCall] = []
             said: list[ContentSegment] = []
+            thought: list[ContentSegment] = []
             for segment in response.segments:
                 tool_call = segment.tool_call
                 if tool_call is not None:
                     calls.append(tool_call)
                 else:
                     said.append(segment)
-            text = "".join(s.text for s in said if s.text is not None)
-            memory.append(AssistantTurn(text, tuple(calls)))
+                    if segment.type == "reasoning":
+                        thought.append(segment)
+            text = "".join(s.text for s in said if s.text is not None and s.type != "reasoning")
+            memory.append(AssistantTurn(text, tuple(calls), tuple(thought)))
             self.open_calls = calls
             if said:
                 payload: dict[str, Any] = {

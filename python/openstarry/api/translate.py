@@ -34,7 +34,9 @@ translation keeps:
   ``mcp_approval_response`` naming that ``id``;
 - each ``KERNEL:ERROR``: an ``error`` message with ``code`` and ``message``;
 - the provider's reasoning (segments of type ``reasoning``): a ``reasoning``
-  message before the text, whose text content is the reasoning's summary;
+  message (role ``assistant``) whose text content is the reasoning or its
+  summary, one per segment, before the round's text message; when the text
+  streamed, right after it. Signatures and encrypted reasoning are not sent;
 - ``EXEC:AWAITING`` (the run waits for its client): the response ends
   ``incomplete``, its ``metadata.waiting_for`` naming the call ids whose
   ``function_call_output`` and the approval ids whose ``mcp_approval_response``
@@ -120,7 +122,7 @@ def _segment_content(segment: Mapping[str, Any]) -> Content | None:
     kind = segment.get("type")
     data = segment.get("data")
     mime = segment.get("mimeType")
-    if kind == "text":
+    if kind in ("text", "reasoning"):
         return None
     if kind == "image" and isinstance(data, str):
         if data.startswith(("http://", "https://", "data:")):
@@ -314,7 +316,17 @@ class RunTranslator:
             self._builder.metadata = known
         text = payload.get("text")
         text = text if isinstance(text, str) else ""
+        segments = payload.get("segments")
+        segments = (
+            [s for s in segments if isinstance(s, dict)] if isinstance(segments, list) else []
+        )
+        reasoning = [s for s in segments if s.get("type") == "reasoning"]
+        shown = [item for item in map(_segment_content, segments) if item is not None]
         current, self._open = self._open, None
+        if current is None:
+            self._reasoning(reasoning)
+            if reasoning and not text and not shown:
+                return  # only reasoning this round (before its tool calls): no empty message
         content: ContentBuilder | None
         if current is not None:
             message, content = current.message, current.content
@@ -332,13 +344,23 @@ class RunTranslator:
             else:
                 self.out.append(content.set_text(text))
             self.out.append(content.complete())
-        segments = payload.get("segments")
-        for segment in segments if isinstance(segments, list) else ():
-            if isinstance(segment, dict):
-                item = _segment_content(segment)
-                if item is not None:
-                    self.out.append(message.add_content(item))
+        for item in shown:
+            self.out.append(message.add_content(item))
         self.out.append(message.complete())
+        if current is not None:
+            self._reasoning(reasoning)
+
+    def _reasoning(self, segments: list[dict[str, Any]]) -> None:
+        """One ``reasoning`` message per reasoning segment, its text as a text content."""
+        for segment in segments:
+            message = self._builder.create_message_builder(Role.ASSISTANT, MessageType.REASONING)
+            self.out.append(message.created())
+            content = message.create_content_builder(ContentType.TEXT)
+            text = segment.get("text")
+            if isinstance(text, str) and text:
+                self.out.append(content.add_text_delta(text))
+            self.out.append(content.complete())
+            self.out.append(message.complete())
 
     def _data_message(self, role: Role, message_type: MessageType, data: dict[str, Any]) -> None:
         """A whole message of one data content: created, the content, completed."""
