@@ -342,7 +342,15 @@ def test_check_request_takes_the_last_user_text() -> None:
             "tool_name_clash",
         ),
         (
-            {"input": [{"role": "user", "content": [{"type": "text", "text": "x"}]}], "n": 2},
+            {"input": [{"role": "user", "content": [{"type": "text", "text": "/reset"}]}], "n": 2},
+            "unsupported_n",
+        ),
+        (
+            {
+                "input": [{"role": "user", "content": [{"type": "text", "text": "x"}]}],
+                "n": 3,
+                "tools": [{"type": "function", "function": {"name": "f", "description": "d"}}],
+            },
             "unsupported_n",
         ),
     ],

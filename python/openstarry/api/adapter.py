@@ -42,6 +42,7 @@ import anyio.abc
 from openstarry.agent.commands import find_tool, parse_line
 from openstarry.agent.waits import Answer
 from openstarry.api.builders import ResponseBuilder
+from openstarry.api.choices import Choices, check_choices
 from openstarry.api.models import (
     AgentRequest,
     AgentResponse,
@@ -107,21 +108,20 @@ def check_request(request: AgentRequest, agent: Agent | None = None) -> str:
 
     Raises:
         InvalidRequestError: (HTTP 422) there is no user message, it holds no
-            text or content other than text, ``n`` is above 1, two declared
+            text or content other than text, ``n`` is above 1 where the
+            choices could not run independently (``unsupported_n``, see
+            :mod:`openstarry.api.choices`), two declared
             tools share a name or one clashes with the agent's
             (``tool_name_clash``), or the answers do not match what the
             session waits for (``unknown_call_id``, ``missing_call_output``,
             ``no_waiting_run``).
     """
     _client_tools(request, agent)
-    if request.n is not None and request.n != 1:
-        raise _refuse(
-            "unsupported_n", f"n: this agent gives one answer per request, not {request.n}"
-        )
     answers = client_answers(request)
     if agent is not None and request.session_id is not None:
         _check_answers(agent, request.session_id, answers)
     if answers:
+        check_choices(request, "", True, agent)
         if request.session_id is None:
             raise _refuse(
                 "no_waiting_run",
@@ -146,6 +146,7 @@ def check_request(request: AgentRequest, agent: Agent | None = None) -> str:
     text = "\n".join(texts)
     if not text.strip():
         raise _refuse("empty_input", "input: the last user message has no text")
+    check_choices(request, text, False, agent)
     return text
 
 
@@ -375,6 +376,12 @@ class RunStream:
         self._queue: deque[Event | None] = deque()
         self._wake: anyio.Event | None = None  # made in the event loop, when needed
         self._translator = RunTranslator(builder)
+        #: ``n`` above 1: the runs of the choices, merged into this response.
+        self._choices = (
+            Choices(agent, request, self.session_id, builder, self._translator.out)
+            if (request.n or 1) > 1 and self.rejection is None
+            else None
+        )
         self._stop_sent = False
         self._ended = False
         self._finished = False
@@ -393,6 +400,12 @@ class RunStream:
             self._finished = self._ended = True
             self._task_group = anyio.create_task_group()
             await self._task_group.__aenter__()
+            return self
+        if self._choices is not None:
+            self._translator.start()
+            self._task_group = anyio.create_task_group()
+            await self._task_group.__aenter__()
+            self._task_group.start_soon(self._watch, name=f"openstarry.api n {self.response_id}")
             return self
         if self._answers:
             pending = _PARKED.get(self.agent, {}).pop(self.session_id, None)
@@ -472,12 +485,18 @@ class RunStream:
         )
 
     async def _send_stop(self) -> None:
+        if self._choices is not None:
+            self._choices.cancel()
+            return
         # A closed bus: the agent is stopping, and stops the run itself.
         with contextlib.suppress(QueueClosed):
             await self.agent.bus.apublish(self._stop_event())
 
     def _stop_now(self) -> None:
         self._stop_sent = True
+        if self._choices is not None:
+            self._choices.cancel()
+            return
         try:
             self.agent.bus.publish(self._stop_event())
         except QueueClosed:
@@ -505,7 +524,16 @@ class RunStream:
         self._ended = True  # leaving the stream must not stop the run
 
     async def _watch(self) -> None:
-        """Wait for the loop to end the run, then mark the end of its events on the bus."""
+        """Wait for the loop to end the run, then mark the end of its events on the bus.
+
+        With choices: run them, and end once they have merged into the response.
+        """
+        if self._choices is not None:
+            try:
+                await self._choices.run()
+            finally:
+                self._push(None)
+            return
         pending = self._pending
         assert pending is not None
         result = await pending.wait()
@@ -558,7 +586,10 @@ class RunStream:
                 await self._wait()
                 continue
             event = self._queue.popleft()
-            if event is None or event.type == RESPONSE_END:
+            if event is None and self._choices is not None:
+                self.final = self._choices.final
+                self._finished = True
+            elif event is None or event.type == RESPONSE_END:
                 self.final = self._translator.end(self.result)
                 self._finished = True
             elif event.type == _AWAITING and isinstance(event.payload, dict):

@@ -353,6 +353,8 @@ class MessageBuilder:
         self._message: str | None = None
         self._error: Error | None = None
         self._final: Message | None = None
+        #: The message's ``metadata`` (such as ``{"choice": 1}`` when ``n`` > 1).
+        self.metadata: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         return f"<MessageBuilder {self.id} {self.message_type.value} status={_name(self._status)}>"
@@ -400,6 +402,7 @@ class MessageBuilder:
             code=self._code,
             message=self._message,
             error=self._error.model_copy() if self._error is not None else None,
+            metadata=_copy_json(self.metadata) if self.metadata else None,
         )
 
     def _move(self, target: RunStatus, error: Error | None = None) -> Message:
