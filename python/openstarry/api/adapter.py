@@ -277,6 +277,19 @@ def _rejection(agent: Agent, text: str) -> Error | None:
     return None
 
 
+def server_tools(agent: Agent, label: str) -> list[dict[str, Any]]:
+    """A remote MCP server's tools as the agent has them now, by their names on the server."""
+    return [
+        {
+            "name": str(getattr(tool, "remote_name", tool.name)),
+            "description": tool.description,
+            "input_schema": dict(tool.parameters),
+        }
+        for tool in agent.tools.values()
+        if getattr(tool, "server_label", None) == label
+    ]
+
+
 def _refuse(code: str, message: str) -> InvalidRequestError:
     return InvalidRequestError(
         message, code=code, errors=[{"loc": "(root)", "msg": message, "type": code}]
@@ -375,7 +388,7 @@ class RunStream:
         self._trace_id: str | None = None
         self._queue: deque[Event | None] = deque()
         self._wake: anyio.Event | None = None  # made in the event loop, when needed
-        self._translator = RunTranslator(builder)
+        self._translator = RunTranslator(builder, lambda label: server_tools(agent, label))
         #: ``n`` above 1: the runs of the choices, merged into this response.
         self._choices = (
             Choices(agent, request, self.session_id, builder, self._translator.out)

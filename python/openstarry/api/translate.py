@@ -27,7 +27,11 @@ translation keeps:
   failed call);
 - a call to a remote MCP server's tool (its ``EXEC:TOOL_CALL`` names a
   ``serverLabel``) is an ``mcp_call`` message instead, whose data also holds
-  ``server_label``;
+  ``server_label``; before the first ``mcp_call`` of each server in the
+  response, an ``mcp_list_tools`` message (role ``assistant``) whose data
+  content is ``{"server_label", "tools": [{"name", "description",
+  "input_schema"}]}``: the server's tools as the agent has them then, by
+  their names on the server (given by the translator's ``server_tools``);
 - each ``EXEC:APPROVAL_REQUEST``: an ``mcp_approval_request`` message (role
   ``assistant``) whose data content is ``{"id", "call_id", "name",
   "arguments", "server_label"?}``; the client answers it with an
@@ -64,7 +68,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from openstarry.agent.loop import add_usage
@@ -157,8 +161,14 @@ class RunTranslator:
         out: The events made and not yet taken, oldest first; the caller pops them.
     """
 
-    def __init__(self, builder: ResponseBuilder) -> None:
+    def __init__(
+        self,
+        builder: ResponseBuilder,
+        server_tools: Callable[[str], list[dict[str, Any]]] | None = None,
+    ) -> None:
         self._builder = builder
+        self._server_tools = server_tools
+        self._listed: set[str] = set()
         self.out: deque[WireEvent] = deque()
         self._open: _OpenText | None = None
         self._usage: dict[str, Any] | None = None
@@ -187,6 +197,7 @@ class RunTranslator:
             )
             label = payload.get("serverLabel")
             if isinstance(label, str):
+                self._list_tools(label)
                 data = {**call.to_wire(), "server_label": label}
                 self._data_message(Role.ASSISTANT, MessageType.MCP_TOOL_CALL, data)
             else:
@@ -361,6 +372,14 @@ class RunTranslator:
                 self.out.append(content.add_text_delta(text))
             self.out.append(content.complete())
             self.out.append(message.complete())
+
+    def _list_tools(self, label: str) -> None:
+        """The ``mcp_list_tools`` message of a server, once per response."""
+        if label in self._listed or self._server_tools is None:
+            return
+        self._listed.add(label)
+        data = {"server_label": label, "tools": self._server_tools(label)}
+        self._data_message(Role.ASSISTANT, MessageType.MCP_LIST_TOOLS, data)
 
     def _data_message(self, role: Role, message_type: MessageType, data: dict[str, Any]) -> None:
         """A whole message of one data content: created, the content, completed."""
