@@ -301,6 +301,8 @@ class StreamAssembler:
         Raises:
             ApiError: an event is missing before this one (``stream_gap``).
         """
+        if isinstance(event, Message) and event.type is MessageType.HEARTBEAT:
+            return True  # a beat on a quiet stream, no part of the response
         number = event.sequence_number
         if number is not None:
             if number <= self.last_sequence:
