@@ -23,6 +23,7 @@ pub enum SegmentType {
     Video,
     Ui,
     ToolCall,
+    Reasoning,
 }
 
 impl SegmentType {
@@ -36,6 +37,7 @@ impl SegmentType {
             SegmentType::Video => "video",
             SegmentType::Ui => "ui",
             SegmentType::ToolCall => "tool_call",
+            SegmentType::Reasoning => "reasoning",
         }
     }
 
@@ -48,6 +50,7 @@ impl SegmentType {
             "video" => SegmentType::Video,
             "ui" => SegmentType::Ui,
             "tool_call" => SegmentType::ToolCall,
+            "reasoning" => SegmentType::Reasoning,
             _ => return None,
         })
     }
@@ -56,7 +59,7 @@ impl SegmentType {
     #[must_use]
     pub fn required_field(self) -> &'static str {
         match self {
-            SegmentType::Text => "text",
+            SegmentType::Text | SegmentType::Reasoning => "text",
             SegmentType::Image | SegmentType::Audio | SegmentType::Video => "data",
             SegmentType::Ui => "ui",
             SegmentType::ToolCall => "toolCall",
@@ -92,6 +95,8 @@ pub struct SegmentIndex {
     pub text: Option<Span>,
     pub data: Option<Span>,
     pub mime_type: Option<Span>,
+    /// A `reasoning` segment's opaque proof for the provider.
+    pub signature: Option<Span>,
     pub tool_call: Option<ToolCallIndex>,
     pub ui: Option<Raw>,
     pub extra: Vec<(Span, Raw)>,
@@ -223,6 +228,7 @@ fn segment(s: &mut Scanner<'_>, path: &str, limits: &Limits) -> Result<SegmentIn
         text: None,
         data: None,
         mime_type: None,
+        signature: None,
         tool_call: None,
         ui: None,
         extra: Vec::new(),
@@ -237,12 +243,13 @@ fn segment(s: &mut Scanner<'_>, path: &str, limits: &Limits) -> Result<SegmentIn
                     .ok_or_else(|| err(&field, at, "expected a string, found null"))?;
                 let value = span.as_str(buf);
                 kind = Some(SegmentType::parse(&value).ok_or_else(|| {
-                    err(&field, at, format!("unknown segment type {value:?}; expected text, image, audio, video, ui or tool_call"))
+                    err(&field, at, format!("unknown segment type {value:?}; expected text, image, audio, video, ui, tool_call or reasoning"))
                 })?);
             }
             "text" => seg.text = opt_string(s, &field)?,
             "data" => seg.data = opt_string(s, &field)?,
             "mimeType" => seg.mime_type = opt_string(s, &field)?,
+            "signature" => seg.signature = opt_string(s, &field)?,
             "ui" => seg.ui = opt_value(s, UI_DEPTH)?,
             "toolCall" => {
                 if s.peek_kind()? == Kind::Null {
@@ -257,7 +264,7 @@ fn segment(s: &mut Scanner<'_>, path: &str, limits: &Limits) -> Result<SegmentIn
     })?;
     seg.kind = kind.ok_or_else(|| err(&join(path, "type"), start, "missing required field"))?;
     let present = match seg.kind {
-        SegmentType::Text => seg.text.is_some(),
+        SegmentType::Text | SegmentType::Reasoning => seg.text.is_some(),
         SegmentType::Image | SegmentType::Audio | SegmentType::Video => seg.data.is_some(),
         SegmentType::Ui => seg.ui.is_some(),
         SegmentType::ToolCall => seg.tool_call.is_some(),
@@ -421,6 +428,23 @@ mod tests {
             let e = dec(s).unwrap_err();
             assert_eq!(e.field.as_deref(), Some(field), "{s}: {e}");
         }
+    }
+
+    #[test]
+    fn decodes_reasoning_segments() {
+        let s = r#"{"segments":[{"type":"reasoning","text":"Think.","signature":"sig=="},{"type":"reasoning","text":"","data":"enc"},{"type":"text","text":"4"}]}"#;
+        let r = dec(s).unwrap();
+        let b = s.as_bytes();
+        assert_eq!(r.segments[0].kind, SegmentType::Reasoning);
+        assert_eq!(r.segments[0].text.unwrap().as_str(b), "Think.");
+        assert_eq!(r.segments[0].signature.unwrap().as_str(b), "sig==");
+        assert_eq!(r.segments[1].text.unwrap().as_str(b), "");
+        assert_eq!(r.segments[1].data.unwrap().as_str(b), "enc");
+        assert!(r.segments[1].signature.is_none());
+        let e = dec(r#"{"segments":[{"type":"reasoning","signature":"s"}]}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("segments[0].text"));
+        let e = dec(r#"{"segments":[{"type":"reasoning","text":"a","signature":1}]}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("segments[0].signature"));
     }
 
     #[test]

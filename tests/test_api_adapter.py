@@ -334,12 +334,23 @@ def test_check_request_takes_the_last_user_text() -> None:
         (
             {
                 "input": [{"role": "user", "content": [{"type": "text", "text": "x"}]}],
-                "tools": [{"type": "function", "function": {"name": "f", "description": "d"}}],
+                "tools": [
+                    {"type": "function", "function": {"name": "f", "description": "d"}},
+                    {"type": "function", "function": {"name": "f", "description": "again"}},
+                ],
             },
-            "unsupported_tools",
+            "tool_name_clash",
         ),
         (
-            {"input": [{"role": "user", "content": [{"type": "text", "text": "x"}]}], "n": 2},
+            {"input": [{"role": "user", "content": [{"type": "text", "text": "/reset"}]}], "n": 2},
+            "unsupported_n",
+        ),
+        (
+            {
+                "input": [{"role": "user", "content": [{"type": "text", "text": "x"}]}],
+                "n": 3,
+                "tools": [{"type": "function", "function": {"name": "f", "description": "d"}}],
+            },
             "unsupported_n",
         ),
     ],

@@ -418,7 +418,13 @@ MALFORMED: list[tuple[str, bytes, dict[str, str], int, str]] = [
         422,
         "unsupported_content",
     ),
-    ("n = 2", json.dumps(body(n=2)).encode(), {}, 422, "unsupported_n"),
+    (
+        "n = 2 of a slash command",
+        json.dumps(body("/reset", n=2)).encode(),
+        {},
+        422,
+        "unsupported_n",
+    ),
     ("too large", json.dumps(body("x" * 5000)).encode(), {}, 413, "request_too_large"),
     (
         "response_id with a newline",

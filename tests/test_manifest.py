@@ -141,7 +141,12 @@ def test_manifest_round_trips_through_its_json(tmp_path: Path) -> None:
     dumped = json.loads(m.model_dump_json())
     assert dumped["limits"]["toolTimeout"] == 2.5
     assert dumped["provider"]["apiKeyEnv"] == "OPENAI_API_KEY"
-    assert dumped["mcp"] == {"servers": [], **FULL["mcp"]}
+    assert dumped["mcp"] == {
+        "servers": [],
+        "expose_resources": [],
+        "private_resources": [],
+        **FULL["mcp"],
+    }
     assert parse_manifest(dumped, tmp_path) == m
     assert parse_manifest(dumped, tmp_path / "elsewhere") != m  # relative paths differ
 
@@ -477,6 +482,7 @@ def test_json_schema_of_agent_json() -> None:
         "fs",
         "limits",
         "memory",
+        "approval",
         "mcp",
     }
     defs = schema["$defs"]
@@ -493,7 +499,13 @@ def test_json_schema_of_agent_json() -> None:
         "apiKeyEnv",
     }
     assert set(defs["FsConfig"]["properties"]) == {"allowedPaths"}
-    assert set(defs["McpConfig"]["properties"]) == {"servers", "expose_tools", "private_tools"}
+    assert set(defs["McpConfig"]["properties"]) == {
+        "servers",
+        "expose_tools",
+        "private_tools",
+        "expose_resources",
+        "private_resources",
+    }
     assert set(defs["McpServerConfig"]["properties"]) == {
         "name",
         "command",
@@ -502,6 +514,7 @@ def test_json_schema_of_agent_json() -> None:
         "url",
         "tools",
         "timeout",
+        "approval",
     }
     assert set(defs["ToolRetrievalConfig"]["properties"]) == {"topN", "retriever"}
     assert defs["Identity"]["required"] == ["name"]

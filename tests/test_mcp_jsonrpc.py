@@ -142,8 +142,8 @@ def test_http_unknown_method(url: str, http: httpx.Client, session: dict[str, st
     body = {"jsonrpc": "2.0", "id": 2, "method": "tools/explode", "params": {}}
     reply = assert_error(http.post(url, json=body, headers=session), METHOD_NOT_FOUND, 2)
     assert reply["error"]["data"] == "tools/explode"
-    # Methods of capabilities the agent does not declare are unknown too.
-    body = {"jsonrpc": "2.0", "id": 3, "method": "resources/list", "params": {}}
+    # Methods of capabilities the agent does not declare (prompts) are unknown too.
+    body = {"jsonrpc": "2.0", "id": 3, "method": "prompts/list", "params": {}}
     assert_error(http.post(url, json=body, headers=session), METHOD_NOT_FOUND, 3)
 
 

@@ -112,7 +112,9 @@ async def test_initialize_answers_the_manifest_identity_and_the_tools_capability
         assert client.server_info is not None
         assert (client.server_info.name, client.server_info.version) == ("mcp-test", "2.5.0")
         assert client.server_capabilities.tools is not None
-        assert client.server_capabilities.resources is None  # tools only
+        # Spec 004 section 2.1: tools and resources, both with listChanged.
+        assert client.server_capabilities.resources is not None
+        assert client.server_capabilities.resources.list_changed is True
 
 
 @pytest.mark.parametrize("mode", MODES)

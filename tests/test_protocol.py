@@ -678,6 +678,7 @@ def test_json_schema_uses_wire_names_and_rules() -> None:
         "video": ["data"],
         "ui": ["ui"],
         "tool_call": ["toolCall"],
+        "reasoning": ["text"],
     }
     assert "from" in StateChange.model_json_schema(by_alias=True)["properties"]
     envelope_schema = EventEnvelope.model_json_schema(by_alias=True)

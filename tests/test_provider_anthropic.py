@@ -219,7 +219,7 @@ def message_end(stop_reason: str = "end_turn") -> list[tuple[str, str]]:
 
 
 def texts(response: ProviderResponse) -> list[str]:
-    return [s.text for s in response.segments if s.text is not None]
+    return [s.text for s in response.segments if s.text is not None and s.type != "reasoning"]
 
 
 def calls(response: ProviderResponse) -> list[tuple[str | None, str, dict[str, Any]]]:
@@ -444,6 +444,7 @@ def test_colliding_and_dotted_names_round_trip() -> None:
         "response_tool_use.json",
         "response_mixed.json",
         "response_parallel.json",
+        "response_thinking.json",
     ],
 )
 def test_response_fixture_becomes_the_expected_provider_response(name: str) -> None:
@@ -453,7 +454,9 @@ def test_response_fixture_becomes_the_expected_provider_response(name: str) -> N
     assert response.to_core() == ProviderResponse.model_validate(fixture["expected"]).to_core()
 
 
-@pytest.mark.parametrize("name", ["stream_text.json", "stream_parallel.json"])
+@pytest.mark.parametrize(
+    "name", ["stream_text.json", "stream_parallel.json", "stream_thinking.json"]
+)
 def test_stream_fixture_assembles_the_non_streamed_response(name: str) -> None:
     fixture = load(name)
     assembler = API.stream(NAMES)
@@ -471,60 +474,69 @@ def test_stream_fixture_assembles_the_non_streamed_response(name: str) -> None:
     assert streamed.model_dump(mode="json", by_alias=True) == same["expected"]
 
 
-def test_thinking_is_not_shown_but_goes_back_with_the_tool_calls() -> None:
-    thinking = {"type": "thinking", "thinking": "Check the weather.", "signature": "EqQBCg=="}
-    redacted = {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"}
-    body = {
-        "id": "msg_t",
-        "model": "claude-x",
-        "stop_reason": "tool_use",
-        "content": [
-            thinking,
-            redacted,
-            {"type": "text", "text": "Checking."},
-            {
-                "type": "tool_use",
-                "id": "toolu_9",
-                "name": "get_weather",
-                "input": {"location": "X"},
-            },
-        ],
-    }
-    response = API.parse_response(body, NAMES)
-    assert texts(response) == ["Checking."]
-    assert calls(response) == [("toolu_9", "get_weather", {"location": "X"})]
-    call = response.segments[1].tool_call
-    assert call is not None
-    assert call.model_extra == {THINKING_FIELD: [thinking, redacted]}
-    # Through the loop: the core keeps the field, the next request hands the blocks back first.
-    core_calls = tuple(s.tool_call for s in response.to_core().segments if s.tool_call is not None)
+def test_thinking_goes_back_from_memory_before_the_text_and_calls() -> None:
+    fixture = load("response_thinking.json")
+    thinking, redacted = fixture["response"]["content"][:2]
+    response = API.parse_response(fixture["response"], NAMES).to_core()
+    reasoning = tuple(s for s in response.segments if s.type == "reasoning")
+    core_calls = tuple(s.tool_call for s in response.segments if s.tool_call is not None)
     context = context_of(
         [
             UserTurn("w"),
-            AssistantTurn("Checking.", core_calls),
+            AssistantTurn("Let me check.", core_calls, reasoning),
+            ToolOutcome("toolu_01A", "get_weather", True, result="sunny"),
+            AssistantTurn("Sunny.", (), (core.ContentSegment("reasoning", text="unsigned"),)),
+        ]
+    )
+    messages = build(context, prompt="w")["messages"]
+    assert messages[1]["content"] == [
+        thinking,
+        redacted,
+        {"type": "text", "text": "Let me check."},
+        {
+            "type": "tool_use",
+            "id": "toolu_01A",
+            "name": "get_weather",
+            "input": {"location": "Taipei"},
+        },
+    ]
+    # Reasoning without a signature (another provider's) is not sent.
+    assert messages[3]["content"] == [{"type": "text", "text": "Sunny."}]
+
+
+def test_thinking_of_older_memory_on_the_first_call_still_goes_back() -> None:
+    thinking = {"type": "thinking", "thinking": "Check.", "signature": "EqQBCg=="}
+    call = core.ToolCall("get_weather", {"location": "X"}, "toolu_9")
+    carried = (
+        core.decode_response(
+            json.dumps(
+                {
+                    "segments": [
+                        {
+                            "type": "tool_call",
+                            "toolCall": {
+                                "id": call.id,
+                                "name": call.name,
+                                "args": call.args,
+                                THINKING_FIELD: [thinking],
+                            },
+                        }
+                    ]
+                }
+            ).encode()
+        )
+        .segments[0]
+        .tool_call
+    )
+    assert carried is not None
+    context = context_of(
+        [
+            UserTurn("w"),
+            AssistantTurn("", (carried,)),
             ToolOutcome("toolu_9", "get_weather", True, result="sunny"),
         ]
     )
-    assistant = build(context, prompt="w")["messages"][1]
-    assert assistant["content"] == [
-        thinking,
-        redacted,
-        {"type": "text", "text": "Checking."},
-        {"type": "tool_use", "id": "toolu_9", "name": "get_weather", "input": {"location": "X"}},
-    ]
-
-
-def test_thinking_without_tool_calls_is_simply_dropped() -> None:
-    body = {
-        "content": [
-            {"type": "thinking", "thinking": "hm", "signature": "s"},
-            {"type": "text", "text": "Hi."},
-        ]
-    }
-    response = API.parse_response(body, NAMES)
-    assert response.model_dump(mode="json", by_alias=True)["segments"] == [
-        {"type": "text", "text": "Hi."}
-    ]
+    assert build(context, prompt="w")["messages"][1]["content"][0] == thinking
 
 
 def test_an_unknown_block_becomes_a_note_and_the_rest_is_kept() -> None:

@@ -203,7 +203,7 @@ def parse(*parts: Any, finish: str | None = "STOP", **candidate: Any) -> Provide
 
 
 def texts(response: ProviderResponse) -> list[str]:
-    return [s.text for s in response.segments if s.text is not None]
+    return [s.text for s in response.segments if s.text is not None and s.type != "reasoning"]
 
 
 def calls(response: ProviderResponse) -> list[tuple[str | None, str, dict[str, Any]]]:
@@ -608,6 +608,7 @@ def test_a_self_referencing_root_is_cut() -> None:
         "response_function_call.json",
         "response_parallel.json",
         "response_mixed.json",
+        "response_thoughts.json",
     ],
 )
 def test_response_fixture_becomes_the_expected_provider_response(name: str) -> None:
@@ -630,7 +631,7 @@ def test_ids_given_to_calls_without_one_are_distinct() -> None:
     assert len(set(ids)) == 2
 
 
-@pytest.mark.parametrize("name", ["stream_text.json", "stream_mixed.json"])
+@pytest.mark.parametrize("name", ["stream_text.json", "stream_mixed.json", "stream_thoughts.json"])
 def test_stream_fixture_assembles_the_non_streamed_response(name: str) -> None:
     fixture = load(name)
     assembler = API.stream(NAMES)
@@ -672,7 +673,7 @@ def test_a_signature_survives_the_loop_into_the_next_request() -> None:
     ]
 
 
-def test_thoughts_and_bare_signatures_are_not_shown_and_text_parts_join() -> None:
+def test_thoughts_are_reasoning_bare_signatures_are_not_shown_and_text_parts_join() -> None:
     response = parse(
         {"text": "plan...", "thought": True},
         {"text": "Hello, "},
@@ -680,7 +681,8 @@ def test_thoughts_and_bare_signatures_are_not_shown_and_text_parts_join() -> Non
         {"thoughtSignature": "c2ln"},
     )
     assert response.model_dump(mode="json", by_alias=True)["segments"] == [
-        {"type": "text", "text": "Hello, world."}
+        {"type": "reasoning", "text": "plan..."},
+        {"type": "text", "text": "Hello, world."},
     ]
 
 

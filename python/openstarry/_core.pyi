@@ -180,13 +180,14 @@ class ContentSegment:
 
     def __new__(
         cls,
-        type: Literal["text", "image", "audio", "video", "ui", "tool_call"],
+        type: Literal["text", "image", "audio", "video", "ui", "tool_call", "reasoning"],
         *,
         text: str | None = None,
         data: str | None = None,
         mime_type: str | None = None,
         tool_call: ToolCall | None = None,
         ui: Any = None,
+        signature: str | None = None,
     ) -> ContentSegment:
         """Raises ``ValueError`` when the type's required field is missing."""
 
@@ -198,6 +199,10 @@ class ContentSegment:
     def data(self) -> str | None: ...
     @property
     def mime_type(self) -> str | None: ...
+    @property
+    def signature(self) -> str | None:
+        """A ``reasoning`` segment's opaque proof, sent back to its provider."""
+
     @property
     def tool_call(self) -> ToolCall | None: ...
     @property

@@ -78,6 +78,7 @@ def agent_from_manifest(
             max_concurrent_tools=limits.max_concurrent_tools,
             max_failure_streak=limits.max_failure_streak,
             repeated_failure_warning=limits.repeated_failure_warning,
+            approval_timeout=manifest.approval.timeout,
         ),
         memory_window=manifest.memory.window,
         instructions=manifest.instructions,
@@ -86,6 +87,7 @@ def agent_from_manifest(
         max_tools=manifest.tool_retrieval.top_n,
         retriever=retriever,
         toolsets=toolsets,
+        approval_tools=manifest.approval.tools,
     )
 
 

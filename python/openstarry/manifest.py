@@ -224,6 +224,10 @@ class McpServerConfig(_Section):
         gt=0,
         description="Seconds to connect and list the tools (default: limits.toolTimeout).",
     )
+    approval: bool = Field(
+        default=False,
+        description="Every call to this server's tools waits for a person's approval.",
+    )
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:
@@ -250,6 +254,30 @@ class McpConfig(_Section):
     )
     private_tools: list[str] = Field(
         default_factory=list, description="Tools of the agent never shown to an MCP client."
+    )
+    expose_resources: list[str] = Field(
+        default_factory=list,
+        description="Resources an MCP client may list and read: paths relative to the "
+        "manifest's folder inside fs.allowedPaths (a file, or a folder ending in '/' whose "
+        "files are all exposed), or 'package.module:attribute' references to Python "
+        "resources.",
+    )
+    private_resources: list[str] = Field(
+        default_factory=list,
+        description="Paths under an exposed folder that an MCP client never sees.",
+    )
+
+
+class ApprovalConfig(_Section):
+    """Tools whose calls wait for a person's yes before they run (human in the loop)."""
+
+    tools: list[str] = Field(
+        default_factory=list, description="The tools (names in tools) that need approval."
+    )
+    timeout: float = Field(
+        default=300.0,
+        gt=0,
+        description="Seconds a call waits for an answer; unanswered, it is denied.",
     )
 
 
@@ -296,6 +324,9 @@ class AgentManifest(_Section):
         '("package.module:attribute"); no duplicates.',
     )
     fs: FsConfig = Field(default_factory=FsConfig, description="What the fs.* tools may touch.")
+    approval: ApprovalConfig = Field(
+        default_factory=ApprovalConfig, description="Calls that wait for a person's approval."
+    )
     limits: Limits = Field(default_factory=Limits, description="Bounds on a turn.")
     memory: MemoryConfig = Field(
         default_factory=MemoryConfig, description="What the agent remembers."
@@ -361,9 +392,10 @@ class AgentManifest(_Section):
         for key, names in (
             ("expose_tools", self.mcp.expose_tools),
             ("private_tools", self.mcp.private_tools),
+            ("approval", self.approval.tools),
         ):
             for index, name in enumerate(names):
-                loc = ("mcp", key, index)
+                loc = ("approval", "tools", index) if key == "approval" else ("mcp", key, index)
                 if name not in tools and not name.startswith(remote or ("\0",)):
                     ref = next(
                         (t for t in self.tools if ":" in t and t.rpartition(":")[2] == name), None

@@ -76,8 +76,9 @@ __all__ = [
     "parse_payload",
 ]
 
-#: What a :class:`ContentSegment` carries (spec 000 ``ContentType``).
-SegmentType = Literal["text", "image", "audio", "video", "ui", "tool_call"]
+#: What a :class:`ContentSegment` carries (spec 000 ``ContentType``, plus
+#: ``"reasoning"``: the model's thinking, which readers of spec 000 may skip).
+SegmentType = Literal["text", "image", "audio", "video", "ui", "tool_call", "reasoning"]
 
 #: The field each segment type requires, by wire name (as the Rust core's
 #: ``SegmentType::required_field``). ``null`` counts as absent.
@@ -89,6 +90,7 @@ _REQUIRED_FIELD: Mapping[str, str] = MappingProxyType(
         "video": "data",
         "ui": "ui",
         "tool_call": "toolCall",
+        "reasoning": "text",
     }
 )
 
@@ -217,7 +219,9 @@ class ContentSegment(_Wire):
 
     Each type needs its field, as the Rust core checks: ``text`` for
     ``"text"``; ``data`` (Base64 or a URL) for ``"image"``, ``"audio"`` and
-    ``"video"``; ``toolCall`` for ``"tool_call"``; ``ui`` for ``"ui"``. A
+    ``"video"``; ``toolCall`` for ``"tool_call"``; ``ui`` for ``"ui"``;
+    ``text`` (possibly empty) for ``"reasoning"``, which may also carry an
+    opaque ``signature`` and encrypted ``data`` for the provider. A
     missing one is a validation error on that field (``"a text segment needs
     text"``). Other fields may be present too. Unknown wire fields are kept.
     """
@@ -236,11 +240,15 @@ class ContentSegment(_Wire):
     )
 
     type: SegmentType = Field(description="What the segment carries.")
-    text: str | None = _optional(description='For type "text".')
+    text: str | None = _optional(description='For types "text" and "reasoning".')
     data: str | None = _optional(
-        description='For types "image", "audio" and "video": Base64 data or a URL.'
+        description='For types "image", "audio" and "video": Base64 data or a URL;'
+        ' for "reasoning": reasoning the provider keeps encrypted.'
     )
     mime_type: str | None = _optional(description='The media type, such as "image/png".')
+    signature: str | None = _optional(
+        description='For type "reasoning": the opaque proof its provider asks back.'
+    )
     tool_call: ToolCall | None = _optional(description='For type "tool_call".')
     ui: Any = _optional(description='For type "ui": components for the frontend to render.')
 

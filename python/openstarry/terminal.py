@@ -22,6 +22,7 @@ Rules this module keeps:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -44,6 +45,8 @@ from rich.markdown import Markdown
 from rich.table import Table
 from rich.text import Text
 
+from openstarry.agent.execution import APPROVAL_REQUEST
+from openstarry.agent.waits import APPROVAL, Answer
 from openstarry.core import Event
 from openstarry.events import OUTPUT_AGENT_MESSAGE, OUTPUT_AGENT_MESSAGE_DELTA, EventType
 
@@ -340,6 +343,24 @@ def make_console() -> Console:
     return Console(highlight=False, soft_wrap=False)
 
 
+def _ask_approval(event: Event, session_id: str) -> None:
+    """Ask at the prompt about a call that waits for approval (the next line answers)."""
+    payload = event.payload
+    if event.session_id == session_id and isinstance(payload, dict):
+        args = _cut(json.dumps(payload.get("args"), ensure_ascii=False, default=str))
+        print(f"Allow {payload.get('name')} {args}? [y/N]", flush=True)
+
+
+def _answer_approval(agent: Any, session_id: str, text: str) -> bool:
+    """Answer the session's oldest waiting approval with a typed line; False when none waits."""
+    for wait in agent.loop.waits.pending(session_id):
+        if wait.kind == APPROVAL:
+            yes = text.lower() in ("y", "yes")
+            agent.loop.waits.answer(session_id, wait.id, Answer(approve=yes))
+            return True
+    return False
+
+
 async def prompt_loop(
     agent: Any,
     session_id: str,
@@ -416,7 +437,9 @@ async def prompt_loop(
         "Ctrl-C stops a turn, Ctrl-D leaves.",
         flush=True,
     )
-    with patch_stdout(raw=True):
+    asking = agent.bus.subscribe(APPROVAL_REQUEST, lambda e: _ask_approval(e, session_id))
+    with patch_stdout(raw=True), contextlib.ExitStack() as leaving:
+        leaving.callback(asking.cancel)
         async with anyio.create_task_group() as runs:
             while not quit_requested.is_set():
                 line = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
@@ -432,6 +455,8 @@ async def prompt_loop(
                     continue
                 state.armed = False
                 text = line.strip()
+                if _answer_approval(agent, session_id, text):
+                    continue
                 if not text:
                     continue
                 if text in ("/stop", "/reset", "/quit"):

@@ -176,6 +176,7 @@ pub struct PySegment {
     text: Option<String>,
     data: Option<String>,
     mime_type: Option<String>,
+    signature: Option<String>,
     tool_call: Option<Py<PyToolCall>>,
     ui: Option<Py<PyAny>>,
     extra: Extra,
@@ -185,7 +186,7 @@ pub struct PySegment {
 impl PySegment {
     /// Raises ``ValueError`` when the type's required field is missing.
     #[new]
-    #[pyo3(signature = (r#type, *, text=None, data=None, mime_type=None, tool_call=None, ui=None))]
+    #[pyo3(signature = (r#type, *, text=None, data=None, mime_type=None, tool_call=None, ui=None, signature=None))]
     fn py_new(
         r#type: &str,
         text: Option<String>,
@@ -193,10 +194,11 @@ impl PySegment {
         mime_type: Option<String>,
         tool_call: Option<Py<PyToolCall>>,
         ui: Option<&Bound<'_, PyAny>>,
+        signature: Option<String>,
     ) -> PyResult<Self> {
         let kind = SegmentType::parse(r#type).ok_or_else(|| {
             CoreError::Value(format!(
-                "unknown segment type {type:?}; expected text, image, audio, video, ui or tool_call"
+                "unknown segment type {type:?}; expected text, image, audio, video, ui, tool_call or reasoning"
             ))
         })?;
         let ui = ui.filter(|u| !u.is_none());
@@ -204,7 +206,7 @@ impl PySegment {
             pyjson::dumps_at(u, segment::UI_DEPTH, DEFAULT_MAX_DEPTH)?;
         }
         let present = match kind {
-            SegmentType::Text => text.is_some(),
+            SegmentType::Text | SegmentType::Reasoning => text.is_some(),
             SegmentType::Image | SegmentType::Audio | SegmentType::Video => data.is_some(),
             SegmentType::Ui => ui.is_some(),
             SegmentType::ToolCall => tool_call.is_some(),
@@ -223,6 +225,7 @@ impl PySegment {
             text,
             data,
             mime_type,
+            signature,
             tool_call,
             ui: ui.map(|u| u.clone().unbind()),
             extra: Vec::new(),
@@ -259,6 +262,12 @@ impl PySegment {
         self.mime_type.as_deref()
     }
 
+    /// A ``reasoning`` segment's opaque proof, sent back to its provider.
+    #[getter]
+    fn signature(&self) -> Option<&str> {
+        self.signature.as_deref()
+    }
+
     #[getter]
     fn tool_call(&self, py: Python<'_>) -> Option<Py<PyToolCall>> {
         self.tool_call.as_ref().map(|t| t.clone_ref(py))
@@ -286,6 +295,7 @@ impl PySegment {
                 || self.text != o.text
                 || self.data != o.data
                 || self.mime_type != o.mime_type
+                || self.signature != o.signature
                 || self.extra != o.extra
             {
                 return Ok(false);
@@ -311,6 +321,9 @@ impl PySegment {
         if let Some(m) = &self.mime_type {
             parts.push(format!("mime_type={m:?}"));
         }
+        if let Some(sig) = &self.signature {
+            parts.push(format!("signature={sig:?}"));
+        }
         if let Some(tc) = &self.tool_call {
             parts.push(format!("tool_call={}", tc.get().__repr__(py)));
         }
@@ -329,6 +342,7 @@ impl PySegment {
             ("text", &self.text),
             ("data", &self.data),
             ("mimeType", &self.mime_type),
+            ("signature", &self.signature),
         ] {
             if let Some(v) = value {
                 out.extend_from_slice(b",\"");
@@ -474,6 +488,7 @@ fn decode(py: Python<'_>, buf: &[u8], limits: &Limits) -> PyResult<PyResponse> {
             text: text(seg.text),
             data: text(seg.data),
             mime_type: text(seg.mime_type),
+            signature: text(seg.signature),
             tool_call,
             ui,
             extra: extra_of(buf, &seg.extra),

@@ -16,6 +16,12 @@ Rules the executor keeps:
 - **One builder for result events** (:meth:`ToolExecutor.result_event`): a
   result that JSON (or an event's nesting) cannot carry becomes an
   ``INVALID_RESULT`` failure, for the provider's calls and for other agents' alike.
+- **Calls that wait for the outside** (:mod:`openstarry.agent.waits`): a client
+  tool's call waits for its output, a call that needs approval for a yes; both
+  are announced (``EXEC:APPROVAL_REQUEST``, then one ``EXEC:AWAITING``) before
+  any call of the round runs. A denied or unanswered approval is a ``DENIED``
+  outcome and an observation, never a run of the tool. A call from another
+  agent to a tool that needs approval is refused (``APPROVAL_REQUIRED``).
 - **Failure streaks per session.** Failures in a row lock the session at
   ``max_failure_streak``; the same failing call ``repeated_failure_warning``
   times in a row adds a warning observation.
@@ -36,15 +42,22 @@ from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.limits import LoopLimits
 from openstarry.agent.memory import Observation, ToolFailure, ToolOutcome
 from openstarry.agent.sessions import SessionRuntime
+from openstarry.agent.waits import APPROVAL, CLIENT_CALL, Answer, ClientTool, Wait, Waits
 from openstarry.bus import EventBus, describe_exception
 from openstarry.core import Event, ToolCall
 from openstarry.errors import ToolArgumentsError, ToolError
 from openstarry.events import EventType
 
-__all__ = ["ToolExecutor", "result_payload"]
+__all__ = ["APPROVAL_REQUEST", "AWAITING", "ToolExecutor", "result_payload"]
 
 _TOOL_CALL = EventType.TOOL_CALL.value
 _TOOL_RESULT = EventType.TOOL_RESULT.value
+#: A call waits for a yes or a no: ``{"approvalId", "toolCallId", "name", "args",
+#: "serverLabel"?}``, a child of its ``EXEC:TOOL_CALL``.
+APPROVAL_REQUEST = "EXEC:APPROVAL_REQUEST"
+#: The round now waits for its client: ``{"callIds": [...], "approvalIds": [...]}``
+#: (the client tools' calls, the approvals), a child of the tick.
+AWAITING = "EXEC:AWAITING"
 
 
 def result_payload(outcome: ToolOutcome) -> dict[str, Any]:
@@ -76,6 +89,15 @@ def _stray_cancellation() -> bool:
     return task is not None and cancelling is not None and cancelling() == 0
 
 
+def _valid(tool: Tool, call: ToolCall) -> bool:
+    """Whether the call's arguments pass the tool's schema (else nobody is asked about it)."""
+    try:
+        tool.validate(call.args)
+    except Exception:
+        return False
+    return True
+
+
 def _failure_of(exc: BaseException) -> ToolFailure:
     message = describe_exception(exc).partition(": ")[2]
     if isinstance(exc, ToolError):
@@ -97,15 +119,28 @@ class ToolExecutor:
         source: The ``source`` of the events.
     """
 
-    __slots__ = ("bus", "limits", "source", "tools")
+    __slots__ = ("approval_tools", "bus", "limits", "source", "tools", "waits")
 
     def __init__(
-        self, bus: EventBus, tools: Mapping[str, Tool], limits: LoopLimits, source: str
+        self,
+        bus: EventBus,
+        tools: Mapping[str, Tool],
+        limits: LoopLimits,
+        source: str,
+        *,
+        approval_tools: frozenset[str] = frozenset(),
     ) -> None:
         self.bus = bus
         self.tools = tools
         self.limits = limits
         self.source = source
+        #: The names of the tools whose calls wait for approval.
+        self.approval_tools = approval_tools
+        self.waits = Waits()
+
+    def needs_approval(self, tool: Tool) -> bool:
+        """Whether a call of ``tool`` waits for a yes before it runs."""
+        return tool.name in self.approval_tools or getattr(tool, "requires_approval", False) is True
 
     def result_event(self, call_event: Event, outcome: ToolOutcome) -> tuple[Event, ToolOutcome]:
         """The ``EXEC:TOOL_RESULT`` child of ``call_event``, and the outcome it carries.
@@ -128,6 +163,7 @@ class ToolExecutor:
         context: AgentContext,
         observations: list[Observation],
         parse_errors: Mapping[int, ToolArgumentsError | None] | None = None,
+        tools: Mapping[str, Tool] | None = None,
     ) -> list[ToolOutcome]:
         """Run the calls (concurrently, up to the cap) and publish their events.
 
@@ -138,30 +174,46 @@ class ToolExecutor:
             observations: Where what the provider should hear about goes.
             parse_errors: Arguments that could not be parsed, by call index
                 (a slash command's line); those calls fail with them.
+            tools: The tools of this run, when they are not just the agent's
+                (a request's client tools beside them).
 
         Returns:
             The outcomes in the order of the calls.
         """
         publish = self.bus.apublish
+        known = self.tools if tools is None else tools
         call_events = []
         for call in calls:
-            call_event = parent.child(
-                _TOOL_CALL,
-                {"toolCallId": call.id, "name": call.name, "args": call.args},
-                source=self.source,
-            )
+            payload: dict[str, Any] = {"toolCallId": call.id, "name": call.name, "args": call.args}
+            label = getattr(known.get(call.name), "server_label", None)
+            if isinstance(label, str):
+                # A remote MCP server's tool: the Agent API shows an mcp_call.
+                payload["serverLabel"] = label
+            call_event = parent.child(_TOOL_CALL, payload, source=self.source)
             call_events.append(call_event)
             await publish(call_event)
+        waits = await self._announce_waits(parent, call_events, calls, context, known)
         outcomes: list[ToolOutcome | None] = [None] * len(calls)
         if len(calls) == 1:
             parse_error = parse_errors.get(0) if parse_errors else None
-            outcomes[0] = await self.run(calls[0], parse_error, context, observations)
+            outcomes[0] = await self.run(
+                calls[0], parse_error, context, observations, tools=known, wait=waits.get(0)
+            )
         else:
             limiter = anyio.CapacityLimiter(self.limits.max_concurrent_tools)
 
             async def one(i: int) -> None:
+                wait = waits.get(i)
+                if wait is not None and wait.kind == CLIENT_CALL:
+                    # Waiting for the client takes no slot from the agent's tools.
+                    outcomes[i] = await self.run(
+                        calls[i], None, context, observations, tools=known, wait=wait
+                    )
+                    return
                 async with limiter:
-                    outcomes[i] = await self.run(calls[i], None, context, observations)
+                    outcomes[i] = await self.run(
+                        calls[i], None, context, observations, tools=known, wait=wait
+                    )
 
             async with anyio.create_task_group() as task_group:
                 for i in range(len(calls)):
@@ -174,19 +226,107 @@ class ToolExecutor:
             done.append(outcome)
         return done
 
+    async def _announce_waits(
+        self,
+        parent: Event,
+        call_events: Sequence[Event],
+        calls: Sequence[ToolCall],
+        context: AgentContext,
+        tools: Mapping[str, Tool],
+    ) -> dict[int, Wait]:
+        """Open the round's waits, publish their approval requests and the ``EXEC:AWAITING``."""
+        waits: dict[int, Wait] = {}
+        for i, call in enumerate(calls):
+            tool = tools.get(call.name)
+            if tool is None:
+                continue
+            if isinstance(tool, ClientTool):
+                waits[i] = self.waits.open(CLIENT_CALL, context, call.id, call.name, call.args)
+            elif self.needs_approval(tool) and _valid(tool, call):
+                label = getattr(tool, "server_label", None)
+                wait = self.waits.open(
+                    APPROVAL,
+                    context,
+                    call.id,
+                    call.name,
+                    call.args,
+                    server_label=label if isinstance(label, str) else None,
+                )
+                waits[i] = wait
+                payload: dict[str, Any] = {
+                    "approvalId": wait.id,
+                    "toolCallId": call.id,
+                    "name": call.name,
+                    "args": call.args,
+                }
+                if wait.server_label is not None:
+                    payload["serverLabel"] = wait.server_label
+                await self.bus.apublish(
+                    call_events[i].child(APPROVAL_REQUEST, payload, source=self.source)
+                )
+        if waits:
+            announced = {
+                "callIds": [w.id for w in waits.values() if w.kind == CLIENT_CALL],
+                "approvalIds": [w.id for w in waits.values() if w.kind == APPROVAL],
+            }
+            await self.bus.apublish(parent.child(AWAITING, announced, source=self.source))
+        return waits
+
+    async def _client_output(self, call: ToolCall, wait: Wait) -> ToolOutcome:
+        """The outcome of a client tool's call: the output its client sent."""
+        timeout = self.limits.client_timeout
+        answer = await self.waits.wait(wait, timeout)
+        if answer is None or answer.output is None:
+            message = f"the client sent no output for {call.name} within {timeout:g} s"
+            return ToolOutcome(
+                call.id, call.name, False, error=ToolFailure("TIMEOUT", message, "core")
+            )
+        try:
+            result: Any = json.loads(answer.output)
+        except ValueError:
+            result = answer.output
+        return ToolOutcome(call.id, call.name, True, result)
+
+    async def _approved(
+        self, call: ToolCall, wait: Wait | None, observations: list[Observation]
+    ) -> ToolOutcome | None:
+        """``None`` when the call may run; else the outcome of its refusal."""
+        if wait is None:
+            message = f"{call.name} needs approval, which a call from another agent cannot get"
+            return ToolOutcome(
+                call.id, call.name, False, error=ToolFailure("APPROVAL_REQUIRED", message, "core")
+            )
+        timeout = self.limits.approval_timeout
+        answer: Answer | None = await self.waits.wait(wait, timeout)
+        if answer is not None and answer.approve:
+            return None
+        if answer is None:
+            why = f"nobody answered the approval request within {timeout:g} s"
+        else:
+            why = f"the user denied it{f': {answer.reason}' if answer.reason else ''}"
+        message = f"The call to {call.name} was not run: {why}."
+        observations.append(Observation(message))
+        return ToolOutcome(call.id, call.name, False, error=ToolFailure("DENIED", message, "user"))
+
     async def run(
         self,
         call: ToolCall,
         parse_error: ToolArgumentsError | None,
         context: AgentContext,
         observations: list[Observation],
+        *,
+        tools: Mapping[str, Tool] | None = None,
+        wait: Wait | None = None,
     ) -> ToolOutcome:
         """Validate and run one call under the tool timeout; failures become outcomes.
 
         What the provider should hear about (an unknown tool, bad arguments)
-        goes into ``observations``.
+        goes into ``observations``. ``wait`` is the call's announced wait (a
+        client tool's output, an approval).
         """
-        tools = self.tools
+        if wait is not None and wait.kind == CLIENT_CALL:
+            return await self._client_output(call, wait)
+        tools = self.tools if tools is None else tools
         tool = tools.get(call.name)
         if tool is None:
             available = ", ".join(tools) or "none"
@@ -208,7 +348,13 @@ class ToolExecutor:
             )
         except Exception as exc:
             # A validate() that fails otherwise is the tool's own failure.
+            if wait is not None:
+                self.waits.close(wait)
             return ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
+        if wait is not None or self.needs_approval(tool):
+            refused = await self._approved(call, wait, observations)
+            if refused is not None:
+                return refused
         timeout = self.limits.tool_timeout
         result: Any = None
         try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import abc
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from openstarry.agent.memory import Memory, Session
@@ -160,6 +160,11 @@ class AgentContext:
             its tool with ``d``, and a remote tool called from there sends
             ``d + 1`` (spec 004 section 4).
         text_sink: Where :meth:`emit_text_delta` sends text; set by the loop.
+        generation: The generation parameters of the request being served
+            (``temperature``, ``top_p``, ``max_tokens``, ``stop``, ``seed``,
+            ``frequency_penalty``, ``presence_penalty``, ``model``): a
+            provider maps those its API has, and names the others in its
+            response's ``metadata["droppedParameters"]``. Empty when none.
     """
 
     tools: Mapping[str, Tool]
@@ -170,6 +175,7 @@ class AgentContext:
     instructions: str | None = None
     call_depth: int = 0
     text_sink: Callable[[str], None] | None = None
+    generation: Mapping[str, Any] = field(default_factory=dict)
 
     def emit_text_delta(self, text: str) -> None:
         """Pass on a piece of what the provider is saying as it streams in.

@@ -27,6 +27,10 @@ class LoopLimits:
     max_pending_inputs: int = 64
     #: Sessions kept; past it the least recently used idle one is forgotten.
     max_sessions: int = 10_000
+    #: Seconds a call that needs approval waits for a yes; unanswered, it is denied.
+    approval_timeout: float = 300.0
+    #: Seconds a client tool's call waits for the output its client runs.
+    client_timeout: float = 600.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -40,6 +44,6 @@ class LoopLimits:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.repeated_failure_warning < 2:
             raise ValueError("repeated_failure_warning must be at least 2")
-        for name in ("tool_timeout", "provider_timeout"):
+        for name in ("tool_timeout", "provider_timeout", "approval_timeout", "client_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)}")

@@ -26,6 +26,7 @@ bus) cancels the run in progress at once; the session stays usable.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -54,9 +55,7 @@ from openstarry.agent.sessions import SessionRuntime, Sessions
 from openstarry.agent.turn import Turn
 from openstarry.bus import EventBus, Subscription
 from openstarry.core import Event
-from openstarry.errors import (
-    QueueFull,
-)
+from openstarry.errors import QueueClosed, QueueFull
 from openstarry.events import (
     OUTPUT_AGENT_MESSAGE_DELTA,
     AgentState,
@@ -116,6 +115,9 @@ class ExecutionLoop(Lifecycle):
             the most relevant to the input, reach the provider in
             ``context.tools`` (spec 000 section 6B); ``None`` sends them all.
         retriever: What picks them (default: the built-in lexical scorer).
+        approval_tools: The names of the tools whose calls wait for a yes
+            before they run (:mod:`openstarry.agent.waits`); the waits are in
+            :attr:`waits`.
     """
 
     def __init__(
@@ -130,6 +132,7 @@ class ExecutionLoop(Lifecycle):
         instructions: str | None = None,
         max_tools: int | None = None,
         retriever: ToolRetriever | None = None,
+        approval_tools: Iterable[str] = (),
     ) -> None:
         if max_tools is not None and (
             isinstance(max_tools, bool) or not isinstance(max_tools, int) or max_tools < 1
@@ -146,7 +149,11 @@ class ExecutionLoop(Lifecycle):
         self.memory_window = memory_window
         self._waiters = Waiters()
         self._outbox = Outbox(bus, source, self._waiters)
-        self._executor = ToolExecutor(bus, _tools_by_name(tools), limits, source)
+        self._executor = ToolExecutor(
+            bus, _tools_by_name(tools), limits, source, approval_tools=frozenset(approval_tools)
+        )
+        #: The calls waiting for someone outside: client tools' outputs, approvals.
+        self.waits = self._executor.waits
         self._sessions = Sessions(
             self._run,
             self._waiters,
@@ -174,7 +181,19 @@ class ExecutionLoop(Lifecycle):
 
     @tools.setter
     def tools(self, tools: Iterable[Tool] | Mapping[str, Tool]) -> None:
-        self._executor.tools = _tools_by_name(tools)
+        """Replace the tools; while the loop runs, a ``KERNEL:TOOLS_CHANGED`` says so.
+
+        Its payload is ``{"tools": [names]}``; an MCP server of the agent
+        turns it into ``notifications/tools/list_changed``. The next round of
+        every run sees the new tools.
+        """
+        self._executor.tools = by_name = _tools_by_name(tools)
+        if self._open:
+            changed = Event.new(
+                TOOLS_CHANGED, {"tools": list(by_name)}, source=self.source, session_id="agent"
+            )
+            with contextlib.suppress(QueueFull, QueueClosed):
+                self.bus.publish(changed)
 
     # -- lifecycle -------------------------------------------------------
 
@@ -256,10 +275,21 @@ class ExecutionLoop(Lifecycle):
         pending = self.start(text, session_id=session_id, source=source)
         return await pending.wait()
 
-    def start(self, text: str, *, session_id: str = "default", source: str = "user") -> PendingRun:
+    def start(
+        self,
+        text: str,
+        *,
+        session_id: str = "default",
+        source: str = "user",
+        extra: Mapping[str, Any] | None = None,
+    ) -> PendingRun:
         """Publish ``text`` as an ``INPUT:USER_MESSAGE`` now; await the returned run's ``wait()``.
 
         Inputs started one after the other in a session run in that order.
+        ``extra`` goes into the input's payload beside the text: ``"tools"``
+        (functions the client runs, as ``{"name", "description",
+        "parameters"}``) and ``"generation"`` (parameters for the provider,
+        ``context.generation``).
 
         Raises:
             QueueFull: the bus is at capacity (:meth:`ask` waits for room instead).
@@ -269,7 +299,7 @@ class ExecutionLoop(Lifecycle):
             raise RuntimeError(
                 "the ExecutionLoop is not running: use `async with ExecutionLoop(...)`"
             )
-        event = _user_message(text, session_id, source, None)
+        event = _user_message(text, session_id, source, None, extra)
         waiters = self._waiters
         pending = PendingRun(event, self.bus.new_signal(), waiters, self.bus.apublish)
         waiters.add(event.id, pending.result, pending._done)
@@ -455,6 +485,10 @@ class ExecutionLoop(Lifecycle):
         }
 
 
+#: Published when the agent's tools change while the loop runs: ``{"tools": [names]}``.
+TOOLS_CHANGED = "KERNEL:TOOLS_CHANGED"
+
+
 def _tools_by_name(tools: Iterable[Tool] | Mapping[str, Tool]) -> dict[str, Tool]:
     items = tools.values() if isinstance(tools, Mapping) else tools
     by_name: dict[str, Tool] = {}
@@ -467,11 +501,20 @@ def _tools_by_name(tools: Iterable[Tool] | Mapping[str, Tool]) -> dict[str, Tool
     return by_name
 
 
-def _user_message(text: str, session_id: str, source: str, priority: int | None) -> Event:
+def _user_message(
+    text: str,
+    session_id: str,
+    source: str,
+    priority: int | None,
+    extra: Mapping[str, Any] | None = None,
+) -> Event:
     """The ``INPUT:USER_MESSAGE`` that :meth:`~ExecutionLoop.submit` and ``start`` publish."""
+    payload: dict[str, Any] = {"text": text, "mimeType": "text/plain"}
+    if extra:
+        payload.update({k: v for k, v in extra.items() if k not in payload})
     return Event.new(
         _USER_MESSAGE,
-        {"text": text, "mimeType": "text/plain"},
+        payload,
         source=source,
         session_id=session_id,
         priority=priority,

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from openstarry.core import ToolCall
+from openstarry.core import ContentSegment, ToolCall
 from openstarry.events import AgentState
 
 __all__ = [
@@ -39,10 +39,16 @@ class UserTurn:
 
 @dataclass(frozen=True, slots=True)
 class AssistantTurn:
-    """What the provider answered: its text (may be empty) and its tool calls, in order."""
+    """What the provider answered: its text (may be empty) and its tool calls, in order.
+
+    ``reasoning`` holds the answer's ``reasoning`` segments (its thinking or
+    their summaries), with the signatures and encrypted reasoning a provider
+    asks to be handed back on the next round.
+    """
 
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: tuple[ContentSegment, ...] = ()
     role: Literal["assistant"] = "assistant"
 
 

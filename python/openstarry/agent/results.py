@@ -120,7 +120,7 @@ class PendingRun:
     """An input published by :meth:`ExecutionLoop.start
     <openstarry.agent.loop.ExecutionLoop.start>`; :meth:`wait` for its result."""
 
-    __slots__ = ("_done", "_publish", "_published", "_waiters", "event", "result")
+    __slots__ = ("_done", "_publish", "_published", "_waiters", "event", "keep", "result")
 
     def __init__(
         self,
@@ -135,6 +135,10 @@ class PendingRun:
         self._waiters = waiters
         self._publish = publish
         self._published = True
+        #: While true, a :meth:`wait` that is cancelled leaves the run waited
+        #: for, so another task can wait for it later (a run that waits for
+        #: its client across requests).
+        self.keep = False
 
     async def wait(self) -> RunResult:
         """Wait until the run has ended (completed, failed or stopped) and return its result."""
@@ -143,7 +147,8 @@ class PendingRun:
                 await self._publish_unless_done()
             await self._done.wait()
         finally:
-            self._waiters.forget(self.event.id)
+            if not self.keep or self._done.is_set():
+                self._waiters.forget(self.event.id)
         return self.result
 
     async def _publish_unless_done(self) -> None:

@@ -54,6 +54,8 @@ class Agent(Lifecycle):
         retriever: What picks those tools (default: the lexical scorer).
         toolsets: Tools to connect when the agent starts (remote MCP servers);
             their tools join :attr:`tools` while it runs.
+        approval_tools: Tools whose calls wait for a person's approval
+            (:mod:`openstarry.agent.waits`).
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class Agent(Lifecycle):
         max_tools: int | None = None,
         retriever: ToolRetriever | None = None,
         toolsets: Sequence[Toolset] = (),
+        approval_tools: Iterable[str] = (),
     ) -> None:
         for toolset in toolsets:
             if not isinstance(toolset, Toolset):
@@ -91,6 +94,7 @@ class Agent(Lifecycle):
             instructions=instructions,
             max_tools=max_tools,
             retriever=retriever,
+            approval_tools=approval_tools,
         )
 
     @property
@@ -116,6 +120,14 @@ class Agent(Lifecycle):
                 local = self.loop.tools
                 self.loop.tools = self._with_toolsets(local)
                 stack.callback(setattr, self.loop, "tools", local)
+                for toolset in self.toolsets:
+                    # A toolset whose tools change while it runs (a remote server's
+                    # list_changed) says so; the agent takes the new list.
+                    if hasattr(toolset, "on_change"):
+                        toolset.on_change = lambda: setattr(
+                            self.loop, "tools", self._with_toolsets(local)
+                        )
+                        stack.callback(setattr, toolset, "on_change", None)
             await stack.enter_async_context(self.loop)
             yield self
 

@@ -44,6 +44,7 @@ from openstarry.agent.memory import AssistantTurn, Observation, ToolFailure, Too
 from openstarry.agent.results import RunResult, add_usage
 from openstarry.agent.retrieval import LexicalRetriever
 from openstarry.agent.sessions import SessionRuntime
+from openstarry.agent.waits import ClientTool
 from openstarry.bus import describe_exception
 from openstarry.core import ContentSegment, Event, ProviderResponse, ToolCall, decode_response
 from openstarry.errors import AgentPainException, DecodeError, QueueClosed, ToolArgumentsError
@@ -66,6 +67,9 @@ _IDLE, _THINKING, _EXECUTING = AgentState.IDLE, AgentState.THINKING, AgentState.
 
 
 def _segment_dict(segment: ContentSegment) -> dict[str, Any]:
+    if segment.type == "reasoning":
+        # Its signature and encrypted data are for the provider, kept in memory.
+        return {"type": "reasoning", "text": segment.text or ""}
     out: dict[str, Any] = {"type": segment.type}
     if segment.text is not None:
         out["text"] = segment.text
@@ -117,6 +121,7 @@ class Turn:
     """
 
     __slots__ = (
+        "client_tools",
         "context",
         "input",
         "loop",
@@ -140,6 +145,18 @@ class Turn:
         self.open_calls: Sequence[ToolCall] = ()
         #: Observations of this round, added to memory after the round's outcomes.
         self.observations: list[Observation] = []
+        #: The functions the input's client declared and runs itself, by name.
+        self.client_tools: dict[str, Tool] = {}
+        payload = event.payload
+        if isinstance(payload, dict):
+            declared = payload.get("tools")
+            for spec in declared if isinstance(declared, list) else ():
+                if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+                    tool = ClientTool.from_spec(spec)
+                    self.client_tools[tool.name] = tool
+            generation = payload.get("generation")
+            if isinstance(generation, dict):
+                self.context.generation = generation
 
     def close_calls(self, code: str, message: str) -> None:
         """Give every open call of memory an outcome, so each call keeps its answer."""
@@ -276,8 +293,9 @@ class Turn:
     ) -> tuple[list[ToolOutcome], bool]:
         """Run the round's calls; returns their outcomes and whether the session got locked."""
         executor = self.loop._executor
+        tools = {**executor.tools, **self.client_tools} if self.client_tools else None
         outcomes = await executor.execute(
-            self.tick, calls, self.context, self.observations, parse_errors
+            self.tick, calls, self.context, self.observations, parse_errors, tools
         )
         locked = executor.count_failures(self.rt, outcomes, calls, self.observations)
         if locked:
@@ -298,6 +316,8 @@ class Turn:
         memory.append(UserTurn(prompt))
         context = self.context
         context.tools = await self.select_tools(prompt)
+        if self.client_tools:
+            context.tools = {**context.tools, **self.client_tools}
         event = self.input
         result = self.result
         tool_rounds = 0
@@ -338,14 +358,17 @@ class Turn:
             await _honour_cancellation(scope)
             calls: list[ToolCall] = []
             said: list[ContentSegment] = []
+            thought: list[ContentSegment] = []
             for segment in response.segments:
                 tool_call = segment.tool_call
                 if tool_call is not None:
                     calls.append(tool_call)
                 else:
                     said.append(segment)
-            text = "".join(s.text for s in said if s.text is not None)
-            memory.append(AssistantTurn(text, tuple(calls)))
+                    if segment.type == "reasoning":
+                        thought.append(segment)
+            text = "".join(s.text for s in said if s.text is not None and s.type != "reasoning")
+            memory.append(AssistantTurn(text, tuple(calls), tuple(thought)))
             self.open_calls = calls
             if said:
                 payload: dict[str, Any] = {

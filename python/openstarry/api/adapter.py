@@ -28,23 +28,31 @@ within a priority, delivers it after the run's own events.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import uuid
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
+from openstarry.agent.commands import find_tool, parse_line
+from openstarry.agent.waits import Answer
 from openstarry.api.builders import ResponseBuilder
+from openstarry.api.choices import Choices, check_choices
 from openstarry.api.models import (
     AgentRequest,
     AgentResponse,
+    DataContent,
+    Error,
     InvalidRequestError,
+    MessageType,
     Role,
     TextContent,
+    WireModel,
 )
 from openstarry.api.translate import RunTranslator, WireEvent, run_status
 from openstarry.bus import EventBus, Subscription
@@ -71,28 +79,55 @@ SOURCE = "openstarry.api"
 MAX_PENDING_EVENTS = 10_000
 
 _PATTERNS = ("OUTPUT:*", "EXEC:*", EventType.ERROR.value, "API:*")
+_AWAITING = "EXEC:AWAITING"
 
 
-def check_request(request: AgentRequest) -> str:
+#: The generation parameters of a request that reach the provider (``context.generation``).
+GENERATION_PARAMETERS = (
+    "model",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "stop",
+    "seed",
+    "frequency_penalty",
+    "presence_penalty",
+)
+
+
+def check_request(request: AgentRequest, agent: Agent | None = None) -> str:
     """The text a request sends to the agent: its last ``user`` message's text content.
 
-    Text content items are joined by newlines.
+    Text content items are joined by newlines. A request that answers a run
+    waiting for its client (``function_call_output`` or
+    ``mcp_approval_response`` messages) sends no text: the empty string.
+
+    With ``agent``, the request is also checked against it: a declared tool
+    whose name is one of the agent's, answers to calls the session does not
+    wait for, or a session that waits for answers the request does not carry.
 
     Raises:
         InvalidRequestError: (HTTP 422) there is no user message, it holds no
-            text or content other than text, or the request asks for what the
-            agent cannot do: ``tools`` (the agent's come from its manifest) or
-            ``n`` above 1.
+            text or content other than text, ``n`` is above 1 where the
+            choices could not run independently (``unsupported_n``, see
+            :mod:`openstarry.api.choices`), two declared
+            tools share a name or one clashes with the agent's
+            (``tool_name_clash``), or the answers do not match what the
+            session waits for (``unknown_call_id``, ``missing_call_output``,
+            ``no_waiting_run``).
     """
-    if request.tools:
-        raise _refuse(
-            "unsupported_tools",
-            "tools: this agent's tools are set by its manifest; a request cannot add tools",
-        )
-    if request.n is not None and request.n != 1:
-        raise _refuse(
-            "unsupported_n", f"n: this agent gives one answer per request, not {request.n}"
-        )
+    _client_tools(request, agent)
+    answers = client_answers(request)
+    if agent is not None and request.session_id is not None:
+        _check_answers(agent, request.session_id, answers)
+    if answers:
+        check_choices(request, "", True, agent)
+        if request.session_id is None:
+            raise _refuse(
+                "no_waiting_run",
+                "session_id: answers to a waiting run must name its session",
+            )
+        return ""
     for message in reversed(request.input):
         if message.role is Role.USER:
             break
@@ -111,7 +146,148 @@ def check_request(request: AgentRequest) -> str:
     text = "\n".join(texts)
     if not text.strip():
         raise _refuse("empty_input", "input: the last user message has no text")
+    check_choices(request, text, False, agent)
     return text
+
+
+def _client_tools(request: AgentRequest, agent: Agent | None) -> list[dict[str, Any]]:
+    """The request's declared functions as ``{"name", "description", "parameters"}``."""
+    declared: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    clashes: list[str] = []
+    theirs = agent.tools if agent is not None else {}
+    for tool in request.tools or ():
+        function = tool.function
+        parameters = function.parameters
+        schema = parameters.to_wire() if isinstance(parameters, WireModel) else dict(parameters)
+        if function.name in seen or function.name in theirs:
+            clashes.append(function.name)
+        seen.add(function.name)
+        declared.append(
+            {"name": function.name, "description": function.description, "parameters": schema}
+        )
+    if clashes:
+        raise _refuse(
+            "tool_name_clash",
+            f"tools: {', '.join(repr(n) for n in clashes)} clash with the agent's tools "
+            "or with another declared tool; rename them",
+        )
+    return declared
+
+
+def _generation(request: AgentRequest) -> dict[str, Any]:
+    return {
+        name: getattr(request, name)
+        for name in GENERATION_PARAMETERS
+        if getattr(request, name) is not None
+    }
+
+
+def client_answers(request: AgentRequest) -> dict[str, Answer]:
+    """The answers a request carries to a waiting run, by call or approval id.
+
+    A ``function_call_output`` message's data content ``{"call_id", "output"}``
+    answers a client tool's call; an ``mcp_approval_response`` message's
+    ``{"approval_request_id", "approve", "reason"?}`` answers an approval.
+
+    Raises:
+        InvalidRequestError: an answer lacks its id, or one id is answered twice.
+    """
+    answers: dict[str, Answer] = {}
+    for message in request.input:
+        is_output = message.type is MessageType.FUNCTION_CALL_OUTPUT
+        if not is_output and message.type is not MessageType.MCP_APPROVAL_RESPONSE:
+            continue
+        for item in message.content or ():
+            data = item.data if isinstance(item, DataContent) else None
+            if not isinstance(data, dict):
+                raise _refuse(
+                    "invalid_request",
+                    f"input: a {message.type.value} message's content must be data",
+                )
+            if is_output:
+                key = data.get("call_id")
+                output = data.get("output")
+                answer = Answer(output=output if isinstance(output, str) else json.dumps(output))
+            else:
+                key = data.get("approval_request_id")
+                reason = data.get("reason")
+                answer = Answer(
+                    approve=data.get("approve") is True,
+                    reason=reason if isinstance(reason, str) else None,
+                )
+            if not isinstance(key, str) or not key:
+                raise _refuse(
+                    "invalid_request",
+                    f"input: a {message.type.value} needs its "
+                    f"{'call_id' if is_output else 'approval_request_id'}",
+                )
+            if key in answers:
+                raise _refuse("invalid_request", f"input: {key!r} is answered twice")
+            answers[key] = answer
+    return answers
+
+
+def _check_answers(agent: Agent, session_id: str, answers: dict[str, Answer]) -> None:
+    waiting = {w.id for w in agent.loop.waits.pending(session_id)}
+    if not answers and not waiting:
+        return
+    parked = _PARKED.get(agent, {}).get(session_id)
+    if answers and (parked is None or not waiting):
+        raise _refuse(
+            "no_waiting_run",
+            f"input: session {session_id!r} has no run waiting for {', '.join(sorted(answers))}",
+        )
+    unknown = sorted(set(answers) - waiting)
+    if unknown:
+        raise _refuse(
+            "unknown_call_id",
+            f"input: session {session_id!r} waits for no call or approval {', '.join(unknown)}; "
+            f"it waits for {', '.join(sorted(waiting))}",
+        )
+    missing = sorted(waiting - set(answers))
+    if missing:
+        raise _refuse(
+            "missing_call_output",
+            f"input: session {session_id!r} waits for the output or approval of "
+            f"{', '.join(missing)}; send a function_call_output or mcp_approval_response "
+            "for each",
+        )
+
+
+def _rejection(agent: Agent, text: str) -> Error | None:
+    """Why a request is refused before any run: a slash command of a tool that needs approval.
+
+    A slash command runs its tool at once, with nobody asked; the approval
+    policy refuses it (the model may still call the tool, and ask).
+    """
+    command = parse_line(text)
+    if command is None or command.is_builtin:
+        return None
+    tool = find_tool(command.name, agent.tools)
+    if tool is None:
+        return None
+    approval = getattr(getattr(agent.manifest, "approval", None), "tools", ())
+    if tool.name in approval or getattr(tool, "requires_approval", False) is True:
+        return Error(
+            code="approval_required",
+            message=f"/{command.name}: {tool.name} needs approval; a slash command cannot ask "
+            "for it (ask the agent in words instead)",
+        )
+    return None
+
+
+def server_tools(agent: Agent, label: str) -> list[dict[str, Any]]:
+    """A remote MCP server's tools as the agent has them now, by their names on the server."""
+    return [
+        {
+            "name": str(getattr(tool, "remote_name", tool.name)),
+            "description": tool.description,
+            "input_schema": dict(tool.parameters),
+        }
+        for tool in agent.tools.values()
+        if getattr(tool, "server_label", None) == label
+    ]
 
 
 def _refuse(code: str, message: str) -> InvalidRequestError:
@@ -160,6 +336,11 @@ def _router(bus: EventBus) -> _Router:
     return router
 
 
+#: The runs that wait for their client, by agent and session: a request that
+#: answers them follows the same run on.
+_PARKED: weakref.WeakKeyDictionary[Agent, dict[str, PendingRun]] = weakref.WeakKeyDictionary()
+
+
 class RunStream:
     """One run of the agent as a stream of Agent API events; made by :func:`open_run`.
 
@@ -184,8 +365,18 @@ class RunStream:
         response_id: str | None = None,
         stop_timeout: float = 5.0,
     ) -> None:
-        self._text = check_request(request)
+        self._text = check_request(request, agent)
+        self._answers = client_answers(request)
+        self._extra: dict[str, Any] = {}
+        tools = _client_tools(request, agent)
+        if tools:
+            self._extra["tools"] = tools
+        generation = _generation(request)
+        if generation:
+            self._extra["generation"] = generation
         self.agent = agent
+        #: Why the request is refused before any run (``rejected``), if it is.
+        self.rejection = _rejection(agent, self._text)
         self.session_id = request.session_id or f"session_{uuid.uuid4()}"
         builder = ResponseBuilder(session_id=self.session_id, response_id=response_id)
         self.response_id = builder.response_id
@@ -197,21 +388,53 @@ class RunStream:
         self._trace_id: str | None = None
         self._queue: deque[Event | None] = deque()
         self._wake: anyio.Event | None = None  # made in the event loop, when needed
-        self._translator = RunTranslator(builder)
+        self._translator = RunTranslator(builder, lambda label: server_tools(agent, label))
+        #: ``n`` above 1: the runs of the choices, merged into this response.
+        self._choices = (
+            Choices(agent, request, self.session_id, builder, self._translator.out)
+            if (request.n or 1) > 1 and self.rejection is None
+            else None
+        )
         self._stop_sent = False
         self._ended = False
         self._finished = False
+        #: The run waits for this stream's client (the response ended ``incomplete``).
+        self.waiting = False
         #: Text deltas dropped because the consumer fell behind.
         self.deltas_dropped = 0
 
     # -- lifecycle -------------------------------------------------------
 
     async def __aenter__(self) -> RunStream:
-        pending = self.agent.loop.start(self._text, session_id=self.session_id, source=SOURCE)
+        loop = self.agent.loop
+        if self.rejection is not None:
+            # Refused by the approval policy before any run: created, then rejected.
+            self.final = self._translator.rejected(self.rejection)
+            self._finished = self._ended = True
+            self._task_group = anyio.create_task_group()
+            await self._task_group.__aenter__()
+            return self
+        if self._choices is not None:
+            self._translator.start()
+            self._task_group = anyio.create_task_group()
+            await self._task_group.__aenter__()
+            self._task_group.start_soon(self._watch, name=f"openstarry.api n {self.response_id}")
+            return self
+        if self._answers:
+            pending = _PARKED.get(self.agent, {}).pop(self.session_id, None)
+            if pending is None:
+                raise _refuse("no_waiting_run", f"session {self.session_id!r} has no run waiting")
+            pending.keep = False
+        else:
+            pending = loop.start(
+                self._text, session_id=self.session_id, source=SOURCE, extra=self._extra
+            )
         self._pending = pending
         # Routed before anything of the run can be dispatched (no await since start).
         self._trace_id = pending.event.trace_id
         _router(self.agent.bus).add(self.agent.bus, self._trace_id, self._on_event)
+        for wait_id, answer in self._answers.items():
+            loop.waits.answer(self.session_id, wait_id, answer)
         self._translator.start()
         task_group = anyio.create_task_group()
         try:
@@ -275,12 +498,18 @@ class RunStream:
         )
 
     async def _send_stop(self) -> None:
+        if self._choices is not None:
+            self._choices.cancel()
+            return
         # A closed bus: the agent is stopping, and stops the run itself.
         with contextlib.suppress(QueueClosed):
             await self.agent.bus.apublish(self._stop_event())
 
     def _stop_now(self) -> None:
         self._stop_sent = True
+        if self._choices is not None:
+            self._choices.cancel()
+            return
         try:
             self.agent.bus.publish(self._stop_event())
         except QueueClosed:
@@ -298,8 +527,26 @@ class RunStream:
             if router is not None:
                 router.remove(self._trace_id)
 
+    def _park(self) -> None:
+        """The run waits for the client: keep it for the request that answers."""
+        pending = self._pending
+        assert pending is not None
+        pending.keep = True
+        _PARKED.setdefault(self.agent, {})[self.session_id] = pending
+        self.waiting = True
+        self._ended = True  # leaving the stream must not stop the run
+
     async def _watch(self) -> None:
-        """Wait for the loop to end the run, then mark the end of its events on the bus."""
+        """Wait for the loop to end the run, then mark the end of its events on the bus.
+
+        With choices: run them, and end once they have merged into the response.
+        """
+        if self._choices is not None:
+            try:
+                await self._choices.run()
+            finally:
+                self._push(None)
+            return
         pending = self._pending
         assert pending is not None
         result = await pending.wait()
@@ -352,8 +599,15 @@ class RunStream:
                 await self._wait()
                 continue
             event = self._queue.popleft()
-            if event is None or event.type == RESPONSE_END:
+            if event is None and self._choices is not None:
+                self.final = self._choices.final
+                self._finished = True
+            elif event is None or event.type == RESPONSE_END:
                 self.final = self._translator.end(self.result)
+                self._finished = True
+            elif event.type == _AWAITING and isinstance(event.payload, dict):
+                self._park()
+                self.final = self._translator.waiting(event.payload)
                 self._finished = True
             else:
                 self._translator.translate(event)

@@ -87,12 +87,19 @@ class BuilderStateError(StatusTransitionError):
 
 
 #: The statuses a response or a message may move to from each status (``None``: nothing emitted).
+_ENDS = frozenset(
+    {
+        RunStatus.Completed,
+        RunStatus.Failed,
+        RunStatus.Canceled,
+        RunStatus.Incomplete,
+        RunStatus.Rejected,
+    }
+)
 _NEXT: Mapping[RunStatus | None, frozenset[RunStatus]] = {
     None: frozenset({RunStatus.Created}),
-    RunStatus.Created: frozenset(
-        {RunStatus.InProgress, RunStatus.Completed, RunStatus.Failed, RunStatus.Canceled}
-    ),
-    RunStatus.InProgress: frozenset({RunStatus.Completed, RunStatus.Failed, RunStatus.Canceled}),
+    RunStatus.Created: frozenset({RunStatus.InProgress, *_ENDS}),
+    RunStatus.InProgress: _ENDS,
 }
 
 
@@ -142,6 +149,8 @@ class ResponseBuilder:
         self._messages: list[MessageBuilder] = []
         self._usage: dict[str, Any] | None = None
         self._error: Error | None = None
+        #: The response's ``metadata`` (openstarry's), in every event that follows.
+        self.metadata: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         return f"<ResponseBuilder {self.response_id} status={_name(self._status)}>"
@@ -198,6 +207,7 @@ class ResponseBuilder:
             error=self._error.model_copy() if self._error is not None else None,
             output=output if output or terminal else None,
             usage=_copy_json(self._usage),
+            metadata=_copy_json(self.metadata) if self.metadata else None,
         )
 
     def _move(self, target: RunStatus, error: Error | None = None) -> AgentResponse:
@@ -242,6 +252,20 @@ class ResponseBuilder:
     def canceled(self) -> AgentResponse:
         """The response's ``canceled`` event."""
         return self._move(RunStatus.Canceled)
+
+    def end(
+        self, status: RunStatus, error: Error | Mapping[str, Any] | None = None
+    ) -> AgentResponse:
+        """The response's terminal event of any terminal status (``incomplete``, ``rejected``).
+
+        Raises:
+            BuilderStateError: ``status`` is not terminal, or the response cannot move to it.
+        """
+        if status not in TERMINAL_STATUSES:
+            raise BuilderStateError(
+                f"{self._describe()}: {status.value!r} is not a terminal status"
+            )
+        return self._move(status, _as_error(error) if error is not None else None)
 
     def set_usage(self, usage: Mapping[str, Any]) -> None:
         """Merge ``usage`` into the response's ``usage`` (emits no event).
@@ -329,6 +353,8 @@ class MessageBuilder:
         self._message: str | None = None
         self._error: Error | None = None
         self._final: Message | None = None
+        #: The message's ``metadata`` (such as ``{"choice": 1}`` when ``n`` > 1).
+        self.metadata: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         return f"<MessageBuilder {self.id} {self.message_type.value} status={_name(self._status)}>"
@@ -376,6 +402,7 @@ class MessageBuilder:
             code=self._code,
             message=self._message,
             error=self._error.model_copy() if self._error is not None else None,
+            metadata=_copy_json(self.metadata) if self.metadata else None,
         )
 
     def _move(self, target: RunStatus, error: Error | None = None) -> Message:

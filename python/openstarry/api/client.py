@@ -23,13 +23,27 @@ complete content, content into messages). :meth:`AgentClient.send` asks for
 
 A refused request raises :class:`ApiError` with the server's ``code`` and
 ``message`` and the HTTP status.
+
+Client-side tools (functions the client declares in ``tools`` and runs
+itself) and approvals: :meth:`AgentClient.run_with_tools` runs the request;
+while the response ends ``incomplete`` (the run waits for its client), it
+calls the local function of each ``function_call`` waited for, asks
+``approve`` about each ``mcp_approval_request``, and sends the outputs and
+answers on the same session, until the run ends::
+
+    def get_time(city: str) -> str: ...
+    response = await client.run_with_tools(
+        request_with_tools, {"get_time": get_time}, approve=lambda req: True
+    )
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
+import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import anyio
@@ -40,8 +54,11 @@ from openstarry.api.models import (
     AgentRequest,
     AgentResponse,
     Content,
+    DataContent,
     Message,
+    MessageType,
     Role,
+    RunStatus,
     TextContent,
     parse_event,
 )
@@ -60,8 +77,16 @@ __all__ = [
     "SSELineReader",
     "SSEParser",
     "StreamAssembler",
+    "answers_to",
     "make_request",
 ]
+
+#: A local function the client runs for a ``function_call``: keyword arguments
+#: in, any JSON-able value (or a coroutine of one) out.
+LocalFunction = Callable[..., Any]
+#: Decides an ``mcp_approval_request`` (its data: ``id``, ``name``,
+#: ``arguments``, ``server_label``): ``True``, ``False`` or ``(False, reason)``.
+Approver = Callable[[Mapping[str, Any]], bool | tuple[bool, str] | Awaitable[Any]]
 
 WireEvent = AgentResponse | Message | Content
 
@@ -102,6 +127,74 @@ def make_request(
     if session_id is not None:
         update["session_id"] = session_id
     return request.model_copy(update=update)
+
+
+async def answers_to(
+    response: AgentResponse,
+    functions: Mapping[str, LocalFunction],
+    approve: Approver | None = None,
+) -> list[Message]:
+    """The messages that answer an ``incomplete`` response: outputs and approval answers.
+
+    For each call id in ``response.metadata["waiting_for"]["function_call"]``
+    the function of its name runs with the call's arguments; what it returns
+    (a string as it is, anything else as JSON) or raises (``{"error": ...}``)
+    becomes a ``function_call_output``. Each approval id gets an
+    ``mcp_approval_response`` with what ``approve`` says (no ``approve``: denied).
+    """
+    waiting = (response.metadata or {}).get("waiting_for") or {}
+    call_ids = set(waiting.get(MessageType.FUNCTION_CALL.value) or ())
+    approval_ids = set(waiting.get(MessageType.MCP_APPROVAL_REQUEST.value) or ())
+    answers: list[Message] = []
+    for message in response.output or ():
+        for item in message.content or ():
+            data = item.data if isinstance(item, DataContent) else None
+            if not isinstance(data, dict):
+                continue
+            if message.type is MessageType.FUNCTION_CALL and data.get("call_id") in call_ids:
+                output = await _call_local(functions, data)
+                answers.append(
+                    _data_message(
+                        MessageType.FUNCTION_CALL_OUTPUT,
+                        Role.TOOL,
+                        {"call_id": data["call_id"], "output": output},
+                    )
+                )
+            elif (
+                message.type is MessageType.MCP_APPROVAL_REQUEST and data.get("id") in approval_ids
+            ):
+                verdict: Any = approve(data) if approve is not None else False
+                if inspect.isawaitable(verdict):
+                    verdict = await verdict
+                yes, reason = verdict if isinstance(verdict, tuple) else (bool(verdict), None)
+                answer: dict[str, Any] = {"approval_request_id": data["id"], "approve": yes}
+                if reason:
+                    answer["reason"] = reason
+                answers.append(_data_message(MessageType.MCP_APPROVAL_RESPONSE, Role.USER, answer))
+    return answers
+
+
+async def _call_local(functions: Mapping[str, LocalFunction], call: Mapping[str, Any]) -> str:
+    name = str(call.get("name"))
+    function = functions.get(name)
+    try:
+        if function is None:
+            raise LookupError(f"the client has no function {name!r}")
+        args = json.loads(call.get("arguments") or "{}")
+        result = function(**args) if isinstance(args, dict) else function(args)
+        if inspect.isawaitable(result):
+            result = await result
+    except Exception as exc:
+        return json.dumps({"error": {"type": type(exc).__name__, "message": str(exc)}})
+    return result if isinstance(result, str) else json.dumps(result, default=str)
+
+
+def _data_message(kind: MessageType, role: Role, data: dict[str, Any]) -> Message:
+    return Message(type=kind, role=role, content=[DataContent(data=data)])
+
+
+def _continuation(answers: list[Message], session_id: str | None) -> AgentRequest:
+    return AgentRequest(input=answers, session_id=session_id)
 
 
 def _body(request: AgentRequest) -> bytes:
@@ -208,6 +301,8 @@ class StreamAssembler:
         Raises:
             ApiError: an event is missing before this one (``stream_gap``).
         """
+        if isinstance(event, Message) and event.type is MessageType.HEARTBEAT:
+            return True  # a beat on a quiet stream, no part of the response
         number = event.sequence_number
         if number is not None:
             if number <= self.last_sequence:
@@ -435,6 +530,32 @@ class AgentClient:
             assembler.feed(event)
         return assembler.response()
 
+    async def run_with_tools(
+        self,
+        request: AgentRequest | str,
+        functions: Mapping[str, LocalFunction],
+        *,
+        approve: Approver | None = None,
+        session_id: str | None = None,
+        max_steps: int = 20,
+    ) -> AgentResponse:
+        """:meth:`run`, answering what the run waits for until it ends (see the module).
+
+        Returns the last response (its ``output`` that of the last request).
+
+        Raises:
+            ApiError: the run still waits after ``max_steps`` answers (``too_many_steps``).
+        """
+        response = await self.run(request, session_id=session_id)
+        for _ in range(max_steps):
+            if response.status is not RunStatus.Incomplete:
+                return response
+            answers = await answers_to(response, functions, approve)
+            response = await self.run(_continuation(answers, response.session_id))
+        if response.status is RunStatus.Incomplete:
+            raise ApiError(0, "too_many_steps", f"the run still waits after {max_steps} answers")
+        return response
+
     async def stream(
         self, request: AgentRequest | str, *, session_id: str | None = None
     ) -> AsyncIterator[WireEvent]:
@@ -538,6 +659,26 @@ class Client:
         for event in self.stream(request, session_id=session_id):
             assembler.feed(event)
         return assembler.response()
+
+    def run_with_tools(
+        self,
+        request: AgentRequest | str,
+        functions: Mapping[str, LocalFunction],
+        *,
+        approve: Approver | None = None,
+        session_id: str | None = None,
+        max_steps: int = 20,
+    ) -> AgentResponse:
+        """The blocking :meth:`AgentClient.run_with_tools` (the functions may not be async)."""
+        response = self.run(request, session_id=session_id)
+        for _ in range(max_steps):
+            if response.status is not RunStatus.Incomplete:
+                return response
+            answers = anyio.run(answers_to, response, functions, approve)
+            response = self.run(_continuation(answers, response.session_id))
+        if response.status is RunStatus.Incomplete:
+            raise ApiError(0, "too_many_steps", f"the run still waits after {max_steps} answers")
+        return response
 
     def stream(
         self, request: AgentRequest | str, *, session_id: str | None = None

@@ -822,9 +822,17 @@ class BaseResponse(Event):
 
 
 class AgentResponse(BaseResponse):
-    """The agent's response; ``session_id`` names the conversation it belongs to."""
+    """The agent's response; ``session_id`` names the conversation it belongs to.
+
+    ``metadata`` (openstarry's, absent when empty) says what the client should
+    know beyond the spec's fields: on an ``incomplete`` response the calls it
+    waits for (``{"waiting_for": {"function_call": [call ids],
+    "mcp_approval_request": [approval ids]}}``), and the generation
+    parameters the provider could not use (``"dropped_parameters"``).
+    """
 
     session_id: str | None = None
+    metadata: dict[str, Any] | None = None
 
 
 # --- parsing --------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ Endpoints:
     a Server-Sent Events stream (``text/event-stream``): one JSON object per
     ``data:`` line, each event with an ``id:`` of the form
     ``<response id>:<sequence_number>``, and an SSE comment (``: keep-alive``)
-    after ``heartbeat`` seconds of silence; the stream ends after the
+    after ``heartbeat`` seconds of silence, followed by a ``heartbeat``
+    message for a client that asks (:mod:`openstarry.api.heartbeat`); the stream ends after the
     response's terminal event (``completed``, ``failed`` or ``canceled``).
     With ``"stream": false`` the answer is one JSON
     :class:`~openstarry.api.models.AgentResponse` with the whole ``output``;
@@ -23,7 +24,7 @@ Endpoints:
     Either way the ``X-OpenStarry-Response-ID`` header names the response. A
     request's ``response_id``, when given, becomes the response's id (letters,
     digits, ``_``, ``-``, ``.``; not in use). ``tools`` and ``n`` > 1 are
-    refused: the agent's tools come from its manifest and it answers once.
+    taken as :mod:`openstarry.api.adapter` and :mod:`openstarry.api.choices` say.
     Generation parameters (``model``, ``temperature``, ...) are accepted and
     left to the manifest's provider.
 
@@ -86,6 +87,7 @@ import anyio
 import anyio.abc
 
 from openstarry.api.adapter import RunStream, check_request, open_run
+from openstarry.api.heartbeat import with_heartbeats
 from openstarry.api.models import (
     AgentRequest,
     AgentResponse,
@@ -383,16 +385,17 @@ class _SSEResponse(Response):
                 task_group.start_soon(watch)
                 # Caught in here: the task group would wrap it in an exception group.
                 with contextlib.suppress(OSError):  # the client went away mid-send
-                    await self._stream(send)
+                    await self._stream(send, scope)
                 task_group.cancel_scope.cancel()
         except OSError:
             pass  # the client went away before the stream started
         finally:
             api.detach(record, self._reader)
 
-    async def _stream(self, send: Send) -> None:
+    async def _stream(self, send: Send, scope: Scope) -> None:
         record = self._record
         frames = record.frames_after(self._after, self._api.limits.heartbeat, self._reader)
+        frames = with_heartbeats(scope, record.id, frames)  # heartbeat messages, if asked
         try:
             async with contextlib.aclosing(frames):
                 async for frame in frames:
@@ -777,7 +780,7 @@ def create_app(agent: Agent, *, limits: ServerLimits | None = None) -> Starlette
                 return _resume(api, named, resume_from)
             try:
                 agent_request = parse_request(body)
-                check_request(agent_request)
+                check_request(agent_request, api.agent)
             except ProtocolError as exc:
                 return _error_response(exc.http_status, exc.code, str(exc))
             record = api.start(agent_request)

@@ -25,7 +25,33 @@ translation keeps:
   whose data content is ``{"call_id", "name", "output"}``, the output being the
   result as JSON text (``{"error": {"code", "message", "source"}}`` for a
   failed call);
+- a call to a remote MCP server's tool (its ``EXEC:TOOL_CALL`` names a
+  ``serverLabel``) is an ``mcp_call`` message instead, whose data also holds
+  ``server_label``; before the first ``mcp_call`` of each server in the
+  response, an ``mcp_list_tools`` message (role ``assistant``) whose data
+  content is ``{"server_label", "tools": [{"name", "description",
+  "input_schema"}]}``: the server's tools as the agent has them then, by
+  their names on the server (given by the translator's ``server_tools``);
+- each ``EXEC:APPROVAL_REQUEST``: an ``mcp_approval_request`` message (role
+  ``assistant``) whose data content is ``{"id", "call_id", "name",
+  "arguments", "server_label"?}``; the client answers it with an
+  ``mcp_approval_response`` naming that ``id``;
 - each ``KERNEL:ERROR``: an ``error`` message with ``code`` and ``message``;
+- the provider's reasoning (segments of type ``reasoning``): a ``reasoning``
+  message (role ``assistant``) whose text content is the reasoning or its
+  summary, one per segment, before the round's text message; when the text
+  streamed, right after it. Signatures and encrypted reasoning are not sent;
+- ``EXEC:AWAITING`` (the run waits for its client): the response ends
+  ``incomplete``, its ``metadata.waiting_for`` naming the call ids whose
+  ``function_call_output`` and the approval ids whose ``mcp_approval_response``
+  the client's next request on the session must carry
+  (:meth:`RunTranslator.waiting`);
+- a request refused before any run (a slash command of a tool that needs
+  approval): the response ``created``, then ``rejected`` with its ``error``
+  (:meth:`RunTranslator.rejected`);
+- generation parameters the provider dropped (its responses'
+  ``metadata.droppedParameters``) are named in the response's
+  ``metadata.dropped_parameters``;
 - a tool call, a tool result, an error or the end closes the message whose text
   was streaming, with what it said so far (``failed`` on an error, ``canceled``
   when the run was stopped);
@@ -42,7 +68,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from openstarry.agent.loop import add_usage
@@ -74,6 +100,7 @@ __all__ = ["RunTranslator", "WireEvent", "run_status"]
 _TOOL_CALL = EventType.TOOL_CALL.value
 _TOOL_RESULT = EventType.TOOL_RESULT.value
 _ERROR = EventType.ERROR.value
+_APPROVAL_REQUEST = "EXEC:APPROVAL_REQUEST"
 
 WireEvent = AgentResponse | Message | Content
 
@@ -99,7 +126,7 @@ def _segment_content(segment: Mapping[str, Any]) -> Content | None:
     kind = segment.get("type")
     data = segment.get("data")
     mime = segment.get("mimeType")
-    if kind == "text":
+    if kind in ("text", "reasoning"):
         return None
     if kind == "image" and isinstance(data, str):
         if data.startswith(("http://", "https://", "data:")):
@@ -134,8 +161,14 @@ class RunTranslator:
         out: The events made and not yet taken, oldest first; the caller pops them.
     """
 
-    def __init__(self, builder: ResponseBuilder) -> None:
+    def __init__(
+        self,
+        builder: ResponseBuilder,
+        server_tools: Callable[[str], list[dict[str, Any]]] | None = None,
+    ) -> None:
         self._builder = builder
+        self._server_tools = server_tools
+        self._listed: set[str] = set()
         self.out: deque[WireEvent] = deque()
         self._open: _OpenText | None = None
         self._usage: dict[str, Any] | None = None
@@ -162,7 +195,24 @@ class RunTranslator:
                 name=str(payload.get("name", "")),
                 arguments=_json_text(payload.get("args", {})),
             )
-            self._data_message(Role.ASSISTANT, MessageType.FUNCTION_CALL, call.to_wire())
+            label = payload.get("serverLabel")
+            if isinstance(label, str):
+                self._list_tools(label)
+                data = {**call.to_wire(), "server_label": label}
+                self._data_message(Role.ASSISTANT, MessageType.MCP_TOOL_CALL, data)
+            else:
+                self._data_message(Role.ASSISTANT, MessageType.FUNCTION_CALL, call.to_wire())
+        elif kind == _APPROVAL_REQUEST:
+            self._close_open()
+            request: dict[str, Any] = {
+                "id": str(payload.get("approvalId", "")),
+                "call_id": str(payload.get("toolCallId", "")),
+                "name": str(payload.get("name", "")),
+                "arguments": _json_text(payload.get("args", {})),
+            }
+            if isinstance(payload.get("serverLabel"), str):
+                request["server_label"] = payload["serverLabel"]
+            self._data_message(Role.ASSISTANT, MessageType.MCP_APPROVAL_REQUEST, request)
         elif kind == _TOOL_RESULT:
             self._close_open()
             output = (
@@ -213,6 +263,39 @@ class RunTranslator:
         self.out.append(final)
         return final
 
+    def rejected(self, error: Error) -> AgentResponse:
+        """A request refused before any run: the response ``created``, then ``rejected``.
+
+        Used instead of :meth:`start`; returns the terminal event.
+        """
+        self.out.append(self._builder.created())
+        final = self._builder.end(RunStatus.Rejected, error)
+        self.out.append(final)
+        return final
+
+    def waiting(self, payload: Mapping[str, Any]) -> AgentResponse:
+        """The ``incomplete`` terminal event of a run that now waits for its client.
+
+        ``payload`` is the ``EXEC:AWAITING``'s: the call ids and approval ids
+        waited for, named in the response's ``metadata.waiting_for``.
+        """
+        self._close_open()
+        if self._usage:
+            self._builder.set_usage(self._usage)
+        call_ids = payload.get("callIds")
+        approval_ids = payload.get("approvalIds")
+        metadata = dict(self._builder.metadata or {})
+        metadata["waiting_for"] = {
+            MessageType.FUNCTION_CALL.value: list(call_ids) if isinstance(call_ids, list) else [],
+            MessageType.MCP_APPROVAL_REQUEST.value: (
+                list(approval_ids) if isinstance(approval_ids, list) else []
+            ),
+        }
+        self._builder.metadata = metadata
+        final = self._builder.end(RunStatus.Incomplete)
+        self.out.append(final)
+        return final
+
     def _delta(self, payload: dict[str, Any]) -> None:
         text = payload.get("text")
         round_no = payload.get("round")
@@ -236,9 +319,25 @@ class RunTranslator:
         metadata = payload.get("metadata")
         if isinstance(metadata, dict) and isinstance(metadata.get("usage"), dict):
             self._usage = add_usage(self._usage, metadata["usage"])
+        if isinstance(metadata, dict) and isinstance(metadata.get("droppedParameters"), list):
+            known = dict(self._builder.metadata or {})
+            dropped = list(known.get("dropped_parameters", []))
+            dropped += [p for p in metadata["droppedParameters"] if p not in dropped]
+            known["dropped_parameters"] = dropped
+            self._builder.metadata = known
         text = payload.get("text")
         text = text if isinstance(text, str) else ""
+        segments = payload.get("segments")
+        segments = (
+            [s for s in segments if isinstance(s, dict)] if isinstance(segments, list) else []
+        )
+        reasoning = [s for s in segments if s.get("type") == "reasoning"]
+        shown = [item for item in map(_segment_content, segments) if item is not None]
         current, self._open = self._open, None
+        if current is None:
+            self._reasoning(reasoning)
+            if reasoning and not text and not shown:
+                return  # only reasoning this round (before its tool calls): no empty message
         content: ContentBuilder | None
         if current is not None:
             message, content = current.message, current.content
@@ -256,13 +355,31 @@ class RunTranslator:
             else:
                 self.out.append(content.set_text(text))
             self.out.append(content.complete())
-        segments = payload.get("segments")
-        for segment in segments if isinstance(segments, list) else ():
-            if isinstance(segment, dict):
-                item = _segment_content(segment)
-                if item is not None:
-                    self.out.append(message.add_content(item))
+        for item in shown:
+            self.out.append(message.add_content(item))
         self.out.append(message.complete())
+        if current is not None:
+            self._reasoning(reasoning)
+
+    def _reasoning(self, segments: list[dict[str, Any]]) -> None:
+        """One ``reasoning`` message per reasoning segment, its text as a text content."""
+        for segment in segments:
+            message = self._builder.create_message_builder(Role.ASSISTANT, MessageType.REASONING)
+            self.out.append(message.created())
+            content = message.create_content_builder(ContentType.TEXT)
+            text = segment.get("text")
+            if isinstance(text, str) and text:
+                self.out.append(content.add_text_delta(text))
+            self.out.append(content.complete())
+            self.out.append(message.complete())
+
+    def _list_tools(self, label: str) -> None:
+        """The ``mcp_list_tools`` message of a server, once per response."""
+        if label in self._listed or self._server_tools is None:
+            return
+        self._listed.add(label)
+        data = {"server_label": label, "tools": self._server_tools(label)}
+        self._data_message(Role.ASSISTANT, MessageType.MCP_LIST_TOOLS, data)
 
     def _data_message(self, role: Role, message_type: MessageType, data: dict[str, Any]) -> None:
         """A whole message of one data content: created, the content, completed."""

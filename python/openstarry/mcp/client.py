@@ -50,8 +50,19 @@ the like, as the SDK passes on) plus its ``env``; its stderr is the agent's.
 Each connection lives in a task of its own (the SDK's transports hold task
 groups and cancel scopes that must be entered and left by one task); calls are
 made from the calling tool's task, so a cancelled call never tears the
-connection down. A server's tools are fixed when the agent starts; a later
-connection refreshes their descriptions and schemas.
+connection down. A server's tools are listed when the agent starts; a later
+connection refreshes their descriptions and schemas, and a
+``notifications/tools/list_changed`` from the server lists them again, adding
+new ones: the agent's tools then change (the model's next round sees them).
+
+(Over HTTP on the 2026-07-28 protocol the SDK's ``subscriptions/listen``
+stream cannot be closed reliably, so an HTTP server's new tools arrive with its
+next connection.)
+
+A server that lists resources gets one more tool, ``<server>.read_resource``
+(``{"uri": ...}``), which reads a resource of the server by its URI and
+returns its text (or, for binary contents, the base64 blob); with a ``tools``
+filter, only when it names ``read_resource``.
 
 Bounds: :data:`MAX_TOOLS_PER_SERVER` tools per server, :data:`MAX_RESULT_CHARS`
 characters of result per call (a longer text is cut, with a note saying so),
@@ -67,7 +78,7 @@ import math
 import subprocess
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from types import TracebackType
@@ -76,6 +87,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 from pydantic import ValidationError
 
 from openstarry.agent.interfaces import AgentContext, Tool
@@ -92,6 +104,7 @@ try:
     from mcp.client.stdio import StdioServerParameters, stdio_client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
+    from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("openstarry.mcp needs the MCP SDK: pip install 'openstarry[mcp]'") from exc
 
@@ -181,6 +194,10 @@ class RemoteTool(Tool):
         name: ``<server>.<tool>``.
         remote_name: The tool's name on its server.
         server: The server's name in the manifest.
+        server_label: The same: the Agent API shows its calls as ``mcp_call``
+            messages with this ``server_label``.
+        requires_approval: The server's entry sets ``approval``: each call
+            waits for a person's yes.
     """
 
     def __init__(
@@ -191,7 +208,8 @@ class RemoteTool(Tool):
         parameters: Mapping[str, Any] | None = None,
     ) -> None:
         self._connection = connection
-        self.server = connection.name
+        self.server = self.server_label = connection.name
+        self.requires_approval = connection.config.approval
         self.remote_name = remote_name
         self.name = f"{connection.name}.{remote_name}"
         self.description = description
@@ -206,6 +224,33 @@ class RemoteTool(Tool):
         """
         trace = next_hop(context.trace_id, context.call_depth)
         return await self._connection.call(self.remote_name, args, trace)
+
+
+class ReadResourceTool(Tool):
+    """``<server>.read_resource``: read a resource of a remote MCP server by its URI."""
+
+    parameters: Mapping[str, Any] = {
+        "type": "object",
+        "properties": {"uri": {"type": "string", "description": "The resource's URI."}},
+        "required": ["uri"],
+    }
+
+    def __init__(self, connection: McpServerConnection) -> None:
+        self._connection = connection
+        self.server = self.server_label = connection.name
+        self.name = f"{connection.name}.read_resource"
+        self.description = (
+            f"Read a resource of the MCP server {connection.name!r} by its URI "
+            "(as its resources/list names them)."
+        )
+
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        """The resource's text (contents joined), or its base64 blob.
+
+        Raises:
+            ToolError: ``REMOTE_ERROR`` (unknown resource) or ``REMOTE_UNAVAILABLE``.
+        """
+        return await self._connection.read_resource(str(args["uri"]))
 
 
 #: The schema of a tool known by name only (its server not reached yet).
@@ -244,7 +289,7 @@ class McpServerConnection:
         # it must not be shorter than the calls the agent lets run.
         self._read_timeout = max(_HTTP_READ_TIMEOUT, (call_timeout or 0.0) + _CLOSE_GRACE)
         #: The server's tools by their agent-side name, in the server's order.
-        self.tools: dict[str, RemoteTool] = {}
+        self.tools: dict[str, RemoteTool | ReadResourceTool] = {}
         #: The names the server listed on the last connection.
         self.listed: list[str] = []
         #: Connections made so far (stdio: processes started).
@@ -258,6 +303,10 @@ class McpServerConnection:
         self._closing = False
         self._running = False
         self._stopped = anyio.Event()
+        #: Set by a ``notifications/tools/list_changed``: the owner task lists again.
+        self._refresh = anyio.Event()
+        #: Called when the tools changed after the start (the toolset tells the agent).
+        self.on_tools_changed: Callable[[], None] | None = None
         self._recent: deque[float] = deque()
         self._abandoned = 0
         #: Set once the agent has started: later listings refresh tools, never add them.
@@ -327,6 +376,17 @@ class McpServerConnection:
                 self._scope = scope
                 async with self._open(on_closed=lambda: self._closed_under_us(drop)) as client:
                     self._absorb(await self._list_tools(client))
+                    resources = client.server_capabilities.resources
+                    reader = f"{self.name}.read_resource"
+                    wanted = self.config.tools is None or "read_resource" in self.config.tools
+                    if (
+                        resources is not None
+                        and wanted
+                        and reader not in self.tools
+                        and not self._started
+                        and await _has_resources(client)
+                    ):
+                        self.tools[reader] = ReadResourceTool(self)
                     scope.deadline = math.inf
                     connected = True
                     self.connects += 1
@@ -334,11 +394,7 @@ class McpServerConnection:
                     self._client = client
                     self._error = ""
                     settle()
-                    await drop.wait()
-                    # Closing is bounded too (an HTTP server that hangs would hold
-                    # the session's DELETE); a stdio server's shutdown is shielded
-                    # by the SDK and bounded on its own.
-                    scope.deadline = anyio.current_time() + _CLOSE_GRACE
+                    await _serve_until(self, drop, client, scope)
             if not connected:
                 self._error = (
                     "the connection was closed"
@@ -359,6 +415,35 @@ class McpServerConnection:
             self._scope = None
             self._client = None
             settle()
+
+    async def _on_message(self, message: Any) -> None:
+        """The SDK's message handler: a tool list that changed is listed again."""
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self._refresh.set()
+        await anyio.lowlevel.checkpoint()
+
+    async def read_resource(self, uri: str) -> str:
+        """A resource of this server: its text contents joined, or the base64 blob.
+
+        Raises:
+            ToolError: ``REMOTE_ERROR`` (refused, unknown) or ``REMOTE_UNAVAILABLE``.
+        """
+        label = f"{self.name}.read_resource"
+        try:
+            client = await self._client_now()
+            result = await client.read_resource(uri)
+        except McpConnectError as exc:
+            raise ToolError(f"{label}: {exc}", code="REMOTE_UNAVAILABLE") from None
+        except MCPError as exc:
+            raise ToolError(
+                f"{label}: {uri}: {_cut(exc.error.message, _MAX_ERROR_CHARS)}",
+                code="REMOTE_ERROR",
+            ) from None
+        parts = [
+            str(getattr(item, "text", None) or getattr(item, "blob", ""))
+            for item in result.contents
+        ]
+        return _cut("".join(parts), MAX_RESULT_CHARS)
 
     def _closed_under_us(self, drop: anyio.Event) -> None:
         """The server ended the connection ``drop`` belongs to (a stdio server exited)."""
@@ -399,6 +484,7 @@ class McpServerConnection:
                 client_info=mcp_types.Implementation(name="openstarry", version=__version__),
                 cache=None,
                 mode=_PROTOCOL_MODE,
+                message_handler=self._on_message,
             )
             yield await stack.enter_async_context(client)
 
@@ -425,8 +511,12 @@ class McpServerConnection:
             server=self.name,
         )
 
-    def _absorb(self, listing: Iterable[mcp_types.Tool]) -> None:
-        """Make or refresh the tools from a listing (a known tool is updated in place)."""
+    def _absorb(self, listing: Iterable[mcp_types.Tool], *, grow: bool = False) -> None:
+        """Make or refresh the tools from a listing (a known tool is updated in place).
+
+        After the start only a ``grow`` listing (the server said its list
+        changed) adds tools.
+        """
         self.listed = []
         for remote in listing:
             problem = _bad_tool(remote)
@@ -439,8 +529,8 @@ class McpServerConnection:
                 description = description[: MAX_DESCRIPTION_CHARS - 1] + "…"
             tool = self.tools.get(f"{self.name}.{remote.name}")
             if tool is None:
-                if self._started:
-                    continue  # the agent's tools were fixed when it started
+                if self._started and not grow:
+                    continue  # a reconnect refreshes, a list_changed adds
                 tool = self._add_tool(remote.name)
             tool.description = description
             tool.parameters = dict(remote.input_schema)
@@ -636,6 +726,15 @@ class McpToolset:
                 config, default_timeout=default_timeout, call_timeout=call_timeout
             )
         self._task_group: anyio.abc.TaskGroup | None = None
+        #: Called when a server's tools changed while the toolset runs (the
+        #: :class:`~openstarry.agent.runtime.Agent` sets it to take the new tools).
+        self.on_change: Callable[[], None] | None = None
+        for connection in self.connections.values():
+            connection.on_tools_changed = self._changed
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     #: Named in the agent's errors about these tools (the manifest's field).
     origin = "mcp.servers"
@@ -646,7 +745,7 @@ class McpToolset:
         return self._task_group is not None
 
     @property
-    def tools(self) -> dict[str, RemoteTool]:
+    def tools(self) -> dict[str, Tool]:
         """Every server's tools, by their agent-side names (``<server>.<tool>``)."""
         return {
             name: tool
@@ -682,7 +781,8 @@ class McpToolset:
                     missing = [
                         tool.remote_name
                         for tool in connection.tools.values()
-                        if tool.remote_name not in connection.listed
+                        if isinstance(tool, RemoteTool)
+                        and tool.remote_name not in connection.listed
                     ]
                     if missing:
                         problems.append(
@@ -746,6 +846,73 @@ class McpToolset:
             # cancel scopes and keeps the connections' tasks, and stdio servers, alive.
             task_group.cancel_scope.cancel()
             await task_group.__aexit__(None, None, None)
+
+
+async def _serve_until(
+    conn: McpServerConnection, drop: anyio.Event, client: Client, scope: anyio.CancelScope
+) -> None:
+    """Hold the connection until ``drop``; list the tools again when the server says so."""
+    async with anyio.create_task_group() as listening:
+        listening.start_soon(_listen_changes, conn, client)
+        await _refresh_until(conn, drop, client)
+        # Closing is bounded too (an HTTP server that hangs would hold the
+        # session's DELETE, or a listen stream); a stdio server's shutdown
+        # is shielded by the SDK and bounded on its own.
+        scope.deadline = anyio.current_time() + _CLOSE_GRACE
+        listening.cancel_scope.cancel()
+
+
+async def _listen_changes(conn: McpServerConnection, client: Client) -> None:
+    """On the 2026-07-28 protocol a change arrives on a ``subscriptions/listen`` stream."""
+    tools = client.server_capabilities.tools
+    if client.protocol_version not in MODERN_PROTOCOL_VERSIONS or not (
+        tools is not None and tools.list_changed
+    ):
+        return  # the handshake era: a notification, to the message handler
+    if conn.config.url is not None:
+        # The SDK's HTTP listen stream does not always end when cancelled
+        # (measured: closing the connection then hangs until its deadline);
+        # an HTTP server's new tools are taken on its next connection.
+        return
+    try:
+        async with client.listen(tools_list_changed=True) as changes:
+            async for _ in changes:
+                conn._refresh.set()
+    except Exception as exc:
+        log.info("MCP server %r: no live tool list: %s", conn.name, _describe(exc))
+
+
+async def _refresh_until(conn: McpServerConnection, drop: anyio.Event, client: Client) -> None:
+    while not drop.is_set():
+        refresh = conn._refresh
+        async with anyio.create_task_group() as waiting:
+
+            async def until(event: anyio.Event) -> None:
+                await event.wait()
+                waiting.cancel_scope.cancel()
+
+            waiting.start_soon(until, drop)
+            waiting.start_soon(until, refresh)
+        if refresh.is_set() and not drop.is_set():
+            conn._refresh = anyio.Event()
+            try:
+                with anyio.fail_after(conn.timeout):
+                    conn._absorb(await conn._list_tools(client), grow=True)
+            except Exception as exc:
+                log.warning("MCP server %r: listing the tools again failed: %s", conn.name, exc)
+                continue
+            if conn.on_tools_changed is not None:
+                conn.on_tools_changed()
+
+
+async def _has_resources(client: Client) -> bool:
+    """Whether a server lists any resource or resource template (not just the capability)."""
+    try:
+        if (await client.list_resources()).resources:
+            return True
+        return bool((await client.list_resource_templates()).resource_templates)
+    except Exception:
+        return False
 
 
 class _Watched:

@@ -37,6 +37,18 @@ The protocol and its transports are the official MCP SDK's (``pip install
   trace is refused with ``-32602``.
 - **Limits.** At most ``max_calls`` calls run at once; one more is refused with
   :data:`SERVER_BUSY` (``-32051``) rather than queued without bound.
+- **Resources** (:mod:`openstarry.mcp.resources`): ``resources/list``,
+  ``resources/templates/list`` and ``resources/read`` serve the manifest's
+  ``mcp.expose_resources``, never a ``mcp.private_resources`` path; an
+  unknown or private URI is answered with :data:`RESOURCE_NOT_FOUND`.
+- **Live lists.** ``initialize`` declares ``tools.listChanged`` and
+  ``resources.listChanged``. When the agent's tools change while it runs
+  (``agent.loop.tools = ...``, which publishes ``KERNEL:TOOLS_CHANGED``), every
+  client connected sends ``notifications/tools/list_changed``; when the
+  exposed files change (one appears in an exposed folder, one goes away),
+  ``notifications/resources/list_changed`` (the files are looked at every
+  ``resource_poll`` seconds while the server runs over stdio or
+  :func:`serve_http`). A client is known once it has made a request.
 
 Over stdio nothing but protocol reaches stdout: logs go to stderr, and while
 serving the SDK points file descriptor 1 at stderr so a stray ``print`` cannot
@@ -56,6 +68,7 @@ import socket
 import sys
 import uuid
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -63,8 +76,14 @@ import anyio
 try:
     import mcp.types as types
     from mcp.server.context import ServerRequestContext
-    from mcp.server.lowlevel import Server
+    from mcp.server.lowlevel import NotificationOptions, Server
     from mcp.server.stdio import stdio_server
+    from mcp.server.subscriptions import (
+        InMemorySubscriptionBus,
+        ListenHandler,
+        ResourcesListChanged,
+        ToolsListChanged,
+    )
     from mcp.shared.exceptions import MCPError
     from mcp.shared.message import SessionMessage
 except ImportError as exc:  # pragma: no cover - exercised without the extra
@@ -90,6 +109,7 @@ from openstarry.mcp.guard import (
     trace_from_headers,
     trace_from_meta,
 )
+from openstarry.mcp.resources import ResourceCatalog, UnknownResource
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -100,6 +120,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_CALLS",
     "RECURSION_LIMIT_EXCEEDED",
+    "RESOURCE_NOT_FOUND",
+    "TOOLS_CHANGED",
     "SERVER_BUSY",
     "AgentMcpServer",
     "create_http_app",
@@ -113,6 +135,14 @@ log = logging.getLogger("openstarry.mcp")
 
 #: The JSON-RPC error code of a call refused because ``max_calls`` calls are running.
 SERVER_BUSY = -32051
+#: The JSON-RPC error code of a ``resources/read`` of a URI not exposed (MCP's).
+RESOURCE_NOT_FOUND = -32002
+#: The event the execution loop publishes when the agent's tools change.
+TOOLS_CHANGED = "KERNEL:TOOLS_CHANGED"
+#: Client sessions remembered for notifications, at most.
+_MAX_SESSIONS = 256
+#: Seconds between two looks at the exposed files, for ``resources/list_changed``.
+DEFAULT_RESOURCE_POLL = 1.0
 #: Calls an MCP server of an agent runs at once, by default.
 DEFAULT_MAX_CALLS = 64
 
@@ -145,6 +175,8 @@ class AgentMcpServer:
             manifest's ``mcp.private_tools``.
         max_calls: Calls run at once, at most; one more is refused with
             :data:`SERVER_BUSY`.
+        resources: What ``resources/*`` serve; default: the manifest's
+            ``mcp.expose_resources`` and ``mcp.private_resources``.
     """
 
     def __init__(
@@ -154,6 +186,7 @@ class AgentMcpServer:
         expose: Sequence[str] | None = None,
         private: Sequence[str] | None = None,
         max_calls: int = DEFAULT_MAX_CALLS,
+        resources: ResourceCatalog | None = None,
     ) -> None:
         if max_calls < 1:
             raise ValueError(f"max_calls must be at least 1, not {max_calls}")
@@ -172,6 +205,7 @@ class AgentMcpServer:
         self.calls_running = 0
         self.calls_refused = 0
         identity = getattr(agent.manifest, "identity", None)
+        self._listeners = InMemorySubscriptionBus()
         self.server: Server[Any] = Server(
             getattr(identity, "name", None) or agent.name,
             version=getattr(identity, "version", None) or "0.0.0",
@@ -179,7 +213,25 @@ class AgentMcpServer:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             get_tool_input_schema=self._input_schema,
+            on_list_resources=self._list_resources,
+            on_list_resource_templates=self._list_resource_templates,
+            on_read_resource=self._read_resource,
+            # The 2026-07-28 protocol: changes go to subscriptions/listen streams.
+            on_subscriptions_listen=ListenHandler(self._listeners),
         )
+        self.resources = resources if resources is not None else _catalog_of(agent.manifest)
+        #: The clients' sessions, known once they made a request (for notifications);
+        #: the most recent :data:`_MAX_SESSIONS`, a gone one dropped when it fails.
+        self.sessions: dict[int, Any] = {}
+        notify = NotificationOptions(tools_changed=True, resources_changed=True)
+        initialization = self.server.create_initialization_options
+        # The SDK's transports ask the server for these; the list-changed flags
+        # are what spec 004 section 2.1 declares.
+        self.server.create_initialization_options = (  # type: ignore[method-assign]
+            lambda *args, **kwargs: initialization(notify, *args[1:], **kwargs)
+        )
+        self._listing: tuple[str, ...] | None = None
+        agent.bus.subscribe(TOOLS_CHANGED, self._on_tools_changed)
 
     # -- exposure --------------------------------------------------------
 
@@ -217,11 +269,76 @@ class AgentMcpServer:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        self._know(ctx.session)
         return types.ListToolsResult(tools=self.exposed_tools())
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        self._know(ctx.session)
+        return types.ListResourcesResult(resources=self.resources.listed())
+
+    async def _list_resource_templates(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        self._know(ctx.session)
+        return types.ListResourceTemplatesResult(resource_templates=self.resources.templates())
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        self._know(ctx.session)
+        uri = str(params.uri)
+        try:
+            contents = await self.resources.read(uri)
+        except UnknownResource:
+            raise MCPError(RESOURCE_NOT_FOUND, f"Unknown resource: {uri}", {"uri": uri}) from None
+        except (OSError, ValueError) as exc:
+            raise MCPError(types.INVALID_PARAMS, f"cannot read {uri}: {exc}") from None
+        return types.ReadResourceResult(contents=contents)
+
+    # -- live lists ------------------------------------------------------
+
+    def _know(self, session: Any) -> None:
+        # The SDK hands each request its own session object over one connection.
+        key = id(getattr(session, "_connection", session))
+        sessions = self.sessions
+        sessions.pop(key, None)
+        sessions[key] = session
+        if len(sessions) > _MAX_SESSIONS:
+            del sessions[next(iter(sessions))]
+
+    async def _on_tools_changed(self, event: Event) -> None:
+        await self._notify(tools=True)
+
+    async def _notify(self, *, tools: bool) -> None:
+        """Tell every known client its tool (or resource) list changed; a gone one is dropped."""
+        await self._listeners.publish(ToolsListChanged() if tools else ResourcesListChanged())
+        for key, session in list(self.sessions.items()):
+            try:
+                if tools:
+                    await session.send_tool_list_changed()
+                else:
+                    await session.send_resource_list_changed()
+            except Exception as exc:  # a closed connection
+                log.info("could not notify an MCP client: %s", exc)
+                self.sessions.pop(key, None)
+
+    async def watch_resources(self, interval: float = DEFAULT_RESOURCE_POLL) -> None:
+        """Look at the exposed files every ``interval`` s; notify the clients when they change."""
+        if not self.resources.files and not self.resources.folders:
+            return
+        while True:
+            listing = await anyio.to_thread.run_sync(self.resources.listing)
+            if self._listing is not None and listing != self._listing:
+                await self._notify(tools=False)
+            self._listing = listing
+            await anyio.sleep(interval)
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        self._know(ctx.session)
         name = params.name
         client = _client_name(ctx)
         if not self._served(name):
@@ -393,6 +510,7 @@ class AgentMcpServer:
 
         async with read_stream, receive, anyio.create_task_group() as task_group:
             task_group.start_soon(relay)
+            task_group.start_soon(self.watch_resources)
             options = self.server.create_initialization_options()
             await self.server.run(receive, writer, options)
             task_group.cancel_scope.cancel()
@@ -513,7 +631,8 @@ async def serve_http(
     """
     import uvicorn
 
-    app = AgentMcpServer(agent).http_app(host=host, path=path)
+    mcp_server = AgentMcpServer(agent)
+    app = mcp_server.http_app(host=host, path=path)
     listening = sock if sock is not None else _listen(host, port)
     try:
         if announce:
@@ -525,7 +644,10 @@ async def serve_http(
                 flush=True,
             )
         config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
-        await uvicorn.Server(config).serve(sockets=[listening])
+        async with anyio.create_task_group() as watching:
+            watching.start_soon(mcp_server.watch_resources)
+            await uvicorn.Server(config).serve(sockets=[listening])
+            watching.cancel_scope.cancel()
     finally:
         if sock is None:
             listening.close()
@@ -574,6 +696,20 @@ def serve(agent: Agent, *, http: bool = False, host: str = "127.0.0.1", port: in
 
 
 # -- helpers -------------------------------------------------------------------
+
+
+def _catalog_of(manifest: Any) -> ResourceCatalog:
+    """The manifest's ``mcp.expose_resources`` (none without a manifest)."""
+    mcp_config = getattr(manifest, "mcp", None)
+    entries = list(getattr(mcp_config, "expose_resources", ()))
+    if manifest is None or not entries:
+        return ResourceCatalog([], [], Path.cwd(), [])
+    return ResourceCatalog(
+        entries,
+        list(getattr(mcp_config, "private_resources", ())),
+        manifest.base_dir,
+        manifest.allowed_paths(),
+    )
 
 
 def _tool_name(entry: str) -> str:

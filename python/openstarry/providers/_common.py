@@ -319,6 +319,12 @@ class Segments:
         self._ids.add(call_id)
         self.add(ContentSegment(type="tool_call", tool_call=call))
 
+    def reasoning(
+        self, text: str, *, signature: str | None = None, data: str | None = None
+    ) -> None:
+        """The model's reasoning (or its summary) and what the provider wants back of it."""
+        self.add(ContentSegment(type="reasoning", text=text, signature=signature, data=data))
+
     def add(self, segment: ContentSegment) -> None:
         """A segment that is not the model's text (a tool call, an image, a note)."""
         self.items.append(segment)
@@ -337,5 +343,7 @@ class Segments:
             metadata["refused"] = True
         if self.errors:
             metadata["errors"] = self.errors
-        segments = self.items or [ContentSegment(type="text", text="")]
+        segments = self.items
+        if not any(s.type != "reasoning" for s in segments):
+            segments = [*segments, ContentSegment(type="text", text="")]
         return ProviderResponse(segments=segments, metadata=metadata)

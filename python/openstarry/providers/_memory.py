@@ -42,7 +42,7 @@ from openstarry.agent.memory import (
     ToolOutcome,
     UserTurn,
 )
-from openstarry.core import ToolCall
+from openstarry.core import ContentSegment, ToolCall
 from openstarry.protocol import ToolCall as WireToolCall
 
 __all__ = [
@@ -69,11 +69,14 @@ class ToolExchange:
         calls: The calls, in the order the assistant made them.
         outcomes: One outcome per call, in the same order; ``outcomes[i]``
             answers ``calls[i]`` (its ``tool_call_id`` is ``calls[i].id``).
+        reasoning: The turn's ``reasoning`` segments (see
+            :class:`~openstarry.agent.memory.AssistantTurn`).
     """
 
     text: str
     calls: tuple[ToolCall, ...]
     outcomes: tuple[ToolOutcome, ...]
+    reasoning: tuple[ContentSegment, ...] = ()
 
 
 #: One step of a conversation, as :func:`conversation` returns them.
@@ -123,7 +126,9 @@ def conversation(memory: Iterable[MemoryEntry], prompt: str | None = None) -> li
                 outcome if outcome is not None else _missing(call)
                 for call, outcome in zip(exchange.calls, open_outcomes, strict=True)
             )
-            steps[open_index] = ToolExchange(exchange.text, exchange.calls, outcomes)
+            steps[open_index] = ToolExchange(
+                exchange.text, exchange.calls, outcomes, exchange.reasoning
+            )
             open_index = -1
             open_calls.clear()
             open_outcomes.clear()
@@ -162,7 +167,9 @@ def conversation(memory: Iterable[MemoryEntry], prompt: str | None = None) -> li
                 for i, call in enumerate(entry.tool_calls):
                     open_calls.setdefault(call.id, []).append(i)
                 open_outcomes.extend([None] * len(entry.tool_calls))
-                steps.append(ToolExchange(entry.text, unique_ids(entry.tool_calls), ()))
+                steps.append(
+                    ToolExchange(entry.text, unique_ids(entry.tool_calls), (), entry.reasoning)
+                )
             else:
                 steps.append(entry)
     close()

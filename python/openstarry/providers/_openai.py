@@ -90,7 +90,20 @@ class Call:
     arguments: Any
 
 
-Part = Text | Call
+@dataclass(slots=True)
+class Reasoning:
+    """The model's reasoning or its summary, and what the API wants back of it.
+
+    ``signature`` is the API's handle on it (the Responses API's reasoning
+    item id), ``data`` its encrypted reasoning, when the API gave them.
+    """
+
+    text: str
+    signature: str | None = None
+    data: str | None = None
+
+
+Part = Text | Call | Reasoning
 
 
 def check_observation_role(role: str) -> ObservationRole:
@@ -117,7 +130,9 @@ def provider_response(
     """The ``ProviderResponse`` of an answer's parts, in order (see the module's docstring)."""
     segments = Segments()
     for part in parts:
-        if isinstance(part, Call):
+        if isinstance(part, Reasoning):
+            segments.reasoning(part.text, signature=part.signature, data=part.data)
+        elif isinstance(part, Call):
             name = names.local(part.name)
             if truncated:
                 segments.cut(name)  # a cut-off answer must not act

@@ -30,11 +30,15 @@ Downstream
     output_tokens, total_tokens, raw}``. What cannot be used follows spec 000
     section 7 as the OpenAI translations do:
 
-    - ``thinking`` and ``redacted_thinking`` blocks are not shown. When the
-      answer calls tools they ride along on its first call (the
-      :data:`THINKING_FIELD` field of the ``toolCall``, which the core keeps),
-      so the next request hands them back, as the API wants in a tool-use loop
-      with extended thinking on.
+    - ``thinking`` blocks become ``reasoning`` segments (the thinking as
+      ``text``, its ``signature``), ``redacted_thinking`` blocks ``reasoning``
+      segments with empty text and the encrypted ``data``. The loop keeps them
+      in the session's memory and the next request hands each assistant
+      turn's back, before its text and calls, as the API wants in a tool-use
+      loop with extended thinking on (reasoning without a signature or data,
+      from another provider, is not sent). Memory written by older versions,
+      whose thinking rode on the first call's :data:`THINKING_FIELD`, is
+      still sent back.
     - A block of a type openstarry does not handle, a ``tool_use`` without a
       name or whose input is not a JSON object, an answer stopped at
       ``max_tokens``: a note (a text segment starting :data:`NOTE_PREFIX`, also
@@ -73,7 +77,7 @@ from typing import TYPE_CHECKING, Any, Final
 from openstarry import core
 from openstarry.agent.memory import AssistantTurn, Observation, ToolOutcome
 from openstarry.errors import AgentPainException, ManifestError, ProviderError
-from openstarry.protocol import ContentSegment, ProviderResponse, ToolCall
+from openstarry.protocol import ProviderResponse
 from openstarry.providers._common import (
     NOTE_PREFIX,
     OBSERVATION_PREFIX,
@@ -118,11 +122,11 @@ DEFAULT_MAX_TOKENS: Final = 4096
 RESERVED_OPTIONS: Final = frozenset({"model", "messages", "system", "tools", "stream"})
 #: The most event data one streamed response may carry, in characters.
 MAX_STREAM_CHARS: Final = 64 * 1024 * 1024
-#: The extra ``toolCall`` field that carries thinking blocks to the next request.
+#: The extra ``toolCall`` field that carried thinking blocks in memory before
+#: ``reasoning`` segments; still read.
 THINKING_FIELD: Final = "anthropicThinking"
 
 _TOOL_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
-_THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
 
 
 class AnthropicAPI:
@@ -133,6 +137,15 @@ class AnthropicAPI:
     default_api_key_env: str = "ANTHROPIC_API_KEY"
     #: The variables to try for the key, in order, when ``provider.apiKeyEnv`` is absent.
     api_key_envs: tuple[str, ...] = ("ANTHROPIC_API_KEY",)
+
+    #: A request's generation parameters and the body fields they become (the
+    #: Messages API has no seed or penalties).
+    generation_options: Final[Mapping[str, str]] = {
+        "temperature": "temperature",
+        "top_p": "top_p",
+        "max_tokens": "max_tokens",
+        "stop": "stop_sequences",
+    }
 
     def path(self, model: str, *, stream: bool) -> str:
         """``/messages``: the model and streaming are chosen in the body."""
@@ -259,11 +272,11 @@ def messages_of(memory: Sequence[Any], prompt: str, names: ToolNameMap) -> list[
 
     for step in conversation(memory, prompt):
         if isinstance(step, ToolExchange):
-            add("assistant", _assistant_blocks(step.text, step.calls, names))
+            add("assistant", _assistant_blocks(step.text, step.calls, names, step.reasoning))
             # Right after the tool_use blocks, so the results open the next user message.
             add("user", [_tool_result(outcome) for outcome in step.outcomes])
         elif isinstance(step, AssistantTurn):
-            add("assistant", _assistant_blocks(step.text, (), names))
+            add("assistant", _assistant_blocks(step.text, (), names, step.reasoning))
         elif isinstance(step, Observation):
             add("user", [{"type": "text", "text": OBSERVATION_PREFIX + step.text}])
         elif step.text.strip():  # a user turn; the API refuses blank text
@@ -271,11 +284,23 @@ def messages_of(memory: Sequence[Any], prompt: str, names: ToolNameMap) -> list[
     return messages
 
 
+def _thinking_block(segment: core.ContentSegment) -> dict[str, Any] | None:
+    """The ``thinking`` or ``redacted_thinking`` block of a ``reasoning`` segment, if it has one."""
+    if segment.signature:
+        return {"type": "thinking", "thinking": segment.text or "", "signature": segment.signature}
+    if segment.data:
+        return {"type": "redacted_thinking", "data": segment.data}
+    return None
+
+
 def _assistant_blocks(
-    text: str, calls: Sequence[core.ToolCall], names: ToolNameMap
+    text: str,
+    calls: Sequence[core.ToolCall],
+    names: ToolNameMap,
+    reasoning: Sequence[core.ContentSegment] = (),
 ) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = []
-    if calls:
+    blocks: list[dict[str, Any]] = [b for b in map(_thinking_block, reasoning) if b is not None]
+    if calls and not blocks:
         thinking = extras(calls[0]).get(THINKING_FIELD)
         if isinstance(thinking, list):
             blocks.extend(b for b in thinking if isinstance(b, dict))
@@ -339,7 +364,6 @@ def _parse_message(body: Any, names: ToolNameMap, *, truncated: bool = False) ->
         raise AgentPainException("the Anthropic response has no content list")
     segments = Segments()
     segments.truncated = truncated
-    thinking: list[dict[str, Any]] = []
     for block in content:
         kind = block.get("type") if isinstance(block, Mapping) else None
         if not isinstance(block, Mapping) or not isinstance(kind, str):
@@ -363,8 +387,15 @@ def _parse_message(body: Any, names: ToolNameMap, *, truncated: bool = False) ->
                 segments.cut(names.local(name))  # a cut-off answer must not act
             else:
                 segments.tool_call(block.get("id"), names.local(name), block.get("input"))
-        elif kind in _THINKING_TYPES:
-            thinking.append(dict(block))
+        elif kind == "thinking":
+            thought, signature = block.get("thinking"), block.get("signature")
+            segments.reasoning(
+                thought if isinstance(thought, str) else "",
+                signature=signature if isinstance(signature, str) and signature else None,
+            )
+        elif kind == "redacted_thinking":
+            data = block.get("data")
+            segments.reasoning("", data=data if isinstance(data, str) and data else None)
         else:
             segments.note(
                 f"The answer held a content block of type {kind!r}, which openstarry does not "
@@ -376,16 +407,6 @@ def _parse_message(body: Any, names: ToolNameMap, *, truncated: bool = False) ->
     note = _stop_note(stop_reason)
     if note is not None:
         segments.note(note)
-    calls = segments.calls()
-    if thinking and calls:
-        # Kept on the first call, so the next request hands them back (see the module).
-        first = calls[0]
-        extras = {**(first.model_extra or {}), THINKING_FIELD: thinking}
-        carried = ToolCall(id=first.id, name=first.name, args=first.args, **extras)
-        for i, seg in enumerate(segments.items):
-            if seg.tool_call is first:
-                segments.items[i] = ContentSegment(type="tool_call", tool_call=carried)
-                break
     return segments.response(_metadata(body))
 
 

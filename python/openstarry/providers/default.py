@@ -21,6 +21,10 @@ the same when the core fed back an observation instead (an unknown tool, bad
 arguments): it never calls a tool twice in one turn, so a run ends in at most
 two rounds. Anything else gets a reply that lists what it can do with the tools
 at hand.
+
+It has no model, so it ignores a request's generation parameters
+(``context.generation``: ``temperature``, ``max_tokens``...), silently: its
+answers do not depend on them.
 """
 
 from __future__ import annotations

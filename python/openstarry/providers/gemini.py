@@ -34,8 +34,13 @@ Downstream
     ``text`` parts (adjacent ones joined) and ``functionCall`` parts become
     segments in their order; a call without an id gets a UUID; an
     ``inlineData`` image, audio or video becomes a segment of that type;
-    thought parts are not shown. ``metadata`` holds ``id`` (``responseId``),
-    ``model`` (``modelVersion``), ``stop_reason`` (``finishReason``),
+    thought summaries (parts with ``thought: true``, given when
+    ``provider.options`` has ``"thinkingConfig": {"includeThoughts": true}``)
+    become ``reasoning`` segments (adjacent ones joined, a ``thoughtSignature``
+    as their ``signature``); they are not sent back, as Gemini does not need
+    them (the signatures it checks ride on the function calls). ``metadata``
+    holds ``id`` (``responseId``), ``model`` (``modelVersion``),
+    ``stop_reason`` (``finishReason``),
     ``block_reason`` and ``usage`` as ``{input_tokens, output_tokens,
     total_tokens, raw}``. What cannot be used follows spec 000 section 7 as the
     Anthropic and OpenAI translations do:
@@ -161,6 +166,17 @@ class GeminiAPI:
     api_key_envs: tuple[str, ...] = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
     #: What a current-turn function call without a thought signature is sent with.
     skip_thought_signature: str | None = SKIP_THOUGHT_SIGNATURE
+
+    #: A request's generation parameters and the ``generationConfig`` fields they become.
+    generation_options: Mapping[str, str] = {
+        "temperature": "temperature",
+        "top_p": "topP",
+        "max_tokens": "maxOutputTokens",
+        "stop": "stopSequences",
+        "seed": "seed",
+        "frequency_penalty": "frequencyPenalty",
+        "presence_penalty": "presencePenalty",
+    }
 
     def path(self, model: str, *, stream: bool) -> str:
         """``/models/{model}:generateContent``, or ``:streamGenerateContent?alt=sse``.
@@ -626,7 +642,8 @@ def _read_part(part: Any, names: ToolNameMap, segments: Segments, *, truncated: 
         )
         return
     if part.get("thought") is True:
-        return  # the model's thinking: not shown
+        _thought(part, segments)
+        return
     if "text" in part:
         text = part["text"]
         if isinstance(text, str):
@@ -664,6 +681,21 @@ def _read_part(part: Any, names: ToolNameMap, segments: Segments, *, truncated: 
         f"The answer held a part of type {kinds[0]!r}, which openstarry does not handle; "
         "it was left out."
     )
+
+
+def _thought(part: Mapping[str, Any], segments: Segments) -> None:
+    """A thought summary part: a ``reasoning`` segment, joined to a thought just before it."""
+    text = part.get("text")
+    text = text if isinstance(text, str) else ""
+    signature = part.get(SIGNATURE_FIELD)
+    signature = signature if isinstance(signature, str) and signature else None
+    last = segments.items[-1] if segments.items else None
+    if last is not None and last.type == "reasoning" and last.signature is None:
+        segments.items[-1] = ContentSegment(
+            type="reasoning", text=(last.text or "") + text, signature=signature
+        )
+        return
+    segments.reasoning(text, signature=signature)
 
 
 def _why(reason: str, source: Mapping[str, Any]) -> str:

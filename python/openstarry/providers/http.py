@@ -474,7 +474,8 @@ class HTTPProvider:
         key = self._api_key()
         tool_set = self._tool_set(context.tools)
         stream = self.transport.stream
-        body = self._build(prompt, context, tool_set, stream=stream)
+        options, dropped = generation_options(self.api, self.options, context.generation)
+        body = self._build(prompt, context, tool_set, stream=stream, options=options)
         url = self.base_url + self.api.path(self.model, stream=stream)
         headers = {k.lower(): v for k, v in self.api.headers(key).items()}
         headers.setdefault("content-type", "application/json")
@@ -522,6 +523,13 @@ class HTTPProvider:
                     )
                     await anyio.sleep(wait)
         latency_ms = round((time.monotonic() - started) * 1000, 1)
+        if dropped:
+            return _as_core(
+                response,
+                tools_fingerprint=tool_set.fingerprint,
+                latency_ms=latency_ms,
+                droppedParameters=dropped,
+            )
         return _as_core(response, tools_fingerprint=tool_set.fingerprint, latency_ms=latency_ms)
 
     def _api_key(self) -> str | None:
@@ -578,7 +586,13 @@ class HTTPProvider:
         return found
 
     def _build(
-        self, prompt: str, context: AgentContext, tool_set: _ToolSet, *, stream: bool
+        self,
+        prompt: str,
+        context: AgentContext,
+        tool_set: _ToolSet,
+        *,
+        stream: bool,
+        options: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The request body, with the tool declarations translated once per tool set.
 
@@ -596,7 +610,7 @@ class HTTPProvider:
                 prompt,
                 ctx,
                 model=self.model,
-                options=self.options,
+                options=self.options if options is None else options,
                 stream=stream,
                 names=tool_set.names,
             )
@@ -870,6 +884,36 @@ def _retry_after(headers: httpx.Headers) -> float | None:
             when = when.replace(tzinfo=timezone.utc)
         return max((when - datetime.now(timezone.utc)).total_seconds(), 0.0)
     return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
+def generation_options(
+    api: Any, options: Mapping[str, Any], generation: Mapping[str, Any]
+) -> tuple[Mapping[str, Any], list[str]]:
+    """``provider.options`` with a request's generation parameters mapped over them.
+
+    ``api.generation_options`` maps each parameter the API has (``temperature``,
+    ``max_tokens``...) to its option key (``max_output_tokens``,
+    ``maxOutputTokens``...); the others are returned as dropped (``model``
+    always: the manifest chooses the model). A parameter named differently by
+    the API replaces the manifest's option of the parameter's own name, and a
+    ``stop`` string becomes a one-item list where the API takes a list.
+    """
+    if not generation:
+        return options, []
+    names: Mapping[str, str] = getattr(api, "generation_options", {})
+    merged = dict(options)
+    dropped: list[str] = []
+    for name, value in generation.items():
+        key = names.get(name)
+        if key is None:
+            dropped.append(name)
+            continue
+        if key != name:
+            merged.pop(name, None)
+        if name == "stop" and key != "stop" and isinstance(value, str):
+            value = [value]
+        merged[key] = value
+    return merged, dropped
 
 
 def _as_core(

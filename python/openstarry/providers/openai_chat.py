@@ -137,6 +137,17 @@ class OpenAIChatAPI(OpenAIWireAPI):
     #: The body keys ``provider.options`` may not set, with the reason each is refused.
     reserved_options: Mapping[str, str] = _CHAT_RESERVED
 
+    #: A request's generation parameters and the body fields they become.
+    generation_options: Mapping[str, str] = {
+        "temperature": "temperature",
+        "top_p": "top_p",
+        "max_tokens": "max_completion_tokens",
+        "stop": "stop",
+        "seed": "seed",
+        "frequency_penalty": "frequency_penalty",
+        "presence_penalty": "presence_penalty",
+    }
+
     def __init__(self, *, observation_role: ObservationRole = "system") -> None:
         super().__init__(observation_role=observation_role)
 

@@ -35,6 +35,15 @@ Downstream
     "output_tokens", "total_tokens", "raw"}``; each only when the API sent it.
     An answer with nothing in it is one empty text segment.
 
+    A ``reasoning`` item becomes a ``reasoning`` segment: its summaries'
+    text (empty when the request asked for none: ``provider.options``
+    ``"reasoning": {"summary": "auto"}``), the item's id as ``signature`` and
+    its ``encrypted_content`` as ``data`` (given when ``provider.options`` has
+    ``"include": ["reasoning.encrypted_content"]``, as with ``"store":
+    false``). The next request hands each assistant turn's reasoning items
+    back before its message and calls, as the API wants for reasoning models
+    calling tools; only items with an ``rs_`` id (this API's) are sent.
+
     What cannot be used follows spec 000 section 7 by one rule. When the API's
     own structure is broken (not a JSON object, no ``output`` list, a response
     not finished, a stream that sent nothing), there is nothing to show and
@@ -43,8 +52,7 @@ Downstream
     a text segment that says what it was, starting ``[openstarry]``, and is
     listed in ``metadata["errors"]``: a call whose arguments are not a JSON
     object (the call is not made), an output item or content part of a type
-    openstarry does not handle (the model's ``reasoning`` items are left out
-    silently), an answer the API stopped at the token limit or its content
+    openstarry does not handle, an answer the API stopped at the token limit or its content
     filter, a stream cut off before the API said it was done (the text so far
     is kept, ``metadata["truncated"]`` is true, and no call of it is made). A
     refusal becomes the text ``The model refused to answer: <reason>`` with
@@ -64,8 +72,8 @@ Streaming
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 from openstarry.agent.memory import AssistantTurn, Observation, UserTurn
 from openstarry.errors import AgentPainException, ManifestError, ProviderError
@@ -77,6 +85,7 @@ from openstarry.providers._openai import (
     ObservationRole,
     OpenAIWireAPI,
     Part,
+    Reasoning,
     StreamBudget,
     Text,
     describe_error,
@@ -94,6 +103,7 @@ from openstarry.providers._openai import (
 )
 
 if TYPE_CHECKING:
+    from openstarry import core
     from openstarry.agent.interfaces import AgentContext
     from openstarry.providers.wire import StreamAssembler, ToolNameMap
 
@@ -112,8 +122,8 @@ _RESPONSES_RESERVED: Mapping[str, str] = {
     "conversation": "openstarry sends the whole conversation on every request",
 }
 
-#: Output items that carry nothing for the agent to say or do (the model's reasoning).
-_SILENT_ITEMS = frozenset({"reasoning"})
+#: How the Responses API's reasoning item ids begin: only those are handed back.
+REASONING_ID_PREFIX: Final = "rs_"
 
 
 class OpenAIResponsesAPI(OpenAIWireAPI):
@@ -127,6 +137,14 @@ class OpenAIResponsesAPI(OpenAIWireAPI):
     name = "openai-responses"
     #: The body keys ``provider.options`` may not set, with the reason each is refused.
     reserved_options: Mapping[str, str] = _RESPONSES_RESERVED
+
+    #: A request's generation parameters and the body fields they become (the
+    #: Responses API has no stop, seed or penalties).
+    generation_options: Mapping[str, str] = {
+        "temperature": "temperature",
+        "top_p": "top_p",
+        "max_tokens": "max_output_tokens",
+    }
 
     def __init__(self, *, observation_role: ObservationRole = "developer") -> None:
         super().__init__(observation_role=observation_role)
@@ -157,8 +175,10 @@ class OpenAIResponsesAPI(OpenAIWireAPI):
                 items.append(_message("user", step.text))
             elif isinstance(step, AssistantTurn):
                 if step.text:  # an empty message item says nothing
+                    items.extend(_reasoning_items(step.reasoning))
                     items.append(_message("assistant", step.text))
             elif isinstance(step, ToolExchange):
+                items.extend(_reasoning_items(step.reasoning))
                 if step.text:
                     items.append(_message("assistant", step.text))
                 items.extend(
@@ -241,6 +261,38 @@ class OpenAIResponsesAPI(OpenAIWireAPI):
         return _ResponsesStream(self, names)
 
 
+def _reasoning_items(segments: Sequence[core.ContentSegment]) -> list[dict[str, Any]]:
+    """The reasoning items to hand back: those this API made (an ``rs_`` id), as it sent them."""
+    items: list[dict[str, Any]] = []
+    for segment in segments:
+        item_id = segment.signature
+        if not item_id or not item_id.startswith(REASONING_ID_PREFIX):
+            continue
+        item: dict[str, Any] = {
+            "type": "reasoning",
+            "id": item_id,
+            "summary": [{"type": "summary_text", "text": segment.text}] if segment.text else [],
+        }
+        if segment.data:
+            item["encrypted_content"] = segment.data
+        items.append(item)
+    return items
+
+
+def _reasoning_part(item: Mapping[str, Any]) -> Reasoning:
+    summary = item.get("summary")
+    texts = [
+        part["text"]
+        for part in (summary if isinstance(summary, list) else ())
+        if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+    ]
+    return Reasoning(
+        "\n\n".join(texts),
+        signature=nonempty_str(item.get("id")),
+        data=nonempty_str(item.get("encrypted_content")),
+    )
+
+
 def _message(role: str, text: str) -> dict[str, Any]:
     return {"type": "message", "role": role, "content": text}
 
@@ -286,8 +338,8 @@ def _output_item(item: Any) -> list[Part]:
             ]
         call_id = nonempty_str(item.get("call_id")) or nonempty_str(item.get("id"))
         return [Call(call_id, name, item.get("arguments"))]
-    if isinstance(kind, str) and kind in _SILENT_ITEMS:
-        return []
+    if kind == "reasoning":
+        return [_reasoning_part(item)]
     return [unhandled("response held an output item", kind)]
 
 
