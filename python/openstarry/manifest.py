@@ -131,7 +131,13 @@ class FsConfig(_Section):
     allowed_paths: list[str] = Field(
         default_factory=list,
         description="Directories the fs.* tools may touch; relative ones are relative to the "
-        "manifest's folder, and ~ is the home directory.",
+        "manifest's folder, and ~ is the home directory. One that resolves to /, a system "
+        "folder or outside the manifest's folder needs allowOutside.",
+    )
+    allow_outside: bool = Field(
+        default=False,
+        description="Accept allowedPaths that resolve to /, a system folder (/etc, /usr, ...) "
+        "or outside the manifest's folder; without it such a path is an error.",
     )
 
     @field_validator("allowed_paths")
@@ -507,7 +513,58 @@ def _validate(
             text = f"{name}: {len(problems)} problems:{lines}"
         raise ManifestError(text, path=path, field=problems[0][0]) from None
     manifest._base_dir = Path(os.path.abspath(base_dir)) if base_dir is not None else Path.cwd()
+    if not manifest.fs.allow_outside:
+        for index, raw in enumerate(manifest.fs.allowed_paths):
+            problem = _outside_problem(manifest.resolve(raw), manifest.base_dir.resolve())
+            if problem is not None:
+                field = f"fs.allowedPaths[{index}]"
+                raise ManifestError(
+                    f"{name}: {field}: {raw!r} resolves to {problem}; the fs.* tools would "
+                    'reach it: set "fs": {"allowOutside": true} if that is meant',
+                    path=path,
+                    field=field,
+                )
     return manifest
+
+
+#: Folders of the operating system: an allowed path in one needs ``allowOutside``.
+_SYSTEM_FOLDERS = tuple(
+    Path(p)
+    for p in (
+        "/bin",
+        "/boot",
+        "/dev",
+        "/etc",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/proc",
+        "/root",
+        "/run",
+        "/sbin",
+        "/sys",
+        "/usr",
+        "/var/lib",
+        "/var/log",
+        "/System",
+        "/Library",
+        "/private/etc",
+    )
+)
+
+
+def _outside_problem(resolved: Path, base_dir: Path) -> str | None:
+    """Why ``resolved``, an allowed path, needs ``allowOutside`` (``None``: it does not)."""
+    if resolved == Path(resolved.anchor):
+        return f"{resolved}, the root of the file system"
+    if resolved.is_relative_to(base_dir):
+        return None
+    for system in _SYSTEM_FOLDERS:
+        if resolved.is_relative_to(system):
+            return f"{resolved}, a system folder"
+    if os.name == "nt" and "windows" in (part.lower() for part in resolved.parts[1:2]):
+        return f"{resolved}, a system folder"
+    return f"{resolved}, outside the manifest's folder {base_dir}"
 
 
 def _json_kind(value: Any) -> str:
