@@ -469,6 +469,7 @@ def test_json_schema_of_agent_json() -> None:
     assert schema["required"] == ["identity"]
     assert schema["additionalProperties"] is False
     assert set(schema["properties"]) == {
+        "api",
         "toolRetrieval",
         "identity",
         "instructions",
@@ -648,3 +649,15 @@ def test_a_link_inside_the_folder_to_a_system_folder_needs_allow_outside(tmp_pat
     (tmp_path / "etc").symlink_to("/etc", target_is_directory=True)
     err = load_error(tmp_path, with_change(MINIMAL, "fs", allowedPaths=["etc"]))
     assert "a system folder" in str(err)
+
+
+def test_api_expose_tools_are_tools_and_never_private(tmp_path: Path) -> None:
+    base = with_change(MINIMAL, None, tools=["get_weather", "fs.read"])
+    m = load_manifest(write(tmp_path, with_change(base, "api", expose_tools=["get_weather"])))
+    assert m.api.expose_tools == ["get_weather"]
+    assert AgentManifest.json_schema()["properties"]["api"]
+    err = load_error(tmp_path, with_change(base, "api", expose_tools=["nope"]))
+    assert err.field == "api.expose_tools[0]"
+    private = with_change(base, "mcp", private_tools=["fs.read"])
+    err = load_error(tmp_path, with_change(private, "api", expose_tools=["fs.read"]))
+    assert "never reachable over HTTP" in str(err)

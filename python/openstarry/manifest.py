@@ -55,6 +55,7 @@ __all__ = [
     "MANIFEST_FILENAME",
     "MAX_MANIFEST_BYTES",
     "AgentManifest",
+    "ApiConfig",
     "FsConfig",
     "Identity",
     "Limits",
@@ -259,6 +260,19 @@ class McpConfig(_Section):
     )
 
 
+class ApiConfig(_Section):
+    """What callers of the Agent API over HTTP (``openstarry serve``) may run (snake_case keys)."""
+
+    model_config = ConfigDict(alias_generator=None)
+
+    expose_tools: list[str] = Field(
+        default_factory=list,
+        description="Tools an HTTP caller may run directly with a slash command (/name args); "
+        "none by default. Tools in mcp.private_tools are never reachable over HTTP. The "
+        "built-in commands (/help, /stop, ...) always work.",
+    )
+
+
 class ToolRetrievalConfig(_Section):
     """The tool retrieval layer (spec 000 section 6B)."""
 
@@ -309,6 +323,10 @@ class AgentManifest(_Section):
     mcp: McpConfig = Field(
         default_factory=McpConfig,
         description="What an MCP server of the agent shows, and the remote servers it uses.",
+    )
+    api: ApiConfig = Field(
+        default_factory=ApiConfig,
+        description="What callers of the Agent API over HTTP may run directly.",
     )
     tool_retrieval: ToolRetrievalConfig = Field(
         default_factory=ToolRetrievalConfig,
@@ -364,12 +382,13 @@ class AgentManifest(_Section):
                     )
                 )
             seen_servers.add(server.name)
-        for key, names in (
-            ("expose_tools", self.mcp.expose_tools),
-            ("private_tools", self.mcp.private_tools),
+        for section, key, names in (
+            ("mcp", "expose_tools", self.mcp.expose_tools),
+            ("mcp", "private_tools", self.mcp.private_tools),
+            ("api", "expose_tools", self.api.expose_tools),
         ):
             for index, name in enumerate(names):
-                loc = ("mcp", key, index)
+                loc = (section, key, index)
                 if name not in tools and not name.startswith(remote or ("\0",)):
                     ref = next(
                         (t for t in self.tools if ":" in t and t.rpartition(":")[2] == name), None
@@ -377,6 +396,15 @@ class AgentManifest(_Section):
                     hint = f"; name an imported tool by its entry in tools: {ref!r}" if ref else ""
                     errors.append(
                         _detail(loc, "unknown_tool", f"{name!r} is not in tools{hint}", name)
+                    )
+                elif section == "api" and name in self.mcp.private_tools:
+                    errors.append(
+                        _detail(
+                            loc,
+                            "exposed_and_private",
+                            f"{name!r} is in mcp.private_tools: never reachable over HTTP",
+                            name,
+                        )
                     )
                 elif key == "private_tools" and name in exposed:
                     errors.append(
