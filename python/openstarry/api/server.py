@@ -64,8 +64,20 @@ Runs and connections:
   an unknown tool type, no user text), unknown paths (404) and methods (405).
 
 Text that starts with ``/`` is a slash command, as at the ``openstarry run``
-prompt: ``/reset`` clears the session's memory, ``/read notes.txt`` runs a tool
-directly.
+prompt: the built-ins (``/reset``, ``/stop``, ``/help``...) always work; one that
+runs a tool directly (``/read notes.txt``) only for a tool in the manifest's
+``api.expose_tools`` (none by default) and never for one in
+``mcp.private_tools``: ``403`` with code ``command_not_allowed`` otherwise.
+``session_id`` is 1 to 128 ASCII letters, digits, ``_``, ``-``, ``.``, ``:`` or
+``@`` (``422`` otherwise).
+
+Who may call: with ``api_key``, every route but ``/health`` needs
+``Authorization: Bearer <key>`` (``401`` otherwise). :func:`serve` refuses a
+non-loopback address without a key unless told ``insecure``, closes a
+connection whose request head or body comes too slowly (``408``), caps the
+connections of one client address (``429``), and shuts down gracefully (see
+there). Live streams are never cut by the replay buffer: its bounds limit what
+is kept for reconnects, not what a reader that keeps up is sent.
 """
 
 from __future__ import annotations
