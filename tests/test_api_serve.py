@@ -449,42 +449,16 @@ def test_a_public_address_needs_a_key_or_insecure(monkeypatch: pytest.MonkeyPatc
         read_api_key("OPENSTARRY_TEST_KEY")
     # The command refuses before it binds anything.
     for command, extra in (("serve", []), ("mcp", ["--http"])):
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "openstarry.cli",
-                command,
-                str(WEATHER),
-                *extra,
-                "--host",
-                "0.0.0.0",
-                "--port",
-                "9",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=HANG * 3,
-        )
-        assert result.returncode == 2, result.stderr
-        assert "--insecure" in result.stderr
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "openstarry.cli",
-                command,
-                str(WEATHER),
-                *extra,
-                "--api-key-env",
-                "OPENSTARRY_TEST_KEY",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=HANG * 3,
-        )
-        assert result.returncode == 2, result.stderr
-        assert "OPENSTARRY_TEST_KEY holds no API key" in result.stderr
+        cli = [sys.executable, "-m", "openstarry.cli", command, str(WEATHER), *extra]
+        for options, said in (
+            (["--host", "0.0.0.0", "--port", "9"], "--insecure"),
+            (["--api-key-env", "OPENSTARRY_TEST_KEY"], "OPENSTARRY_TEST_KEY holds no API key"),
+        ):
+            result = subprocess.run(
+                [*cli, *options], capture_output=True, text=True, timeout=HANG * 3
+            )
+            assert result.returncode == 2, result.stderr
+            assert said in result.stderr
 
 
 async def test_slash_commands_over_http_reach_only_exposed_tools() -> None:

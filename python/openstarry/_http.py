@@ -41,6 +41,7 @@ __all__ = [
     "guarded_protocol",
     "is_loopback",
     "read_api_key",
+    "send_json",
 ]
 
 log = logging.getLogger("openstarry.http")
@@ -119,18 +120,25 @@ class BearerAuth:
             if not given
             else "the API key is not valid",
         )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b'Bearer realm="openstarry"'),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_json(send, 401, body, [(b"www-authenticate", b'Bearer realm="openstarry"')])
+
+
+async def send_json(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """Send a whole JSON response through an ASGI ``send``."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 @dataclass(frozen=True, slots=True)

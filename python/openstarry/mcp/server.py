@@ -74,7 +74,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     ) from exc
 from pydantic import ValidationError
 
-from openstarry._http import BearerAuth
+from openstarry._http import BearerAuth, send_json
 from openstarry.core import Event
 from openstarry.errors import (
     ManifestError,
@@ -515,41 +515,20 @@ class _UniqueRequestIds:
         running = self.running.setdefault(session, set())
         taken = [i for i in ids if i in running]
         if taken:
-            answer = json.dumps(
-                [
-                    {
-                        "jsonrpc": "2.0",
-                        "id": i,
-                        "error": {
-                            "code": -32600,
-                            "message": f"request id {i!r} is already in use by a request "
-                            "still running in this session",
-                        },
-                    }
-                    for i in taken
-                ]
-                if len(taken) > 1
-                else {
+            errors = [
+                {
                     "jsonrpc": "2.0",
-                    "id": taken[0],
+                    "id": i,
                     "error": {
                         "code": -32600,
-                        "message": f"request id {taken[0]!r} is already in use by a request "
+                        "message": f"request id {i!r} is already in use by a request "
                         "still running in this session",
                     },
                 }
-            ).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 409,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(answer)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": answer})
+                for i in taken
+            ]
+            answer = json.dumps(errors if len(errors) > 1 else errors[0]).encode()
+            await send_json(send, 409, answer)
             return
         running.update(ids)
         try:
