@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(again.max_entries(), window.max_entries());
     assert_eq!(again.snapshot(), snapshot, "the snapshot is not stable");
     let mut window = again;
-    let now = i64::MAX.min(window.len() as i64 + 1);
+    let now = 1_764_115_200_000 + window.len() as i64;
     let _ = window.check_and_insert("a-new-id", now);
     let _ = window.expire(now);
     let _ = window.snapshot();

@@ -349,7 +349,7 @@ def graceful_server(
 
         def _on_signal(self, sig: int, frame: Any) -> None:
             self.signals.append(sig)
-            # A second signal while draining ends the wait for the runs.
+            # A second SIGINT forces uvicorn out of its own wait for connections.
             self.handle_exit(sig, frame)
 
         async def shutdown(self, sockets: list[Any] | None = None) -> None:
