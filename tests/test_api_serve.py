@@ -155,9 +155,11 @@ async def test_sigterm_lets_runs_finish_then_stops_them_and_every_client_gets_it
     assert status == 200
     assert events[-1]["object"] == "response"
     assert events[-1]["status"] == "canceled", events[-1]
+    assert events[-1]["error"]["code"] == "shutdown"
     status, answer = results["waiting"]
     assert status == 200
     assert answer["status"] == "canceled"
+    assert answer["error"]["code"] == "shutdown"
 
 
 # --- 2. live streams and the replay buffer -----------------------------------------------------
@@ -398,14 +400,13 @@ async def test_runs_nobody_reads_make_room_for_new_requests() -> None:
                 status = fresh.status_code
                 tool.release.set()
                 final = events_of(await fresh.aread())[-1]
-            ends = [
-                events_of((await http.get(f"/process/{rid}")).content)[-1]["status"]
-                for rid in dropped
-            ]
+            finals = [events_of((await http.get(f"/process/{rid}")).content)[-1] for rid in dropped]
+            ends = [final["status"] for final in finals]
     assert status == 200
     assert final["status"] == "completed"
     # Only one slot was needed: the oldest run nobody read gave it up.
     assert ends == ["canceled", "completed"]
+    assert finals[0]["error"]["code"] == "evicted"
 
 
 # --- 6. who may call what ----------------------------------------------------------------------

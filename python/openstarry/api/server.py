@@ -227,6 +227,10 @@ class ServerLimits:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
 
 
+#: The error of a response the shutdown stopped.
+_SHUTDOWN = Error(code="shutdown", message="the server shut down before the run ended")
+
+
 class _ApiError(Exception):
     """A request refused with ``status`` and an :class:`Error` body."""
 
@@ -293,6 +297,8 @@ class _Record:
         self.cancel_requested = False
         #: Stopped to make room for a new run (see ``_Api._make_room``).
         self.evicted = False
+        #: Why the server stopped the run, for its final event (``None``: it did not).
+        self.stop_reason: Error | None = None
         self._changed = anyio.Event()
 
     @property
@@ -340,6 +346,17 @@ class _Record:
         self.done = True
         self.finished_at = time.monotonic()
         self._notify()
+
+    def with_stop_reason(self, response: AgentResponse) -> AgentResponse:
+        """``response`` with the server's reason for stopping it as its error, when
+        the server stopped it (shutdown, room for a new run) and it ended ``canceled``."""
+        if (
+            self.stop_reason is None
+            or response.status is not RunStatus.Canceled
+            or response.error is not None
+        ):
+            return response
+        return response.model_copy(update={"error": self.stop_reason})
 
     def end_now(self, status: RunStatus, error: Error) -> None:
         """End the response here with a final event of ``status`` (its run is left behind)."""
@@ -681,6 +698,10 @@ class _Api:
                 log.info("response %s: nobody reads it; stopped to make room", record.id)
                 record.evicted = True
                 self.evicted += 1
+                record.stop_reason = Error(
+                    code="evicted",
+                    message="stopped to make room for a new run: nobody was reading it",
+                )
                 record.cancel()
                 return True
         return False
@@ -742,9 +763,12 @@ class _Api:
                 if record.cancel_requested:
                     run.cancel()
                 async for event in run:
-                    assert event.sequence_number is not None
-                    record.append(event.sequence_number, event.wire_json())
-                record.final = run.final
+                    seq = event.sequence_number
+                    assert seq is not None
+                    if isinstance(event, AgentResponse):
+                        event = record.with_stop_reason(event)
+                    record.append(seq, event.wire_json())
+                record.final = run.final and record.with_stop_reason(run.final)
         except Exception as exc:
             log.exception("response %s: the run failed", record.id)
             # Every stream ends with a terminal event, even this one.
@@ -788,16 +812,14 @@ class _Api:
         left = [record for record in pending if not record.done]
         for record in left:
             log.info("response %s: stopped by the shutdown", record.id)
+            record.stop_reason = _SHUTDOWN
             record.cancel()
         with anyio.move_on_after(stop_wait):
             for record in left:
                 await record.wait_done()
         for record in left:
             if not record.done:
-                record.end_now(
-                    RunStatus.Canceled,
-                    Error(code="shutdown", message="the server shut down before the run ended"),
-                )
+                record.end_now(RunStatus.Canceled, _SHUTDOWN)
         # The streams end once their readers have been sent the final event.
         with anyio.move_on_after(stop_wait):
             while any(record.readers for record in pending):
