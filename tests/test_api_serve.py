@@ -363,6 +363,40 @@ async def test_connections_per_address_are_capped_with_a_json_429() -> None:
     assert health.status_code == 200
 
 
+async def _read_all(stream: Any) -> bytes:
+    raw = b""
+    with anyio.fail_after(HANG):
+        try:
+            while True:
+                raw += await stream.receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            pass
+    return raw
+
+
+async def test_at_the_connection_cap_the_longest_silent_connection_gives_way() -> None:
+    """Five silent connections fill a cap of five: a sixth is served, and the oldest silent
+    one is answered ``408`` and closed."""
+    with serve_process(WEATHER, "--max-connections", "5") as (url, _):
+        port = int(url.rsplit(":", 1)[1])
+        silent = []
+        for i in range(5):
+            silent.append(await anyio.connect_tcp("127.0.0.1", port, local_host=f"127.4.0.{i + 1}"))
+            await anyio.sleep(0.05)  # in order: the first is the longest silent
+        try:
+            async with await anyio.connect_tcp("127.0.0.1", port) as sixth:
+                await sixth.send(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                answer = await _read_all(sixth)
+            oldest = await _read_all(silent[0])
+        finally:
+            for stream in silent:
+                await stream.aclose()
+    assert answer.startswith(b"HTTP/1.1 200")
+    head, _, payload = oldest.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408")
+    assert json.loads(payload)["code"] == "request_timeout"
+
+
 async def test_a_body_that_comes_too_slowly_gets_a_json_408() -> None:
     limits = ServerLimits(body_timeout=0.5)
     with serving(Agent(ScriptedProvider([]), []), limits) as url:
