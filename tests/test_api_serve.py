@@ -38,6 +38,7 @@ from test_api_http import (
     BlockingTool,
     body,
     frames,
+    lifespan_of,
     serving,
     serving_app,
     stream_until,
@@ -160,6 +161,50 @@ async def test_sigterm_lets_runs_finish_then_stops_them_and_every_client_gets_it
     assert status == 200
     assert answer["status"] == "canceled"
     assert answer["error"]["code"] == "shutdown"
+
+
+class StubbornTool(Tool):
+    """Ignores being stopped for ``seconds`` (its wait is shielded from cancellation)."""
+
+    name = "stubborn"
+    description = "Will not stop."
+
+    def __init__(self, seconds: float) -> None:
+        self.parameters = {"type": "object", "properties": {}}
+        self.seconds = seconds
+        self.started = anyio.Event()
+
+    async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        self.started.set()
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(self.seconds)
+        return "finally"
+
+
+async def test_a_run_that_will_not_stop_is_ended_by_the_shutdown_with_an_error() -> None:
+    tool = StubbornTool(1.5)
+    app = create_app(Agent(ScriptedProvider([]), [tool]), expose_tools=["stubborn"])
+    api = app.state.openstarry
+    async with lifespan_of(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+            answers: list[httpx.Response] = []
+
+            async def ask() -> None:
+                answers.append(await http.post("/process", json=body("/stubborn", stream=False)))
+
+            with anyio.fail_after(HANG):
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(ask)
+                    await tool.started.wait()
+                    await api.drain(grace=0.1, stop_wait=0.3)
+                late = await http.post("/process", json=body("hello"))
+    [answer] = answers
+    assert answer.status_code == 200
+    assert answer.json()["status"] == "canceled"
+    assert answer.json()["error"]["code"] == "shutdown"
+    assert late.status_code == 503
+    assert late.json()["code"] == "shutting_down"
 
 
 # --- 2. live streams and the replay buffer -----------------------------------------------------

@@ -768,7 +768,8 @@ class _Api:
                     if isinstance(event, AgentResponse):
                         event = record.with_stop_reason(event)
                     record.append(seq, event.wire_json())
-                record.final = run.final and record.with_stop_reason(run.final)
+                if not record.done:  # (the shutdown may have ended it already)
+                    record.final = run.final and record.with_stop_reason(run.final)
         except Exception as exc:
             log.exception("response %s: the run failed", record.id)
             # Every stream ends with a terminal event, even this one.
