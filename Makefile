@@ -139,6 +139,13 @@ bench: dev ## Run the benchmarks: each openstarry piece beside its pure-Python b
 	$(PY) benches/ratios.py
 	$(PY) -m openstarry.cli bench
 
+FUZZ_SECONDS ?= 60
+.PHONY: fuzz
+fuzz: ## Fuzz the Rust decoders (JSON scanner, envelope, segment, DedupWindow.restore), FUZZ_SECONDS each (60); needs nightly and cargo-fuzz
+	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
+	fuzz/run.sh $(FUZZ_SECONDS)
+
 .PHONY: lint
 lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy --strict, stubtest, the layers contract
 	cargo fmt --check

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from openstarry.bench import bench_bus_latency, bench_bus_throughput, bench_loop_turn, main
+from openstarry.bench import (
+    bench_bus_latency,
+    bench_bus_throughput,
+    bench_loop_turn,
+    bench_turn_vs_sessions,
+    main,
+)
 
 
 def test_bus_latency_measures_every_event() -> None:
@@ -36,3 +42,9 @@ def test_bench_command_prints_the_three_measurements(capsys: pytest.CaptureFixtu
     assert "bus latency" in out
     assert "bus throughput" in out
     assert "loop turn" in out
+
+
+def test_turn_vs_sessions_keeps_the_table_full() -> None:
+    figures = bench_turn_vs_sessions(counts=(10, 1_000), n=20)
+    assert set(figures) == {10, 1_000}
+    assert all(turn_us > 0 for turn_us in figures.values())

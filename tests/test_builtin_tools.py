@@ -491,3 +491,21 @@ def test_fs_list_of_a_directory_with_a_non_utf8_name_can_be_reported(tmp_path: P
     payload = {"toolCallId": "c-1", "name": "fs.list", "success": True, "result": entries}
     event = Event.new("EXEC:TOOL_RESULT", payload, source="test", session_id="s")
     assert len(event.payload["result"]) == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "link"), reason="needs hard links")
+def test_write_refuses_a_hard_link_to_a_file_outside(tmp_path: Path, root: Path) -> None:
+    """A hard link inside the root to a file outside it is not written through, nor truncated."""
+    tools = by_name(fs_tools([root]))
+    outside = tmp_path / "outside" / "secret.txt"
+    os.link(outside, root / "linked.txt")
+    error = expect_error("EPERM", tools["fs.write"], path="linked.txt", content="pwned")
+    assert "hard links" in str(error)
+    assert outside.read_text(encoding="utf-8") == "secret"
+    # An ordinary file is still written whole, replacing a longer content.
+    (root / "plain.txt").write_text("a much longer old content", encoding="utf-8")
+    assert call(tools["fs.write"], path="plain.txt", content="new") == {
+        "path": "plain.txt",
+        "bytes": 3,
+    }
+    assert (root / "plain.txt").read_text(encoding="utf-8") == "new"

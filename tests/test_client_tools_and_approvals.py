@@ -260,7 +260,15 @@ async def test_a_call_that_needs_approval_runs_when_approved_and_not_when_denied
 async def test_a_slash_command_of_a_tool_that_needs_approval_is_rejected(
     server: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    agent = make_agent(server.url, tmp_path, monkeypatch, approval={"tools": ["fs.write"]})
+    # Reachable over HTTP at all only when api.expose_tools lists it and it is not private.
+    agent = make_agent(
+        server.url,
+        tmp_path,
+        monkeypatch,
+        approval={"tools": ["fs.write"]},
+        api={"expose_tools": ["fs.write"]},
+        mcp={"expose_tools": ["get_weather", "fs.read"], "private_tools": []},
+    )
     with serving(agent) as url, anyio.fail_after(HANG):
         async with AgentClient(url) as client:
             events = [e async for e in client.stream(request("/fs.write a.txt hello", "s5"))]

@@ -38,7 +38,7 @@ FULL: dict[str, Any] = {
         "apiKeyEnv": "OPENAI_API_KEY",
     },
     "tools": ["get_weather", "fs.read", "my_package.tools:forecast"],
-    "fs": {"allowedPaths": ["./data", "/srv/shared", "~/notes"]},
+    "fs": {"allowedPaths": ["./data", "/srv/shared", "~/notes"], "allowOutside": True},
     "limits": {
         "maxToolRounds": 5,
         "toolTimeout": 2.5,
@@ -474,6 +474,7 @@ def test_json_schema_of_agent_json() -> None:
     assert schema["required"] == ["identity"]
     assert schema["additionalProperties"] is False
     assert set(schema["properties"]) == {
+        "api",
         "toolRetrieval",
         "identity",
         "instructions",
@@ -498,7 +499,7 @@ def test_json_schema_of_agent_json() -> None:
         "baseUrl",
         "apiKeyEnv",
     }
-    assert set(defs["FsConfig"]["properties"]) == {"allowedPaths"}
+    assert set(defs["FsConfig"]["properties"]) == {"allowedPaths", "allowOutside"}
     assert set(defs["McpConfig"]["properties"]) == {
         "servers",
         "expose_tools",
@@ -620,3 +621,56 @@ def test_exposing_an_imported_tool_by_its_name_says_how_to_name_it() -> None:
                 "mcp": {"expose_tools": ["mumble"]},
             }
         )
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX folders")
+@pytest.mark.parametrize(
+    ("allowed", "why"),
+    [
+        ("/", "the root of the file system"),
+        ("/etc", "a system folder"),
+        ("/usr/share", "a system folder"),
+        ("..", "outside the manifest's folder"),
+        ("data/../../elsewhere", "outside the manifest's folder"),
+    ],
+)
+def test_allowed_paths_outside_the_manifest_folder_need_allow_outside(
+    tmp_path: Path, allowed: str, why: str
+) -> None:
+    folder = tmp_path / "agent"
+    folder.mkdir()
+    data = with_change(MINIMAL, "fs", allowedPaths=["data", allowed])
+    err = load_error(folder, data)
+    assert err.field == "fs.allowedPaths[1]"
+    assert why in str(err)
+    assert "allowOutside" in str(err)
+    accepted = load_manifest(write(folder, with_change(data, "fs", allowOutside=True)))
+    assert accepted.allowed_paths()[1] == (folder / allowed).resolve()
+
+
+def test_allowed_paths_inside_the_manifest_folder_need_nothing(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "data", target_is_directory=True)
+    data = with_change(MINIMAL, "fs", allowedPaths=[".", "data", "link"])
+    m = load_manifest(write(tmp_path, data))
+    assert m.fs.allow_outside is False
+    inside = (tmp_path / "data").resolve()
+    assert m.allowed_paths() == [tmp_path.resolve(), inside, inside]
+
+
+def test_a_link_inside_the_folder_to_a_system_folder_needs_allow_outside(tmp_path: Path) -> None:
+    (tmp_path / "etc").symlink_to("/etc", target_is_directory=True)
+    err = load_error(tmp_path, with_change(MINIMAL, "fs", allowedPaths=["etc"]))
+    assert "a system folder" in str(err)
+
+
+def test_api_expose_tools_are_tools_and_never_private(tmp_path: Path) -> None:
+    base = with_change(MINIMAL, None, tools=["get_weather", "fs.read"])
+    m = load_manifest(write(tmp_path, with_change(base, "api", expose_tools=["get_weather"])))
+    assert m.api.expose_tools == ["get_weather"]
+    assert AgentManifest.json_schema()["properties"]["api"]
+    err = load_error(tmp_path, with_change(base, "api", expose_tools=["nope"]))
+    assert err.field == "api.expose_tools[0]"
+    private = with_change(base, "mcp", private_tools=["fs.read"])
+    err = load_error(tmp_path, with_change(private, "api", expose_tools=["fs.read"]))
+    assert "never reachable over HTTP" in str(err)

@@ -136,7 +136,7 @@ def gated_manifest(tmp_path: Path) -> Path:
     """The weather agent plus ``wait_for``, a tool that waits until a file exists."""
     data = json.loads(EXAMPLE.read_text(encoding="utf-8"))
     data["tools"] = [*data["tools"], "prompt_tools:wait_for"]
-    data["fs"] = {"allowedPaths": [str(EXAMPLE.parent / "workspace")]}
+    data["fs"] = {"allowedPaths": [str(EXAMPLE.parent / "workspace")], "allowOutside": True}
     path = tmp_path / "agent.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     return path

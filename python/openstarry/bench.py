@@ -14,6 +14,9 @@ Three measurements, on asyncio:
   one tool call, and the turn's eleven events through the bus. The baseline is
   the same three calls made directly, with no events, so the difference is
   what the loop adds. On asyncio, and on trio when it is installed.
+- **turn cost against the sessions kept**: the same turn, each in a new
+  session, with the session table full (100 to 100,000 sessions), so every
+  turn forgets the least recently used one: the cost stays flat.
 
 Timings vary with the machine and its load; compare the ratios of one run.
 """
@@ -33,12 +36,18 @@ from typing import Any
 import anyio
 
 from openstarry.agent.interfaces import AgentContext, Tool
-from openstarry.agent.loop import ExecutionLoop
+from openstarry.agent.loop import ExecutionLoop, LoopLimits
 from openstarry.agent.memory import Session
 from openstarry.bus import EventBus
 from openstarry.core import ContentSegment, Event, ProviderResponse, ToolCall
 
-__all__ = ["bench_bus_latency", "bench_bus_throughput", "bench_loop_turn", "main"]
+__all__ = [
+    "bench_bus_latency",
+    "bench_bus_throughput",
+    "bench_loop_turn",
+    "bench_turn_vs_sessions",
+    "main",
+]
 
 _perf_ns = time.perf_counter_ns
 
@@ -240,6 +249,41 @@ def bench_loop_turn(
     return {"turn_us": ours_us, "direct_us": direct_us, "overhead_us": ours_us - direct_us}
 
 
+def bench_turn_vs_sessions(
+    counts: Sequence[int] = (100, 1_000, 10_000, 100_000), n: int = 1_000
+) -> dict[int, float]:
+    """Microseconds per turn, each in a new session, with ``count`` sessions kept (a full table).
+
+    Every turn makes a session and so forgets the least recently used one.
+    """
+    tool = _NoOp()
+    provider = _Instant()
+
+    async def one(count: int) -> float:
+        limits = LoopLimits(max_sessions=count)
+        async with (
+            EventBus() as bus,
+            ExecutionLoop(bus, provider, [tool], memory_window=4, limits=limits) as loop,
+        ):
+            for index in range(count):
+                loop.session(f"kept-{index}")
+            for index in range(n // 10):
+                await loop.ask("ping", session_id=f"warm-{index}")
+            await bus.wait_idle()
+            start = _perf_ns()
+            for index in range(n):
+                result = await loop.ask("ping", session_id=f"new-{index}")
+            await bus.wait_idle()
+            elapsed = _perf_ns() - start
+            if result.replies != ["done"] or result.error is not None:
+                raise AssertionError(f"unexpected turn result {result}")
+            if len(loop.sessions) != count:
+                raise AssertionError(f"{len(loop.sessions)} sessions kept, not {count}")
+            return elapsed / n / 1000
+
+    return {count: anyio.run(one, count) for count in counts}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the three measurements and print them; returns the exit status."""
     parser = argparse.ArgumentParser(prog="openstarry bench", description=__doc__.split("\n\n")[0])
@@ -269,6 +313,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{turn['turn_us']:.1f} us   direct calls {turn['direct_us']:.1f} us"
             f"   overhead {turn['overhead_us']:.1f} us"
         )
+    per_count = bench_turn_vs_sessions(n=1_000 // scale)
+    print("loop turn in a new session with the session table full (asyncio):")
+    smallest = min(per_count.values())
+    for count, turn_us in per_count.items():
+        print(f"  {count:>7,} sessions: {turn_us:7.1f} us   {turn_us / smallest:.2f}x the cheapest")
     return 0
 
 

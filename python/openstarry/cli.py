@@ -5,8 +5,8 @@
     openstarry run MANIFEST                            # an interactive prompt ([cli] extra:
                                                        # history, completion, rich output)
     openstarry schema manifest|protocol                # JSON Schema of agent.json or events
-    openstarry serve MANIFEST [--host H] [--port N]    # the Agent API over HTTP (spec 003)
-    openstarry mcp MANIFEST [--http --port N]          # the agent's tools over MCP (spec 004)
+    openstarry serve MANIFEST [--host H] [--port N] [--api-key-env NAME]  # the Agent API (spec 003)
+    openstarry mcp MANIFEST [--http --port N] [--api-key-env NAME]  # the tools over MCP (spec 004)
     openstarry bench                                   # bus latency and loop overhead
     openstarry demo NDJSON                             # the Rust ingestion demo
 
@@ -209,11 +209,33 @@ def _serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"openstarry serve: {exc}", file=sys.stderr)
         return 2
+    from openstarry._http import check_bind, read_api_key
+    from openstarry.api.server import ServerLimits
     from openstarry.assembly import agent_from_manifest
 
+    try:
+        api_key = read_api_key(args.api_key_env)
+        check_bind(args.host, api_key, insecure=args.insecure)
+        limits = ServerLimits(
+            shutdown_grace=args.shutdown_grace,
+            header_timeout=args.header_timeout,
+            body_timeout=args.body_timeout,
+            max_connections=args.max_connections,
+            max_connections_per_address=args.max_connections_per_address,
+        )
+    except ValueError as exc:
+        print(f"openstarry serve: {exc}", file=sys.stderr)
+        return 2
     agent = agent_from_manifest(args.manifest)
     try:
-        return serve(agent, host=args.host, port=args.port)
+        return serve(
+            agent,
+            host=args.host,
+            port=args.port,
+            limits=limits,
+            api_key=api_key,
+            insecure=args.insecure,
+        )
     except ImportError as exc:  # uvicorn missing beside Starlette
         print(f"openstarry serve: {exc}", file=sys.stderr)
         return 2
@@ -230,14 +252,22 @@ def _mcp(args: argparse.Namespace) -> int:
         logging.basicConfig(
             stream=sys.stderr, level=logging.WARNING, format="openstarry mcp: %(message)s"
         )
+    from openstarry._http import check_bind, read_api_key
     from openstarry.assembly import agent_from_manifest
 
+    try:
+        api_key = read_api_key(args.api_key_env)
+        if args.http:
+            check_bind(args.host, api_key, insecure=args.insecure)
+    except ValueError as exc:
+        print(f"openstarry mcp: {exc}", file=sys.stderr)
+        return 2
     try:
         agent = agent_from_manifest(args.manifest)
     except ManifestError as exc:
         print(f"openstarry mcp: {exc}", file=sys.stderr)
         return 2
-    return serve(agent, http=args.http, host=args.host, port=args.port)
+    return serve(agent, http=args.http, host=args.host, port=args.port, api_key=api_key)
 
 
 def _port(text: str) -> int:
@@ -248,6 +278,30 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 0..65535, not {port}")
     return port
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"seconds are 0 or more, not {text}")
+    return value
+
+
+def _auth_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help="the environment variable holding the API key: every request (but GET /health) "
+        "then needs 'Authorization: Bearer <key>'",
+    )
+    command.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve on an address other than loopback without an API key",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -294,6 +348,34 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("manifest", help="path of the agent.json manifest")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     serve.add_argument("--port", type=_port, default=8000, help="port to listen on (8000)")
+    _auth_arguments(serve)
+    serve.add_argument(
+        "--shutdown-grace",
+        type=_seconds,
+        default=10.0,
+        help="seconds the runs in progress get to finish on SIGTERM/SIGINT (10)",
+    )
+    serve.add_argument(
+        "--header-timeout",
+        type=_seconds,
+        default=10.0,
+        help="seconds a client may take to send a request's head (10)",
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=_seconds,
+        default=30.0,
+        help="seconds a client may take to send a request's body (30)",
+    )
+    serve.add_argument(
+        "--max-connections", type=int, default=4096, help="connections at once (4096)"
+    )
+    serve.add_argument(
+        "--max-connections-per-address",
+        type=int,
+        default=256,
+        help="connections at once from one client address (256); raise it behind a proxy",
+    )
     serve.set_defaults(handler=_serve)
 
     mcp = commands.add_parser(
@@ -305,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mcp.add_argument("--host", default="127.0.0.1", help="address for --http (127.0.0.1)")
     mcp.add_argument("--port", type=_port, default=8765, help="port for --http (8765)")
+    _auth_arguments(mcp)
     mcp.set_defaults(handler=_mcp)
 
     demo = commands.add_parser("demo", help="the Rust ingestion demo on an NDJSON file")

@@ -55,6 +55,7 @@ __all__ = [
     "MANIFEST_FILENAME",
     "MAX_MANIFEST_BYTES",
     "AgentManifest",
+    "ApiConfig",
     "FsConfig",
     "Identity",
     "Limits",
@@ -131,7 +132,13 @@ class FsConfig(_Section):
     allowed_paths: list[str] = Field(
         default_factory=list,
         description="Directories the fs.* tools may touch; relative ones are relative to the "
-        "manifest's folder, and ~ is the home directory.",
+        "manifest's folder, and ~ is the home directory. One that resolves to /, a system "
+        "folder or outside the manifest's folder needs allowOutside.",
+    )
+    allow_outside: bool = Field(
+        default=False,
+        description="Accept allowedPaths that resolve to /, a system folder (/etc, /usr, ...) "
+        "or outside the manifest's folder; without it such a path is an error.",
     )
 
     @field_validator("allowed_paths")
@@ -281,6 +288,19 @@ class ApprovalConfig(_Section):
     )
 
 
+class ApiConfig(_Section):
+    """What callers of the Agent API over HTTP (``openstarry serve``) may run (snake_case keys)."""
+
+    model_config = ConfigDict(alias_generator=None)
+
+    expose_tools: list[str] = Field(
+        default_factory=list,
+        description="Tools an HTTP caller may run directly with a slash command (/name args); "
+        "none by default. Tools in mcp.private_tools are never reachable over HTTP. The "
+        "built-in commands (/help, /stop, ...) always work.",
+    )
+
+
 class ToolRetrievalConfig(_Section):
     """The tool retrieval layer (spec 000 section 6B)."""
 
@@ -334,6 +354,10 @@ class AgentManifest(_Section):
     mcp: McpConfig = Field(
         default_factory=McpConfig,
         description="What an MCP server of the agent shows, and the remote servers it uses.",
+    )
+    api: ApiConfig = Field(
+        default_factory=ApiConfig,
+        description="What callers of the Agent API over HTTP may run directly.",
     )
     tool_retrieval: ToolRetrievalConfig = Field(
         default_factory=ToolRetrievalConfig,
@@ -389,13 +413,14 @@ class AgentManifest(_Section):
                     )
                 )
             seen_servers.add(server.name)
-        for key, names in (
-            ("expose_tools", self.mcp.expose_tools),
-            ("private_tools", self.mcp.private_tools),
-            ("approval", self.approval.tools),
+        for section, key, names in (
+            ("mcp", "expose_tools", self.mcp.expose_tools),
+            ("mcp", "private_tools", self.mcp.private_tools),
+            ("api", "expose_tools", self.api.expose_tools),
+            ("approval", "tools", self.approval.tools),
         ):
             for index, name in enumerate(names):
-                loc = ("approval", "tools", index) if key == "approval" else ("mcp", key, index)
+                loc = (section, key, index)
                 if name not in tools and not name.startswith(remote or ("\0",)):
                     ref = next(
                         (t for t in self.tools if ":" in t and t.rpartition(":")[2] == name), None
@@ -403,6 +428,15 @@ class AgentManifest(_Section):
                     hint = f"; name an imported tool by its entry in tools: {ref!r}" if ref else ""
                     errors.append(
                         _detail(loc, "unknown_tool", f"{name!r} is not in tools{hint}", name)
+                    )
+                elif section == "api" and name in self.mcp.private_tools:
+                    errors.append(
+                        _detail(
+                            loc,
+                            "exposed_and_private",
+                            f"{name!r} is in mcp.private_tools: never reachable over HTTP",
+                            name,
+                        )
                     )
                 elif key == "private_tools" and name in exposed:
                     errors.append(
@@ -539,7 +573,58 @@ def _validate(
             text = f"{name}: {len(problems)} problems:{lines}"
         raise ManifestError(text, path=path, field=problems[0][0]) from None
     manifest._base_dir = Path(os.path.abspath(base_dir)) if base_dir is not None else Path.cwd()
+    if not manifest.fs.allow_outside:
+        for index, raw in enumerate(manifest.fs.allowed_paths):
+            problem = _outside_problem(manifest.resolve(raw), manifest.base_dir.resolve())
+            if problem is not None:
+                field = f"fs.allowedPaths[{index}]"
+                raise ManifestError(
+                    f"{name}: {field}: {raw!r} resolves to {problem}; the fs.* tools would "
+                    'reach it: set "fs": {"allowOutside": true} if that is meant',
+                    path=path,
+                    field=field,
+                )
     return manifest
+
+
+#: Folders of the operating system: an allowed path in one needs ``allowOutside``.
+_SYSTEM_FOLDERS = tuple(
+    Path(p)
+    for p in (
+        "/bin",
+        "/boot",
+        "/dev",
+        "/etc",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/proc",
+        "/root",
+        "/run",
+        "/sbin",
+        "/sys",
+        "/usr",
+        "/var/lib",
+        "/var/log",
+        "/System",
+        "/Library",
+        "/private/etc",
+    )
+)
+
+
+def _outside_problem(resolved: Path, base_dir: Path) -> str | None:
+    """Why ``resolved``, an allowed path, needs ``allowOutside`` (``None``: it does not)."""
+    if resolved == Path(resolved.anchor):
+        return f"{resolved}, the root of the file system"
+    if resolved.is_relative_to(base_dir):
+        return None
+    for system in _SYSTEM_FOLDERS:
+        if resolved.is_relative_to(system):
+            return f"{resolved}, a system folder"
+    if os.name == "nt" and "windows" in (part.lower() for part in resolved.parts[1:2]):
+        return f"{resolved}, a system folder"
+    return f"{resolved}, outside the manifest's folder {base_dir}"
 
 
 def _json_kind(value: Any) -> str:

@@ -160,16 +160,23 @@ class Sessions:
 
         Returns whether one was forgotten (none is when every session is busy).
         """
-        idle = [
-            key for key, rt in self._by_id.items() if (rt.idle or not rt.running) and not rt.pending
-        ]
-        unlocked = [key for key in idle if not self._by_id[key].session.locked]
-        for key in unlocked[:1] or idle[:1]:
-            rt = self._by_id.pop(key)
-            if rt.idle:
-                self._unpark(rt)
-            return True
-        return False
+        # Walk from the least recently used and stop at the first unlocked idle
+        # session: a new session costs O(1) however many there are (only the
+        # busy and locked ones at the front are stepped over).
+        victim: str | None = None
+        for key, rt in self._by_id.items():
+            if (rt.idle or not rt.running) and not rt.pending:
+                if not rt.session.locked:
+                    victim = key
+                    break
+                if victim is None:
+                    victim = key  # a locked one, if no other can go
+        if victim is None:
+            return False
+        rt = self._by_id.pop(victim)
+        if rt.idle:
+            self._unpark(rt)
+        return True
 
     # -- scheduling ------------------------------------------------------
 

@@ -317,6 +317,14 @@ class WireModel(BaseModel):
 _E = TypeVar("_E", bound="Event")
 
 _Id = Annotated[str, Field(min_length=1, max_length=_MAX_ID_LENGTH)]
+#: The longest ``session_id`` of a request.
+MAX_SESSION_ID_LENGTH = 128
+#: A request's ``session_id``: 1 to 128 ASCII letters, digits, ``_``, ``-``, ``.``,
+#: ``:`` or ``@`` (it goes into logs, events and headers: no spaces, no control characters).
+_SessionId = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_SESSION_ID_LENGTH, pattern=r"^[A-Za-z0-9_.:@-]+$"),
+]
 _Text = Annotated[str, Field(max_length=MAX_TEXT_LENGTH)]
 
 
@@ -793,7 +801,7 @@ class AgentRequest(BaseRequest):
     n: Annotated[StrictInt, Field(ge=1, le=5)] | None = 1
     seed: StrictInt | None = None
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
-    session_id: _Id | None = None
+    session_id: _SessionId | None = None
     response_id: _Id | None = None
 
 

@@ -65,8 +65,20 @@ Runs and connections:
   an unknown tool type, no user text), unknown paths (404) and methods (405).
 
 Text that starts with ``/`` is a slash command, as at the ``openstarry run``
-prompt: ``/reset`` clears the session's memory, ``/read notes.txt`` runs a tool
-directly.
+prompt: the built-ins (``/reset``, ``/stop``, ``/help``...) always work; one that
+runs a tool directly (``/read notes.txt``) only for a tool in the manifest's
+``api.expose_tools`` (none by default) and never for one in
+``mcp.private_tools``: ``403`` with code ``command_not_allowed`` otherwise.
+``session_id`` is 1 to 128 ASCII letters, digits, ``_``, ``-``, ``.``, ``:`` or
+``@`` (``422`` otherwise).
+
+Who may call: with ``api_key``, every route but ``/health`` needs
+``Authorization: Bearer <key>`` (``401`` otherwise). :func:`serve` refuses a
+non-loopback address without a key unless told ``insecure``, closes a
+connection whose request head or body comes too slowly (``408``), caps the
+connections of one client address (``429``), and shuts down gracefully (see
+there). Live streams are never cut by the replay buffer: its bounds limit what
+is kept for reconnects, not what a reader that keeps up is sent.
 """
 
 from __future__ import annotations
@@ -76,16 +88,26 @@ import json
 import logging
 import re
 import socket
+import sys
 import time
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    MutableMapping,
+)
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
+from openstarry._http import BearerAuth, ConnectionLimits, check_bind, graceful_server
+from openstarry.agent.commands import BUILTIN_COMMANDS, find_tool, parse_line
 from openstarry.api.adapter import RunStream, check_request, open_run
 from openstarry.api.heartbeat import with_heartbeats
 from openstarry.api.models import (
@@ -97,10 +119,12 @@ from openstarry.api.models import (
     parse_request,
 )
 from openstarry.bus import describe_exception
+from openstarry.tools import tool_name
 
 try:
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
+    from starlette.middleware import Middleware
     from starlette.requests import ClientDisconnect, Request
     from starlette.responses import Response
     from starlette.routing import Route
@@ -148,8 +172,23 @@ class ServerLimits:
         response_ttl: Seconds a finished response is kept for reconnects.
         heartbeat: Seconds of silence after which a stream sends an SSE comment,
             so idle connections stay open and dead ones are noticed.
-        max_connections: Connections :func:`serve` accepts at once (uvicorn
-            answers 503 beyond it).
+        max_connections: Connections :func:`serve` holds at once. At the limit
+            a new connection closes the one that has waited longest for its
+            request head (so ``/health`` is still answered under a flood of
+            slow clients), or gets ``503`` when every connection is busy.
+        max_connections_per_address: Connections at once from one client
+            address; more get ``429``. Behind a reverse proxy every client has
+            the proxy's address: raise it there.
+        header_timeout: Seconds a connection may take to send a request's head
+            (its request line and headers); then ``408`` and it is closed.
+        body_timeout: Seconds a request's body may take to arrive; then ``408``.
+        max_unsent_bytes: Bytes of events a connected reader may fall behind
+            by before it is cut off (a reader that keeps up is never cut, however
+            large an event is: the replay bounds only limit what is kept for
+            reconnects).
+        shutdown_grace: Seconds the runs in progress get to finish when the
+            server is asked to stop (SIGTERM, SIGINT); then they are stopped and
+            end ``canceled``.
     """
 
     max_body_bytes: int = 1024 * 1024
@@ -160,7 +199,12 @@ class ServerLimits:
     max_responses: int = 64
     response_ttl: float = 300.0
     heartbeat: float = 15.0
-    max_connections: int = 1000
+    max_connections: int = 4096
+    max_connections_per_address: int = 256
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    max_unsent_bytes: int = 256 * 1024 * 1024
+    shutdown_grace: float = 10.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -170,16 +214,23 @@ class ServerLimits:
             "replay_bytes",
             "max_responses",
             "max_connections",
+            "max_connections_per_address",
+            "max_unsent_bytes",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.max_responses < self.max_concurrent_runs:
             raise ValueError("max_responses must be at least max_concurrent_runs")
-        if not self.resume_grace >= 0:
-            raise ValueError(f"resume_grace must be 0 or more, not {self.resume_grace}")
-        for name in ("response_ttl", "heartbeat"):
+        for name in ("resume_grace", "shutdown_grace"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be 0 or more, not {getattr(self, name)}")
+        for name in ("response_ttl", "heartbeat", "header_timeout", "body_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
+
+
+#: The error of a response the shutdown stopped.
+_SHUTDOWN = Error(code="shutdown", message="the server shut down before the run ended")
 
 
 class _ApiError(Exception):
@@ -246,6 +297,10 @@ class _Record:
         self.detach_epoch = 0
         self.run: RunStream | None = None
         self.cancel_requested = False
+        #: Stopped to make room for a new run (see ``_Api._make_room``).
+        self.evicted = False
+        #: Why the server stopped the run, for its final event (``None``: it did not).
+        self.stop_reason: Error | None = None
         self._changed = anyio.Event()
 
     @property
@@ -256,9 +311,13 @@ class _Record:
         """Buffer an event; drop the oldest past the bounds.
 
         Past ``replay_events`` / ``replay_bytes`` the oldest events go, unless an
-        attached reader has not been sent them yet: those stay, up to four
-        times the bounds, beyond which a reader that slow is cut off.
+        attached reader has not been sent them yet: those stay until it has
+        (a single event larger than the bounds included: it is sent live, and
+        only its replay is refused). A reader more than ``max_unsent_bytes``
+        behind is cut off. Nothing is added once the response has ended.
         """
+        if self.done:
+            return
         frame = f"id: {self.id}:{seq}\ndata: {_sse_safe(data)}\n\n".encode()
         self.frames.append((seq, frame))
         self.size += len(frame)
@@ -269,23 +328,52 @@ class _Record:
     def trim(self) -> None:
         """Drop the oldest events past the bounds that no attached reader still needs."""
         limits = self._limits
-        while len(self.frames) > 1 and (
-            len(self.frames) > limits.replay_events or self.size > limits.replay_bytes
-        ):
-            old_seq, old = self.frames[0]
-            hard = (
-                len(self.frames) > 4 * limits.replay_events or self.size > 4 * limits.replay_bytes
-            )
-            if not hard and self.cursors and old_seq > min(self.cursors.values()):
-                break  # a reader still needs it
-            self.frames.popleft()
+        frames = self.frames
+        while frames and (len(frames) > limits.replay_events or self.size > limits.replay_bytes):
+            old_seq, old = frames[0]
+            # A frame a reader still needs stays, unless that reader is so far
+            # behind that what it has not been sent passes max_unsent_bytes.
+            needed = bool(self.cursors) and old_seq > min(self.cursors.values())
+            if needed and self.size - len(old) <= limits.max_unsent_bytes:
+                break
+            frames.popleft()
             self.size -= len(old)
             self.dropped = old_seq
+
+    def _over_bounds(self) -> bool:
+        limits = self._limits
+        return len(self.frames) > limits.replay_events or self.size > limits.replay_bytes
 
     def finish(self) -> None:
         self.done = True
         self.finished_at = time.monotonic()
         self._notify()
+
+    def with_stop_reason(self, response: AgentResponse) -> AgentResponse:
+        """``response`` with the server's reason for stopping it as its error, when
+        the server stopped it (shutdown, room for a new run) and it ended ``canceled``."""
+        if (
+            self.stop_reason is None
+            or response.status is not RunStatus.Canceled
+            or response.error is not None
+        ):
+            return response
+        return response.model_copy(update={"error": self.stop_reason})
+
+    def end_now(self, status: RunStatus, error: Error) -> None:
+        """End the response here with a final event of ``status`` (its run is left behind)."""
+        if self.done:
+            return
+        self.final = AgentResponse(
+            id=self.id,
+            session_id=self.session_id,
+            status=status,
+            error=error,
+            output=[],
+            sequence_number=self.last_seq + 1,
+        )
+        self.append(self.last_seq + 1, self.final.wire_json())
+        self.finish()
 
     def cancel(self) -> None:
         """Stop the run (it ends ``canceled``); before it has opened, as soon as it does."""
@@ -342,6 +430,8 @@ class _Record:
                     seq = s
                     if reader is not None and reader in self.cursors:
                         self.cursors[reader] = s
+                if reader is not None and self._over_bounds():
+                    self.trim()  # what only this reader still needed can go now
                 continue
             if self.done:
                 return
@@ -506,14 +596,31 @@ class _WaitResponse(Response):
 class _Api:
     """The server's state: the agent, the responses kept, and the runs' task group."""
 
-    def __init__(self, agent: Agent, limits: ServerLimits) -> None:
+    def __init__(
+        self, agent: Agent, limits: ServerLimits, expose_tools: Collection[str] | None = None
+    ) -> None:
         self.agent = agent
         self.limits = limits
         self.records: OrderedDict[str, _Record] = OrderedDict()
         #: The response running in each busy session.
         self.sessions: dict[str, str] = {}
         self.running = 0
+        #: Runs stopped to make room that have not ended yet (not counted against the cap).
+        self.evicted = 0
         self.task_group: anyio.abc.TaskGroup | None = None
+        #: Set once the server is shutting down: no new run starts.
+        self.draining = False
+        manifest = getattr(agent, "manifest", None)
+        if expose_tools is None:
+            api_config = getattr(manifest, "api", None)
+            expose_tools = getattr(api_config, "expose_tools", None) or ()
+        mcp_config = getattr(manifest, "mcp", None)
+        private = set(getattr(mcp_config, "private_tools", None) or ())
+        private_names = {tool_name(entry) for entry in private}
+        #: The tools a slash command over HTTP may run (never a private one).
+        self.expose_tools = frozenset(
+            name for name in map(tool_name, expose_tools) if name not in private_names
+        )
 
     # -- records ---------------------------------------------------------
 
@@ -570,11 +677,49 @@ class _Api:
 
     # -- runs ------------------------------------------------------------
 
+    def check_command(self, text: str) -> None:
+        """Refuse a slash command that would run a tool not in ``api.expose_tools``."""
+        command = parse_line(text)
+        if command is None or command.is_builtin:
+            return
+        tool = find_tool(command.name, self.agent.loop.tools)
+        if tool is None or tool.name not in self.expose_tools:
+            allowed = ", ".join(f"/{name}" for name in sorted(self.expose_tools)) or "none"
+            raise _ApiError(
+                403,
+                "command_not_allowed",
+                f"/{command.name} is not a command callers over HTTP may run; built-ins: "
+                f"{', '.join('/' + c for c in BUILTIN_COMMANDS)}; tools: {allowed} "
+                "(the manifest's api.expose_tools)",
+            )
+
+    def _make_room(self) -> bool:
+        """At the run cap, stop the oldest run nobody reads (waiting out its
+        reconnect grace) so a new request can take its place; whether one was."""
+        for record in self.records.values():
+            if not record.done and record.readers == 0 and not record.evicted:
+                log.info("response %s: nobody reads it; stopped to make room", record.id)
+                record.evicted = True
+                self.evicted += 1
+                record.stop_reason = Error(
+                    code="evicted",
+                    message="stopped to make room for a new run: nobody was reading it",
+                )
+                record.cancel()
+                return True
+        return False
+
     def start(self, request: AgentRequest) -> _Record:
         """Check that the request may run now, and start its run."""
         task_group = self.task_group
-        if task_group is None:
-            raise _ApiError(503, "unavailable", "the server is not running its agent")
+        if task_group is None or self.draining:
+            raise _ApiError(
+                503,
+                "shutting_down" if self.draining else "unavailable",
+                "the server is shutting down"
+                if self.draining
+                else "the server is not running its agent",
+            )
         self._purge()
         session_id = request.session_id or f"session_{uuid.uuid4()}"
         busy = self.sessions.get(session_id)
@@ -599,7 +744,7 @@ class _Api:
                 "response_exists",
                 f"response {response_id!r} exists; resume it with GET /process/{response_id}",
             )
-        if self.running >= self.limits.max_concurrent_runs:
+        if self.running - self.evicted >= self.limits.max_concurrent_runs and not self._make_room():
             raise _ApiError(
                 503,
                 "too_many_runs",
@@ -621,9 +766,13 @@ class _Api:
                 if record.cancel_requested:
                     run.cancel()
                 async for event in run:
-                    assert event.sequence_number is not None
-                    record.append(event.sequence_number, event.wire_json())
-                record.final = run.final
+                    seq = event.sequence_number
+                    assert seq is not None
+                    if isinstance(event, AgentResponse):
+                        event = record.with_stop_reason(event)
+                    record.append(seq, event.wire_json())
+                if not record.done:  # (the shutdown may have ended it already)
+                    record.final = run.final and record.with_stop_reason(run.final)
         except Exception as exc:
             log.exception("response %s: the run failed", record.id)
             # Every stream ends with a terminal event, even this one.
@@ -640,6 +789,8 @@ class _Api:
             record.run = None
             record.finish()
             self.running -= 1
+            if record.evicted:
+                self.evicted -= 1
             if self.sessions.get(record.session_id) == record.id:
                 del self.sessions[record.session_id]
 
@@ -648,8 +799,46 @@ class _Api:
             if not record.done:
                 record.cancel()
 
+    async def drain(self, grace: float, stop_wait: float = 5.0) -> None:
+        """Shut down gracefully: refuse new runs, give the runs ``grace`` seconds,
+        then stop them, and wait until every open stream has been sent its end.
 
-async def _read_body(request: Request, limit: int) -> bytes:
+        A run that does not end within ``stop_wait`` seconds of being stopped is
+        ended here: its response ends ``canceled`` with an error saying why.
+        """
+        self.draining = True
+        pending = [record for record in self.records.values() if not record.done]
+        if pending:
+            log.info("shutting down: %d run(s) in progress get %g s to finish", len(pending), grace)
+        with anyio.move_on_after(grace):
+            for record in pending:
+                await record.wait_done()
+        left = [record for record in pending if not record.done]
+        for record in left:
+            log.info("response %s: stopped by the shutdown", record.id)
+            record.stop_reason = _SHUTDOWN
+            record.cancel()
+        with anyio.move_on_after(stop_wait):
+            for record in left:
+                await record.wait_done()
+        for record in left:
+            if not record.done:
+                record.end_now(RunStatus.Canceled, _SHUTDOWN)
+        # The streams end once their readers have been sent the final event.
+        with anyio.move_on_after(stop_wait):
+            while any(record.readers for record in pending):
+                await anyio.sleep(0.02)
+
+
+async def _read_body(request: Request, limit: int, timeout: float) -> bytes:
+    """The request's body, at most ``limit`` bytes, within ``timeout`` seconds."""
+    with anyio.move_on_after(timeout) as scope:
+        return await _read_body_now(request, limit)
+    assert scope.cancelled_caught
+    raise _ApiError(408, "request_timeout", f"the request body did not arrive within {timeout:g} s")
+
+
+async def _read_body_now(request: Request, limit: int) -> bytes:
     length = request.headers.get("content-length")
     if (
         length is not None
@@ -740,7 +929,13 @@ def _resume(api: _Api, response_id: str | None, header: str | None) -> Response:
     return _SSEResponse(api, record, after)
 
 
-def create_app(agent: Agent, *, limits: ServerLimits | None = None) -> Starlette:
+def create_app(
+    agent: Agent,
+    *,
+    limits: ServerLimits | None = None,
+    api_key: str | None = None,
+    expose_tools: Collection[str] | None = None,
+) -> Starlette:
     """The Agent API as a Starlette application serving ``agent``.
 
     The application starts the agent when the server starts (its lifespan) and
@@ -749,8 +944,13 @@ def create_app(agent: Agent, *, limits: ServerLimits | None = None) -> Starlette
     Args:
         agent: The agent to serve (not yet started).
         limits: The server's bounds (default :class:`ServerLimits`).
+        api_key: When given, every route but ``/health`` needs
+            ``Authorization: Bearer <api_key>`` (``401`` otherwise).
+        expose_tools: The tools a slash command may run (default: the
+            manifest's ``api.expose_tools``, else none); ``mcp.private_tools``
+            never are.
     """
-    api = _Api(agent, limits or ServerLimits())
+    api = _Api(agent, limits or ServerLimits(), expose_tools)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -769,7 +969,7 @@ def create_app(agent: Agent, *, limits: ServerLimits | None = None) -> Starlette
             # none before its first event): a fresh request, not a resume.
             resume_from = request.headers.get("last-event-id", "").strip() or None
             _check_content_type(request)
-            body = await _read_body(request, api.limits.max_body_bytes)
+            body = await _read_body(request, api.limits.max_body_bytes, api.limits.body_timeout)
             if resume_from is not None:
                 # A retry of a streamed request: resume the response it started
                 # (named by the header, or by the body's response_id).
@@ -780,9 +980,10 @@ def create_app(agent: Agent, *, limits: ServerLimits | None = None) -> Starlette
                 return _resume(api, named, resume_from)
             try:
                 agent_request = parse_request(body)
-                check_request(agent_request, api.agent)
+                text = check_request(agent_request, api.agent)
             except ProtocolError as exc:
                 return _error_response(exc.http_status, exc.code, str(exc))
+            api.check_command(text)
             record = api.start(agent_request)
             if agent_request.stream:
                 return _SSEResponse(api, record, -1)
@@ -830,6 +1031,9 @@ def create_app(agent: Agent, *, limits: ServerLimits | None = None) -> Starlette
         ],
         exception_handlers={HTTPException: http_error, Exception: server_error},
         lifespan=lifespan,
+        middleware=(
+            [Middleware(BearerAuth, key=api_key, exempt={"/health"})] if api_key is not None else []
+        ),
     )
     app.state.openstarry = api
     return app
@@ -842,13 +1046,16 @@ def serve(
     port: int = 8000,
     limits: ServerLimits | None = None,
     sock: socket.socket | None = None,
+    api_key: str | None = None,
+    insecure: bool = False,
 ) -> int:
-    """Serve ``agent`` over HTTP until interrupted (``openstarry serve``).
+    """Serve ``agent`` over HTTP until SIGTERM or SIGINT (``openstarry serve``).
 
-    Ctrl-C (SIGINT) or SIGTERM shuts the server down gracefully (streams still
-    open get 5 s, then the runs are stopped); uvicorn then raises the signal
-    again, so the process ends as interrupted (``openstarry serve`` exits 130
-    on Ctrl-C).
+    The shutdown is graceful: the server stops accepting connections, refuses
+    new runs (``503``), gives the runs in progress ``limits.shutdown_grace``
+    seconds, then stops those left (they end ``canceled``); every open stream
+    is sent its final event and every waiting client its JSON response before
+    the connections close, the agent stops, and the function returns 0.
 
     Args:
         agent: The agent (:func:`openstarry.assembly.agent_from_manifest` builds
@@ -857,25 +1064,47 @@ def serve(
         port: The port (0: any free one).
         limits: The server's bounds.
         sock: A bound socket to serve on instead of ``host``/``port``.
+        api_key: Every route but ``/health`` needs ``Authorization: Bearer <api_key>``.
+        insecure: Serve on an address other than loopback without ``api_key``.
 
     Returns:
-        The exit status: 0 after a clean shutdown, 1 when the server could not start.
+        The exit status: 0 after a clean shutdown, 1 when the server could not
+        start (the address cannot be bound, or it is not loopback and there
+        is no key and no ``insecure``).
     """
     try:
         import uvicorn
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("openstarry serve needs uvicorn: pip install 'openstarry[http]'") from exc
+    bound_host = host
+    if sock is not None:
+        bound_host = str(sock.getsockname()[0])
+    try:
+        check_bind(bound_host, api_key, insecure=insecure)
+    except ValueError as exc:
+        log.error("openstarry serve: %s", exc)
+        print(f"openstarry serve: {exc}", file=sys.stderr)
+        return 1
     limits = limits or ServerLimits()
-    app = create_app(agent, limits=limits)
+    app = create_app(agent, limits=limits, api_key=api_key)
+    api: _Api = app.state.openstarry
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
+        # The drain has ended every stream by then: this only bounds a stuck send.
         timeout_graceful_shutdown=5,
-        limit_concurrency=limits.max_connections,
         log_level="info",
     )
-    server = uvicorn.Server(config)
+    server = graceful_server(
+        config,
+        drain=lambda: api.drain(limits.shutdown_grace),
+        connection_limits=ConnectionLimits(
+            max_connections=limits.max_connections,
+            max_connections_per_address=limits.max_connections_per_address,
+            header_timeout=limits.header_timeout,
+        ),
+    )
     try:
         server.run(sockets=[sock] if sock is not None else None)
     except SystemExit as exc:  # uvicorn exits when it cannot bind

@@ -93,6 +93,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     ) from exc
 from pydantic import ValidationError
 
+from openstarry._http import BearerAuth, send_json
 from openstarry.core import Event
 from openstarry.errors import (
     ManifestError,
@@ -119,10 +120,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_CALLS",
+    "MAX_SESSIONS",
     "RECURSION_LIMIT_EXCEEDED",
     "RESOURCE_NOT_FOUND",
     "TOOLS_CHANGED",
     "SERVER_BUSY",
+    "SESSION_IDLE_TIMEOUT",
     "AgentMcpServer",
     "create_http_app",
     "create_server",
@@ -154,6 +157,10 @@ _MAX_NAME = 64
 _SESSION_HEADER = "mcp-session-id"
 #: Seconds a refusal waits for room on a full bus before giving up its KERNEL:ERROR.
 _PUBLISH_WAIT = 1.0
+#: Seconds a Streamable HTTP session may go without a request before it is closed.
+SESSION_IDLE_TIMEOUT = 600.0
+#: Streamable HTTP sessions open at once (each holds about 40 KB); one more is refused.
+MAX_SESSIONS = 256
 #: Seconds beyond the tool timeout that answers are waited for once stdin is closed.
 _EOF_GRACE = 5.0
 
@@ -437,17 +444,38 @@ class AgentMcpServer:
     # -- transports ------------------------------------------------------
 
     def http_app(
-        self, *, host: str = "127.0.0.1", path: str = "/mcp", json_response: bool = False
+        self,
+        *,
+        host: str = "127.0.0.1",
+        path: str = "/mcp",
+        json_response: bool = False,
+        session_idle_timeout: float = SESSION_IDLE_TIMEOUT,
+        max_sessions: int = MAX_SESSIONS,
+        api_key: str | None = None,
     ) -> Starlette:
         """The Streamable HTTP ASGI app (one per server: the SDK's session manager runs once).
 
         Its lifespan runs the SDK's session manager; the agent must be running
         while it serves. For a loopback ``host`` the SDK refuses other
-        ``Host``/``Origin`` headers (DNS rebinding protection).
+        ``Host``/``Origin`` headers (DNS rebinding protection). A session with
+        no request for ``session_idle_timeout`` seconds is closed, and at most
+        ``max_sessions`` are open at once (one more is refused until one
+        closes). A request whose JSON-RPC id is that of a request still running
+        in the same session is answered at once with the error ``-32600``
+        (the SDK would otherwise leave one of the two unanswered). With
+        ``api_key``, every request needs ``Authorization: Bearer <api_key>``.
         """
-        return self.server.streamable_http_app(
-            streamable_http_path=path, json_response=json_response, host=host
+        app = self.server.streamable_http_app(
+            streamable_http_path=path,
+            json_response=json_response,
+            host=host,
+            session_idle_timeout=session_idle_timeout,
+            max_sessions=max_sessions,
         )
+        app.add_middleware(_UniqueRequestIds)
+        if api_key is not None:
+            app.add_middleware(BearerAuth, key=api_key)
+        return app
 
     async def run_stdio(self) -> None:
         """Serve one client over this process's stdin and stdout until stdin closes."""
@@ -553,6 +581,98 @@ class _AnswerTracker:
         await self.aclose()
 
 
+class _UniqueRequestIds:
+    """Answer a request that reuses the id of one still running in its session with ``-32600``.
+
+    The SDK routes an answer to the HTTP request waiting for its id: two
+    requests of one id in one session would leave one waiting for ever.
+    """
+
+    #: The largest body read to find the ids; a larger one passes as it is.
+    MAX_BODY = 4 * 1024 * 1024
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        #: The ids of the requests running in each session.
+        self.running: dict[str, set[Any]] = {}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        session = next(
+            (v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"mcp-session-id"),
+            None,
+        )
+        if session is None:
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+            if size > self.MAX_BODY:
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": more}
+            return await receive()
+
+        ids = _request_ids(body) if not more else []
+        running = self.running.setdefault(session, set())
+        taken = [i for i in ids if i in running]
+        if taken:
+            errors = [
+                {
+                    "jsonrpc": "2.0",
+                    "id": i,
+                    "error": {
+                        "code": -32600,
+                        "message": f"request id {i!r} is already in use by a request "
+                        "still running in this session",
+                    },
+                }
+                for i in taken
+            ]
+            answer = json.dumps(errors if len(errors) > 1 else errors[0]).encode()
+            await send_json(send, 409, answer)
+            return
+        running.update(ids)
+        try:
+            await self.app(scope, replay, send)
+        finally:
+            running.difference_update(ids)
+            if not running:
+                self.running.pop(session, None)
+
+
+def _request_ids(body: bytes) -> list[Any]:
+    """The ids of the JSON-RPC requests in ``body`` (none when it does not parse)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return []
+    items = data if isinstance(data, list) else [data]
+    ids: list[Any] = []
+    for item in items:
+        if isinstance(item, dict) and "method" in item and "id" in item:
+            key = item["id"]
+            if isinstance(key, (str, int)) and not isinstance(key, bool):
+                ids.append(key)
+    return ids
+
+
 def create_server(
     agent: Agent,
     *,
@@ -617,6 +737,7 @@ async def serve_http(
     path: str = "/mcp",
     sock: socket.socket | None = None,
     announce: bool = True,
+    api_key: str | None = None,
 ) -> None:
     """Serve the running ``agent`` over Streamable HTTP until interrupted (asyncio only).
 
@@ -632,7 +753,7 @@ async def serve_http(
     import uvicorn
 
     mcp_server = AgentMcpServer(agent)
-    app = mcp_server.http_app(host=host, path=path)
+    app = mcp_server.http_app(host=host, path=path, api_key=api_key)
     listening = sock if sock is not None else _listen(host, port)
     try:
         if announce:
@@ -653,7 +774,14 @@ async def serve_http(
             listening.close()
 
 
-def serve(agent: Agent, *, http: bool = False, host: str = "127.0.0.1", port: int = 8765) -> int:
+def serve(
+    agent: Agent,
+    *,
+    http: bool = False,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    api_key: str | None = None,
+) -> int:
     """``openstarry mcp``: serve ``agent`` over stdio, or HTTP with ``http``.
 
     The agent (:func:`openstarry.assembly.agent_from_manifest` builds one from
@@ -675,7 +803,7 @@ def serve(agent: Agent, *, http: bool = False, host: str = "127.0.0.1", port: in
     async def run() -> None:
         async with agent:
             if sock is not None:
-                await serve_http(agent, host=host, sock=sock)
+                await serve_http(agent, host=host, sock=sock, api_key=api_key)
             else:
                 await serve_stdio(agent)
 
@@ -713,22 +841,10 @@ def _catalog_of(manifest: Any) -> ResourceCatalog:
 
 
 def _tool_name(entry: str) -> str:
-    """The name of the tool a manifest's ``tools`` entry gives.
+    """The tool a manifest's ``tools`` entry names (:func:`openstarry.tools.tool_name`)."""
+    from openstarry.tools import tool_name
 
-    A built-in or remote name is the tool's name; an import reference
-    (``package.module:attribute``) names the tool it imports, such as
-    ``search`` for ``my_package.tools:search``. An entry that does not resolve
-    stays as it is (and so matches no tool).
-    """
-    if ":" not in entry:
-        return entry
-    from openstarry.tools import resolve_tools
-
-    try:
-        resolved = resolve_tools([entry])
-    except Exception:
-        return entry
-    return next(iter(resolved), entry)
+    return tool_name(entry)
 
 
 def _object_schema(parameters: Any) -> dict[str, Any]:

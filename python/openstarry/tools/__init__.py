@@ -33,6 +33,7 @@ __all__ = [
     "fs_tools",
     "get_weather",
     "resolve_tools",
+    "tool_name",
 ]
 
 #: The names of the built-in tools a manifest may list.
@@ -155,3 +156,20 @@ def _import_tool(reference: str, field: str) -> Tool:
         f"tool {reference!r}: not a tool: {type(obj).__name__} is neither a Tool nor a function",
         field=field,
     )
+
+
+def tool_name(entry: str) -> str:
+    """The name of the tool a manifest's ``tools`` entry gives.
+
+    A built-in or remote name is the tool's name; an import reference
+    (``package.module:attribute``) names the tool it imports, such as
+    ``search`` for ``my_package.tools:search``. An entry that does not resolve
+    stays as it is (and so matches no tool).
+    """
+    if ":" not in entry:
+        return entry
+    try:
+        resolved = resolve_tools([entry])
+    except Exception:
+        return entry
+    return next(iter(resolved), entry)

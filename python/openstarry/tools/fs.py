@@ -241,11 +241,20 @@ def fs_tools(
                 f"over {sandbox.max_bytes})",
                 code="EFBIG",
             )
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_NONBLOCK
+        # No O_TRUNC: the file is checked first and truncated only once it passes.
+        flags = os.O_WRONLY | os.O_CREAT | _O_NONBLOCK
         with sandbox.open("fs.write", path, flags) as (fd, resolved):
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 raise ToolError(f"fs.write: {path!r}: not a regular file", code="EINVAL")
+            if info.st_nlink > 1:
+                # Another name of the same file may lie outside the allowed folders.
+                raise ToolError(
+                    f"fs.write: {path!r}: access denied: the file has {info.st_nlink} "
+                    "hard links (one may lie outside the allowed directories)",
+                    code="EPERM",
+                )
+            os.ftruncate(fd, 0)
             view = memoryview(data)
             while view:
                 written = os.write(fd, view)

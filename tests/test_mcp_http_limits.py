@@ -1,0 +1,149 @@
+"""MCP over Streamable HTTP in production: idle sessions closed, a session cap, duplicate
+JSON-RPC ids answered with an error, and a bearer key.
+
+Driven in process through the app's ASGI interface with raw JSON-RPC (the
+handshake era: ``initialize`` opens a session, ``Mcp-Session-Id`` names it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from mcp_fixtures import helpers
+from mcp_fixtures.tools import gate
+from openstarry.assembly import agent_from_manifest
+from openstarry.mcp.server import MAX_SESSIONS, SESSION_IDLE_TIMEOUT, AgentMcpServer
+
+HANG = 10
+pytestmark = pytest.mark.anyio
+HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # the SDK's session manager runs on asyncio here
+
+
+@asynccontextmanager
+async def mcp_http(tmp_path: Path, **options: Any) -> AsyncIterator[httpx.AsyncClient]:
+    async with agent_from_manifest(helpers.write_manifest(tmp_path)) as agent:
+        app = AgentMcpServer(agent).http_app(json_response=True, **options)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app),
+                base_url="http://127.0.0.1:8765",
+                headers=HEADERS,
+                timeout=HANG,
+            ) as http,
+        ):
+            yield http
+
+
+def request(method: str, request_id: Any, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}
+
+
+async def open_session(http: httpx.AsyncClient) -> httpx.Response:
+    params = {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    }
+    return await http.post("/mcp", json=request("initialize", 0, params))
+
+
+async def session(http: httpx.AsyncClient) -> dict[str, str]:
+    opened = await open_session(http)
+    assert opened.status_code == 200, opened.text
+    headers = {
+        "mcp-session-id": opened.headers["mcp-session-id"],
+        "mcp-protocol-version": opened.json()["result"]["protocolVersion"],
+    }
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert (await http.post("/mcp", json=note, headers=headers)).status_code == 202
+    return headers
+
+
+async def test_the_idle_timeout_and_the_session_cap_are_set(tmp_path: Path) -> None:
+    async with agent_from_manifest(helpers.write_manifest(tmp_path)) as agent:
+        server = AgentMcpServer(agent)
+        server.http_app()
+        manager = server.server._session_manager
+        assert manager is not None
+        assert manager.session_idle_timeout == SESSION_IDLE_TIMEOUT == 600
+        assert manager.max_sessions == MAX_SESSIONS == 256
+
+
+async def test_an_idle_session_is_closed_and_the_cap_refuses_one_more(tmp_path: Path) -> None:
+    async with mcp_http(tmp_path, session_idle_timeout=0.5, max_sessions=2) as http:
+        first = await session(http)
+        await session(http)
+        refused = await open_session(http)
+        assert refused.status_code == 503
+        with anyio.fail_after(HANG):
+            while True:  # the idle sessions are closed: room again
+                await anyio.sleep(0.2)
+                if (await open_session(http)).status_code == 200:
+                    break
+        gone = await http.post("/mcp", json=request("tools/list", 1), headers=first)
+        assert gone.status_code == 404
+
+
+async def test_requests_reusing_a_running_id_are_answered_with_an_error(tmp_path: Path) -> None:
+    """Eight concurrent calls with one id in one session: the first runs, the seven others
+    are answered at once with ``-32600``; nobody waits unanswered."""
+    gate.reset()
+    assert gate.entered is not None
+    assert gate.opened is not None
+    async with mcp_http(tmp_path) as http:
+        headers = await session(http)
+        answers: list[httpx.Response] = []
+
+        async def call() -> None:
+            body = request("tools/call", 7, {"name": "gate", "arguments": {}})
+            answers.append(await http.post("/mcp", json=body, headers=headers))
+
+        with anyio.fail_after(HANG):
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(call)
+                await gate.entered.wait()
+                for _ in range(7):
+                    tasks.start_soon(call)
+                while len(answers) < 7:
+                    await anyio.sleep(0.01)
+                gate.opened.set()
+            # Once answered, the id may be used again.
+            again = await http.post(
+                "/mcp", json=request("tools/call", 7, {"name": "whoami"}), headers=headers
+            )
+    refused = [a for a in answers if a.status_code == 409]
+    assert len(refused) == 7
+    for answer in refused:
+        assert answer.json()["id"] == 7
+        assert answer.json()["error"]["code"] == -32600
+    [ran] = [a for a in answers if a.status_code == 200]
+    assert ran.json()["result"]["content"][0]["text"] == "opened"
+    assert again.status_code == 200
+    assert again.json()["result"]["structuredContent"]["callDepth"] == 1
+
+
+async def test_a_key_guards_every_request(tmp_path: Path) -> None:
+    async with mcp_http(tmp_path, api_key="k3y") as http:
+        missing = await open_session(http)
+        http.headers["authorization"] = "Bearer wrong"
+        wrong = await open_session(http)
+        http.headers["authorization"] = "Bearer k3y"
+        right = await open_session(http)
+    for refused in (missing, wrong):
+        assert refused.status_code == 401
+        assert json.loads(refused.content)["code"] == "unauthorized"
+    assert right.status_code == 200
