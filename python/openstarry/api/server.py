@@ -86,6 +86,7 @@ import anyio
 import anyio.abc
 
 from openstarry.api.adapter import RunStream, check_request, open_run
+from openstarry.api.console import console_routes
 from openstarry.api.models import (
     AgentRequest,
     AgentResponse,
@@ -824,6 +825,8 @@ def create_app(agent: Agent, *, limits: ServerLimits | None = None) -> Starlette
             Route("/process", process, methods=["POST"]),
             Route("/process/{response_id}", resume, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
+            # The console, /events, /metrics and /stop (openstarry.api.console).
+            *console_routes(agent),
         ],
         exception_handlers={HTTPException: http_error, Exception: server_error},
         lifespan=lifespan,
