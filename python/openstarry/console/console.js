@@ -368,6 +368,7 @@ async function poll() {
     push("latency", "p50", m.bus.latency_us.p50 || 0);
     push("latency", "p99", m.bus.latency_us.p99 || 0);
     previous = m;
+    document.body.dataset.polls = String(Number(document.body.dataset.polls || 0) + 1);
     draw("chart-rate", "legend-rate", "rate");
     draw("chart-depth", "legend-depth", "depth");
     draw("chart-latency", "legend-latency", "latency");
