@@ -233,3 +233,24 @@ async def test_a_reconnect_with_last_event_id_replays_what_is_kept() -> None:
     data = [frame for frame in received if frame.startswith(b"id:")]
     assert [frame.split(b"\n")[0] for frame in data] == [b"id: 3", b"id: 4", b"id: 5"]
     assert [json.loads(frame.split(b"data: ")[1])["payload"]["n"] for frame in data] == [2, 3, 4]
+
+
+def test_a_request_s_trace_headers_continue_into_its_run() -> None:
+    """X-OpenStarry-Trace-ID, or else a W3C traceparent, becomes the run's traceId."""
+    agent = agent_from_manifest(WEATHER)
+    inputs: list[Event] = []
+    agent.bus.subscribe("INPUT:USER_MESSAGE", inputs.append)
+    w3c = "4bf92f3577b34da6a3ce929d0e0e4736"
+    with serving(agent) as url:
+        for headers in (
+            {"traceparent": f"00-{w3c}-00f067aa0ba902b7-01"},
+            {"X-OpenStarry-Trace-ID": "trace-from-a-caller", "traceparent": "malformed"},
+            {"traceparent": "00-not-a-trace-01"},
+        ):
+            response = httpx.post(
+                f"{url}/process", json=body(stream=False), headers=headers, timeout=HANG
+            )
+            assert response.json()["status"] == "completed"
+    traces = [event.trace_id for event in inputs]
+    assert traces[:2] == ["4bf92f35-77b3-4da6-a3ce-929d0e0e4736", "trace-from-a-caller"]
+    assert traces[2] not in traces[:2]

@@ -256,10 +256,19 @@ class ExecutionLoop(Lifecycle):
         pending = self.start(text, session_id=session_id, source=source)
         return await pending.wait()
 
-    def start(self, text: str, *, session_id: str = "default", source: str = "user") -> PendingRun:
+    def start(
+        self,
+        text: str,
+        *,
+        session_id: str = "default",
+        source: str = "user",
+        trace_id: str | None = None,
+    ) -> PendingRun:
         """Publish ``text`` as an ``INPUT:USER_MESSAGE`` now; await the returned run's ``wait()``.
 
         Inputs started one after the other in a session run in that order.
+        ``trace_id`` continues a caller's trace (a transport's incoming
+        ``X-OpenStarry-Trace-ID`` or ``traceparent``); by default a new one.
 
         Raises:
             QueueFull: the bus is at capacity (:meth:`ask` waits for room instead).
@@ -269,7 +278,7 @@ class ExecutionLoop(Lifecycle):
             raise RuntimeError(
                 "the ExecutionLoop is not running: use `async with ExecutionLoop(...)`"
             )
-        event = _user_message(text, session_id, source, None)
+        event = _user_message(text, session_id, source, None, trace_id)
         waiters = self._waiters
         pending = PendingRun(event, self.bus.new_signal(), waiters, self.bus.apublish)
         waiters.add(event.id, pending.result, pending._done)
@@ -467,7 +476,9 @@ def _tools_by_name(tools: Iterable[Tool] | Mapping[str, Tool]) -> dict[str, Tool
     return by_name
 
 
-def _user_message(text: str, session_id: str, source: str, priority: int | None) -> Event:
+def _user_message(
+    text: str, session_id: str, source: str, priority: int | None, trace_id: str | None = None
+) -> Event:
     """The ``INPUT:USER_MESSAGE`` that :meth:`~ExecutionLoop.submit` and ``start`` publish."""
     return Event.new(
         _USER_MESSAGE,
@@ -475,4 +486,5 @@ def _user_message(text: str, session_id: str, source: str, priority: int | None)
         source=source,
         session_id=session_id,
         priority=priority,
+        trace_id=trace_id,
     )

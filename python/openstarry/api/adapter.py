@@ -46,6 +46,7 @@ from openstarry.api.models import (
     Role,
     TextContent,
 )
+from openstarry.api.tracecontext import incoming_trace
 from openstarry.api.translate import RunTranslator, WireEvent, run_status
 from openstarry.bus import EventBus, Subscription
 from openstarry.core import Event
@@ -207,7 +208,13 @@ class RunStream:
     # -- lifecycle -------------------------------------------------------
 
     async def __aenter__(self) -> RunStream:
-        pending = self.agent.loop.start(self._text, session_id=self.session_id, source=SOURCE)
+        pending = self.agent.loop.start(
+            self._text,
+            session_id=self.session_id,
+            source=SOURCE,
+            # The trace of the HTTP request that started it, if any (api.tracecontext).
+            trace_id=incoming_trace.get(),
+        )
         self._pending = pending
         # Routed before anything of the run can be dispatched (no await since start).
         self._trace_id = pending.event.trace_id

@@ -95,6 +95,7 @@ from openstarry.api.models import (
     RunStatus,
     parse_request,
 )
+from openstarry.api.tracecontext import TraceContextMiddleware
 from openstarry.bus import describe_exception
 
 try:
@@ -832,6 +833,8 @@ def create_app(agent: Agent, *, limits: ServerLimits | None = None) -> Starlette
         lifespan=lifespan,
     )
     app.state.openstarry = api
+    # X-OpenStarry-Trace-ID / traceparent of a request continue into its run.
+    app.add_middleware(TraceContextMiddleware)
     return app
 
 
