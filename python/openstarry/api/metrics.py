@@ -111,6 +111,12 @@ class TimedProvider:
                 self.name, time.perf_counter() - start, usage if isinstance(usage, dict) else None
             )
 
+    def __getattr__(self, name: str) -> Any:
+        # Anything else (a model name, options) is the wrapped provider's.
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
     async def __aenter__(self) -> TimedProvider:
         if isinstance(self.inner, AbstractAsyncContextManager):
             await self.inner.__aenter__()
