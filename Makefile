@@ -98,8 +98,24 @@ run: dev ## Set up, then run the example weather agent through the spec 000 sect
 demo: dev ## Run the Rust ingestion demo on the shipped NDJSON sample
 	$(PY) -m openstarry.cli demo examples/events.ndjson
 
+.PHONY: browser
+browser: ## Install Debian's chromium and chromium-driver when missing (the console's browser test drives them)
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then \
+	  echo "chromium and chromedriver: found"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	else \
+	  echo "The console's browser test needs chromium and chromedriver: as root, 'apt-get install chromium chromium-driver' (Debian), or put both on PATH. Without them that test is skipped."; \
+	fi
+
+.PHONY: console
+console: dev ## Serve the example agent and its console on http://127.0.0.1:8000/ (Ctrl-C stops it)
+	@echo "openstarry console: http://127.0.0.1:8000/"
+	@(sleep 2; command -v xdg-open >/dev/null && xdg-open http://127.0.0.1:8000/ >/dev/null 2>&1 || true) &
+	$(PY) -m openstarry.cli serve $(EXAMPLE) --port 8000
+
 .PHONY: test
-test: wheel ## Set up, then run every test: cargo test, the layers contract, pytest against the wheel, smoke tests of the wheel (alone, with its dependencies, with its extras) in clean venvs
+test: wheel browser ## Set up, then run every test: cargo test, the layers contract, pytest against the wheel, smoke tests of the wheel (alone, with its dependencies, with its extras) in clean venvs
 	cargo test --quiet
 	PYTHONPATH=python $(VENV)/bin/lint-imports --no-cache
 	$(PY) tests/check_wheel.py dist/openstarry-*.whl
@@ -116,7 +132,7 @@ test: wheel ## Set up, then run every test: cargo test, the layers contract, pyt
 	grep -q "The weather in Taipei is 25°C, Sunny." $(AGENT_VENV)/run.txt
 	rm -rf $(EXTRAS_VENV)
 	$(PYTHON) -m venv $(EXTRAS_VENV)
-	$(EXTRAS_VENV)/bin/python -m pip install --quiet "$$(ls dist/openstarry-*.whl)[http,mcp,cli]"
+	$(EXTRAS_VENV)/bin/python -m pip install --quiet "$$(ls dist/openstarry-*.whl)[http,mcp,cli,otel]"
 	$(EXTRAS_VENV)/bin/python tests/smoke_extras.py $(EXAMPLE)
 
 .PHONY: compat
@@ -166,7 +182,7 @@ format: $(DEPS) ## Format the Rust and Python sources
 
 .PHONY: clean
 clean: ## Remove build outputs and virtual environments
-	rm -rf target dist $(VENV) $(SMOKE_VENV) $(AGENT_VENV) $(EXTRAS_VENV) $(SDIST_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
+	rm -rf target dist test-artifacts $(VENV) $(SMOKE_VENV) $(AGENT_VENV) $(EXTRAS_VENV) $(SDIST_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
 
 .PHONY: help
 help: ## Show this help

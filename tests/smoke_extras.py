@@ -1,11 +1,12 @@
-"""Smoke test of the installed wheel with its extras: ``pip install 'openstarry[http,mcp,cli]'``.
+"""Smoke test of the wheel with its extras: ``pip install 'openstarry[http,mcp,cli,otel]'``.
 
 Run by ``make test`` with the python of a fresh virtual environment that holds
 the wheel and what its extras bring, nothing else (no test tools), so a
-dependency missing from ``[http]``, ``[mcp]`` or ``[cli]`` fails here. It serves the
-example agent with ``openstarry serve`` and asks it over HTTP with the shipped
-client, then serves it with ``openstarry mcp`` over stdio and calls its tool
-with the MCP SDK's own client. Every server is on 127.0.0.1 and stopped here.
+dependency missing from ``[http]``, ``[mcp]``, ``[cli]`` or ``[otel]`` fails here. It
+serves the example agent with ``openstarry serve``, asks it over HTTP with the
+shipped client and reads its console and ``/metrics``, then serves it with
+``openstarry mcp`` over stdio and calls its tool with the MCP SDK's own client.
+Every server is on 127.0.0.1 and stopped here.
 
     python tests/smoke_extras.py examples/weather-agent/agent.json
 """
@@ -67,9 +68,33 @@ def check_http(manifest: str) -> None:
         if response.status != "completed" or ANSWER not in texts:
             raise SystemExit(f"smoke_extras: unexpected answer {response.status}: {texts}")
         print(f"http: {response.status}, {len(response.output or [])} messages, {texts[-1]!r}")
+        check_console(base)
     finally:
         server.terminate()
         server.wait(timeout=15)
+
+
+def check_console(base: str) -> None:
+    """The console's files came in the wheel, and /metrics speaks Prometheus."""
+    import httpx
+
+    for path, needle in (
+        ("/", "console.js"),
+        ("/console/console.js", "EventSource"),
+        ("/console/console.css", "--p0"),
+        ("/metrics", "openstarry_tool_calls_total"),
+    ):
+        reply = httpx.get(base + path, timeout=10)
+        if reply.status_code != 200 or needle not in reply.text:
+            raise SystemExit(f"smoke_extras: GET {path}: {reply.status_code}, no {needle!r}")
+    print("console: /, its script and style, /metrics")
+
+
+def check_otel() -> None:
+    """The [otel] extra brings what openstarry.otel imports."""
+    import openstarry.otel  # noqa: F401
+
+    print("otel: openstarry.otel imports")
 
 
 async def check_mcp(manifest: str) -> None:
@@ -113,6 +138,7 @@ def main() -> None:
     manifest = sys.argv[1]
     check_cli()
     check_http(manifest)
+    check_otel()
     anyio.run(check_mcp, manifest)
     print("smoke_extras: ok")
 

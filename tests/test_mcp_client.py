@@ -39,7 +39,15 @@ from openstarry.errors import ManifestError, ToolError
 from openstarry.manifest import McpServerConfig, load_manifest
 from openstarry.mcp import client as mcp_client
 from openstarry.mcp.client import McpConnectError, McpToolset, RemoteTool
-from openstarry.mcp.guard import DEPTH_HEADER, META_DEPTH, META_TRACE, TRACE_HEADER
+from openstarry.mcp.guard import (
+    DEPTH_HEADER,
+    META_DEPTH,
+    META_TRACE,
+    META_TRACEPARENT,
+    TRACE_HEADER,
+    TraceContext,
+    traceparent_of,
+)
 from openstarry.testing import FunctionProvider, ScriptedProvider, text, tool_call
 from openstarry.tools.weather import get_weather
 
@@ -308,11 +316,16 @@ async def test_each_call_carries_the_runs_trace(transport: str, http_url: str) -
         result = await ask(agent, "trace")
         received = seen[0]["result"]
         # A user's input runs at depth 0: its calls are the first hop.
-        assert received["meta"] == {META_TRACE: result.trace_id, META_DEPTH: 1}
+        assert received["meta"] == {
+            META_TRACE: result.trace_id,
+            META_DEPTH: 1,
+            META_TRACEPARENT: traceparent_of(TraceContext(result.trace_id, 1)),
+        }
         if transport == "http":
             assert received["headers"] == {
                 TRACE_HEADER.lower(): result.trace_id,
                 DEPTH_HEADER.lower(): "1",
+                "traceparent": traceparent_of(TraceContext(result.trace_id, 1)),
             }
         else:
             assert received["headers"] == {}
@@ -321,7 +334,11 @@ async def test_each_call_carries_the_runs_trace(transport: str, http_url: str) -
         tool = agent.tools["fx.trace"]
         with anyio.fail_after(HANG):
             deeper = await tool.run({}, context("trace-of-a-caller", call_depth=3))
-        assert deeper["meta"] == {META_TRACE: "trace-of-a-caller", META_DEPTH: 4}
+        assert deeper["meta"] == {
+            META_TRACE: "trace-of-a-caller",
+            META_DEPTH: 4,
+            META_TRACEPARENT: traceparent_of(TraceContext("trace-of-a-caller", 4)),
+        }
         if transport == "http":
             assert deeper["headers"][DEPTH_HEADER.lower()] == "4"
             assert deeper["headers"][TRACE_HEADER.lower()] == "trace-of-a-caller"
@@ -336,8 +353,16 @@ async def test_each_call_carries_the_runs_trace(transport: str, http_url: str) -
             async with anyio.create_task_group() as task_group:
                 task_group.start_soon(one, "left", 1)
                 task_group.start_soon(one, "right", 4)
-        assert got["left"]["meta"] == {META_TRACE: "left", META_DEPTH: 2}
-        assert got["right"]["meta"] == {META_TRACE: "right", META_DEPTH: 5}
+        assert got["left"]["meta"] == {
+            META_TRACE: "left",
+            META_DEPTH: 2,
+            META_TRACEPARENT: traceparent_of(TraceContext("left", 2)),
+        }
+        assert got["right"]["meta"] == {
+            META_TRACE: "right",
+            META_DEPTH: 5,
+            META_TRACEPARENT: traceparent_of(TraceContext("right", 5)),
+        }
         if transport == "http":
             assert got["left"]["headers"][TRACE_HEADER.lower()] == "left"
             assert got["right"]["headers"][DEPTH_HEADER.lower()] == "5"

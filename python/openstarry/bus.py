@@ -229,6 +229,7 @@ class EventBus(Lifecycle):
         # Metrics.
         self._published = 0
         self._duplicates = 0
+        self._invalid = 0
         self._dispatched: dict[str, int] = {}
         self._handler_errors = 0
         self._errors_dropped = 0
@@ -370,6 +371,7 @@ class EventBus(Lifecycle):
             ingestor = self._ingestor = Ingestor(self._queue, self._dedup)
         result = ingestor.ingest(data)
         self._duplicates += result.duplicates
+        self._invalid += len(result.invalid)
         self._published += result.accepted
         if result.accepted and self._asleep:
             self._asleep = False
@@ -491,6 +493,7 @@ class EventBus(Lifecycle):
 
         - ``published``: events accepted (by publish or ingest);
         - ``duplicates``: events dropped as repeated ids;
+        - ``invalid``: ingested lines refused as invalid envelopes;
         - ``dispatched``: events dispatched, by type (past 1,024 types, the
           others are counted under ``"*"``);
         - ``depth``: events waiting at each priority, 0..5;
@@ -508,12 +511,29 @@ class EventBus(Lifecycle):
         return {
             "published": self._published,
             "duplicates": self._duplicates,
+            "invalid": self._invalid,
             "dispatched": dict(self._dispatched),
             "depth": self._queue.depths(),
             "handler_errors": self._handler_errors,
             "errors_dropped": self._errors_dropped,
             "latency_us": latency,
         }
+
+    def latency_since(self, mark: int) -> tuple[int, list[int]]:
+        """The dispatch latencies (ns) recorded since ``mark``, and the new mark.
+
+        ``mark`` is what the previous call returned (0 at first). For exporters
+        that keep a cumulative histogram: only the last ``latency_samples``
+        samples are kept, so a reader that calls less often gets those and the
+        count of the samples it missed is the new mark minus the old, minus
+        ``len(samples)``.
+        """
+        total = self._latency_count
+        size = len(self._latency)
+        new = min(total - mark, size) if total > mark else 0
+        end = self._latency_next
+        samples = [self._latency[(end - new + i) % size] for i in range(new)]
+        return total, samples
 
     def __len__(self) -> int:
         """Events waiting for dispatch."""

@@ -47,10 +47,12 @@ def trace(ctx: Context) -> dict[str, Any]:
         headers = {
             key.lower(): value
             for key, value in request.headers.items()
-            if key.lower().startswith("x-openstarry-")
+            if key.lower().startswith("x-openstarry-") or key.lower() == "traceparent"
         }
     return {
-        "meta": {k: v for k, v in meta.items() if k.startswith("openstarry/")},
+        "meta": {
+            k: v for k, v in meta.items() if k.startswith("openstarry/") or k == "traceparent"
+        },
         "headers": headers,
         "pid": os.getpid(),
     }

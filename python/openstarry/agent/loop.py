@@ -282,6 +282,7 @@ class ExecutionLoop(Lifecycle):
         session_id: str = "default",
         source: str = "user",
         extra: Mapping[str, Any] | None = None,
+        trace_id: str | None = None,
     ) -> PendingRun:
         """Publish ``text`` as an ``INPUT:USER_MESSAGE`` now; await the returned run's ``wait()``.
 
@@ -290,6 +291,8 @@ class ExecutionLoop(Lifecycle):
         (functions the client runs, as ``{"name", "description",
         "parameters"}``) and ``"generation"`` (parameters for the provider,
         ``context.generation``).
+        ``trace_id`` continues a caller's trace (a transport's incoming
+        ``X-OpenStarry-Trace-ID`` or ``traceparent``); by default a new one.
 
         Raises:
             QueueFull: the bus is at capacity (:meth:`ask` waits for room instead).
@@ -299,7 +302,7 @@ class ExecutionLoop(Lifecycle):
             raise RuntimeError(
                 "the ExecutionLoop is not running: use `async with ExecutionLoop(...)`"
             )
-        event = _user_message(text, session_id, source, None, extra)
+        event = _user_message(text, session_id, source, None, extra, trace_id)
         waiters = self._waiters
         pending = PendingRun(event, self.bus.new_signal(), waiters, self.bus.apublish)
         waiters.add(event.id, pending.result, pending._done)
@@ -507,6 +510,7 @@ def _user_message(
     source: str,
     priority: int | None,
     extra: Mapping[str, Any] | None = None,
+    trace_id: str | None = None,
 ) -> Event:
     """The ``INPUT:USER_MESSAGE`` that :meth:`~ExecutionLoop.submit` and ``start`` publish."""
     payload: dict[str, Any] = {"text": text, "mimeType": "text/plain"}
@@ -518,4 +522,5 @@ def _user_message(
         source=source,
         session_id=session_id,
         priority=priority,
+        trace_id=trace_id,
     )

@@ -54,6 +54,7 @@ from openstarry.api.models import (
     TextContent,
     WireModel,
 )
+from openstarry.api.tracecontext import incoming_trace
 from openstarry.api.translate import RunTranslator, WireEvent, run_status
 from openstarry.bus import EventBus, Subscription
 from openstarry.core import Event
@@ -427,7 +428,12 @@ class RunStream:
             pending.keep = False
         else:
             pending = loop.start(
-                self._text, session_id=self.session_id, source=SOURCE, extra=self._extra
+                self._text,
+                session_id=self.session_id,
+                source=SOURCE,
+                extra=self._extra,
+                # The trace of the HTTP request that started it, if any (api.tracecontext).
+                trace_id=incoming_trace.get(),
             )
         self._pending = pending
         # Routed before anything of the run can be dispatched (no await since start).

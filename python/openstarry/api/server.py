@@ -109,6 +109,7 @@ import anyio.abc
 from openstarry._http import BearerAuth, ConnectionLimits, check_bind, graceful_server
 from openstarry.agent.commands import BUILTIN_COMMANDS, find_tool, parse_line
 from openstarry.api.adapter import RunStream, check_request, open_run
+from openstarry.api.console import console_routes
 from openstarry.api.heartbeat import with_heartbeats
 from openstarry.api.models import (
     AgentRequest,
@@ -118,6 +119,7 @@ from openstarry.api.models import (
     RunStatus,
     parse_request,
 )
+from openstarry.api.tracecontext import TraceContextMiddleware
 from openstarry.bus import describe_exception
 from openstarry.tools import tool_name
 
@@ -1028,6 +1030,8 @@ def create_app(
             Route("/process", process, methods=["POST"]),
             Route("/process/{response_id}", resume, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
+            # The console, /events, /metrics and /stop (openstarry.api.console).
+            *console_routes(agent),
         ],
         exception_handlers={HTTPException: http_error, Exception: server_error},
         lifespan=lifespan,
@@ -1036,6 +1040,8 @@ def create_app(
         ),
     )
     app.state.openstarry = api
+    # X-OpenStarry-Trace-ID / traceparent of a request continue into its run.
+    app.add_middleware(TraceContextMiddleware)
     return app
 
 

@@ -9,6 +9,12 @@ exceeds :data:`MAX_DEPTH`, so a cycle A -> B -> A -> ... stops at depth 6.
 
 Depth is carried by each request, not counted by the server, so unrelated
 callers never affect each other. This module needs only the standard library.
+
+Beside them goes the W3C Trace Context ``traceparent`` (the header
+:data:`TRACEPARENT_HEADER`, and ``_meta`` key :data:`META_TRACEPARENT`), so a
+call to or from an agent written with another framework stays in one trace:
+its trace id is the openstarry trace id's 32 hex digits (:func:`w3c_trace_id`).
+A request that carries only a ``traceparent`` gets that trace, as a UUID.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from openstarry.errors import RecursionLimitExceeded
+from openstarry.tracecontext import parse_traceparent, span_id_of, traceparent, w3c_trace_id
 
 __all__ = [
     "DEPTH_HEADER",
@@ -25,18 +32,25 @@ __all__ = [
     "RECURSION_LIMIT_EXCEEDED",
     "META_DEPTH",
     "META_TRACE",
+    "TRACEPARENT_HEADER",
     "TRACE_HEADER",
+    "META_TRACEPARENT",
     "TraceContext",
     "check_depth",
     "next_hop",
     "trace_from_headers",
     "trace_from_meta",
+    "traceparent_of",
+    "w3c_trace_id",
 ]
 
 #: The HTTP header carrying the trace id (spec 004 section 4).
 TRACE_HEADER = "X-OpenStarry-Trace-ID"
 #: The HTTP header carrying the call's depth.
 DEPTH_HEADER = "X-OpenStarry-Trace-Depth"
+#: The W3C Trace Context header (and ``_meta`` key) sent beside the openstarry ones.
+TRACEPARENT_HEADER = "traceparent"
+META_TRACEPARENT = "traceparent"
 #: The ``params._meta`` key carrying the trace id (stdio, or any transport).
 META_TRACE = "openstarry/traceId"
 #: The ``params._meta`` key carrying the depth.
@@ -67,10 +81,28 @@ class TraceContext:
         return f"TraceContext(trace_id={self.trace_id!r}, depth={self.depth})"
 
     def headers(self) -> dict[str, str]:
-        return {TRACE_HEADER: self.trace_id, DEPTH_HEADER: str(self.depth)}
+        return {
+            TRACE_HEADER: self.trace_id,
+            DEPTH_HEADER: str(self.depth),
+            TRACEPARENT_HEADER: traceparent_of(self),
+        }
 
     def meta(self) -> dict[str, Any]:
-        return {META_TRACE: self.trace_id, META_DEPTH: self.depth}
+        return {
+            META_TRACE: self.trace_id,
+            META_DEPTH: self.depth,
+            META_TRACEPARENT: traceparent_of(self),
+        }
+
+
+def traceparent_of(trace: TraceContext) -> str:
+    """The ``traceparent`` sent with a call: the trace's W3C id, a span id of the hop."""
+    return traceparent(trace.trace_id, span_id_of(f"{trace.trace_id}/{trace.depth}"))
+
+
+def _from_traceparent(value: object) -> str | None:
+    parsed = parse_traceparent(value)
+    return parsed[0] if parsed is not None else None
 
 
 def next_hop(trace_id: str | None, call_depth: int) -> TraceContext:
@@ -125,6 +157,8 @@ def trace_from_headers(headers: Mapping[str, str]) -> TraceContext | None:
     lowered = {k.lower(): v for k, v in headers.items()}
     trace = lowered.get(TRACE_HEADER.lower())
     depth = lowered.get(DEPTH_HEADER.lower())
+    if trace is None:
+        trace = _from_traceparent(lowered.get(TRACEPARENT_HEADER))
     if trace is not None and depth is None:
         depth = "1"
     return _parse(trace, depth, "headers")
@@ -140,6 +174,8 @@ def trace_from_meta(meta: Mapping[str, Any] | None) -> TraceContext | None:
         return None
     trace = meta.get(META_TRACE)
     depth = meta.get(META_DEPTH)
+    if trace is None:
+        trace = _from_traceparent(meta.get(META_TRACEPARENT))
     if trace is not None and depth is None:
         depth = 1
     return _parse(trace, depth, "_meta")

@@ -1,0 +1,324 @@
+"""OpenTelemetry spans of an agent's runs, read from its bus (the ``[otel]`` extra).
+
+    from opentelemetry.sdk.trace import TracerProvider
+    from openstarry.otel import instrument
+
+    agent = agent_from_manifest("agent.json")
+    tracing = instrument(agent, TracerProvider())   # before the agent starts
+
+Needs ``pip install 'openstarry[otel]'``; without it importing this module
+raises an :class:`ImportError` saying so, and nothing else in openstarry
+imports OpenTelemetry. The agent itself knows nothing of it: :class:`BusTracer`
+subscribes to the bus and turns the events of each run into spans.
+
+- **One trace per run.** The trace id is the run's openstarry ``traceId``
+  (its 128 bits; :func:`openstarry.tracecontext.w3c_trace_id`), the same one
+  MCP calls carry in ``traceparent`` beside ``X-OpenStarry-Trace-ID``.
+- ``openstarry.turn``: from the ``INPUT:USER_MESSAGE`` to the run's return
+  to ``IDLE`` (or the API's ``API:RESPONSE_END``); the root of the trace.
+- ``openstarry.provider``: each provider call, from its round's
+  ``KERNEL:TICK_START`` to what the answer caused first (the
+  ``OUTPUT:AGENT_MESSAGE``, the first ``EXEC:TOOL_CALL``, a ``KERNEL:ERROR``);
+  a child of the turn, with the tokens of ``metadata.usage`` when reported.
+- ``openstarry.tool``: each ``EXEC:TOOL_CALL`` to its ``EXEC:TOOL_RESULT``, a
+  child of the span of the call's parent event (the turn's); failed results
+  set the span's status to error. A tool of a remote MCP server (named
+  ``<server>.<tool>``, with ``<server>`` among ``mcp_servers``) is an
+  ``openstarry.mcp.call`` span of kind ``CLIENT``; a call served for another
+  agent over MCP (a tool call with no parent) is the root ``openstarry.tool``
+  span of kind ``SERVER``, in the caller's trace.
+
+Parents follow ``parentId``: each event belongs to the span of its nearest
+ancestor that opened one. Spans still open are bounded (``max_open``); past it
+the oldest are ended with ``openstarry.evicted = true``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace as otel_trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "openstarry.otel needs OpenTelemetry: pip install 'openstarry[otel]'"
+    ) from exc
+
+from openstarry._core import __version__
+from openstarry.core import Event
+from openstarry.events import OUTPUT_AGENT_MESSAGE, EventType
+from openstarry.tracecontext import w3c_trace_id
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, Tracer, TracerProvider
+
+    from openstarry.bus import EventBus, Subscription
+
+__all__ = ["BusTracer", "instrument"]
+
+_USER_MESSAGE = EventType.USER_MESSAGE.value
+_TICK = EventType.TICK_START.value
+_STATE = EventType.STATE_CHANGE.value
+_ERROR = EventType.ERROR.value
+_CALL = EventType.TOOL_CALL.value
+_RESULT = EventType.TOOL_RESULT.value
+_RESPONSE_END = "API:RESPONSE_END"
+
+
+class _SeededIds:
+    """The tracer's id generator, except that a root span takes the trace id it is told."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.next_trace: int | None = None
+
+    def generate_span_id(self) -> int:
+        span_id: int = self.inner.generate_span_id()
+        return span_id
+
+    def generate_trace_id(self) -> int:
+        if self.next_trace is not None:
+            return self.next_trace
+        trace_id: int = self.inner.generate_trace_id()
+        return trace_id
+
+    def is_trace_id_random(self) -> bool:
+        # A seeded id is a UUID4's bits: random, but not as W3C level 2 defines it.
+        return self.next_trace is None and bool(
+            getattr(self.inner, "is_trace_id_random", lambda: False)()
+        )
+
+
+class BusTracer:
+    """Spans from one bus's events. :func:`instrument` builds one for an agent.
+
+    Args:
+        bus: The bus to follow (subscribed at once).
+        tracer_provider: Where spans go (default: OpenTelemetry's global one).
+        provider_name: The provider's name, as the ``gen_ai.system`` attribute.
+        mcp_servers: Names of the agent's remote MCP servers (``mcp.servers``).
+        max_open: Spans open at once, at most.
+    """
+
+    def __init__(
+        self,
+        bus: EventBus,
+        tracer_provider: TracerProvider | None = None,
+        *,
+        provider_name: str | None = None,
+        mcp_servers: Iterable[str] = (),
+        max_open: int = 10_000,
+    ) -> None:
+        provider = tracer_provider or otel_trace.get_tracer_provider()
+        self.tracer: Tracer = provider.get_tracer("openstarry", __version__)
+        # The SDK's tracer draws trace ids from its id_generator: a root span
+        # takes the run's traceId instead (an API-only tracer records nothing).
+        self._ids: _SeededIds | None = None
+        generator = getattr(self.tracer, "id_generator", None)
+        if generator is not None:
+            self._ids = _SeededIds(generator)
+            self.tracer.id_generator = self._ids  # type: ignore[attr-defined]
+        self.provider_name = provider_name
+        self.mcp_servers = frozenset(mcp_servers)
+        self.max_open = max_open
+        #: The span each event belongs to, by event id (bounded).
+        self._owner: OrderedDict[str, Span] = OrderedDict()
+        #: Open spans by the id of the event that opened them.
+        self._open: OrderedDict[str, Span] = OrderedDict()
+        #: The turn span and the open provider span of each trace.
+        self._turns: dict[str, tuple[str, Span]] = {}
+        self._provider: dict[str, Span] = {}
+        self.subscription: Subscription = bus.subscribe("*", self._on_event)
+
+    def close(self) -> None:
+        """Stop following the bus and end every span still open."""
+        self.subscription.cancel()
+        for span in list(self._open.values()):
+            span.end()
+        self._open.clear()
+        self._owner.clear()
+        self._turns.clear()
+        self._provider.clear()
+
+    # -- spans -------------------------------------------------------------
+
+    def _start(
+        self,
+        name: str,
+        event: Event,
+        parent: Span | None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: dict[str, Any] | None = None,
+    ) -> Span:
+        attrs = {
+            "openstarry.event_id": event.id,
+            "openstarry.trace_id": event.trace_id,
+            "openstarry.session_id": event.session_id,
+            **(attributes or {}),
+        }
+        now = time.time_ns()
+        if parent is not None:
+            ctx = otel_trace.set_span_in_context(parent)
+            return self.tracer.start_span(name, ctx, kind, attrs, start_time=now)
+        ids = self._ids
+        if ids is not None:
+            ids.next_trace = int(w3c_trace_id(event.trace_id), 16)
+        try:
+            return self.tracer.start_span(name, otel_context.Context(), kind, attrs, start_time=now)
+        finally:
+            if ids is not None:
+                ids.next_trace = None
+
+    def _remember(self, key: str, span: Span, *, opened: bool) -> None:
+        owner = self._owner
+        owner[key] = span
+        while len(owner) > 4 * self.max_open:
+            owner.popitem(last=False)
+        if opened:
+            self._open[key] = span
+            while len(self._open) > self.max_open:
+                _, old = self._open.popitem(last=False)
+                old.set_attribute("openstarry.evicted", True)
+                old.end()
+
+    def _end(self, key: str, error: str | None = None) -> None:
+        span = self._open.pop(key, None)
+        if span is None:
+            return
+        if error is not None:
+            span.set_status(Status(StatusCode.ERROR, error))
+        span.end()
+
+    # -- events ------------------------------------------------------------
+
+    def _on_event(self, event: Event) -> None:
+        kind = event.type
+        parent_id = event.parent_id
+        parent = self._owner.get(parent_id) if parent_id is not None else None
+        if kind == _USER_MESSAGE and parent is None:
+            self._turn(event)
+        elif kind == _TICK:
+            self._provider_starts(event, parent)
+        elif kind == _CALL:
+            self._provider_ends(event)
+            self._tool_call(event, parent)
+        elif kind == _RESULT and parent_id is not None:
+            payload = event.payload
+            failed = isinstance(payload, dict) and payload.get("success") is False
+            error = payload.get("error") if failed and isinstance(payload, dict) else None
+            message = error.get("message") if isinstance(error, dict) else None
+            self._end(parent_id, str(message or "the tool failed") if failed else None)
+        elif kind == OUTPUT_AGENT_MESSAGE:
+            self._provider_ends(event)
+        elif kind == _ERROR:
+            payload = event.payload
+            code = payload.get("code") if isinstance(payload, dict) else None
+            self._provider_ends(event, error=str(code or "error"))
+        elif kind == _STATE:
+            payload = event.payload
+            if isinstance(payload, dict) and payload.get("to") == "IDLE":
+                self._run_ends(event)
+        elif kind == _RESPONSE_END:
+            self._run_ends(event)
+        if parent is not None and event.id not in self._owner:
+            self._remember(event.id, parent, opened=False)
+
+    def _turn(self, event: Event) -> None:
+        payload = event.payload
+        text = payload.get("text") if isinstance(payload, dict) else None
+        attributes: dict[str, Any] = {}
+        if isinstance(text, str):
+            attributes["openstarry.input.chars"] = len(text)
+        span = self._start("openstarry.turn", event, None, SpanKind.INTERNAL, attributes)
+        self._remember(event.id, span, opened=True)
+        self._turns[event.trace_id] = (event.id, span)
+
+    def _provider_starts(self, event: Event, parent: Span | None) -> None:
+        self._provider_ends(event)
+        payload = event.payload
+        attributes: dict[str, Any] = {}
+        if isinstance(payload, dict) and isinstance(payload.get("round"), int):
+            attributes["openstarry.round"] = payload["round"]
+        if self.provider_name is not None:
+            attributes["gen_ai.system"] = self.provider_name
+        span = self._start("openstarry.provider", event, parent, SpanKind.CLIENT, attributes)
+        self._provider[event.trace_id] = span
+        self._remember(f"provider:{event.id}", span, opened=True)
+        if parent is not None:
+            self._remember(event.id, parent, opened=False)
+
+    def _provider_ends(self, event: Event, error: str | None = None) -> None:
+        span = self._provider.pop(event.trace_id, None)
+        if span is None:
+            return
+        if event.type == OUTPUT_AGENT_MESSAGE:
+            payload = event.payload
+            metadata = payload.get("metadata") if isinstance(payload, dict) else None
+            usage = metadata.get("usage") if isinstance(metadata, dict) else None
+            if isinstance(usage, dict):
+                for kind in ("input", "output"):
+                    value = usage.get(f"{kind}_tokens")
+                    if isinstance(value, int) and not isinstance(value, bool):
+                        span.set_attribute(f"gen_ai.usage.{kind}_tokens", value)
+        if error is not None:
+            span.set_status(Status(StatusCode.ERROR, error))
+        for key, open_span in list(self._open.items()):
+            if open_span is span:
+                del self._open[key]
+                break
+        span.end()
+
+    def _tool_call(self, event: Event, parent: Span | None) -> None:
+        payload = event.payload
+        name = payload.get("name") if isinstance(payload, dict) else None
+        name = name if isinstance(name, str) else "?"
+        attributes: dict[str, Any] = {"openstarry.tool.name": name}
+        call_id = payload.get("toolCallId") if isinstance(payload, dict) else None
+        if isinstance(call_id, str):
+            attributes["openstarry.tool.call_id"] = call_id
+        server, dot, _ = name.partition(".")
+        if dot and server in self.mcp_servers:
+            attributes["rpc.system"] = "mcp"
+            attributes["openstarry.mcp.server"] = server
+            span = self._start("openstarry.mcp.call", event, parent, SpanKind.CLIENT, attributes)
+        elif parent is None:
+            # A call served for another agent (MCP tools/call): its own root.
+            span = self._start("openstarry.tool", event, None, SpanKind.SERVER, attributes)
+        else:
+            span = self._start("openstarry.tool", event, parent, SpanKind.INTERNAL, attributes)
+        self._remember(event.id, span, opened=True)
+
+    def _run_ends(self, event: Event) -> None:
+        self._provider_ends(event)
+        turn = self._turns.pop(event.trace_id, None)
+        if turn is not None:
+            self._end(turn[0])
+
+
+def instrument(
+    agent: Any, tracer_provider: TracerProvider | None = None, *, max_open: int = 10_000
+) -> BusTracer:
+    """Trace ``agent``'s runs (an :class:`~openstarry.agent.runtime.Agent`) as OpenTelemetry spans.
+
+    Call it before the agent starts, or at least before the runs to trace.
+    ``BusTracer.close()`` stops it.
+    """
+    servers: list[str] = []
+    manifest = getattr(agent, "manifest", None)
+    mcp = getattr(manifest, "mcp", None)
+    for server in getattr(mcp, "servers", None) or ():
+        name = getattr(server, "name", None)
+        if isinstance(name, str):
+            servers.append(name)
+    return BusTracer(
+        agent.bus,
+        tracer_provider,
+        provider_name=getattr(agent.provider, "name", None),
+        mcp_servers=servers,
+        max_open=max_open,
+    )
