@@ -478,6 +478,8 @@ def test_json_schema_of_agent_json() -> None:
         "limits",
         "memory",
         "mcp",
+        "bus",
+        "sessions",
     }
     defs = schema["$defs"]
     limits = defs["Limits"]

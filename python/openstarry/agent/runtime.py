@@ -29,6 +29,7 @@ from openstarry._lifecycle import Lifecycle
 from openstarry.agent.interfaces import Provider, Tool, Toolset
 from openstarry.agent.loop import ExecutionLoop, LoopLimits, RunResult
 from openstarry.agent.retrieval import ToolRetriever
+from openstarry.agent.store import SessionStore
 from openstarry.bus import EventBus
 from openstarry.errors import ManifestError
 
@@ -54,6 +55,8 @@ class Agent(Lifecycle):
         retriever: What picks those tools (default: the lexical scorer).
         toolsets: Tools to connect when the agent starts (remote MCP servers);
             their tools join :attr:`tools` while it runs.
+        store: Where sessions' memory lives between runs (``None``: in this
+            process); a store that is an async context manager is entered with the agent.
     """
 
     def __init__(
@@ -70,6 +73,7 @@ class Agent(Lifecycle):
         max_tools: int | None = None,
         retriever: ToolRetriever | None = None,
         toolsets: Sequence[Toolset] = (),
+        store: SessionStore | None = None,
     ) -> None:
         for toolset in toolsets:
             if not isinstance(toolset, Toolset):
@@ -91,6 +95,7 @@ class Agent(Lifecycle):
             instructions=instructions,
             max_tools=max_tools,
             retriever=retriever,
+            store=store,
         )
 
     @property
@@ -107,6 +112,9 @@ class Agent(Lifecycle):
         async with AsyncExitStack() as stack:
             if self._owns_bus:
                 await stack.enter_async_context(self.bus)
+            store = self.loop.store
+            if isinstance(store, AbstractAsyncContextManager):
+                await stack.enter_async_context(store)
             provider = self.provider
             if isinstance(provider, AbstractAsyncContextManager):
                 await stack.enter_async_context(provider)
