@@ -77,7 +77,7 @@ import time
 import uuid
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -451,6 +451,47 @@ class RedisStreams:
         await done.wait()
         return bool(op.waiter[1])
 
+    async def asend_many(self, events: Sequence[Event]) -> list[bool]:
+        """:meth:`asend` for a batch: one wait for all their answers, in order."""
+        if self._client is None:
+            raise QueueClosed("the Redis bus is not running: use `async with bus`")
+        ops = []
+        for event in events:
+            while len(self._outgoing) >= self.buffer:
+                await self.flush()
+            op = self._publish_op(event)
+            op.waiter = [anyio.Event(), None]
+            self._outgoing.append(op)
+            ops.append(op)
+            self._flush_wake.set()
+        for op in ops:
+            assert op.waiter is not None
+            await op.waiter[0].wait()
+        return [bool(op.waiter[1]) for op in ops if op.waiter is not None]
+
+    async def history(self) -> list[tuple[str, bytes]]:
+        """Every entry the streams retain, oldest first: ``(entry id, wire bytes)``."""
+        entries: list[tuple[tuple[int, int], str, bytes]] = []
+        for p in range(self.partitions):
+            for key in self._streams_of(p):
+                for entry, fields in await self._client.xrange(key, "-", "+"):
+                    entry_id = _text(entry)
+                    entries.append((_order(entry_id), key, fields.get(b"e", b"")))
+        entries.sort(key=lambda item: item[0])
+        return [(f"{ms}-{seq}", wire) for (ms, seq), _, wire in entries]
+
+    async def follow(self, after: str, timeout: float) -> list[tuple[str, bytes]]:
+        """Entries added after ``after`` (an entry id), waiting up to ``timeout`` seconds."""
+        keys = {key: after for p in range(self.partitions) for key in self._streams_of(p)}
+        reply = await self._client.xread(keys, block=max(1, int(timeout * 1000)))
+        entries = [
+            (_order(_text(entry)), fields.get(b"e", b""))
+            for _, stream_entries in reply or ()
+            for entry, fields in stream_entries
+        ]
+        entries.sort(key=lambda item: item[0])
+        return [(f"{ms}-{seq}", wire) for (ms, seq), wire in entries]
+
     async def flush(self) -> None:
         while (self._outgoing or self._in_flight) and self._client is not None:
             flushed = self._flushed
@@ -776,14 +817,10 @@ class RedisStreams:
         }
 
 
+def _order(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
-
-
-def entries_of(reply: Iterable[Any]) -> list[tuple[str, str, bytes]]:
-    """``(stream, entry id, wire bytes)`` of an ``XREAD`` reply (for ``tail``)."""
-    out = []
-    for stream, entries in reply:
-        for entry, fields in entries:
-            out.append((_text(stream), _text(entry), fields.get(b"e", b"")))
-    return out
