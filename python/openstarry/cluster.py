@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from typing import Any
@@ -60,7 +61,11 @@ def add_commands(commands: Any) -> None:
 async def _worker(args: argparse.Namespace) -> int:
     from openstarry.assembly import agent_from_manifest
 
-    bus = EventBus.from_url(args.bus, group=args.group, consumer=args.consumer)
+    # OPENSTARRY_CLAIM_IDLE: seconds before a dead worker's partitions move (default 10).
+    claim_idle = float(os.environ.get("OPENSTARRY_CLAIM_IDLE") or 10)
+    bus = EventBus.from_url(
+        args.bus, group=args.group, consumer=args.consumer, claim_idle=claim_idle
+    )
     agent = agent_from_manifest(args.manifest, bus=bus)
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with bus, agent:
