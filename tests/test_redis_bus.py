@@ -160,14 +160,19 @@ async def test_sessions_spread_over_consumers_and_never_run_on_two(redis: RedisS
 
 
 async def test_the_redis_bus_says_it_needs_asyncio_on_trio() -> None:
+    """On trio the Redis backend refuses plainly (redis-py's client is asyncio's)."""
     bus = EventBus.from_url("redis://127.0.0.1:1/0")
 
     async def enter() -> None:
         async with bus:
             pass
 
-    with pytest.raises(RuntimeError, match="asyncio only"):
+    def on_trio() -> None:
         anyio.run(enter, backend="trio")
+
+    with pytest.raises(BaseException) as info:  # noqa: PT011 - may come in the bus's task group
+        await anyio.to_thread.run_sync(on_trio)
+    assert "runs on asyncio only" in repr(info.value) + repr(getattr(info.value, "exceptions", ""))
 
 
 def test_from_url_local_and_errors() -> None:
@@ -382,10 +387,11 @@ def test_kill_9_mid_batch_with_a_second_worker(redis: RedisServer, manifest: Pat
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=30) == 0
     answered = _answered(redis.url)
-    assert len(set(answered)) == 600
-    # Handled once: every acknowledged run answered once; a run the kill cut
-    # short (answered but not acknowledged) may be answered again by w2.
-    assert len(answered) - 600 <= 32
+    assert len(set(answered)) == 600  # nothing lost
+    # An input is acknowledged when its run has ended; the runs the kill cut
+    # between their answer and their acknowledgement (at most the 50 sessions'
+    # runs in flight) are run again by w2.
+    assert len(answered) - 600 <= 50
 
 
 def test_redis_restart_with_aof_loses_no_acknowledged_publish(

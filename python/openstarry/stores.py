@@ -108,15 +108,31 @@ class RedisStore(Lifecycle):
     def _key(self, session_id: str) -> str:
         return f"{{{self.name}}}:session:{session_id}"
 
+    async def _retrying(self, command: str, *args: Any) -> Any:
+        """A command, retried with backoff (50 ms to 2 s, 30 s in all) while Redis is away."""
+        from redis import exceptions
+
+        delay, waited = 0.05, 0.0
+        while True:
+            try:
+                return await getattr(self._redis(), command)(*args)
+            except (exceptions.ConnectionError, exceptions.TimeoutError, OSError):
+                if waited >= 30:
+                    raise
+                await anyio.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, 2.0)
+
     async def load(self, session_id: str) -> list[dict[str, Any]] | None:
-        data = await self._redis().get(self._key(session_id))
+        data = await self._retrying("get", self._key(session_id))
         return None if data is None else json.loads(data)
 
     async def save(self, session_id: str, entries: list[dict[str, Any]]) -> None:
-        await self._redis().set(self._key(session_id), json.dumps(entries, ensure_ascii=False))
+        data = json.dumps(entries, ensure_ascii=False)
+        await self._retrying("set", self._key(session_id), data)
 
     async def delete(self, session_id: str) -> None:
-        await self._redis().delete(self._key(session_id))
+        await self._retrying("delete", self._key(session_id))
 
     @asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncIterator[RedisStore]:
