@@ -42,8 +42,16 @@ run: dev ## Set up, then run the example weather agent through the spec 000 sect
 demo: dev ## Run the Rust ingestion demo on the shipped NDJSON sample
 	$(PY) -m openstarry.cli demo examples/events.ndjson
 
+# The Redis bus's tests start their own redis-server: Debian's package, installed when missing.
+.PHONY: redis-server
+redis-server:
+	@command -v redis-server >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	  else echo "make: the Redis bus tests need redis-server: install it (Debian: apt-get install redis-server)" >&2; exit 1; fi; }
+
 .PHONY: test
-test: wheel ## Set up, then run every test: cargo test, the layers contract, pytest against the wheel, smoke tests of the wheel (alone, with its dependencies, with its extras) in clean venvs
+test: wheel redis-server ## Set up, then run every test: cargo test, the layers contract, pytest against the wheel, smoke tests of the wheel (alone, with its dependencies, with its extras) in clean venvs
 	cargo test --quiet
 	PYTHONPATH=python $(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pip install --quiet --force-reinstall --no-deps dist/openstarry-*.whl

@@ -1,4 +1,4 @@
-"""A real ``redis-server`` for the tests: started on a free port in a temporary folder, stopped after.
+"""A real ``redis-server`` for the tests: on a free port in a temporary folder, stopped after.
 
 No fake stands in for Redis in the tests of record. The server runs with AOF on
 (``appendfsync always``) so that a restart keeps every acknowledged write.

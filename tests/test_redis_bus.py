@@ -28,7 +28,7 @@ from openstarry.stores import RedisStore, SQLiteStore, open_store
 from openstarry.testing import ScriptedProvider
 
 sys.path.insert(0, str(Path(__file__).parent))
-from redis_server import RedisServer, redis_server_path  # noqa: E402
+from redis_server import RedisServer, redis_server_path
 
 pytestmark = [
     pytest.mark.anyio,
@@ -39,7 +39,7 @@ pytestmark = [
 ]
 
 #: Short enough that a dead worker's partitions move within a test.
-FAST = {"claim_idle": 1.0}
+FAST: dict[str, Any] = {"claim_idle": 1.0}
 OPENSTARRY = [sys.executable, "-m", "openstarry.cli"]
 
 
@@ -156,7 +156,8 @@ async def test_sessions_spread_over_consumers_and_never_run_on_two(redis: RedisS
             one.publish(_input(str(i), session=f"s{i % 40}"))
         await _until(lambda: sum(counts.values()) == 400)
     assert all(len(names) == 1 for names in owners.values())
-    assert counts["c1"] > 0 and counts["c2"] > 0
+    assert counts["c1"] > 0
+    assert counts["c2"] > 0
 
 
 async def test_the_redis_bus_says_it_needs_asyncio_on_trio() -> None:
@@ -203,7 +204,7 @@ async def test_poison_goes_to_dead_letter_and_the_session_goes_on(redis: RedisSe
     import redis.asyncio as aioredis
 
     client = aioredis.Redis.from_url(redis.url)
-    dead = await client.xrange("{openstarry}:dead")
+    dead: Any = await client.xrange("{openstarry}:dead")
     await client.aclose()
     assert len(dead) == 1
     assert decode_event(dead[0][1][b"e"]).payload["text"] == "poison"
@@ -213,8 +214,11 @@ async def test_poison_goes_to_dead_letter_and_the_session_goes_on(redis: RedisSe
 async def test_a_full_stream_makes_the_producer_wait_and_loses_nothing(redis: RedisServer) -> None:
     """Bounded streams: past maxlen a publish waits for handled entries to be trimmed."""
     seen: list[Event] = []
-    async with EventBus.from_url(redis.url, consume=False, maxlen=20, partitions=1) as producer:
-        async with anyio.create_task_group() as tg:
+    async with (
+        EventBus.from_url(redis.url, consume=False, maxlen=20, partitions=1) as producer,
+        anyio.create_task_group() as tg,
+    ):
+        if True:
 
             async def produce() -> None:
                 for i in range(60):
