@@ -41,7 +41,10 @@ and the backend feeds the dispatcher the events it fetched. Handlers,
 subscriptions, metrics and the execution loop do not know which backend runs;
 what a remote backend adds is acknowledgement: an event it delivered counts as
 handled once its handlers have returned and every :meth:`EventBus.hold` on it
-has been released.
+has been released. What its handling publishes (from its handlers, or inside
+:meth:`EventBus.effects_of` for work that outlives them) is its *effects*: a
+remote backend holds them back and commits them together with the event's
+acknowledgement, so that a crash leaves either both or neither.
 """
 
 from __future__ import annotations
@@ -51,8 +54,14 @@ import inspect
 import logging
 import time
 from array import array
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import (
+    AbstractAsyncContextManager,
+    AsyncExitStack,
+    asynccontextmanager,
+    contextmanager,
+)
+from contextvars import ContextVar
 from typing import Any, Protocol, runtime_checkable
 
 import anyio
@@ -74,6 +83,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("openstarry.bus")
+
+#: The delivered event whose handling runs in this task: what the task
+#: publishes are its effects (a remote backend commits them with its acknowledgement).
+_CAUSE: ContextVar[Event | None] = ContextVar("openstarry_bus_cause", default=None)
 
 #: A handler takes the event; it may be a plain function or a coroutine function.
 Handler = Callable[[Event], "Awaitable[None] | None"]
@@ -116,15 +129,23 @@ class BusBackend(Protocol):
     raised) or handed back (not handled: to be delivered again, here or elsewhere).
     """
 
-    def send(self, event: Event) -> None:
+    def send(self, event: Event, cause: Event | None = None) -> None:
         """Take ``event`` for publishing without waiting.
+
+        ``cause`` is the delivered event whose handling publishes it: the
+        backend may hold ``event`` back until ``cause`` is done, and commit
+        both together (nothing of a cause that is not handled is published).
 
         Raises:
             QueueFull: the backend's outgoing buffer is full.
         """
 
-    async def asend(self, event: Event) -> bool:
-        """Publish ``event`` and wait for the answer: ``False`` for a duplicate id."""
+    async def asend(self, event: Event, cause: Event | None = None) -> bool:
+        """Publish ``event`` and wait for the answer: ``False`` for a duplicate id.
+
+        With a held ``cause`` it does not wait: the event is taken (``True``)
+        and committed with ``cause``.
+        """
 
     def running(self, bus: EventBus) -> AbstractAsyncContextManager[object]:
         """Connect and deliver to ``bus`` while the context is entered; flush on leaving."""
@@ -459,7 +480,7 @@ class EventBus(Lifecycle):
         if dedup is not None and event.id in dedup:
             self._duplicates += 1
             return False
-        self.backend.send(event)  # QueueFull before the window records the id
+        self.backend.send(event, _CAUSE.get())  # QueueFull before the window records the id
         if dedup is not None:
             dedup.check_and_insert(event.id)
         self._published += 1
@@ -483,7 +504,7 @@ class EventBus(Lifecycle):
             if dedup is not None and not dedup.check_and_insert(event.id):
                 self._duplicates += 1
                 return False
-            if await backend.asend(event):
+            if await backend.asend(event, _CAUSE.get()):
                 self._published += 1
                 return True
             return False  # counted by the backend's metrics
@@ -526,8 +547,9 @@ class EventBus(Lifecycle):
         assert self.backend is not None
         scratch = EventQueue(None)
         result = Ingestor(scratch, self._dedup).ingest(data)
+        cause = _CAUSE.get()
         for event in scratch.pop_many(len(scratch)):
-            self.backend.send(event)
+            self.backend.send(event, cause)
         self._duplicates += result.duplicates
         self._published += result.accepted
         return result
@@ -564,6 +586,23 @@ class EventBus(Lifecycle):
             return False
         hold[0] += 1
         return True
+
+    @contextmanager
+    def effects_of(self, event: Event) -> Iterator[None]:
+        """Count what this task publishes inside the block as ``event``'s effects.
+
+        The dispatcher does so for every handler; work that outlives its
+        handler (a run in a session's task, which also :meth:`hold` s the
+        event) does so itself. On a remote backend the effects of a delivered
+        event are held back and committed atomically with its acknowledgement;
+        elsewhere (the local bus, an event not delivered by the backend) this
+        changes nothing.
+        """
+        token = _CAUSE.set(event if event in self._holds else None)
+        try:
+            yield
+        finally:
+            _CAUSE.reset(token)
 
     def release(self, event: Event, *, handled: bool = True) -> None:
         """Release a :meth:`hold`; ``handled=False`` hands the event back to the backend
@@ -643,6 +682,8 @@ class EventBus(Lifecycle):
                 route = routes.get(event_type)
                 if route is None:
                     route = self._route(event_type)
+                # A delivered event's handlers publish its effects (remote backends).
+                cause = _CAUSE.set(event) if holds and event in holds else None
                 for subscription in route:
                     if subscription._bus is None:  # cancelled during this dispatch
                         continue
@@ -659,7 +700,8 @@ class EventBus(Lifecycle):
                         hold = holds.get(event)
                         if hold is not None:
                             hold[1] = "failed"
-                if holds and event in holds:
+                if cause is not None:
+                    _CAUSE.reset(cause)
                     self.release(event)
                 if self._room_waiters:
                     self._room.set()
@@ -687,6 +729,8 @@ class EventBus(Lifecycle):
             source=self.source,
             priority=1,
         )
+        # Published at once, not as an effect: it must outlive a failed attempt.
+        token = _CAUSE.set(None)
         try:
             self.publish(error)
         except (QueueFull, QueueClosed):
@@ -697,6 +741,8 @@ class EventBus(Lifecycle):
                 describe_exception(exc),
             )
             self._errors_dropped += 1
+        finally:
+            _CAUSE.reset(token)
 
     # -- metrics ---------------------------------------------------------
 

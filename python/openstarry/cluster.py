@@ -137,9 +137,8 @@ async def _tail(args: argparse.Namespace) -> int:
         return True
 
     async with EventBus(backend=backend):
-        last = "0-0"
-        for entry, wire in await backend.history():
-            last = entry
+        cursors: dict[str, str] = {}
+        for _, wire in await backend.history(cursors):
             if show(wire) and left is not None:
                 left -= 1
                 if left <= 0:
@@ -147,10 +146,9 @@ async def _tail(args: argparse.Namespace) -> int:
         waited = 0.0
         step = 0.5 if args.timeout is None else min(0.5, args.timeout)
         while args.timeout is None or waited < args.timeout:
-            entries = await backend.follow(last, step)
+            entries = await backend.follow(cursors, step)
             waited += step
-            for entry, wire in entries:
-                last = entry
+            for _, wire in entries:
                 if show(wire):
                     waited = 0.0
                     if left is not None:

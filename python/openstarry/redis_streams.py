@@ -31,13 +31,19 @@ Rules it keeps (spec 002 across processes):
   ``{name}:id:ID`` and appends the entry atomically (``SET NX PX`` and ``XADD``),
   the way JetStream's duplicate window works; the bus's local
   :class:`~openstarry.core.DedupWindow` is the cheap first filter.
-- **At-least-once delivery, effectively-once handling.** An entry is
+- **At-least-once delivery, exactly-once effects.** An entry is
   acknowledged only once its handlers returned and every
-  :meth:`~openstarry.bus.EventBus.hold` was released, and the same script that
-  acknowledges it records its id as handled; a reclaimed entry whose id is
-  recorded is acknowledged without being handled again. Sends and
-  acknowledgements leave in one script per flush, so what a handler publishes
-  before it returns reaches Redis together with its acknowledgement.
+  :meth:`~openstarry.bus.EventBus.hold` was released. What its handling
+  published (its handlers', and a run's events: see
+  :meth:`~openstarry.bus.EventBus.effects_of`) is held back in this process
+  and committed by the same script that records the id as handled and
+  acknowledges the entry: all of it or none of it, whatever moment a
+  ``kill -9`` strikes. A redelivered entry whose id is already recorded is
+  acknowledged without being handled, and its effects are not published
+  again (they were, by that one script); if two consumers ever run the same
+  entry (a lease lost to a stalled process), the second commit finds the
+  record and publishes nothing. An attempt that failed (a handler raised) or
+  was handed back commits nothing: its effects are dropped with it.
 - **Per-session order.** A session's events live in one partition, and a
   partition is owned by one consumer of a group at a time (a lease renewed
   every third of ``claim_idle``): its events are handled in publish order (per
@@ -50,20 +56,28 @@ Rules it keeps (spec 002 across processes):
 - **Poison.** An event whose handler raises is delivered again, at most
   ``max_deliveries`` times (3) counting redeliveries after a crash; then it is
   moved to ``{name}:dead`` with the reason and acknowledged, and its session
-  goes on.
+  goes on. A retry is queued behind what this consumer already fetched at the
+  event's priority: events of the same session and priority fetched before
+  the failure (at most one read, ``batch`` entries per stream) are handled
+  before the retry. Sessions whose order must hold across failures should
+  not let handlers raise (the execution loop never does: a failed run ends
+  in a ``KERNEL:ERROR`` and counts as handled).
 - **Back-pressure, never silent loss.** Each stream holds at most ``maxlen``
   entries (10,000: up to 480,000 events across the 8 partitions and 6
   priorities). When a stream is full, the script trims only entries every
   group has handled (oldest first, down to 90 %); if none can go, the publish
-  is refused: :meth:`~openstarry.bus.EventBus.apublish` waits and retries,
+  is refused (a commit is refused whole while any stream it writes to is full,
+  and may then pass the bound by that one commit's events):
+  :meth:`~openstarry.bus.EventBus.apublish` waits and retries,
   :meth:`~openstarry.bus.EventBus.publish` keeps the event in its bounded
   outgoing buffer and retries (raising ``QueueFull`` when that is full).
   Handled entries stay in the stream, the retained history ``openstarry tail``
   prints, until this bound pushes them out.
 - **Reconnects.** A lost connection (a Redis restart) is retried with
   exponential backoff (50 ms to 2 s); a flush whose answer was lost is sent
-  again, and the script's producer token makes the retry count as accepted,
-  not as a duplicate.
+  again: the script's producer token makes a retried publish count as
+  accepted, not as a duplicate, and a retried commit finds its record and
+  publishes nothing twice.
 """
 
 from __future__ import annotations
@@ -112,8 +126,9 @@ _RETRY = (
     OSError,
 )
 
-# One script per flush: publishes ("P"), acknowledgements ("A") and dead letters
-# ("D"), in order, atomically. KEYS and ARGV are consumed by cursors, op by op.
+# One script per flush: publishes ("P"), commits ("C": a handled entry's effects,
+# its handled record and its XACK) and dead letters ("D"), in order, atomically.
+# KEYS and ARGV are consumed by cursors, op by op.
 _FLUSH = r"""
 local window = tonumber(ARGV[1])
 local maxlen = tonumber(ARGV[2])
@@ -179,11 +194,37 @@ for i = 1, #ops do
         out[#out + 1] = 1
       end
     end
-  elseif op == 'A' then
-    local donekey, skey, entry = KEYS[k], KEYS[k + 1], ARGV[a]
-    k, a = k + 2, a + 1
-    redis.call('SET', donekey, '1', 'PX', done_ttl)
-    redis.call('XACK', skey, group, entry)
+  elseif op == 'C' then
+    -- Commit: a handled entry's effects (n publishes), its record, its XACK.
+    local donekey, skey, entry, n = KEYS[k], KEYS[k + 1], ARGV[a], tonumber(ARGV[a + 1])
+    local pk, pa = k + 2, a + 2
+    k, a = k + 2 + 2 * n, a + 2 + n
+    if redis.call('EXISTS', donekey) == 1 then
+      out[#out + 1] = -2 -- handled before: its effects were committed then
+      redis.call('XACK', skey, group, entry)
+    else
+      local room = true
+      for j = 0, n - 1 do
+        local s = KEYS[pk + 2 * j + 1]
+        local len = redis.call('XLEN', s)
+        if len >= maxlen then len = trim(s, len) end
+        if len >= maxlen then room = false; break end
+      end
+      if room then
+        local fresh = 0
+        for j = 0, n - 1 do
+          if redis.call('SET', KEYS[pk + 2 * j], token, 'NX', 'PX', window) then
+            redis.call('XADD', KEYS[pk + 2 * j + 1], '*', 'e', ARGV[pa + j])
+            fresh = fresh + 1
+          end
+        end
+        redis.call('SET', donekey, '1', 'PX', done_ttl)
+        redis.call('XACK', skey, group, entry)
+        out[#out + 1] = fresh
+      else
+        out[#out + 1] = -1 -- refused whole: retried when the streams have room
+      end
+    end
   else -- 'D': dead letter
     local donekey, skey, dead = KEYS[k], KEYS[k + 1], KEYS[k + 2]
     local entry, wire, reason = ARGV[a], ARGV[a + 1], ARGV[a + 2]
@@ -223,13 +264,15 @@ def stream_key(name: str, partition: int, priority: int) -> str:
 class _Delivery:
     """One stream entry delivered to this consumer, until it is done."""
 
-    __slots__ = ("attempts", "entry", "partition", "stream")
+    __slots__ = ("attempts", "effects", "entry", "partition", "stream")
 
     def __init__(self, stream: str, entry: str, partition: int, attempts: int) -> None:
         self.stream = stream
         self.entry = entry
         self.partition = partition
         self.attempts = attempts
+        #: What its handling published, held back until its commit.
+        self.effects: list[_Outgoing] = []
 
 
 class _Outgoing:
@@ -430,17 +473,31 @@ class RedisStreams:
             event,
         )
 
-    def send(self, event: Event) -> None:
+    def _effect(self, event: Event, cause: Event | None) -> bool:
+        """Hold ``event`` back as an effect of the delivery ``cause``, if it is one of ours."""
+        if cause is None:
+            return False
+        delivery = self._deliveries.get(cause)
+        if delivery is None:
+            return False
+        delivery.effects.append(self._publish_op(event))
+        return True
+
+    def send(self, event: Event, cause: Event | None = None) -> None:
         if self._client is None:
             raise QueueClosed("the Redis bus is not running: use `async with bus`")
+        if self._effect(event, cause):
+            return
         if len(self._outgoing) >= self.buffer:
             raise QueueFull(f"the Redis bus's outgoing buffer holds {self.buffer} events")
         self._outgoing.append(self._publish_op(event))
         self._flush_wake.set()
 
-    async def asend(self, event: Event) -> bool:
+    async def asend(self, event: Event, cause: Event | None = None) -> bool:
         if self._client is None:
             raise QueueClosed("the Redis bus is not running: use `async with bus`")
+        if self._effect(event, cause):
+            return True  # committed with its cause; a duplicate id is counted then
         while len(self._outgoing) >= self.buffer:
             await self.flush()
         op = self._publish_op(event)
@@ -469,26 +526,44 @@ class RedisStreams:
             await op.waiter[0].wait()
         return [bool(op.waiter[1]) for op in ops if op.waiter is not None]
 
-    async def history(self) -> list[tuple[str, bytes]]:
-        """Every entry the streams retain, oldest first: ``(entry id, wire bytes)``."""
-        entries: list[tuple[tuple[int, int], str, bytes]] = []
+    async def history(self, cursors: dict[str, str] | None = None) -> list[tuple[str, bytes]]:
+        """Every entry the streams retain, oldest first: ``(entry id, wire bytes)``.
+
+        ``cursors``, if given, is filled with the last entry id of each stream,
+        for :meth:`follow`.
+        """
+        entries: list[tuple[tuple[int, int], bytes]] = []
         for p in range(self.partitions):
             for key in self._streams_of(p):
+                last = "0-0"
                 for entry, fields in await self._client.xrange(key, "-", "+"):
-                    entry_id = _text(entry)
-                    entries.append((_order(entry_id), key, fields.get(b"e", b"")))
+                    last = _text(entry)
+                    entries.append((_order(last), fields.get(b"e", b"")))
+                if cursors is not None:
+                    cursors[key] = last
         entries.sort(key=lambda item: item[0])
-        return [(f"{ms}-{seq}", wire) for (ms, seq), _, wire in entries]
+        return [(f"{ms}-{seq}", wire) for (ms, seq), wire in entries]
 
-    async def follow(self, after: str, timeout: float) -> list[tuple[str, bytes]]:
-        """Entries added after ``after`` (an entry id), waiting up to ``timeout`` seconds."""
-        keys = {key: after for p in range(self.partitions) for key in self._streams_of(p)}
+    async def follow(self, cursors: dict[str, str], timeout: float) -> list[tuple[str, bytes]]:
+        """Entries added after the ``cursors`` (the last entry id seen, by stream),
+        waiting up to ``timeout`` seconds; the cursors move past what is returned.
+
+        Each stream has its own cursor: entry ids are ordered within a stream,
+        not across streams.
+        """
+        keys = {
+            key: cursors.get(key, "0-0")
+            for p in range(self.partitions)
+            for key in self._streams_of(p)
+        }
         reply = await self._client.xread(keys, block=max(1, int(timeout * 1000)))
-        entries = [
-            (_order(_text(entry)), fields.get(b"e", b""))
-            for _, stream_entries in reply or ()
-            for entry, fields in stream_entries
-        ]
+        entries: list[tuple[tuple[int, int], bytes]] = []
+        for stream, stream_entries in reply or ():
+            for entry, fields in stream_entries:
+                last = _text(entry)
+                entries.append((_order(last), fields.get(b"e", b"")))
+            if stream_entries:
+                cursors[_text(stream)] = last
         entries.sort(key=lambda item: item[0])
         return [(f"{ms}-{seq}", wire) for (ms, seq), wire in entries]
 
@@ -536,11 +611,20 @@ class RedisStreams:
             keys.extend(op.keys)
             args.extend(op.args)
         results = await self._scripts["flush"](keys=keys, args=args)
-        publishes = [op for op in ops if op.op == "P"]
+        answered = [op for op in ops if op.op != "D"]
         full: list[_Outgoing] = []
-        for op, result in zip(publishes, results, strict=True):
+        for op, result in zip(answered, results, strict=True):
             if result == -1:
                 full.append(op)
+                continue
+            if op.op == "C":
+                self.acked += 1
+                if result == -2:
+                    self.skipped_handled += 1
+                else:
+                    effects = int(op.args[1])
+                    self.sent += result
+                    self.duplicates += effects - result
                 continue
             if result == 1:
                 self.sent += 1
@@ -549,8 +633,6 @@ class RedisStreams:
             if op.waiter is not None:
                 op.waiter[1] = result == 1
                 op.waiter[0].set()
-        acks = sum(1 for op in ops if op.op == "A")
-        self.acked += acks
         return full
 
     # -- deliveries ------------------------------------------------------
@@ -561,7 +643,10 @@ class RedisStreams:
             return
         if outcome == "handled":
             self._ack(event, delivery)
-        elif outcome == "failed":
+            return
+        # A failed or handed-back attempt commits nothing: its effects go with it.
+        delivery.effects = []
+        if outcome == "failed":
             if delivery.attempts + 1 >= self.max_deliveries:
                 self._dead_letter(event, delivery, "handler failed")
             else:
@@ -572,14 +657,14 @@ class RedisStreams:
         # "returned": left pending; the partition's next owner reclaims it.
 
     def _ack(self, event: Event, delivery: _Delivery) -> None:
-        self._outgoing.append(
-            _Outgoing(
-                "A",
-                (self._key(f"done:{self.group}:{event.id}"), delivery.stream),
-                (delivery.entry,),
-                None,
-            )
-        )
+        """Commit a handled delivery: its effects, its handled record and its XACK at once."""
+        keys: list[str] = [self._key(f"done:{self.group}:{event.id}"), delivery.stream]
+        args: list[bytes | str] = [delivery.entry, str(len(delivery.effects))]
+        for effect in delivery.effects:
+            keys.extend(effect.keys)
+            args.extend(effect.args)
+        delivery.effects = []
+        self._outgoing.append(_Outgoing("C", tuple(keys), tuple(args), None))
         self._flush_wake.set()
 
     def _dead_letter(
@@ -794,8 +879,7 @@ class RedisStreams:
             if mark is None:
                 fresh.append((event, delivery))
             else:
-                self.skipped_handled += 1
-                self._ack(event, delivery)
+                self._ack(event, delivery)  # counted as skipped when the script answers
         return fresh
 
     # -- metrics ---------------------------------------------------------

@@ -449,11 +449,14 @@ class ExecutionLoop(Lifecycle):
     async def _run(self, rt: SessionRuntime, event: Event) -> None:
         """Serve one input of a session to its end (the session's worker calls it)."""
         try:
-            store = self.store
-            if store is None:
-                await Turn(self, rt, event).run()
-            else:
-                await self._run_stored(store, rt, event)
+            # On a remote bus the run's events are the input's effects: they
+            # are published with its acknowledgement, atomically.
+            with self.bus.effects_of(event):
+                store = self.store
+                if store is None:
+                    await Turn(self, rt, event).run()
+                else:
+                    await self._run_stored(store, rt, event)
         finally:
             # A run cut short by the agent stopping is handed back (another
             # worker runs it); a run that ended, or was /stop-ped, is handled.
