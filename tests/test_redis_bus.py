@@ -24,11 +24,9 @@ import pytest
 from openstarry.agent import Agent
 from openstarry.bus import EventBus
 from openstarry.core import Event, decode_event, encode_event
+from openstarry.redis_server import RedisServer, redis_server_path
 from openstarry.stores import RedisStore, SQLiteStore, open_store
 from openstarry.testing import ScriptedProvider
-
-sys.path.insert(0, str(Path(__file__).parent))
-from redis_server import RedisServer, redis_server_path
 
 pytestmark = [
     pytest.mark.anyio,
@@ -434,7 +432,8 @@ def test_kill_9_mid_batch_with_a_second_worker(redis: RedisServer, manifest: Pat
     inputs = [decode_event(line).id for line in data.splitlines()]
     # Nothing lost, nothing handled twice: a run's answer and its input's
     # acknowledgement are committed by one script, so the kill leaves both or neither.
-    assert sorted(answered) == sorted(inputs)
+    errors = _run(["tail", "--bus", redis.url, "--type", "KERNEL:ERROR", "--timeout", "0.5"])
+    assert sorted(answered) == sorted(inputs), errors.stdout[:3000]
 
 
 def test_redis_restart_with_aof_loses_no_acknowledged_publish(

@@ -128,7 +128,9 @@ _RETRY = (
 
 # One script per flush: publishes ("P"), commits ("C": a handled entry's effects,
 # its handled record and its XACK) and dead letters ("D"), in order, atomically.
-# KEYS and ARGV are consumed by cursors, op by op.
+# Their fields travel in one length-prefixed blob (a few arguments per flush, not
+# thousands: the client's per-argument encoding dominated); every key shares the
+# hash tag of the one declared key, so a Redis Cluster keeps them on its node.
 _FLUSH = r"""
 local window = tonumber(ARGV[1])
 local maxlen = tonumber(ARGV[2])
@@ -136,8 +138,19 @@ local done_ttl = tonumber(ARGV[3])
 local token = ARGV[4]
 local group = ARGV[5]
 local ops = ARGV[6]
-local k, a = 1, 7
+local prefix = ARGV[7]
+local blob = ARGV[8]
+local done_prefix = prefix .. 'done:' .. group .. ':'
+local pos = 1
 local out = {}
+
+-- The next field of the blob: "<length>:<bytes>".
+local function field()
+  local colon = string.find(blob, ':', pos, true)
+  local len = tonumber(string.sub(blob, pos, colon - 1))
+  pos = colon + len + 1
+  return string.sub(blob, colon + 1, colon + len)
+end
 
 local function parse(id)
   local ms, seq = string.match(id, "^(%d+)-(%d+)$")
@@ -175,46 +188,58 @@ local function trim(skey, len)
   return redis.call('XLEN', skey)
 end
 
+-- Stream lengths, read once per script and kept up to date.
+local lens = {}
+local function has_room(skey)
+  local len = lens[skey]
+  if len == nil then len = redis.call('XLEN', skey) end
+  if len >= maxlen then len = trim(skey, len) end
+  lens[skey] = len
+  return len < maxlen
+end
+
 for i = 1, #ops do
   local op = string.sub(ops, i, i)
   if op == 'P' then
-    local idkey, skey, wire = KEYS[k], KEYS[k + 1], ARGV[a]
-    k, a = k + 2, a + 1
-    local seen = redis.call('GET', idkey)
-    if seen then
-      if seen == token then out[#out + 1] = 1 else out[#out + 1] = 0 end
-    else
-      local len = redis.call('XLEN', skey)
-      if len >= maxlen then len = trim(skey, len) end
-      if len >= maxlen then
-        out[#out + 1] = -1
-      else
-        redis.call('SET', idkey, token, 'PX', window)
+    local idkey, skey, wire = prefix .. 'id:' .. field(), field(), field()
+    local seen
+    if has_room(skey) then
+      seen = redis.call('SET', idkey, token, 'NX', 'PX', window, 'GET')
+      if not seen then
         redis.call('XADD', skey, '*', 'e', wire)
-        out[#out + 1] = 1
+        lens[skey] = lens[skey] + 1
       end
+    else
+      seen = redis.call('GET', idkey)
+      if not seen then seen = -1 end
+    end
+    if not seen or seen == token then
+      out[#out + 1] = 1
+    elseif seen == -1 then
+      out[#out + 1] = -1
+    else
+      out[#out + 1] = 0
     end
   elseif op == 'C' then
     -- Commit: a handled entry's effects (n publishes), its record, its XACK.
-    local donekey, skey, entry, n = KEYS[k], KEYS[k + 1], ARGV[a], tonumber(ARGV[a + 1])
-    local pk, pa = k + 2, a + 2
-    k, a = k + 2 + 2 * n, a + 2 + n
+    local donekey, skey, entry, n = done_prefix .. field(), field(), field(), tonumber(field())
+    local effects = {}
+    for j = 1, n do effects[j] = {prefix .. 'id:' .. field(), field(), field()} end
     if redis.call('EXISTS', donekey) == 1 then
       out[#out + 1] = -2 -- handled before: its effects were committed then
       redis.call('XACK', skey, group, entry)
     else
       local room = true
-      for j = 0, n - 1 do
-        local s = KEYS[pk + 2 * j + 1]
-        local len = redis.call('XLEN', s)
-        if len >= maxlen then len = trim(s, len) end
-        if len >= maxlen then room = false; break end
+      for j = 1, n do
+        if not has_room(effects[j][2]) then room = false; break end
       end
       if room then
         local fresh = 0
-        for j = 0, n - 1 do
-          if redis.call('SET', KEYS[pk + 2 * j], token, 'NX', 'PX', window) then
-            redis.call('XADD', KEYS[pk + 2 * j + 1], '*', 'e', ARGV[pa + j])
+        for j = 1, n do
+          local e = effects[j]
+          if redis.call('SET', e[1], token, 'NX', 'PX', window) then
+            redis.call('XADD', e[2], '*', 'e', e[3])
+            lens[e[2]] = lens[e[2]] + 1
             fresh = fresh + 1
           end
         end
@@ -226,9 +251,9 @@ for i = 1, #ops do
       end
     end
   else -- 'D': dead letter
-    local donekey, skey, dead = KEYS[k], KEYS[k + 1], KEYS[k + 2]
-    local entry, wire, reason = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-    k, a = k + 3, a + 3
+    local donekey, skey = done_prefix .. field(), field()
+    local entry, wire, reason = field(), field(), field()
+    local dead = prefix .. 'dead'
     if redis.call('SET', donekey, 'dead', 'NX', 'PX', done_ttl) then
       redis.call('XADD', dead, '*', 'e', wire, 'reason', reason, 'stream', skey, 'entry', entry)
     end
@@ -238,9 +263,16 @@ end
 return out
 """
 
+# Renew a lease; one that lapsed while no other consumer took it is taken back
+# (this consumer was only slow: what it holds is still its own).
 _RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local owner = redis.call('GET', KEYS[1])
+if owner == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if not owner then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 2
 end
 return 0
 """
@@ -276,19 +308,43 @@ class _Delivery:
 
 
 class _Outgoing:
-    """One operation waiting for the next flush."""
+    """One operation waiting for the next flush: its code and its fields, encoded."""
 
-    __slots__ = ("args", "event", "keys", "op", "waiter")
+    __slots__ = ("accepted", "blob", "effects", "event", "op", "waiter")
 
-    def __init__(
-        self, op: str, keys: tuple[str, ...], args: tuple[bytes | str, ...], event: Event | None
-    ) -> None:
+    def __init__(self, op: str, blob: bytes, event: Event | None, effects: int = 0) -> None:
         self.op = op
-        self.keys = keys
-        self.args = args
+        self.blob = blob
         self.event = event
-        #: [signal, result] for an awaited publish.
-        self.waiter: list[Any] | None = None
+        #: The publishes a commit carries.
+        self.effects = effects
+        #: Who awaits the answer of a publish, and the answer.
+        self.waiter: _Answers | None = None
+        self.accepted = False
+
+
+class _Answers:
+    """The answers awaited by one ``asend`` or ``asend_many``: one signal for them all."""
+
+    __slots__ = ("left", "signal")
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+        self.signal = anyio.Event()
+
+    def answered(self) -> None:
+        self.left -= 1
+        if self.left <= 0:
+            self.signal.set()
+
+
+def _fields(*fields: bytes | str) -> bytes:
+    """Fields for the flush script's blob: ``<length>:<bytes>`` each."""
+    out = []
+    for f in fields:
+        b = f.encode("utf-8", "surrogatepass") if isinstance(f, str) else f
+        out.append(b"%d:%s" % (len(b), b))
+    return b"".join(out)
 
 
 class RedisStreams:
@@ -466,12 +522,11 @@ class RedisStreams:
 
     def _publish_op(self, event: Event) -> _Outgoing:
         partition = partition_of(event.session_id, self.partitions)
-        return _Outgoing(
-            "P",
-            (self._key(f"id:{event.id}"), stream_key(self.name, partition, event.priority)),
-            (encode_event(event),),
-            event,
-        )
+        stream = stream_key(self.name, partition, event.priority).encode()
+        event_id = event.id.encode("utf-8", "surrogatepass")
+        wire = encode_event(event)
+        blob = b"%d:%s%d:%s%d:%s" % (len(event_id), event_id, len(stream), stream, len(wire), wire)
+        return _Outgoing("P", blob, event)
 
     def _effect(self, event: Event, cause: Event | None) -> bool:
         """Hold ``event`` back as an effect of the delivery ``cause``, if it is one of ours."""
@@ -501,30 +556,32 @@ class RedisStreams:
         while len(self._outgoing) >= self.buffer:
             await self.flush()
         op = self._publish_op(event)
-        done = anyio.Event()
-        op.waiter = [done, None]
+        answers = op.waiter = _Answers(1)
         self._outgoing.append(op)
         self._flush_wake.set()
-        await done.wait()
-        return bool(op.waiter[1])
+        await answers.signal.wait()
+        return op.accepted
 
     async def asend_many(self, events: Sequence[Event]) -> list[bool]:
         """:meth:`asend` for a batch: one wait for all their answers, in order."""
         if self._client is None:
             raise QueueClosed("the Redis bus is not running: use `async with bus`")
+        answers = _Answers(len(events))
         ops = []
+        outgoing = self._outgoing
         for event in events:
-            while len(self._outgoing) >= self.buffer:
-                await self.flush()
+            if len(outgoing) >= self.buffer:
+                self._flush_wake.set()
+                while len(outgoing) >= self.buffer:
+                    await self.flush()
             op = self._publish_op(event)
-            op.waiter = [anyio.Event(), None]
-            self._outgoing.append(op)
+            op.waiter = answers
+            outgoing.append(op)
             ops.append(op)
-            self._flush_wake.set()
-        for op in ops:
-            assert op.waiter is not None
-            await op.waiter[0].wait()
-        return [bool(op.waiter[1]) for op in ops if op.waiter is not None]
+        self._flush_wake.set()
+        if ops:
+            await answers.signal.wait()
+        return [op.accepted for op in ops]
 
     async def history(self, cursors: dict[str, str] | None = None) -> list[tuple[str, bytes]]:
         """Every entry the streams retain, oldest first: ``(entry id, wire bytes)``.
@@ -598,19 +655,17 @@ class RedisStreams:
 
     async def _flush(self, ops: list[_Outgoing]) -> list[_Outgoing]:
         """Run one flush script; returns the publishes refused because a stream was full."""
-        keys: list[str] = []
         args: list[bytes | str | int] = [
             self.window_ms,
             self.maxlen,
             self.done_ttl_ms,
             self.token,
             self.group,
-            "".join(op.op for op in ops),
+            "".join([op.op for op in ops]),
+            self._key(""),
+            b"".join([op.blob for op in ops]),
         ]
-        for op in ops:
-            keys.extend(op.keys)
-            args.extend(op.args)
-        results = await self._scripts["flush"](keys=keys, args=args)
+        results = await self._scripts["flush"](keys=[self._key("dead")], args=args)
         answered = [op for op in ops if op.op != "D"]
         full: list[_Outgoing] = []
         for op, result in zip(answered, results, strict=True):
@@ -622,17 +677,16 @@ class RedisStreams:
                 if result == -2:
                     self.skipped_handled += 1
                 else:
-                    effects = int(op.args[1])
                     self.sent += result
-                    self.duplicates += effects - result
+                    self.duplicates += op.effects - result
                 continue
             if result == 1:
                 self.sent += 1
             else:
                 self.duplicates += 1
             if op.waiter is not None:
-                op.waiter[1] = result == 1
-                op.waiter[0].set()
+                op.accepted = result == 1
+                op.waiter.answered()
         return full
 
     # -- deliveries ------------------------------------------------------
@@ -658,13 +712,24 @@ class RedisStreams:
 
     def _ack(self, event: Event, delivery: _Delivery) -> None:
         """Commit a handled delivery: its effects, its handled record and its XACK at once."""
-        keys: list[str] = [self._key(f"done:{self.group}:{event.id}"), delivery.stream]
-        args: list[bytes | str] = [delivery.entry, str(len(delivery.effects))]
-        for effect in delivery.effects:
-            keys.extend(effect.keys)
-            args.extend(effect.args)
+        effects = delivery.effects
+        event_id = event.id.encode("utf-8", "surrogatepass")
+        stream, entry = delivery.stream.encode(), delivery.entry.encode()
+        count = b"%d" % len(effects)
+        blob = b"%d:%s%d:%s%d:%s%d:%s" % (
+            len(event_id),
+            event_id,
+            len(stream),
+            stream,
+            len(entry),
+            entry,
+            len(count),
+            count,
+        )
+        if effects:
+            blob = b"".join([blob, *[effect.blob for effect in effects]])
         delivery.effects = []
-        self._outgoing.append(_Outgoing("C", tuple(keys), tuple(args), None))
+        self._outgoing.append(_Outgoing("C", blob, None, len(effects)))
         self._flush_wake.set()
 
     def _dead_letter(
@@ -675,12 +740,13 @@ class RedisStreams:
         self._outgoing.append(
             _Outgoing(
                 "D",
-                (
-                    self._key(f"done:{self.group}:{event_id}"),
+                _fields(
+                    event_id,
                     delivery.stream,
-                    self._key("dead"),
+                    delivery.entry,
+                    encode_event(event) if event is not None else wire,
+                    reason,
                 ),
-                (delivery.entry, encode_event(event) if event is not None else wire, reason),
                 None,
             )
         )
@@ -691,9 +757,16 @@ class RedisStreams:
         if bus is None or not items or bus.closed:
             return  # not fed: left pending, reclaimed by the partition's next owner
         deliveries = self._deliveries
+        fresh = []
         for event, delivery in items:
+            if event in deliveries:
+                # Already held here (a reclaim of our own pending entry): one
+                # delivery at a time, or its hold and effects would be lost.
+                continue
             deliveries[event] = delivery
-        bus.feed([event for event, _ in items])
+            fresh.append(event)
+        if fresh:
+            bus.feed(fresh)
 
     # -- leases ----------------------------------------------------------
 

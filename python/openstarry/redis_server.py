@@ -1,7 +1,17 @@
-"""A real ``redis-server`` for the tests: on a free port in a temporary folder, stopped after.
+"""A throwaway ``redis-server`` for tests and benchmarks: on a free port in a folder you give.
 
-No fake stands in for Redis in the tests of record. The server runs with AOF on
-(``appendfsync always``) so that a restart keeps every acknowledged write.
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        bus = EventBus.from_url(server.url)
+        ...
+    finally:
+        server.stop()
+
+It needs Debian's ``redis-server`` (or any on ``PATH``); openstarry's own tests
+and benchmarks use it, so that no fake stands in for Redis. By default the
+server runs with AOF on (``appendfsync always``), so that :meth:`RedisServer.restart`
+keeps every acknowledged write; ``aof=False`` keeps everything in memory.
 """
 
 from __future__ import annotations
@@ -30,8 +40,9 @@ def _free_port() -> int:
 class RedisServer:
     """One redis-server process; :meth:`restart` keeps its data (AOF) and port."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, aof: bool = True) -> None:
         self.folder = folder
+        self.aof = aof
         self.port = _free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -52,7 +63,7 @@ class RedisServer:
                 "--dir",
                 str(self.folder),
                 "--appendonly",
-                "yes",
+                "yes" if self.aof else "no",
                 "--appendfsync",
                 "always",
                 "--save",
