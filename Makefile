@@ -84,7 +84,7 @@ compat: wheel ## The abi3 wheel on every CPython >= 3.10 found (python3.N on PAT
 	done; rm -rf .venv-compat; [ $$found = 1 ] || echo "no other CPython found"
 
 .PHONY: bench
-bench: dev ## Run the benchmarks: each openstarry piece beside its pure-Python baseline, as ratios
+bench: dev redis-server ## Run the benchmarks: each openstarry piece beside its pure-Python baseline, as ratios
 	$(PY) -m pytest benches --benchmark-enable --benchmark-only --benchmark-group-by=group --benchmark-columns=min,median,mean,ops -q -p no:randomly
 	$(PY) benches/ratios.py
 	$(PY) -m openstarry.cli bench

@@ -14,6 +14,7 @@ Without ``--benchmark-enable`` each runs once, small, as a smoke test.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import statistics
 import time
 from collections.abc import Iterator
@@ -28,7 +29,10 @@ from openstarry.bus import EventBus
 from openstarry.core import Event
 from openstarry.redis_server import RedisServer, redis_server_path
 
-pytestmark = pytest.mark.skipif(redis_server_path() is None, reason="redis-server is missing")
+pytestmark = pytest.mark.skipif(
+    redis_server_path() is None or shutil.which("redis-benchmark") is None,
+    reason="redis-server and redis-benchmark are missing: `make bench` installs them",
+)
 
 N = 20_000
 ROUNDS = 5

@@ -387,6 +387,16 @@ def test_publish_counts_bad_input_and_sends_none_of_it(redis: RedisServer) -> No
     assert len(tail.stdout.splitlines()) == 1
 
 
+def test_name_and_partitions_flags_pick_the_bus(redis: RedisServer) -> None:
+    """--name and --partitions name one bus on a shared Redis; other names do not see it."""
+    own = ["--name", "other", "--partitions", "2"]
+    done = _run(["publish", "--bus", redis.url, *own], stdin=_envelopes(3))
+    assert json.loads(done.stdout)["accepted"] == 3
+    mine = _run(["tail", "--bus", redis.url, *own, "--timeout", "0.2"])
+    default = _run(["tail", "--bus", redis.url, "--timeout", "0.2"])
+    assert (len(mine.stdout.splitlines()), len(default.stdout.splitlines())) == (3, 0)
+
+
 def test_the_same_file_published_twice_at_once(
     redis: RedisServer, manifest: Path, tmp_path: Path
 ) -> None:

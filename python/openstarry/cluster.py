@@ -4,6 +4,13 @@
     openstarry publish --bus redis://localhost:6379/0 [FILE]        # NDJSON envelopes
     openstarry tail --bus redis://localhost:6379/0 [--type PATTERN] [--count N] [--timeout S]
 
+All three take ``--name`` (the bus's key prefix, default ``openstarry``) and
+``--partitions`` (default 8): the processes of one bus must agree on both,
+since a session's partition is ``crc32(sessionId) % partitions``. A
+``"bus"`` object in ``agent.json`` does not reach these commands (``worker
+--bus`` runs on its command line's bus, not the manifest's): give every
+process of a bus the same values on its command line.
+
 A worker consumes the bus as one consumer of its group and publishes its
 outputs back onto it; SIGTERM (or SIGINT) finishes what it has fetched, hands
 back the runs it had not finished (another worker of the group takes them
@@ -34,22 +41,40 @@ __all__ = ["add_commands"]
 MAX_LINE_BYTES = 1 << 20
 
 
+def _bus_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--bus``, ``--name`` and ``--partitions``: the same for every process of one bus."""
+    parser.add_argument("--bus", required=True, metavar="URL", help="redis://host:port/db")
+    parser.add_argument(
+        "--name", default="openstarry", help="the bus's key prefix (default: openstarry)"
+    )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=8,
+        help="session partitions; every process of the bus must agree (default: 8)",
+    )
+
+
+def _bus_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"name": args.name, "partitions": args.partitions}
+
+
 def add_commands(commands: Any) -> None:
     """Add ``worker``, ``publish`` and ``tail`` to the ``openstarry`` parser."""
     worker = commands.add_parser("worker", help="run an agent as a consumer of a shared bus")
     worker.add_argument("manifest", help="path of the agent.json manifest")
-    worker.add_argument("--bus", required=True, metavar="URL", help="redis://host:port/db")
+    _bus_arguments(worker)
     worker.add_argument("--group", default=None, help="the consumer group (default: openstarry)")
     worker.add_argument("--consumer", default=None, help="this worker's name (default: host-pid)")
     worker.set_defaults(handler=lambda args: anyio.run(_worker, args))
 
     publish = commands.add_parser("publish", help="publish NDJSON envelopes onto a shared bus")
-    publish.add_argument("--bus", required=True, metavar="URL", help="redis://host:port/db")
+    _bus_arguments(publish)
     publish.add_argument("file", nargs="?", help="NDJSON file (default: standard input)")
     publish.set_defaults(handler=lambda args: anyio.run(_publish, args))
 
     tail = commands.add_parser("tail", help="print a shared bus's history, then follow it")
-    tail.add_argument("--bus", required=True, metavar="URL", help="redis://host:port/db")
+    _bus_arguments(tail)
     tail.add_argument("--type", default="*", metavar="PATTERN", help="TYPE, NAMESPACE:* or *")
     tail.add_argument("--count", type=int, default=None, help="stop after N matching events")
     tail.add_argument(
@@ -64,7 +89,11 @@ async def _worker(args: argparse.Namespace) -> int:
     # OPENSTARRY_CLAIM_IDLE: seconds before a dead worker's partitions move (default 10).
     claim_idle = float(os.environ.get("OPENSTARRY_CLAIM_IDLE") or 10)
     bus = EventBus.from_url(
-        args.bus, group=args.group, consumer=args.consumer, claim_idle=claim_idle
+        args.bus,
+        group=args.group,
+        consumer=args.consumer,
+        claim_idle=claim_idle,
+        **_bus_options(args),
     )
     agent = agent_from_manifest(args.manifest, bus=bus)
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -94,7 +123,7 @@ async def _publish(args: argparse.Namespace) -> int:
     for line, message in result.invalid:
         print(f"openstarry publish: line {line + 1}: {message}", file=sys.stderr)
     events: list[Event] = scratch.pop_many(len(scratch))
-    bus = EventBus.from_url(args.bus, consume=False, dedup=False)
+    bus = EventBus.from_url(args.bus, consume=False, dedup=False, **_bus_options(args))
     async with bus:
         backend: Any = bus.backend
         answers = await backend.asend_many(events) if events else []
@@ -122,7 +151,7 @@ async def _tail(args: argparse.Namespace) -> int:
 
     matches = _matcher(args.type)
     left = args.count
-    backend = RedisStreams(args.bus, consume=False)
+    backend = RedisStreams(args.bus, consume=False, **_bus_options(args))
     out = sys.stdout.buffer
 
     def show(wire: bytes) -> bool:
