@@ -346,6 +346,21 @@ def _answered(url: str) -> list[str]:
     return [decode_event(line).parent_id or "" for line in done.stdout.splitlines()]
 
 
+def _wait_answered(url: str, count: int, timeout: float = 60) -> None:
+    """Until ``count`` distinct inputs have an answer (bounded: the assertions come after)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and len(set(_answered(url))) < count:
+        time.sleep(0.5)
+
+
+def _assert_each_answered_once(url: str, data: bytes) -> None:
+    """Every input of ``data`` has exactly one final answer: none lost, none twice."""
+    answered = _answered(url)
+    inputs = [decode_event(line).id for line in data.splitlines()]
+    errors = _run(["tail", "--bus", url, "--type", "KERNEL:ERROR", "--timeout", "0.5"])
+    assert sorted(answered) == sorted(inputs), errors.stdout[:3000]
+
+
 def test_publish_worker_tail_and_sigterm(
     redis: RedisServer, manifest: Path, tmp_path: Path
 ) -> None:
@@ -418,8 +433,7 @@ def test_the_same_file_published_twice_at_once(
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0
-    answered = _answered(redis.url)
-    assert len(answered) == len(set(answered)) == 300
+    _assert_each_answered_once(redis.url, data)
 
 
 def test_kill_9_mid_batch_with_a_second_worker(redis: RedisServer, manifest: Path) -> None:
@@ -432,18 +446,13 @@ def test_kill_9_mid_batch_with_a_second_worker(redis: RedisServer, manifest: Pat
         _outputs(redis.url, 50)  # w1 is in the middle of the backlog
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(set(_answered(redis.url))) < 600:
-            time.sleep(0.5)
+        _wait_answered(redis.url, 600)
     finally:
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=30) == 0
-    answered = _answered(redis.url)
-    inputs = [decode_event(line).id for line in data.splitlines()]
     # Nothing lost, nothing handled twice: a run's answer and its input's
     # acknowledgement are committed by one script, so the kill leaves both or neither.
-    errors = _run(["tail", "--bus", redis.url, "--type", "KERNEL:ERROR", "--timeout", "0.5"])
-    assert sorted(answered) == sorted(inputs), errors.stdout[:3000]
+    _assert_each_answered_once(redis.url, data)
 
 
 def test_redis_restart_with_aof_loses_no_acknowledged_publish(
@@ -459,11 +468,8 @@ def test_redis_restart_with_aof_loses_no_acknowledged_publish(
             encode_event(_input(f"after {i}", session=f"t{i % 10}")) + b"\n" for i in range(100)
         )
         assert _run(["publish", "--bus", redis.url], stdin=second).returncode == 0
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(set(_answered(redis.url))) < 200:
-            time.sleep(0.5)
+        _wait_answered(redis.url, 200)
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0
-    answered = _answered(redis.url)
-    assert len(set(answered)) == 200
+    _assert_each_answered_once(redis.url, first + second)
