@@ -114,8 +114,16 @@ console: dev ## Serve the example agent and its console on http://127.0.0.1:8000
 	@(sleep 2; command -v xdg-open >/dev/null && xdg-open http://127.0.0.1:8000/ >/dev/null 2>&1 || true) &
 	$(PY) -m openstarry.cli serve $(EXAMPLE) --port 8000
 
+# The Redis bus's tests start their own redis-server: Debian's package, installed when missing.
+.PHONY: redis-server
+redis-server:
+	@command -v redis-server >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	  else echo "make: the Redis bus tests need redis-server: install it (Debian: apt-get install redis-server)" >&2; exit 1; fi; }
+
 .PHONY: test
-test: wheel browser ## Set up, then run every test: cargo test, the layers contract, pytest against the wheel, smoke tests of the wheel (alone, with its dependencies, with its extras) in clean venvs
+test: wheel browser redis-server ## Set up, then run every test: cargo test, the layers contract, pytest against the wheel, smoke tests of the wheel (alone, with its dependencies, with its extras) in clean venvs
 	cargo test --quiet
 	PYTHONPATH=python $(VENV)/bin/lint-imports --no-cache
 	$(PY) tests/check_wheel.py dist/openstarry-*.whl
@@ -149,7 +157,7 @@ compat: wheel ## The abi3 wheel on every CPython >= 3.10 found (python3.N on PAT
 	done; rm -rf .venv-compat; [ $$found = 1 ] || echo "no other CPython found"
 
 .PHONY: bench
-bench: dev ## Run the benchmarks: each openstarry piece beside its pure-Python baseline, as ratios (ABI=abi3 for the stable-ABI build)
+bench: dev redis-server ## Run the benchmarks: each openstarry piece beside its pure-Python baseline, as ratios (ABI=abi3 for the stable-ABI build)
 	@echo "openstarry extension: $(ABI) build"
 	$(PY) -m pytest benches --benchmark-enable --benchmark-only --benchmark-group-by=group --benchmark-columns=min,median,mean,ops -q -p no:randomly
 	$(PY) benches/ratios.py

@@ -35,7 +35,7 @@ def measure(
     rounds: int,
     setup: Callable[[], tuple[tuple[Any, ...], dict[str, Any]]] | None = None,
     target: float | None = None,
-    role: Literal["openstarry", "baseline", "floor"] = "baseline",
+    role: Literal["openstarry", "baseline", "floor", "report"] = "baseline",
     note: str = "",
 ) -> None:
     """Time ``run`` for ``rounds`` rounds, each doing ``ops`` operations.
@@ -45,6 +45,7 @@ def measure(
     a ``"baseline"`` with a ``target`` is expected to take at least that many
     times openstarry's time. A ``"floor"`` entry runs the group's driving loop
     with C no-op callees: what every median in the group pays for the loop alone.
+    A ``"report"`` entry stands alone: its figures are in its note.
     """
     benchmark.group = group
     benchmark.extra_info.update(

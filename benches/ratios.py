@@ -96,13 +96,18 @@ def table(entries: list[Entry]) -> tuple[list[str], int, int]:
     for e in sorted(entries, key=lambda e: _order(e.group)):
         groups.setdefault(e.group, []).append(e)
     for group, members in groups.items():
+        reports = [e for e in members if e.role == "report"]
+        for e in reports:
+            lines.append(f"| {group} | {e.label}{_mark(notes, e.note)} | | | | | | |")
+        if reports and len(reports) == len(members):
+            continue
         ours = [e for e in members if e.role == "openstarry"]
         if len(ours) != 1:
             lines.append(f"| {group} | ({len(ours)} openstarry entries, expected 1) | | | | | | |")
             continue
         reference = ours[0]
         floors = [e for e in members if e.role == "floor"]
-        shown_group, shown_label = group, reference.label
+        shown_group, shown_label = group, reference.label + _mark(notes, reference.note)
         for base in (e for e in members if e.role == "baseline"):
             ratio = base.per_op / reference.per_op
             if base.target is None:

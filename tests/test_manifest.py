@@ -485,6 +485,8 @@ def test_json_schema_of_agent_json() -> None:
         "memory",
         "approval",
         "mcp",
+        "bus",
+        "sessions",
     }
     defs = schema["$defs"]
     limits = defs["Limits"]

@@ -32,6 +32,7 @@ from openstarry.bus import EventBus
 from openstarry.errors import ManifestError
 from openstarry.manifest import AgentManifest, McpServerConfig, load_manifest
 from openstarry.providers import create_provider
+from openstarry.stores import open_store
 from openstarry.tools import import_reference, resolve_tools
 
 __all__ = ["agent_from_manifest", "mcp_toolset"]
@@ -42,9 +43,15 @@ def agent_from_manifest(
 ) -> Agent:
     """Build the agent an ``agent.json`` describes (a path, or a loaded manifest).
 
+    The manifest's ``bus`` picks the bus (``EventBus.from_url``) and its
+    ``sessions.store`` the session store (:func:`openstarry.stores.open_store`);
+    on a Redis bus with no store named, sessions live in the bus's Redis, so
+    every worker sees every conversation whole.
+
     Args:
         manifest: The manifest's path, or the manifest loaded.
-        bus: A bus for the agent to run on; by default it makes its own.
+        bus: A bus for the agent to run on; by default it makes its own (the
+            manifest's ``bus``).
 
     Raises:
         openstarry.errors.ManifestError: a bad file, field, tool or provider,
@@ -63,6 +70,15 @@ def agent_from_manifest(
             raise ManifestError(str(exc), field="provider.name") from exc
         retriever = _retriever_of(manifest.tool_retrieval.retriever)
         toolsets = _toolsets_of(manifest)
+        if bus is None and manifest.bus.url is not None:
+            bus = _bus_of(manifest)
+        store_spec = manifest.sessions.store
+        if store_spec is None and bus is not None and bus.backend is not None:
+            store_spec = getattr(bus.backend, "url", None)
+        try:
+            store = open_store(store_spec)
+        except (ValueError, ImportError) as exc:
+            raise ManifestError(str(exc), field="sessions.store") from exc
     except Exception as exc:
         _name_file(exc, where)
         raise
@@ -88,7 +104,17 @@ def agent_from_manifest(
         retriever=retriever,
         toolsets=toolsets,
         approval_tools=manifest.approval.tools,
+        store=store,
     )
+
+
+def _bus_of(manifest: AgentManifest) -> EventBus:
+    """The bus the manifest's ``bus`` names."""
+    config = manifest.bus
+    try:
+        return EventBus.from_url(config.url, group=config.group, consumer=config.consumer)
+    except (ValueError, ImportError) as exc:
+        raise ManifestError(str(exc), field="bus.url") from exc
 
 
 def _toolsets_of(manifest: AgentManifest) -> list[Toolset]:

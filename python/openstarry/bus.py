@@ -32,6 +32,19 @@ Rules the bus keeps:
 Publish from the thread that runs the event loop. Trace propagation is the
 events' own: :meth:`Event.child <openstarry.core.Event.child>` keeps the trace
 and session and records the parent.
+
+**Backends.** By default the events wait in this process (the Rust queue and
+dedup window above). Given a :class:`BusBackend`, such as the Redis Streams one
+of :mod:`openstarry.redis_streams` (``EventBus.from_url("redis://...")``), a
+published event goes to the backend, which may be shared by many processes,
+and the backend feeds the dispatcher the events it fetched. Handlers,
+subscriptions, metrics and the execution loop do not know which backend runs;
+what a remote backend adds is acknowledgement: an event it delivered counts as
+handled once its handlers have returned and every :meth:`EventBus.hold` on it
+has been released. What its handling publishes (from its handlers, or inside
+:meth:`EventBus.effects_of` for work that outlives them) is its *effects*: a
+remote backend holds them back and commits them together with the event's
+acknowledgement, so that a crash leaves either both or neither.
 """
 
 from __future__ import annotations
@@ -41,9 +54,15 @@ import inspect
 import logging
 import time
 from array import array
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import (
+    AbstractAsyncContextManager,
+    AsyncExitStack,
+    asynccontextmanager,
+    contextmanager,
+)
+from contextvars import ContextVar
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import anyio.abc
@@ -54,6 +73,7 @@ from openstarry.errors import QueueClosed, QueueFull
 from openstarry.events import EventType
 
 __all__ = [
+    "BusBackend",
     "EventBus",
     "Handler",
     "Signal",
@@ -63,6 +83,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("openstarry.bus")
+
+#: The delivered event whose handling runs in this task: what the task
+#: publishes are its effects (a remote backend commits them with its acknowledgement).
+_CAUSE: ContextVar[Event | None] = ContextVar("openstarry_bus_cause", default=None)
 
 #: A handler takes the event; it may be a plain function or a coroutine function.
 Handler = Callable[[Event], "Awaitable[None] | None"]
@@ -92,6 +116,48 @@ def signal_factory() -> Callable[[], Signal]:
     except RuntimeError:
         return anyio.Event
     return asyncio.Event  # noqa: TID251 - what anyio.Event wraps on asyncio, minus the lookups
+
+
+@runtime_checkable
+class BusBackend(Protocol):
+    """Where a bus's events live between publish and dispatch when they leave the process.
+
+    A backend takes what the bus publishes (:meth:`send`, :meth:`asend`) and,
+    while the bus runs (:meth:`running`), pushes the events it delivers to this
+    process into the bus's queue with :meth:`EventBus.feed`. The bus tells it
+    when a delivered event is done (:meth:`done`): handled, failed (a handler
+    raised) or handed back (not handled: to be delivered again, here or elsewhere).
+    """
+
+    def send(self, event: Event, cause: Event | None = None) -> None:
+        """Take ``event`` for publishing without waiting.
+
+        ``cause`` is the delivered event whose handling publishes it: the
+        backend may hold ``event`` back until ``cause`` is done, and commit
+        both together (nothing of a cause that is not handled is published).
+
+        Raises:
+            QueueFull: the backend's outgoing buffer is full.
+        """
+
+    async def asend(self, event: Event, cause: Event | None = None) -> bool:
+        """Publish ``event`` and wait for the answer: ``False`` for a duplicate id.
+
+        With a held ``cause`` it does not wait: the event is taken (``True``)
+        and committed with ``cause``.
+        """
+
+    def running(self, bus: EventBus) -> AbstractAsyncContextManager[object]:
+        """Connect and deliver to ``bus`` while the context is entered; flush on leaving."""
+
+    def done(self, event: Event, outcome: str) -> None:
+        """A delivered event is finished: ``"handled"``, ``"failed"`` or ``"returned"``."""
+
+    async def flush(self) -> None:
+        """Wait until what was sent so far has reached the backend."""
+
+    def metrics(self) -> dict[str, Any]:
+        """The backend's own counters."""
 
 
 class _NotRunning:
@@ -179,6 +245,11 @@ class EventBus(Lifecycle):
             ``False`` to turn de-duplication off.
         source: The ``source`` of the ``KERNEL:ERROR`` events the bus emits.
         latency_samples: How many recent dispatch latencies the metrics keep.
+        backend: Where events go between publish and dispatch: ``None`` (the
+            default) keeps them in this process; a :class:`BusBackend` (see
+            :meth:`from_url`) shares them between processes. With a backend,
+            ``capacity`` bounds what is fetched but not yet dispatched, and the
+            dedup window is the cheap first filter before the backend's own.
 
     Entering it starts the dispatcher; leaving it dispatches every event already
     accepted, then stops (leaving on an exception cancels the dispatch instead).
@@ -193,6 +264,7 @@ class EventBus(Lifecycle):
         dedup: DedupWindow | bool = True,
         source: str = "openstarry.bus",
         latency_samples: int = 4096,
+        backend: BusBackend | None = None,
     ) -> None:
         if latency_samples < 1:
             raise ValueError(f"latency_samples must be at least 1, not {latency_samples}")
@@ -208,6 +280,13 @@ class EventBus(Lifecycle):
         else:
             raise TypeError(f"dedup must be a DedupWindow or a bool, not {type(dedup).__name__}")
         self._ingestor: Ingestor | None = None
+        if backend is not None and not isinstance(backend, BusBackend):
+            raise TypeError(f"backend must be a BusBackend, not {type(backend).__name__}")
+        #: The remote backend, or ``None`` for the local bus.
+        self.backend = backend
+        #: Holds on delivered events (a remote backend's): the dispatch is one,
+        #: each :meth:`hold` another; the event is done when they are all released.
+        self._holds: dict[Event, list[Any]] = {}
         self.source = source
         #: The ExecutionLoop that serves this bus's INPUT events, while one runs:
         #: a second would answer every input again.
@@ -237,6 +316,48 @@ class EventBus(Lifecycle):
         self._latency_next = 0
         self._latency_count = 0
 
+    @classmethod
+    def from_url(
+        cls,
+        url: str | None,
+        *,
+        group: str | None = None,
+        consumer: str | None = None,
+        consume: bool = True,
+        **options: Any,
+    ) -> EventBus:
+        """A bus on the backend a URL names.
+
+        ``None``, ``""`` or ``"local:"`` is the in-process bus; ``redis://host:port/db``
+        (or ``rediss://``, ``unix://``) is the Redis Streams backend of
+        :mod:`openstarry.redis_streams` (the ``[redis]`` extra), whose consumer
+        group is ``group`` (default ``"openstarry"``) and consumer name
+        ``consumer`` (default: host name and process id). With
+        ``consume=False`` the bus only publishes (a producer). Other keyword
+        arguments go to the bus (``capacity``, ``dedup``, ...) or, when the
+        bus does not take them, to the backend (``partitions``, ``maxlen``, ...).
+
+        Raises:
+            ValueError: an unknown scheme.
+            ImportError: ``redis://`` without the ``[redis]`` extra.
+        """
+        bus_options = {
+            key: options.pop(key)
+            for key in ("capacity", "dedup", "source", "latency_samples")
+            if key in options
+        }
+        if not url or url in ("local:", "local://"):
+            if group is not None or consumer is not None or options:
+                raise ValueError("group, consumer and backend options need a remote bus URL")
+            return cls(**bus_options)
+        scheme = url.partition("://")[0].lower()
+        if scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(f"bus URL {url!r}: expected redis://host:port/db or local:")
+        from openstarry.redis_streams import RedisStreams
+
+        backend = RedisStreams(url, group=group, consumer=consumer, consume=consume, **options)
+        return cls(backend=backend, **bus_options)
+
     # -- lifecycle -------------------------------------------------------
 
     @asynccontextmanager
@@ -251,9 +372,14 @@ class EventBus(Lifecycle):
         self._wake, self._idle, self._room, self._stopped = (new_signal() for _ in range(4))
         self._asleep = False
         try:
-            async with anyio.create_task_group() as task_group:
+            async with AsyncExitStack() as stack:
+                task_group = await stack.enter_async_context(anyio.create_task_group())
                 self._task_group = task_group
                 task_group.start_soon(self._dispatch_loop, name="openstarry.bus dispatcher")
+                if self.backend is not None:
+                    # Entered after the dispatcher, left before it stops: the
+                    # backend stops delivering, then what it delivered drains.
+                    await stack.enter_async_context(self.backend.running(self))
                 try:
                     yield self
                 except BaseException:
@@ -265,6 +391,7 @@ class EventBus(Lifecycle):
         finally:
             self._task_group = None
             self._dispatcher = None
+            self._holds.clear()
 
     async def aclose(self) -> None:
         """Refuse new events, dispatch every event already accepted, then stop the dispatcher.
@@ -331,6 +458,8 @@ class EventBus(Lifecycle):
         queue = self._queue
         if self._closing:
             raise QueueClosed("the bus is closed")
+        if self.backend is not None:
+            return self._send(event)
         if self._capacity is not None and len(queue) >= self._capacity:
             # Refuse before the window records the id: a retry must not be a duplicate.
             raise QueueFull(f"the bus holds {self._capacity} events")
@@ -345,8 +474,41 @@ class EventBus(Lifecycle):
             self._wake.set()
         return True
 
+    def _send(self, event: Event) -> bool:
+        """Publish through the remote backend, the local window first."""
+        assert self.backend is not None
+        dedup = self._dedup
+        if dedup is not None and event.id in dedup:
+            self._duplicates += 1
+            return False
+        self.backend.send(event, _CAUSE.get())  # QueueFull before the window records the id
+        if dedup is not None:
+            dedup.check_and_insert(event.id)
+        self._published += 1
+        return True
+
     async def apublish(self, event: Event) -> bool:
-        """:meth:`publish`, waiting for room when the bus is at capacity."""
+        """:meth:`publish`, waiting for room when the bus is at capacity.
+
+        On a remote backend it waits for the backend's answer: ``False`` when
+        any producer published the id within the backend's window.
+        """
+        backend = self.backend
+        if backend is not None:
+            if type(event) is not Event:
+                raise TypeError(
+                    f"publish takes an openstarry.core.Event, not {type(event).__name__}"
+                )
+            if self._closing:
+                raise QueueClosed("the bus is closed")
+            dedup = self._dedup
+            if dedup is not None and not dedup.check_and_insert(event.id):
+                self._duplicates += 1
+                return False
+            if await backend.asend(event, _CAUSE.get()):
+                self._published += 1
+                return True
+            return False  # counted by the backend's metrics
         while True:
             try:
                 return self.publish(event)
@@ -365,7 +527,10 @@ class EventBus(Lifecycle):
         The Rust :class:`~openstarry.core.Ingestor` decodes, validates and
         de-duplicates the whole batch in one call; invalid lines are reported in
         the result, never raised. Ingested events have no dispatch-latency sample.
+        On a remote backend the accepted events are sent to it.
         """
+        if self.backend is not None:
+            return self._ingest_remote(data)
         ingestor = self._ingestor
         if ingestor is None:
             ingestor = self._ingestor = Ingestor(self._queue, self._dedup)
@@ -378,11 +543,93 @@ class EventBus(Lifecycle):
             self._wake.set()
         return result
 
+    def _ingest_remote(
+        self, data: bytes | bytearray | memoryview | Sequence[bytes]
+    ) -> IngestResult:
+        assert self.backend is not None
+        scratch = EventQueue(None)
+        result = Ingestor(scratch, self._dedup).ingest(data)
+        cause = _CAUSE.get()
+        for event in scratch.pop_many(len(scratch)):
+            self.backend.send(event, cause)
+        self._duplicates += result.duplicates
+        self._published += result.accepted
+        return result
+
+    # -- a remote backend's deliveries -------------------------------------
+
+    def feed(self, events: Sequence[Event]) -> None:
+        """Queue events a backend delivered, in the order given (one call per batch).
+
+        Each is held by its dispatch until its handlers have returned; the
+        backend hears :meth:`BusBackend.done` once every hold is released.
+        """
+        if self._closing:
+            raise QueueClosed("the bus is closed")
+        holds = self._holds
+        for event in events:
+            holds[event] = [1, "handled"]
+        self._queue.push_many(events)
+        if events and self._asleep:
+            self._asleep = False
+            self._wake.set()
+
+    def hold(self, event: Event) -> bool:
+        """Keep a delivered event from counting as handled until :meth:`release`.
+
+        A handler that hands an event to longer work (the execution loop runs
+        an input in a session's task) holds it, so that a remote backend
+        acknowledges it only once that work is done. Returns whether a hold
+        was taken (``False`` on the local bus, or for an event that was not
+        delivered by the backend): release only what was held.
+        """
+        hold = self._holds.get(event)
+        if hold is None:
+            return False
+        hold[0] += 1
+        return True
+
+    @contextmanager
+    def effects_of(self, event: Event) -> Iterator[None]:
+        """Count what this task publishes inside the block as ``event``'s effects.
+
+        The dispatcher does so for every handler; work that outlives its
+        handler (a run in a session's task, which also :meth:`hold` s the
+        event) does so itself. On a remote backend the effects of a delivered
+        event are held back and committed atomically with its acknowledgement;
+        elsewhere (the local bus, an event not delivered by the backend) this
+        changes nothing.
+        """
+        token = _CAUSE.set(event if event in self._holds else None)
+        try:
+            yield
+        finally:
+            _CAUSE.reset(token)
+
+    def release(self, event: Event, *, handled: bool = True) -> None:
+        """Release a :meth:`hold`; ``handled=False`` hands the event back to the backend
+        (it is delivered again, here or to another consumer), unless something
+        else already failed it."""
+        hold = self._holds.get(event)
+        if hold is None:
+            return
+        if not handled and hold[1] == "handled":
+            hold[1] = "returned"
+        hold[0] -= 1
+        if hold[0] <= 0:
+            del self._holds[event]
+            assert self.backend is not None
+            self.backend.done(event, hold[1])
+
     async def wait_idle(self) -> None:
         """Wait until every event published so far has been dispatched.
 
-        Events published by handlers meanwhile are waited for too.
+        Events published by handlers meanwhile are waited for too. On a remote
+        backend: until what this process published has reached the backend and
+        what the backend delivered here has been dispatched.
         """
+        if self.backend is not None:
+            await self.backend.flush()
         if self._task_group is None:
             raise RuntimeError("the bus is not running: use `async with EventBus() as bus`")
         if anyio.get_current_task().id == self._dispatcher:
@@ -402,6 +649,7 @@ class EventBus(Lifecycle):
         latency = self._latency
         size = len(latency)
         new_signal = self.new_signal
+        holds = self._holds
         self._dispatcher = anyio.get_current_task().id
         try:
             while True:
@@ -436,6 +684,8 @@ class EventBus(Lifecycle):
                 route = routes.get(event_type)
                 if route is None:
                     route = self._route(event_type)
+                # A delivered event's handlers publish its effects (remote backends).
+                cause = _CAUSE.set(event) if holds and event in holds else None
                 for subscription in route:
                     if subscription._bus is None:  # cancelled during this dispatch
                         continue
@@ -449,6 +699,12 @@ class EventBus(Lifecycle):
                                 await returned
                     except Exception as exc:
                         self._handler_failed(event, subscription, exc)
+                        hold = holds.get(event)
+                        if hold is not None:
+                            hold[1] = "failed"
+                if cause is not None:
+                    _CAUSE.reset(cause)
+                    self.release(event)
                 if self._room_waiters:
                     self._room.set()
                     self._room = new_signal()
@@ -475,6 +731,8 @@ class EventBus(Lifecycle):
             source=self.source,
             priority=1,
         )
+        # Published at once, not as an effect: it must outlive a failed attempt.
+        token = _CAUSE.set(None)
         try:
             self.publish(error)
         except (QueueFull, QueueClosed):
@@ -485,6 +743,8 @@ class EventBus(Lifecycle):
                 describe_exception(exc),
             )
             self._errors_dropped += 1
+        finally:
+            _CAUSE.reset(token)
 
     # -- metrics ---------------------------------------------------------
 
@@ -508,7 +768,7 @@ class EventBus(Lifecycle):
         for name, q in (("p50", 0.50), ("p99", 0.99)):
             latency[name] = samples[min(count - 1, int(q * count))] / 1000 if samples else None
         latency["max"] = samples[-1] / 1000 if samples else None
-        return {
+        metrics: dict[str, Any] = {
             "published": self._published,
             "duplicates": self._duplicates,
             "invalid": self._invalid,
@@ -518,6 +778,11 @@ class EventBus(Lifecycle):
             "errors_dropped": self._errors_dropped,
             "latency_us": latency,
         }
+        if self.backend is not None:
+            backend = self.backend.metrics()
+            metrics["duplicates"] += backend.get("duplicates", 0)
+            metrics["backend"] = backend
+        return metrics
 
     def latency_since(self, mark: int) -> tuple[int, list[int]]:
         """The dispatch latencies (ns) recorded since ``mark``, and the new mark.

@@ -7,6 +7,9 @@
     openstarry schema manifest|protocol                # JSON Schema of agent.json or events
     openstarry serve MANIFEST [--host H] [--port N] [--api-key-env NAME]  # the Agent API (spec 003)
     openstarry mcp MANIFEST [--http --port N] [--api-key-env NAME]  # the tools over MCP (spec 004)
+    openstarry worker MANIFEST --bus URL [--group G] [--consumer C]  # a consumer of a shared bus
+    openstarry publish --bus URL [FILE]                # NDJSON envelopes onto a shared bus
+    openstarry tail --bus URL [--type P] [--count N] [--timeout S]   # its history, then new events
     openstarry bench                                   # bus latency and loop overhead
     openstarry demo NDJSON                             # the Rust ingestion demo
 
@@ -393,6 +396,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="the Rust ingestion demo on an NDJSON file")
     demo.add_argument("path", help="NDJSON file, one envelope a line")
     demo.set_defaults(handler=_demo)
+
+    from openstarry.cluster import add_commands
+
+    add_commands(commands)
     return parser
 
 

@@ -196,6 +196,37 @@ class MemoryConfig(_Section):
     )
 
 
+class BusConfig(_Section):
+    """Where the agent's events go: no ``bus`` is the in-process bus."""
+
+    url: str | None = Field(
+        default=None,
+        min_length=1,
+        description='"redis://host:port/db" for the Redis Streams bus shared by many '
+        "workers; null for the in-process bus.",
+    )
+    group: str | None = Field(
+        default=None, min_length=1, description='The consumer group (default "openstarry").'
+    )
+    consumer: str | None = Field(
+        default=None,
+        min_length=1,
+        description="This worker's name in the group (default: host name and process id).",
+    )
+
+
+class SessionsConfig(_Section):
+    """Where sessions' memory lives between runs."""
+
+    store: str | None = Field(
+        default=None,
+        min_length=1,
+        description='"memory" (in the agent\'s process), "sqlite:///PATH" (one machine, '
+        'survives a restart) or "redis://host:port/db" (shared by workers); null: '
+        "the bus's Redis when the bus is on Redis, else memory.",
+    )
+
+
 class McpServerConfig(_Section):
     """A remote MCP server whose tools become the agent's (keys in snake_case).
 
@@ -362,6 +393,13 @@ class AgentManifest(_Section):
     tool_retrieval: ToolRetrievalConfig = Field(
         default_factory=ToolRetrievalConfig,
         description="Which tools reach the provider when the agent has many.",
+    )
+    bus: BusConfig = Field(
+        default_factory=BusConfig,
+        description="The event bus: in-process by default, or Redis Streams shared by workers.",
+    )
+    sessions: SessionsConfig = Field(
+        default_factory=SessionsConfig, description="Where sessions' memory is kept."
     )
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)

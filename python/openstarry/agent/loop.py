@@ -52,6 +52,7 @@ from openstarry.agent.outbox import Outbox
 from openstarry.agent.results import PendingRun, RunResult, Waiters, add_usage
 from openstarry.agent.retrieval import ToolRetriever
 from openstarry.agent.sessions import SessionRuntime, Sessions
+from openstarry.agent.store import SessionStore, memory_from_data, memory_to_data
 from openstarry.agent.turn import Turn
 from openstarry.bus import EventBus, Subscription
 from openstarry.core import Event
@@ -118,6 +119,10 @@ class ExecutionLoop(Lifecycle):
         approval_tools: The names of the tools whose calls wait for a yes
             before they run (:mod:`openstarry.agent.waits`); the waits are in
             :attr:`waits`.
+        store: Where sessions' memory lives between runs
+            (:class:`~openstarry.agent.store.SessionStore`); ``None`` keeps it in
+            this process. With a store, each run loads its session's memory
+            before it starts and saves it when it ends.
     """
 
     def __init__(
@@ -133,6 +138,7 @@ class ExecutionLoop(Lifecycle):
         max_tools: int | None = None,
         retriever: ToolRetriever | None = None,
         approval_tools: Iterable[str] = (),
+        store: SessionStore | None = None,
     ) -> None:
         if max_tools is not None and (
             isinstance(max_tools, bool) or not isinstance(max_tools, int) or max_tools < 1
@@ -140,6 +146,9 @@ class ExecutionLoop(Lifecycle):
             raise ValueError(f"max_tools must be an int of at least 1 or None, not {max_tools!r}")
         self.max_tools = max_tools
         self.retriever = retriever
+        if store is not None and not isinstance(store, SessionStore):
+            raise TypeError(f"store must be a SessionStore, not {type(store).__name__}")
+        self.store = store
         self.bus = bus
         self.instructions = instructions
         self.provider = provider
@@ -157,6 +166,7 @@ class ExecutionLoop(Lifecycle):
         self._sessions = Sessions(
             self._run,
             self._waiters,
+            release=bus.release,
             memory_window=memory_window,
             max_sessions=limits.max_sessions,
             max_pending_inputs=limits.max_pending_inputs,
@@ -404,7 +414,10 @@ class ExecutionLoop(Lifecycle):
             self._waiters.finish(event.id)
             return
         waiting = self._sessions.enqueue(event)
-        if waiting is not None:
+        if waiting is None:
+            # On a remote bus the input counts as handled once its run ends.
+            self.bus.hold(event)
+        else:
             self._outbox.error(
                 event,
                 "SESSION_BUSY",
@@ -447,6 +460,8 @@ class ExecutionLoop(Lifecycle):
         elif name == "reset":
             if rt is not None:
                 sessions.reset(rt)
+            if self.store is not None:
+                sessions.start_soon(self.store.delete, event.session_id)
             say(event, "Session reset: memory cleared.", command=name)
         elif name == "quit":
             sessions.quit(event.session_id)
@@ -466,7 +481,34 @@ class ExecutionLoop(Lifecycle):
 
     async def _run(self, rt: SessionRuntime, event: Event) -> None:
         """Serve one input of a session to its end (the session's worker calls it)."""
-        await Turn(self, rt, event).run()
+        try:
+            # On a remote bus the run's events are the input's effects: they
+            # are published with its acknowledgement, atomically.
+            with self.bus.effects_of(event):
+                store = self.store
+                if store is None:
+                    await Turn(self, rt, event).run()
+                else:
+                    await self._run_stored(store, rt, event)
+        finally:
+            # A run cut short by the agent stopping is handed back (another
+            # worker runs it); a run that ended, or was /stop-ped, is handled.
+            self.bus.release(event, handled=self._open)
+
+    async def _run_stored(self, store: SessionStore, rt: SessionRuntime, event: Event) -> None:
+        """A run between loading its session from the store and saving it back."""
+        memory = rt.session.memory
+        data = await store.load(rt.session.id)
+        memory.clear()
+        if data:
+            memory.extend(memory_from_data(data))
+        epoch = rt.epoch
+        try:
+            await Turn(self, rt, event).run()
+        finally:
+            if rt.epoch == epoch:  # a /reset meanwhile deleted it
+                with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                    await store.save(rt.session.id, memory_to_data(memory))
 
     # -- metrics ---------------------------------------------------------
 

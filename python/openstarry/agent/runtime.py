@@ -29,6 +29,7 @@ from openstarry._lifecycle import Lifecycle
 from openstarry.agent.interfaces import Provider, Tool, Toolset
 from openstarry.agent.loop import ExecutionLoop, LoopLimits, RunResult
 from openstarry.agent.retrieval import ToolRetriever
+from openstarry.agent.store import SessionStore
 from openstarry.bus import EventBus
 from openstarry.errors import ManifestError
 
@@ -56,6 +57,8 @@ class Agent(Lifecycle):
             their tools join :attr:`tools` while it runs.
         approval_tools: Tools whose calls wait for a person's approval
             (:mod:`openstarry.agent.waits`).
+        store: Where sessions' memory lives between runs (``None``: in this
+            process); a store that is an async context manager is entered with the agent.
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class Agent(Lifecycle):
         retriever: ToolRetriever | None = None,
         toolsets: Sequence[Toolset] = (),
         approval_tools: Iterable[str] = (),
+        store: SessionStore | None = None,
     ) -> None:
         for toolset in toolsets:
             if not isinstance(toolset, Toolset):
@@ -95,6 +99,7 @@ class Agent(Lifecycle):
             max_tools=max_tools,
             retriever=retriever,
             approval_tools=approval_tools,
+            store=store,
         )
 
     @property
@@ -111,6 +116,9 @@ class Agent(Lifecycle):
         async with AsyncExitStack() as stack:
             if self._owns_bus:
                 await stack.enter_async_context(self.bus)
+            store = self.loop.store
+            if isinstance(store, AbstractAsyncContextManager):
+                await stack.enter_async_context(store)
             provider = self.provider
             if isinstance(provider, AbstractAsyncContextManager):
                 await stack.enter_async_context(provider)

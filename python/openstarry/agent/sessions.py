@@ -21,7 +21,7 @@ Rules the scheduler keeps:
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 import anyio
@@ -82,6 +82,9 @@ class Sessions:
         memory_window: User turns each session's memory keeps (``None``: all).
         max_sessions: Sessions kept at most.
         max_pending_inputs: Inputs that may wait behind a session's run.
+        release: Told when a queued input is dropped: ``release(event, handled=...)``,
+            ``handled=False`` when the loop is leaving (the input is handed back
+            to a remote bus, to run elsewhere).
     """
 
     def __init__(
@@ -92,8 +95,10 @@ class Sessions:
         memory_window: int | None,
         max_sessions: int,
         max_pending_inputs: int,
+        release: Callable[..., None] | None = None,
     ) -> None:
         self._serve = serve
+        self._release = release
         self._waiters = waiters
         self.memory_window = memory_window
         self.max_sessions = max_sessions
@@ -207,13 +212,21 @@ class Sessions:
     def stop(self, rt: SessionRuntime) -> int:
         """Drop the session's queued inputs and cancel its run; returns how many were dropped."""
         dropped = len(rt.pending)
+        release = self._release
         for waiting in rt.pending:
             self._waiters.stop(waiting.id)
+            if release is not None:
+                release(waiting, handled=not self._closing)
         rt.pending.clear()
         if rt.scope is not None:
             rt.stop_requested = True
             rt.scope.cancel()
         return dropped
+
+    def start_soon(self, work: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
+        """Run ``work(*args)`` in the loop's task group (nothing when it is not running)."""
+        if self._task_group is not None:
+            self._task_group.start_soon(work, *args)
 
     def reset(self, rt: SessionRuntime) -> None:
         """Stop the session and clear its memory, failure streak and lock."""

@@ -1,0 +1,983 @@
+"""The event bus over Redis Streams: many producers, many workers, one bus.
+
+    async with EventBus.from_url("redis://localhost:6379/0", group="agents") as bus:
+        bus.subscribe("INPUT:*", on_input)
+        await bus.apublish(event)
+
+Needs the ``[redis]`` extra (redis-py's asyncio client with hiredis) and runs
+on asyncio (redis-py's client does not run on trio: entering the bus on trio
+raises a ``RuntimeError`` that says so; the local bus runs on both).
+
+Layout (every key shares the hash tag ``{name}``, so a Redis Cluster keeps them
+on one node and the scripts stay atomic):
+
+- ``{name}:s:P:R``: the stream of partition ``P`` (``crc32(sessionId) % partitions``)
+  at priority ``R`` (0..5); each entry holds one envelope, the spec 002 wire
+  bytes, under the field ``e``;
+- ``{name}:id:ID``: an event id published within the dedup window;
+- ``{name}:done:GROUP:ID``: an event id the group has handled;
+- ``{name}:lease:GROUP:P``: which consumer of the group owns partition ``P``;
+- ``{name}:consumers:GROUP``: the group's live consumers (a sorted set of heartbeats);
+- ``{name}:dead``: the dead-letter stream.
+
+Rules it keeps (spec 002 across processes):
+
+- **Priority across the cluster.** A consumer reads every priority's stream
+  in one ``XREADGROUP`` and the batch is decoded, checked and ordered by one
+  Rust :class:`~openstarry.core.Ingestor` call; it fetches again only when what
+  it holds runs low, so a priority-0 event published behind a backlog
+  overtakes the backlog still in Redis.
+- **Idempotency across producers.** Publishing runs one Lua script that checks
+  ``{name}:id:ID`` and appends the entry atomically (``SET NX PX`` and ``XADD``),
+  the way JetStream's duplicate window works; the bus's local
+  :class:`~openstarry.core.DedupWindow` is the cheap first filter.
+- **At-least-once delivery, exactly-once effects.** An entry is
+  acknowledged only once its handlers returned and every
+  :meth:`~openstarry.bus.EventBus.hold` was released. What its handling
+  published (its handlers', and a run's events: see
+  :meth:`~openstarry.bus.EventBus.effects_of`) is held back in this process
+  and committed by the same script that records the id as handled and
+  acknowledges the entry: all of it or none of it, whatever moment a
+  ``kill -9`` strikes. A redelivered entry whose id is already recorded is
+  acknowledged without being handled, and its effects are not published
+  again (they were, by that one script); if two consumers ever run the same
+  entry (a lease lost to a stalled process), the second commit finds the
+  record and publishes nothing. An attempt that failed (a handler raised) or
+  was handed back commits nothing: its effects are dropped with it.
+- **Per-session order.** A session's events live in one partition, and a
+  partition is owned by one consumer of a group at a time (a lease renewed
+  every third of ``claim_idle``): its events are handled in publish order (per
+  priority) and never by two consumers at once; the partitions spread evenly
+  over the live consumers.
+- **Reclaim.** A consumer that dies stops renewing its leases; after
+  ``claim_idle`` seconds (10 s by default) a live consumer takes the partition
+  and ``XAUTOCLAIM`` s every entry still pending there. A consumer that stops
+  cleanly hands back what it held and frees its leases at once.
+- **Poison.** An event whose handler raises is delivered again, at most
+  ``max_deliveries`` times (3) counting redeliveries after a crash; then it is
+  moved to ``{name}:dead`` with the reason and acknowledged, and its session
+  goes on. A retry is queued behind what this consumer already fetched at the
+  event's priority: events of the same session and priority fetched before
+  the failure (at most one read, ``batch`` entries per stream) are handled
+  before the retry. Sessions whose order must hold across failures should
+  not let handlers raise (the execution loop never does: a failed run ends
+  in a ``KERNEL:ERROR`` and counts as handled).
+- **Back-pressure, never silent loss.** Each stream holds at most ``maxlen``
+  entries (10,000: up to 480,000 events across the 8 partitions and 6
+  priorities). When a stream is full, the script trims only entries every
+  group has handled (oldest first, down to 90 %); if none can go, the publish
+  is refused (a commit is refused whole while any stream it writes to is full,
+  and may then pass the bound by that one commit's events):
+  :meth:`~openstarry.bus.EventBus.apublish` waits and retries,
+  :meth:`~openstarry.bus.EventBus.publish` keeps the event in its bounded
+  outgoing buffer and retries (raising ``QueueFull`` when that is full).
+  Handled entries stay in the stream, the retained history ``openstarry tail``
+  prints, until this bound pushes them out.
+- **Reconnects.** A lost connection (a Redis restart) is retried with
+  exponential backoff (50 ms to 2 s); a flush whose answer was lost is sent
+  again: the script's producer token makes a retried publish count as
+  accepted, not as a duplicate, and a retried commit finds its record and
+  publishes nothing twice.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import socket
+import time
+import uuid
+import zlib
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import sniffio
+
+from openstarry.core import Event, EventQueue, Ingestor, encode_event
+from openstarry.errors import QueueClosed, QueueFull
+
+if TYPE_CHECKING:
+    from openstarry.bus import EventBus
+
+try:
+    import redis.asyncio as aioredis
+    from redis import exceptions as redis_errors
+except ImportError as exc:  # pragma: no cover - exercised by the smoke test without extras
+    raise ImportError(
+        "the Redis bus needs redis-py with hiredis: pip install 'openstarry[redis]'"
+    ) from exc
+
+__all__ = ["RedisStreams", "partition_of", "stream_key"]
+
+log = logging.getLogger("openstarry.redis_streams")
+
+PRIORITIES = range(6)
+
+#: Errors after which a connection is retried with backoff.
+_RETRY = (
+    redis_errors.ConnectionError,
+    redis_errors.TimeoutError,
+    redis_errors.BusyLoadingError,
+    OSError,
+)
+
+# One script per flush: publishes ("P"), commits ("C": a handled entry's effects,
+# its handled record and its XACK) and dead letters ("D"), in order, atomically.
+# Their fields travel in one length-prefixed blob (a few arguments per flush, not
+# thousands: the client's per-argument encoding dominated); every key shares the
+# hash tag of the one declared key, so a Redis Cluster keeps them on its node.
+_FLUSH = r"""
+local window = tonumber(ARGV[1])
+local maxlen = tonumber(ARGV[2])
+local done_ttl = tonumber(ARGV[3])
+local token = ARGV[4]
+local group = ARGV[5]
+local ops = ARGV[6]
+local prefix = ARGV[7]
+local blob = ARGV[8]
+local done_prefix = prefix .. 'done:' .. group .. ':'
+local pos = 1
+local out = {}
+
+-- The next field of the blob: "<length>:<bytes>".
+local function field()
+  local colon = string.find(blob, ':', pos, true)
+  local len = tonumber(string.sub(blob, pos, colon - 1))
+  pos = colon + len + 1
+  return string.sub(blob, colon + 1, colon + len)
+end
+
+local function parse(id)
+  local ms, seq = string.match(id, "^(%d+)-(%d+)$")
+  return tonumber(ms), tonumber(seq)
+end
+local function less(x, y)
+  local xm, xs = parse(x)
+  local ym, ys = parse(y)
+  return xm < ym or (xm == ym and xs < ys)
+end
+
+-- Trim entries that every group has handled, oldest first, down to 90 % of maxlen.
+local function trim(skey, len)
+  local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', skey)
+  if not ok or #groups == 0 then return len end
+  local safe = nil
+  for _, g in ipairs(groups) do
+    local f = {}
+    for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
+    local cand
+    local p = redis.call('XPENDING', skey, f['name'])
+    if tonumber(p[1]) > 0 then
+      cand = p[2]
+    else
+      local ms, seq = parse(f['last-delivered-id'])
+      cand = ms .. '-' .. (seq + 1)
+    end
+    if safe == nil or less(cand, safe) then safe = cand end
+  end
+  local need = len - math.floor(maxlen * 0.9)
+  local r = redis.call('XRANGE', skey, '-', '+', 'COUNT', need + 1)
+  local minid = safe
+  if #r > need and less(r[need + 1][1], safe) then minid = r[need + 1][1] end
+  redis.call('XTRIM', skey, 'MINID', minid)
+  return redis.call('XLEN', skey)
+end
+
+-- Stream lengths, read once per script and kept up to date.
+local lens = {}
+local function has_room(skey)
+  local len = lens[skey]
+  if len == nil then len = redis.call('XLEN', skey) end
+  if len >= maxlen then len = trim(skey, len) end
+  lens[skey] = len
+  return len < maxlen
+end
+
+for i = 1, #ops do
+  local op = string.sub(ops, i, i)
+  if op == 'P' then
+    local idkey, skey, wire = prefix .. 'id:' .. field(), field(), field()
+    local seen
+    if has_room(skey) then
+      seen = redis.call('SET', idkey, token, 'NX', 'PX', window, 'GET')
+      if not seen then
+        redis.call('XADD', skey, '*', 'e', wire)
+        lens[skey] = lens[skey] + 1
+      end
+    else
+      seen = redis.call('GET', idkey)
+      if not seen then seen = -1 end
+    end
+    if not seen or seen == token then
+      out[#out + 1] = 1
+    elseif seen == -1 then
+      out[#out + 1] = -1
+    else
+      out[#out + 1] = 0
+    end
+  elseif op == 'C' then
+    -- Commit: a handled entry's effects (n publishes), its record, its XACK.
+    local donekey, skey, entry, n = done_prefix .. field(), field(), field(), tonumber(field())
+    local effects = {}
+    for j = 1, n do effects[j] = {prefix .. 'id:' .. field(), field(), field()} end
+    if redis.call('EXISTS', donekey) == 1 then
+      out[#out + 1] = -2 -- handled before: its effects were committed then
+      redis.call('XACK', skey, group, entry)
+    else
+      local room = true
+      for j = 1, n do
+        if not has_room(effects[j][2]) then room = false; break end
+      end
+      if room then
+        local fresh = 0
+        for j = 1, n do
+          local e = effects[j]
+          if redis.call('SET', e[1], token, 'NX', 'PX', window) then
+            redis.call('XADD', e[2], '*', 'e', e[3])
+            lens[e[2]] = lens[e[2]] + 1
+            fresh = fresh + 1
+          end
+        end
+        redis.call('SET', donekey, '1', 'PX', done_ttl)
+        redis.call('XACK', skey, group, entry)
+        out[#out + 1] = fresh
+      else
+        out[#out + 1] = -1 -- refused whole: retried when the streams have room
+      end
+    end
+  else -- 'D': dead letter
+    local donekey, skey = done_prefix .. field(), field()
+    local entry, wire, reason = field(), field(), field()
+    local dead = prefix .. 'dead'
+    if redis.call('SET', donekey, 'dead', 'NX', 'PX', done_ttl) then
+      redis.call('XADD', dead, '*', 'e', wire, 'reason', reason, 'stream', skey, 'entry', entry)
+    end
+    redis.call('XACK', skey, group, entry)
+  end
+end
+return out
+"""
+
+# Renew a lease; one that lapsed while no other consumer took it is taken back
+# (this consumer was only slow: what it holds is still its own).
+_RENEW = """
+local owner = redis.call('GET', KEYS[1])
+if owner == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if not owner then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 2
+end
+return 0
+"""
+
+_FREE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def partition_of(session_id: str, partitions: int) -> int:
+    """The partition of a session: the same in every process (CRC-32 of its UTF-8 bytes)."""
+    return zlib.crc32(session_id.encode("utf-8", "surrogatepass")) % partitions
+
+
+def stream_key(name: str, partition: int, priority: int) -> str:
+    """The stream of one partition at one priority."""
+    return f"{{{name}}}:s:{partition}:{priority}"
+
+
+class _Delivery:
+    """One stream entry delivered to this consumer, until it is done."""
+
+    __slots__ = ("attempts", "effects", "entry", "partition", "stream")
+
+    def __init__(self, stream: str, entry: str, partition: int, attempts: int) -> None:
+        self.stream = stream
+        self.entry = entry
+        self.partition = partition
+        self.attempts = attempts
+        #: What its handling published, held back until its commit.
+        self.effects: list[_Outgoing] = []
+
+
+class _Outgoing:
+    """One operation waiting for the next flush: its code and its fields, encoded."""
+
+    __slots__ = ("accepted", "blob", "effects", "event", "op", "waiter")
+
+    def __init__(self, op: str, blob: bytes, event: Event | None, effects: int = 0) -> None:
+        self.op = op
+        self.blob = blob
+        self.event = event
+        #: The publishes a commit carries.
+        self.effects = effects
+        #: Who awaits the answer of a publish, and the answer.
+        self.waiter: _Answers | None = None
+        self.accepted = False
+
+
+class _Answers:
+    """The answers awaited by one ``asend`` or ``asend_many``: one signal for them all."""
+
+    __slots__ = ("left", "signal")
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+        self.signal = anyio.Event()
+
+    def answered(self) -> None:
+        self.left -= 1
+        if self.left <= 0:
+            self.signal.set()
+
+
+def _fields(*fields: bytes | str) -> bytes:
+    """Fields for the flush script's blob: ``<length>:<bytes>`` each."""
+    out = []
+    for f in fields:
+        b = f.encode("utf-8", "surrogatepass") if isinstance(f, str) else f
+        out.append(b"%d:%s" % (len(b), b))
+    return b"".join(out)
+
+
+class RedisStreams:
+    """A :class:`~openstarry.bus.BusBackend` on Redis Streams (see the module's rules).
+
+    Args:
+        url: ``redis://host:port/db`` (also ``rediss://``, ``unix://``).
+        group: The consumer group: the consumers that share the work (default ``"openstarry"``).
+        consumer: This consumer's name in the group (default: host name and process id).
+        consume: Whether this bus consumes (a worker) or only publishes (a producer).
+        name: The prefix of every key (the hash tag), to run several buses on one Redis.
+        partitions: Partitions of the sessions (fixed for the life of the data).
+        maxlen: Entries each stream holds at most.
+        dedup_window: Seconds an id stays known to every producer.
+        done_ttl: Seconds a handled id stays recorded (longer than any redelivery).
+        claim_idle: Seconds after which the partitions of a consumer that stopped
+            renewing its leases are taken over, and their entries reclaimed.
+        max_deliveries: Deliveries of an event whose handler keeps failing before
+            it goes to the dead-letter stream.
+        batch: Entries fetched per stream per read.
+        buffer: Events waiting to be sent, at most (then ``publish`` raises ``QueueFull``).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        group: str | None = None,
+        consumer: str | None = None,
+        consume: bool = True,
+        name: str = "openstarry",
+        partitions: int = 8,
+        maxlen: int = 10_000,
+        dedup_window: float = 60.0,
+        done_ttl: float = 86_400.0,
+        claim_idle: float = 10.0,
+        max_deliveries: int = 3,
+        batch: int = 256,
+        buffer: int = 65_536,
+    ) -> None:
+        if partitions < 1 or maxlen < 10 or max_deliveries < 1 or batch < 1:
+            raise ValueError("partitions, max_deliveries and batch must be >= 1, maxlen >= 10")
+        if not 0 < claim_idle <= 3600:
+            raise ValueError(f"claim_idle must be in (0, 3600] seconds, not {claim_idle}")
+        self.url = url
+        self.group = group or "openstarry"
+        self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
+        self.consume = consume
+        self.name = name
+        self.partitions = partitions
+        self.maxlen = maxlen
+        self.window_ms = int(dedup_window * 1000)
+        self.done_ttl_ms = int(done_ttl * 1000)
+        self.claim_idle = claim_idle
+        self.max_deliveries = max_deliveries
+        self.batch = batch
+        self.buffer = buffer
+        #: Identifies this producer's publishes, so that a retried flush is not a duplicate.
+        self.token = uuid.uuid4().hex
+        self._client: Any = None
+        self._bus: EventBus | None = None
+        self._outgoing: deque[_Outgoing] = deque()
+        self._flush_wake: anyio.Event = anyio.Event()
+        self._flushed: anyio.Event = anyio.Event()
+        self._in_flight = 0  # operations taken by the flush under way
+        self._deliveries: dict[Event, _Delivery] = {}
+        self._owned: set[int] = set()
+        self._draining: set[int] = set()
+        self._reclaim: deque[int] = deque()
+        self._stopping = False
+        self._scripts: dict[str, Any] = {}
+        self._scratch = EventQueue(None)
+        self._ingestor = Ingestor(self._scratch, None)
+        # Metrics.
+        self.sent = 0
+        self.duplicates = 0
+        self.refused_full = 0
+        self.delivered = 0
+        self.acked = 0
+        self.skipped_handled = 0
+        self.retried = 0
+        self.dead_lettered = 0
+        self.reconnects = 0
+
+    # -- keys ------------------------------------------------------------
+
+    def _key(self, suffix: str) -> str:
+        return f"{{{self.name}}}:{suffix}"
+
+    def _streams_of(self, partition: int) -> list[str]:
+        return [stream_key(self.name, partition, r) for r in PRIORITIES]
+
+    # -- life ------------------------------------------------------------
+
+    @asynccontextmanager
+    async def running(self, bus: EventBus) -> AsyncIterator[RedisStreams]:
+        """Connect, create the group (reading from the start), publish and consume for ``bus``."""
+        if sniffio.current_async_library() != "asyncio":
+            raise RuntimeError(
+                "the Redis bus runs on asyncio only (redis-py's client does not run on "
+                "trio); on trio use the local bus"
+            )
+        self._bus = bus
+        self._stopping = False
+        self._flush_wake = anyio.Event()
+        self._flushed = anyio.Event()
+        client = aioredis.Redis.from_url(
+            self.url, decode_responses=False, health_check_interval=0, socket_keepalive=True
+        )
+        self._client = client
+        try:
+            self._scripts = {
+                "flush": client.register_script(_FLUSH),
+                "renew": client.register_script(_RENEW),
+                "free": client.register_script(_FREE),
+            }
+            if self.consume:
+                await self._retrying(self._create_groups)
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(self._flush_loop, name="openstarry.redis flusher")
+                if self.consume:
+                    tasks.start_soon(self._lease_loop, name="openstarry.redis leases")
+                    tasks.start_soon(self._fetch_loop, name="openstarry.redis fetcher")
+                try:
+                    yield self
+                finally:
+                    # Stop fetching, let the bus dispatch what it holds (the bus
+                    # drains after this context), hand back the rest, free leases.
+                    self._stopping = True
+                    await self._drain_deliveries()
+                    with anyio.move_on_after(10, shield=True):
+                        await self.flush()
+                        if self.consume:
+                            await self._free_leases()
+                    tasks.cancel_scope.cancel()
+        finally:
+            self._bus = None
+            self._deliveries.clear()
+            self._owned.clear()
+            self._draining.clear()
+            self._reclaim.clear()
+            with anyio.move_on_after(2, shield=True):
+                await client.aclose()
+            self._client = None
+
+    async def _drain_deliveries(self) -> None:
+        """Wait (briefly) for what the bus holds of ours to be dispatched."""
+        bus = self._bus
+        with anyio.move_on_after(5, shield=True):
+            while bus is not None and self._deliveries and len(bus) and not bus.closed:
+                await anyio.sleep(0.01)
+
+    async def _retrying(self, action: Callable[[], Any]) -> Any:
+        """Run ``action`` until it succeeds, backing off on connection errors."""
+        delay = 0.05
+        while True:
+            try:
+                return await action()
+            except _RETRY as exc:
+                self.reconnects += 1
+                log.warning("redis: %s; retrying in %.2f s", exc, delay)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def _create_groups(self) -> None:
+        pipe = self._client.pipeline(transaction=False)
+        for p in range(self.partitions):
+            for key in self._streams_of(p):
+                pipe.xgroup_create(key, self.group, id="0", mkstream=True)
+        for result in await pipe.execute(raise_on_error=False):
+            if isinstance(result, Exception) and "BUSYGROUP" not in str(result):
+                raise result
+
+    # -- publishing ------------------------------------------------------
+
+    def _publish_op(self, event: Event) -> _Outgoing:
+        partition = partition_of(event.session_id, self.partitions)
+        stream = stream_key(self.name, partition, event.priority).encode()
+        event_id = event.id.encode("utf-8", "surrogatepass")
+        wire = encode_event(event)
+        blob = b"%d:%s%d:%s%d:%s" % (len(event_id), event_id, len(stream), stream, len(wire), wire)
+        return _Outgoing("P", blob, event)
+
+    def _effect(self, event: Event, cause: Event | None) -> bool:
+        """Hold ``event`` back as an effect of the delivery ``cause``, if it is one of ours."""
+        if cause is None:
+            return False
+        delivery = self._deliveries.get(cause)
+        if delivery is None:
+            return False
+        delivery.effects.append(self._publish_op(event))
+        return True
+
+    def send(self, event: Event, cause: Event | None = None) -> None:
+        if self._client is None:
+            raise QueueClosed("the Redis bus is not running: use `async with bus`")
+        if self._effect(event, cause):
+            return
+        if len(self._outgoing) >= self.buffer:
+            raise QueueFull(f"the Redis bus's outgoing buffer holds {self.buffer} events")
+        self._outgoing.append(self._publish_op(event))
+        self._flush_wake.set()
+
+    async def asend(self, event: Event, cause: Event | None = None) -> bool:
+        if self._client is None:
+            raise QueueClosed("the Redis bus is not running: use `async with bus`")
+        if self._effect(event, cause):
+            return True  # committed with its cause; a duplicate id is counted then
+        while len(self._outgoing) >= self.buffer:
+            await self.flush()
+        op = self._publish_op(event)
+        answers = op.waiter = _Answers(1)
+        self._outgoing.append(op)
+        self._flush_wake.set()
+        await answers.signal.wait()
+        return op.accepted
+
+    async def asend_many(self, events: Sequence[Event]) -> list[bool]:
+        """:meth:`asend` for a batch: one wait for all their answers, in order."""
+        if self._client is None:
+            raise QueueClosed("the Redis bus is not running: use `async with bus`")
+        answers = _Answers(len(events))
+        ops = []
+        outgoing = self._outgoing
+        for event in events:
+            if len(outgoing) >= self.buffer:
+                self._flush_wake.set()
+                while len(outgoing) >= self.buffer:
+                    await self.flush()
+            op = self._publish_op(event)
+            op.waiter = answers
+            outgoing.append(op)
+            ops.append(op)
+        self._flush_wake.set()
+        if ops:
+            await answers.signal.wait()
+        return [op.accepted for op in ops]
+
+    async def history(self, cursors: dict[str, str] | None = None) -> list[tuple[str, bytes]]:
+        """Every entry the streams retain, oldest first: ``(entry id, wire bytes)``.
+
+        ``cursors``, if given, is filled with the last entry id of each stream,
+        for :meth:`follow`.
+        """
+        entries: list[tuple[tuple[int, int], bytes]] = []
+        for p in range(self.partitions):
+            for key in self._streams_of(p):
+                last = "0-0"
+                for entry, fields in await self._client.xrange(key, "-", "+"):
+                    last = _text(entry)
+                    entries.append((_order(last), fields.get(b"e", b"")))
+                if cursors is not None:
+                    cursors[key] = last
+        entries.sort(key=lambda item: item[0])
+        return [(f"{ms}-{seq}", wire) for (ms, seq), wire in entries]
+
+    async def follow(self, cursors: dict[str, str], timeout: float) -> list[tuple[str, bytes]]:
+        """Entries added after the ``cursors`` (the last entry id seen, by stream),
+        waiting up to ``timeout`` seconds; the cursors move past what is returned.
+
+        Each stream has its own cursor: entry ids are ordered within a stream,
+        not across streams.
+        """
+        keys = {
+            key: cursors.get(key, "0-0")
+            for p in range(self.partitions)
+            for key in self._streams_of(p)
+        }
+        reply = await self._client.xread(keys, block=max(1, int(timeout * 1000)))
+        entries: list[tuple[tuple[int, int], bytes]] = []
+        for stream, stream_entries in reply or ():
+            for entry, fields in stream_entries:
+                last = _text(entry)
+                entries.append((_order(last), fields.get(b"e", b"")))
+            if stream_entries:
+                cursors[_text(stream)] = last
+        entries.sort(key=lambda item: item[0])
+        return [(f"{ms}-{seq}", wire) for (ms, seq), wire in entries]
+
+    async def flush(self) -> None:
+        while (self._outgoing or self._in_flight) and self._client is not None:
+            flushed = self._flushed
+            self._flush_wake.set()
+            await flushed.wait()
+
+    async def _flush_loop(self) -> None:
+        while True:
+            if not self._outgoing:
+                self._flush_wake = anyio.Event()
+                if not self._outgoing:
+                    await self._flush_wake.wait()
+            ops: list[_Outgoing] = []
+            outgoing = self._outgoing
+            while outgoing and len(ops) < 2048:
+                ops.append(outgoing.popleft())
+            self._in_flight = len(ops)
+            try:
+                full = await self._retrying(functools.partial(self._flush, ops))
+            finally:
+                self._in_flight = 0
+            if full:
+                # Refused (a stream at its bound): back at the front, retried after a pause.
+                outgoing.extendleft(reversed(full))
+                self.refused_full += len(full)
+                await anyio.sleep(0.05)
+            flushed, self._flushed = self._flushed, anyio.Event()
+            flushed.set()
+
+    async def _flush(self, ops: list[_Outgoing]) -> list[_Outgoing]:
+        """Run one flush script; returns the publishes refused because a stream was full."""
+        args: list[bytes | str | int] = [
+            self.window_ms,
+            self.maxlen,
+            self.done_ttl_ms,
+            self.token,
+            self.group,
+            "".join([op.op for op in ops]),
+            self._key(""),
+            b"".join([op.blob for op in ops]),
+        ]
+        results = await self._scripts["flush"](keys=[self._key("dead")], args=args)
+        answered = [op for op in ops if op.op != "D"]
+        full: list[_Outgoing] = []
+        for op, result in zip(answered, results, strict=True):
+            if result == -1:
+                full.append(op)
+                continue
+            if op.op == "C":
+                self.acked += 1
+                if result == -2:
+                    self.skipped_handled += 1
+                else:
+                    self.sent += result
+                    self.duplicates += op.effects - result
+                continue
+            if result == 1:
+                self.sent += 1
+            else:
+                self.duplicates += 1
+            if op.waiter is not None:
+                op.accepted = result == 1
+                op.waiter.answered()
+        return full
+
+    # -- deliveries ------------------------------------------------------
+
+    def done(self, event: Event, outcome: str) -> None:
+        delivery = self._deliveries.pop(event, None)
+        if delivery is None:
+            return
+        if outcome == "handled":
+            self._ack(event, delivery)
+            return
+        # A failed or handed-back attempt commits nothing: its effects go with it.
+        delivery.effects = []
+        if outcome == "failed":
+            if delivery.attempts + 1 >= self.max_deliveries:
+                self._dead_letter(event, delivery, "handler failed")
+            else:
+                # Delivered again at once, to keep the session's order.
+                delivery.attempts += 1
+                self.retried += 1
+                self._feed([(event, delivery)])
+        # "returned": left pending; the partition's next owner reclaims it.
+
+    def _ack(self, event: Event, delivery: _Delivery) -> None:
+        """Commit a handled delivery: its effects, its handled record and its XACK at once."""
+        effects = delivery.effects
+        event_id = event.id.encode("utf-8", "surrogatepass")
+        stream, entry = delivery.stream.encode(), delivery.entry.encode()
+        count = b"%d" % len(effects)
+        blob = b"%d:%s%d:%s%d:%s%d:%s" % (
+            len(event_id),
+            event_id,
+            len(stream),
+            stream,
+            len(entry),
+            entry,
+            len(count),
+            count,
+        )
+        if effects:
+            blob = b"".join([blob, *[effect.blob for effect in effects]])
+        delivery.effects = []
+        self._outgoing.append(_Outgoing("C", blob, None, len(effects)))
+        self._flush_wake.set()
+
+    def _dead_letter(
+        self, event: Event | None, delivery: _Delivery, reason: str, wire: bytes = b""
+    ) -> None:
+        self.dead_lettered += 1
+        event_id = event.id if event is not None else f"entry:{delivery.stream}:{delivery.entry}"
+        self._outgoing.append(
+            _Outgoing(
+                "D",
+                _fields(
+                    event_id,
+                    delivery.stream,
+                    delivery.entry,
+                    encode_event(event) if event is not None else wire,
+                    reason,
+                ),
+                None,
+            )
+        )
+        self._flush_wake.set()
+
+    def _feed(self, items: Sequence[tuple[Event, _Delivery]]) -> None:
+        bus = self._bus
+        if bus is None or not items or bus.closed:
+            return  # not fed: left pending, reclaimed by the partition's next owner
+        deliveries = self._deliveries
+        fresh = []
+        for event, delivery in items:
+            if event in deliveries:
+                # Already held here (a reclaim of our own pending entry): one
+                # delivery at a time, or its hold and effects would be lost.
+                continue
+            deliveries[event] = delivery
+            fresh.append(event)
+        if fresh:
+            bus.feed(fresh)
+
+    # -- leases ----------------------------------------------------------
+
+    async def _lease_loop(self) -> None:
+        period = self.claim_idle / 3
+        while not self._stopping:
+            await self._retrying(self._balance)
+            await anyio.sleep(period)
+
+    async def _balance(self) -> None:
+        """Renew this consumer's leases, then take or free partitions toward an even share."""
+        client = self._client
+        ttl = int(self.claim_idle * 1000)
+        now = int(time.time() * 1000)
+        consumers = self._key(f"consumers:{self.group}")
+        pipe = client.pipeline(transaction=False)
+        pipe.zadd(consumers, {self.consumer: now})
+        pipe.zremrangebyscore(consumers, "-inf", now - ttl)
+        pipe.zcard(consumers)
+        live = max(1, (await pipe.execute())[2])
+        for p in sorted(self._owned):
+            renewed = await self._scripts["renew"](keys=[self._lease(p)], args=[self.consumer, ttl])
+            if not renewed:
+                log.warning("redis: lost the lease of partition %d", p)
+                self._owned.discard(p)
+        share = math.ceil(self.partitions / live)
+        if len(self._owned) < share:
+            start = zlib.crc32(self.consumer.encode()) % self.partitions
+            for i in range(self.partitions):
+                p = (start + i) % self.partitions
+                if len(self._owned) >= share:
+                    break
+                if p in self._owned:
+                    continue
+                if await client.set(self._lease(p), self.consumer, nx=True, px=ttl):
+                    self._owned.add(p)
+                    self._reclaim.append(p)
+        elif len(self._owned) > share:
+            for p in sorted(self._owned)[share:]:
+                self._draining.add(p)
+        for p in list(self._draining):
+            if not any(d.partition == p for d in self._deliveries.values()):
+                await self._scripts["free"](keys=[self._lease(p)], args=[self.consumer])
+                self._owned.discard(p)
+                self._draining.discard(p)
+
+    def _lease(self, partition: int) -> str:
+        return self._key(f"lease:{self.group}:{partition}")
+
+    async def _free_leases(self) -> None:
+        client = self._client
+        if client is None:
+            return
+        try:
+            for p in list(self._owned):
+                await self._scripts["free"](keys=[self._lease(p)], args=[self.consumer])
+            await client.zrem(self._key(f"consumers:{self.group}"), self.consumer)
+        except _RETRY:
+            pass  # the leases expire by themselves
+        self._owned.clear()
+
+    # -- fetching --------------------------------------------------------
+
+    async def _fetch_loop(self) -> None:
+        bus = self._bus
+        assert bus is not None
+        low_water = self.batch
+        while not self._stopping:
+            if len(bus) >= low_water:
+                await anyio.sleep(0.001)
+                continue
+            if self._reclaim:
+                await self._retrying(lambda: self._reclaim_partition(self._reclaim[0]))
+                self._reclaim.popleft()
+                continue
+            readable = sorted(self._owned - self._draining)
+            if not readable:
+                await anyio.sleep(0.05)
+                continue
+            streams = {key: ">" for p in readable for key in self._streams_of(p)}
+            try:
+                reply = await self._client.xreadgroup(
+                    self.group, self.consumer, streams, count=self.batch, block=500
+                )
+            except redis_errors.ResponseError as exc:
+                if "NOGROUP" in str(exc):  # the streams were deleted under us
+                    await self._retrying(self._create_groups)
+                    continue
+                raise
+            except _RETRY as exc:
+                self.reconnects += 1
+                log.warning("redis: %s; reconnecting", exc)
+                await anyio.sleep(0.2)
+                continue
+            if reply:
+                entries = [
+                    (_text(stream), _text(entry), fields)
+                    for stream, stream_entries in reply
+                    for entry, fields in stream_entries
+                ]
+                self._feed(self._deliver(entries, attempts=None))
+
+    async def _reclaim_partition(self, partition: int) -> None:
+        """Take every entry still pending in a partition just acquired (its previous
+        owner died or stopped), skipping those already handled."""
+        client = self._client
+        for key in self._streams_of(partition):
+            cursor = "0-0"
+            while True:
+                reply = await client.xautoclaim(
+                    key, self.group, self.consumer, min_idle_time=0, start_id=cursor, count=1000
+                )
+                cursor = _text(reply[0])
+                entries = [(key, _text(entry), fields) for entry, fields in reply[1] if fields]
+                deleted = [_text(e) for e in (reply[2] if len(reply) > 2 else [])]
+                if deleted:
+                    await client.xack(key, self.group, *deleted)
+                if entries:
+                    pending = await client.xpending_range(
+                        key,
+                        self.group,
+                        min=entries[0][1],
+                        max=entries[-1][1],
+                        count=len(entries) + 1,
+                        consumername=self.consumer,
+                    )
+                    counts = {_text(p["message_id"]): int(p["times_delivered"]) for p in pending}
+                    self._feed(await self._skip_handled(self._deliver(entries, attempts=counts)))
+                if cursor == "0-0":
+                    break
+
+    def _deliver(
+        self,
+        entries: Sequence[tuple[str, str, dict[bytes, bytes]]],
+        attempts: dict[str, int] | None,
+    ) -> list[tuple[Event, _Delivery]]:
+        """Decode, check and order a fetched batch in one Ingestor call.
+
+        ``attempts`` (deliveries so far, by entry) is given for reclaimed
+        entries. Invalid envelopes and events delivered too often go to the
+        dead-letter stream. Returns the events to dispatch, in dispatch order.
+        """
+        wires = [fields.get(b"e", b"") for _, _, fields in entries]
+        scratch = self._scratch
+        result = self._ingestor.ingest(wires)
+        invalid = {line for line, _ in result.invalid} if result.invalid else ()
+        # An event keeps the very bytes it was decoded from: they find its entry.
+        by_wire: dict[bytes, list[_Delivery]] = {}
+        for i, (stream, entry, _) in enumerate(entries):
+            delivery = _Delivery(stream, entry, int(stream.rsplit(":", 2)[1]), 0)
+            if i in invalid:
+                self._dead_letter(None, delivery, "invalid envelope", wires[i])
+                continue
+            if attempts is not None:
+                delivery.attempts = max(0, attempts.get(entry, 1) - 1)
+            found = by_wire.get(wires[i])
+            if found is None:
+                by_wire[wires[i]] = [delivery]
+            else:
+                found.append(delivery)
+        events = scratch.pop_many(len(scratch))
+        self.delivered += len(events)
+        items: list[tuple[Event, _Delivery]] = []
+        for event in events:
+            found = by_wire[encode_event(event)]
+            delivery = found.pop(0) if len(found) > 1 else found[0]
+            if delivery.attempts >= self.max_deliveries:
+                self._dead_letter(event, delivery, "delivered too many times")
+                continue
+            items.append((event, delivery))
+        return items
+
+    async def _skip_handled(
+        self, items: list[tuple[Event, _Delivery]]
+    ) -> list[tuple[Event, _Delivery]]:
+        """The reclaimed events not yet handled; the handled ones are acknowledged."""
+        if not items:
+            return items
+        keys = [self._key(f"done:{self.group}:{event.id}") for event, _ in items]
+        marks = await self._client.mget(keys)
+        fresh = []
+        for (event, delivery), mark in zip(items, marks, strict=True):
+            if mark is None:
+                fresh.append((event, delivery))
+            else:
+                self._ack(event, delivery)  # counted as skipped when the script answers
+        return fresh
+
+    # -- metrics ---------------------------------------------------------
+
+    def metrics(self) -> dict[str, Any]:
+        return {
+            "sent": self.sent,
+            "duplicates": self.duplicates,
+            "refused_full": self.refused_full,
+            "delivered": self.delivered,
+            "acked": self.acked,
+            "skipped_handled": self.skipped_handled,
+            "retried": self.retried,
+            "dead_lettered": self.dead_lettered,
+            "reconnects": self.reconnects,
+            "outgoing": len(self._outgoing),
+            "holding": len(self._deliveries),
+            "partitions": sorted(self._owned),
+        }
+
+
+def _order(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,168 @@
+"""Session stores: SQLite for one machine that must survive a restart, Redis for several workers.
+
+    from openstarry.stores import open_store
+
+    store = open_store("sqlite:///var/lib/agent/sessions.db")  # or "redis://host:6379/0"
+    async with Agent(provider, tools, store=store) as agent: ...
+
+Each implements :class:`~openstarry.agent.store.SessionStore`: a session is one
+JSON document (its memory's entries), replaced whole by each save. The SQLite
+store uses the standard library (its calls run in a worker thread); the Redis
+store needs the ``[redis]`` extra and keeps each session under
+``{NAME}:session:ID``. The assembly layer picks one from the manifest's
+``sessions.store``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+
+from openstarry._lifecycle import Lifecycle
+from openstarry.agent.store import InMemoryStore, SessionStore
+
+__all__ = ["InMemoryStore", "RedisStore", "SQLiteStore", "open_store"]
+
+
+class SQLiteStore:
+    """Sessions in one SQLite file (the standard library's ``sqlite3``, WAL mode)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, data TEXT NOT NULL)"
+            )
+            self._db = db
+        return self._db
+
+    def _call(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
+        with self._lock:
+            return self._connection().execute(sql, args).fetchall()
+
+    async def load(self, session_id: str) -> list[dict[str, Any]] | None:
+        rows = await anyio.to_thread.run_sync(
+            self._call, "SELECT data FROM sessions WHERE id = ?", (session_id,)
+        )
+        return json.loads(rows[0][0]) if rows else None
+
+    async def save(self, session_id: str, entries: list[dict[str, Any]]) -> None:
+        data = json.dumps(entries, ensure_ascii=False)
+        await anyio.to_thread.run_sync(
+            self._call,
+            "INSERT INTO sessions (id, data) VALUES (?, ?) "
+            "ON CONFLICT(id) DO UPDATE SET data = excluded.data",
+            (session_id, data),
+        )
+
+    async def delete(self, session_id: str) -> None:
+        await anyio.to_thread.run_sync(
+            self._call, "DELETE FROM sessions WHERE id = ?", (session_id,)
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+
+class RedisStore(Lifecycle):
+    """Sessions in Redis, shared by every worker (the ``[redis]`` extra; asyncio only).
+
+    Its connection opens on first use and closes when the store, used as an
+    async context manager (an :class:`~openstarry.agent.Agent` enters it), exits.
+    """
+
+    def __init__(self, url: str, *, name: str = "openstarry") -> None:
+        try:
+            import redis.asyncio  # noqa: F401
+        except ImportError as exc:
+            raise ImportError(
+                "the Redis session store needs redis-py: pip install 'openstarry[redis]'"
+            ) from exc
+        self.url = url
+        self.name = name
+        self._client: Any = None
+
+    def _redis(self) -> Any:
+        if self._client is None:
+            import redis.asyncio as aioredis
+
+            self._client = aioredis.Redis.from_url(self.url, decode_responses=False)
+        return self._client
+
+    def _key(self, session_id: str) -> str:
+        return f"{{{self.name}}}:session:{session_id}"
+
+    async def _retrying(self, command: str, *args: Any) -> Any:
+        """A command, retried with backoff (50 ms to 2 s, 30 s in all) while Redis is away."""
+        from redis import exceptions
+
+        delay, waited = 0.05, 0.0
+        while True:
+            try:
+                return await getattr(self._redis(), command)(*args)
+            except (exceptions.ConnectionError, exceptions.TimeoutError, OSError):
+                if waited >= 30:
+                    raise
+                await anyio.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, 2.0)
+
+    async def load(self, session_id: str) -> list[dict[str, Any]] | None:
+        data = await self._retrying("get", self._key(session_id))
+        return None if data is None else json.loads(data)
+
+    async def save(self, session_id: str, entries: list[dict[str, Any]]) -> None:
+        data = json.dumps(entries, ensure_ascii=False)
+        await self._retrying("set", self._key(session_id), data)
+
+    async def delete(self, session_id: str) -> None:
+        await self._retrying("delete", self._key(session_id))
+
+    @asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncIterator[RedisStore]:
+        try:
+            yield self
+        finally:
+            client, self._client = self._client, None
+            if client is not None:
+                with anyio.CancelScope(shield=True):
+                    await client.aclose()
+
+
+def open_store(spec: str | None) -> SessionStore | None:
+    """The store a ``sessions.store`` value names.
+
+    ``None`` or ``"memory"``: none (sessions in the agent's process);
+    ``"sqlite:///PATH"`` or ``"sqlite:PATH"``: :class:`SQLiteStore`;
+    ``"redis://..."``: :class:`RedisStore`.
+
+    Raises:
+        ValueError: any other value.
+    """
+    if spec is None or spec == "memory":
+        return None
+    if spec.startswith("sqlite:"):
+        path = spec.removeprefix("sqlite:")
+        path = path.removeprefix("//") if path.startswith("///") else path
+        return SQLiteStore(path)
+    if spec.split("://", 1)[0] in ("redis", "rediss", "unix"):
+        return RedisStore(spec)
+    raise ValueError(
+        f"sessions store {spec!r}: expected 'memory', 'sqlite:///PATH' or 'redis://...'"
+    )
