@@ -246,9 +246,12 @@ fn type_error(s: &mut Scanner<'_>, field: &str, expected: &str) -> JsonError {
     JsonError::at(s.pos(), format!("expected {expected}, found {found}")).in_field(field)
 }
 
-#[inline]
+#[inline(always)]
 fn string_field(s: &mut Scanner<'_>, field: &str) -> Result<Span, JsonError> {
-    if s.peek_kind()? != Kind::String {
+    s.skip_ws();
+    if s.buf().get(s.pos()) != Some(&b'"') {
+        // Not a string: the scanner's own error when it is no value at all.
+        s.peek_kind()?;
         return Err(type_error(s, field, "a string"));
     }
     s.string()
