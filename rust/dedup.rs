@@ -391,6 +391,23 @@ impl DedupWindow {
         self.table_capacity = self.table.capacity();
     }
 
+    /// Make room at once for up to `n` ids about to be recorded (a batch the
+    /// ingestor is about to screen): the table grows once, to the size its
+    /// doublings would reach, instead of moving every id at each doubling.
+    /// Never beyond twice `max_entries`, where `make_room` stops growing too.
+    pub fn reserve(&mut self, n: usize) {
+        let len = self.table.len();
+        let most = self.max_entries.min(MAX_LIVE);
+        let want = len.saturating_add(n).min(most.saturating_mul(2));
+        if want <= self.table.capacity() {
+            return;
+        }
+        let ring = &self.ring;
+        let head = self.head_seq;
+        self.table.reserve(want - len, |&s| ring[pos(s, head)].hash);
+        self.table_capacity = self.table.capacity();
+    }
+
     /// Record `key` (absent from the window) at time `ts`.
     #[inline]
     fn insert(&mut self, key: IdKey<'_>, hash: u64, ts: i64) {

@@ -246,9 +246,12 @@ fn type_error(s: &mut Scanner<'_>, field: &str, expected: &str) -> JsonError {
     JsonError::at(s.pos(), format!("expected {expected}, found {found}")).in_field(field)
 }
 
-#[inline]
+#[inline(always)]
 fn string_field(s: &mut Scanner<'_>, field: &str) -> Result<Span, JsonError> {
-    if s.peek_kind()? != Kind::String {
+    s.skip_ws();
+    if s.buf().get(s.pos()) != Some(&b'"') {
+        // Not a string: the scanner's own error when it is no value at all.
+        s.peek_kind()?;
         return Err(type_error(s, field, "a string"));
     }
     s.string()
@@ -271,7 +274,15 @@ fn timestamp_field(s: &mut Scanner<'_>) -> Result<i64, JsonError> {
         return Err(type_error(s, "timestamp", "an integer (Unix time in ms)"));
     }
     let (start, end, integer) = s.number()?;
-    let text = std::str::from_utf8(&s.buf()[start..end]).unwrap_or_default();
+    let digits = &s.buf()[start..end];
+    // An integer without a sign is all digits (the scanner checked), and 18
+    // of them always fit: read them directly, without a UTF-8 check and a parse.
+    if integer && digits.len() <= 18 && digits[0] != b'-' {
+        return Ok(digits
+            .iter()
+            .fold(0i64, |v, &d| v * 10 + i64::from(d - b'0')));
+    }
+    let text = std::str::from_utf8(digits).unwrap_or_default();
     let value = if integer {
         text.parse::<i64>().ok()
     } else {
@@ -317,6 +328,20 @@ pub fn is_event_type(t: &str) -> bool {
 #[inline]
 #[must_use]
 pub fn is_event_type_bytes(t: &[u8]) -> bool {
+    // The spec's own types, compared whole, before the general check.
+    if matches!(
+        t,
+        b"INPUT:USER_MESSAGE"
+            | b"INPUT:SYSTEM_COMMAND"
+            | b"INPUT:SIGNAL"
+            | b"KERNEL:TICK_START"
+            | b"KERNEL:STATE_CHANGE"
+            | b"KERNEL:ERROR"
+            | b"EXEC:TOOL_CALL"
+            | b"EXEC:TOOL_RESULT"
+    ) {
+        return true;
+    }
     let mut colons = 0;
     let mut part_start = true;
     for &c in t {
@@ -578,6 +603,37 @@ mod tests {
     }
 
     #[test]
+    fn timestamps_read_directly_agree_with_parsing() {
+        // The reference: the text parsed as an i64, kept when non-negative.
+        for ts in [
+            "0",
+            "-0",
+            "7",
+            "1730000000000",
+            "999999999999999999",
+            "1000000000000000000",
+            "9223372036854775807",
+            "9223372036854775808",
+            "99999999999999999999",
+            "-1",
+            "-9223372036854775808",
+            "1.0",
+            "1e3",
+        ] {
+            let s = GOOD.replace("1730000000000", ts);
+            let want = ts.parse::<i64>().ok().filter(|v| *v >= 0);
+            match dec(&s) {
+                Ok(idx) => assert_eq!(Some(idx.timestamp), want, "{ts}"),
+                Err(e) => {
+                    assert_eq!(want, None, "{ts}: {e}");
+                    assert_eq!(e.field.as_deref(), Some("timestamp"), "{ts}: {e}");
+                    assert!(e.message.ends_with(&format!("found {ts}")), "{ts}: {e}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn reports_missing_and_duplicate_fields() {
         let e = dec(&GOOD.replace("\"sessionId\":\"s-1\",", "")).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("sessionId"));
@@ -606,6 +662,17 @@ mod tests {
             "", "INPUT", ":X", "X:", "a:B", "A:b", "A:B:C", "A :B", "_A:B", "1A:B",
         ] {
             assert!(!is_event_type(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn the_spec_types_shortcut_agrees_with_the_rule() {
+        for t in SPEC_TYPES {
+            assert!(is_event_type_bytes(t.as_bytes()), "{t}");
+            // The general rule alone (the shortcut skipped): the same answer.
+            let mut general = t.as_bytes().to_vec();
+            general.push(b'X');
+            assert!(is_event_type_bytes(&general), "{t}X");
         }
     }
 

@@ -295,6 +295,10 @@ pub fn ingest<'a, T>(
 ) -> Report<T> {
     let mut invalid = Vec::new();
     let decoded = decode_lines(lines, 0, limits, &mut invalid);
+    let mut window = window;
+    if let Some(w) = window.as_deref_mut() {
+        w.reserve(decoded.len());
+    }
     let mut items: Vec<Option<T>> = decoded.iter().map(|d| Some(make(d))).collect();
     let admitted = admit(&decoded, &mut items, window, now_ms, queue, id_of);
     Report {

@@ -646,9 +646,130 @@ impl<'a> Scanner<'a> {
     /// Validate and skip one value; returns its byte range. `depth` is the
     /// nesting depth of the container holding the value (0 at top level).
     ///
+    /// One tight pass over the bytes ([`Scanner::skip_fast`]) takes every
+    /// value it can prove valid; anything else (every invalid value, and the
+    /// rare valid ones it leaves alone: exponents, long numbers, nesting past
+    /// 64 levels) is scanned again from its start by
+    /// [`Scanner::skip_value_checked`], which gives the error. The two accept
+    /// exactly the same values with the same ranges (tested against each
+    /// other below), so errors are the checked scanner's, byte for byte.
+    #[inline]
+    pub fn skip_value(&mut self, depth: usize) -> Result<(usize, usize), JsonError> {
+        self.skip_ws();
+        let start = self.pos;
+        if let Some(end) = self.skip_fast(start, depth) {
+            self.pos = end;
+            return Ok((start, end));
+        }
+        self.skip_value_checked(depth)
+    }
+
+    /// The fast path of [`Scanner::skip_value`]: the end of the value that
+    /// starts at `start`, or `None` for anything it does not take (including
+    /// every error). It only reads; the cursor does not move.
+    ///
+    /// Strings go through the same word-at-a-time search and the same escape
+    /// and UTF-8 checks as [`Scanner::string`]; structure is one loop over
+    /// the bytes with the open containers in a 64-bit stack, instead of a call
+    /// per token each skipping whitespace and building a `Result`.
+    fn skip_fast(&self, start: usize, depth: usize) -> Option<usize> {
+        let buf = self.buf;
+        let mut i = start;
+        // Bit n is set when the container open at level n is an object.
+        let mut objects = 0u64;
+        let mut level = 0usize;
+        'value: loop {
+            // A value starts at `i`, whitespace skipped.
+            match *buf.get(i)? {
+                b'"' => i = self.string_end(i + 1)?,
+                open @ (b'{' | b'[') => {
+                    if level >= 64 || depth + level >= self.max_depth {
+                        return None;
+                    }
+                    i = skip_ws_at(buf, i + 1);
+                    let object = open == b'{';
+                    let close = if object { b'}' } else { b']' };
+                    if buf.get(i) == Some(&close) {
+                        i += 1;
+                    } else {
+                        if object {
+                            objects |= 1 << level;
+                            i = self.member_key(i)?;
+                        } else {
+                            objects &= !(1 << level);
+                        }
+                        level += 1;
+                        continue 'value;
+                    }
+                }
+                b't' => i = literal_end(buf, i, b"true")?,
+                b'f' => i = literal_end(buf, i, b"false")?,
+                b'n' => i = literal_end(buf, i, b"null")?,
+                _ => i = number_end(buf, i)?,
+            }
+            // A value ended at `i`: close the containers it ends.
+            loop {
+                if level == 0 {
+                    return Some(i);
+                }
+                i = skip_ws_at(buf, i);
+                let object = objects & (1 << (level - 1)) != 0;
+                match *buf.get(i)? {
+                    b',' => {
+                        i = skip_ws_at(buf, i + 1);
+                        if object {
+                            i = self.member_key(i)?;
+                        }
+                        continue 'value;
+                    }
+                    b'}' if object => {}
+                    b']' if !object => {}
+                    _ => return None,
+                }
+                i += 1;
+                level -= 1;
+            }
+        }
+    }
+
+    /// For [`Scanner::skip_fast`]: the key at `i`, its `:` and the whitespace
+    /// around it; returns where the member's value starts.
+    #[inline(always)]
+    fn member_key(&self, i: usize) -> Option<usize> {
+        let buf = self.buf;
+        if buf.get(i) != Some(&b'"') {
+            return None;
+        }
+        let i = skip_ws_at(buf, self.string_end(i + 1)?);
+        if buf.get(i) != Some(&b':') {
+            return None;
+        }
+        Some(skip_ws_at(buf, i + 1))
+    }
+
+    /// For [`Scanner::skip_fast`]: the index after the closing quote of the
+    /// string whose contents start at `i`, validated as [`Scanner::string`]
+    /// validates them; `None` where that would fail.
+    #[inline(always)]
+    fn string_end(&self, mut i: usize) -> Option<usize> {
+        let buf = self.buf;
+        loop {
+            i = find_special(buf, i);
+            match *buf.get(i)? {
+                b'"' => return Some(i + 1),
+                b'\\' => i = self.escape(i).ok()?,
+                b if b >= 0x80 => i = utf8_char(buf, i).ok()?,
+                _ => return None,
+            }
+        }
+    }
+
+    /// The validating scanner behind [`Scanner::skip_value`]: one call per
+    /// token, and the error of any invalid value.
+    ///
     /// Iterative, with the open containers kept in a bit stack: the machine
     /// stack does not grow with the nesting, whatever the limit.
-    pub fn skip_value(&mut self, depth: usize) -> Result<(usize, usize), JsonError> {
+    pub fn skip_value_checked(&mut self, depth: usize) -> Result<(usize, usize), JsonError> {
         self.skip_ws();
         let start = self.pos;
         // Bit n of `objects` is set when the container open at level n is an object.
@@ -730,6 +851,58 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// The index of the first byte at or after `i` that is not JSON whitespace.
+#[inline(always)]
+fn skip_ws_at(buf: &[u8], mut i: usize) -> usize {
+    while let Some(b' ' | b'\t' | b'\n' | b'\r') = buf.get(i) {
+        i += 1;
+    }
+    i
+}
+
+/// For [`Scanner::skip_fast`]: the index after `word` (`true`, `false` or
+/// `null`) at `i`, or `None`.
+#[inline(always)]
+fn literal_end(buf: &[u8], i: usize, word: &[u8]) -> Option<usize> {
+    (buf.get(i..i + word.len())? == word).then_some(i + word.len())
+}
+
+/// For [`Scanner::skip_fast`]: the index after the number at `i`, or `None`
+/// when there is none or [`Scanner::number`] would have more to check: an
+/// exponent (the range check) or more than 300 bytes (the digit limits).
+#[inline(always)]
+fn number_end(buf: &[u8], start: usize) -> Option<usize> {
+    let digit = |i: usize| matches!(buf.get(i), Some(b'0'..=b'9'));
+    let mut i = start;
+    if buf.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    match buf.get(i)? {
+        b'0' => i += 1,
+        b'1'..=b'9' => {
+            i += 1;
+            while digit(i) {
+                i += 1;
+            }
+        }
+        _ => return None,
+    }
+    if buf.get(i) == Some(&b'.') {
+        i += 1;
+        if !digit(i) {
+            return None;
+        }
+        while digit(i) {
+            i += 1;
+        }
+    }
+    // An exponent, or a digit after a leading zero.
+    if matches!(buf.get(i), Some(b'e' | b'E' | b'0'..=b'9')) || i - start > 300 {
+        return None;
+    }
+    Some(i)
+}
+
 /// Bytes that end the fast path of a string scan: quote, backslash, control
 /// characters, and bytes that are not ASCII.
 static NEEDS_CARE: [bool; 256] = {
@@ -746,22 +919,14 @@ static NEEDS_CARE: [bool; 256] = {
 ///
 /// Eight bytes at a time: a byte is flagged when it equals `"` or `\\`, is
 /// below 0x20, or has its high bit set. The carries of the zero-byte trick can
-/// only flag bytes above a true match, so the lowest flag is exact.
+/// only flag bytes above a true match, so the lowest flag is exact. (Measured:
+/// sixteen at a time, two words a branch, is slower, most strings being short;
+/// so is a first pass over the line to learn it is printable ASCII, which would
+/// leave only `"` and `\\` to look for.)
 #[inline]
 fn find_special(buf: &[u8], mut i: usize) -> usize {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
     while let Some(chunk) = buf.get(i..i + 8) {
-        let w = u64::from_le_bytes([
-            chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7],
-        ]);
-        let quote = w ^ (LO * u64::from(b'"'));
-        let slash = w ^ (LO * u64::from(b'\\'));
-        let flags = ((quote.wrapping_sub(LO) & !quote)
-            | (slash.wrapping_sub(LO) & !slash)
-            | (w.wrapping_sub(LO * 0x20) & !w)
-            | w)
-            & HI;
+        let flags = special_flags(word(chunk));
         if flags != 0 {
             return i + (flags.trailing_zeros() / 8) as usize;
         }
@@ -771,6 +936,27 @@ fn find_special(buf: &[u8], mut i: usize) -> usize {
         i += 1;
     }
     i
+}
+
+/// Eight bytes (the caller passes exactly eight) as a little-endian word.
+#[inline(always)]
+fn word(b: &[u8]) -> u64 {
+    u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+}
+
+/// The high bit of each byte of `w` that [`NEEDS_CARE`], possibly with false
+/// flags above the lowest true one.
+#[inline(always)]
+fn special_flags(w: u64) -> u64 {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let quote = w ^ (LO * u64::from(b'"'));
+    let slash = w ^ (LO * u64::from(b'\\'));
+    ((quote.wrapping_sub(LO) & !quote)
+        | (slash.wrapping_sub(LO) & !slash)
+        | (w.wrapping_sub(LO * 0x20) & !w)
+        | w)
+        & HI
 }
 
 /// Check the UTF-8 sequence that starts at `i` (a byte >= 0x80); returns the index after it.
@@ -1013,6 +1199,239 @@ mod tests {
             "{\"a\":{}",
         ] {
             assert!(validate(bad.as_bytes(), &limits).is_err(), "{bad}");
+        }
+    }
+
+    /// A small xorshift generator: the property tests below are reproducible.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+
+        fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+            items[self.below(items.len())]
+        }
+    }
+
+    /// A random JSON value, valid or nearly so: every construct the scanners
+    /// know, with whitespace, escapes, UTF-8 and numbers of every shape.
+    fn random_value(rng: &mut Rng, out: &mut String, depth: usize) {
+        const WS: [&str; 5] = ["", "", "", " ", "\n\t "];
+        const NUMBERS: [&str; 16] = [
+            "0",
+            "-0",
+            "7",
+            "-12",
+            "1.5",
+            "-0.25",
+            "1e5",
+            "2E-3",
+            "1.5e+300",
+            "1e400",
+            "01",
+            "1.",
+            "-",
+            "12345678901234567890",
+            ".5",
+            "0.000001",
+        ];
+        const STRINGS: [&str; 12] = [
+            "\"\"",
+            "\"plain\"",
+            "\"caf\u{e9}\"",
+            "\"\u{1f600} emoji\"",
+            "\"esc \\\" \\\\ \\/ \\n\"",
+            "\"\\u00e9\\ud83d\\ude00\"",
+            "\"\\ud800\"",
+            "\"\\x\"",
+            "\"a\u{1}b\"",
+            "\"unterminated",
+            "\"a long string that runs past several words of eight bytes\"",
+            "\"\\udc00\"",
+        ];
+        let ws = rng.pick(&WS);
+        out.push_str(ws);
+        let choice = if depth > 6 {
+            rng.below(4)
+        } else {
+            rng.below(7)
+        };
+        match choice {
+            0 => out.push_str(rng.pick(&NUMBERS)),
+            1 => out.push_str(rng.pick(&STRINGS)),
+            2 => out.push_str(rng.pick(&["true", "false", "null", "tru", "nul"])),
+            3 => {
+                if rng.below(20) == 0 {
+                    out.push_str(&"9".repeat(250 + rng.below(100)));
+                } else {
+                    out.push_str(rng.pick(&NUMBERS));
+                }
+            }
+            4 | 5 => {
+                out.push('{');
+                for k in 0..rng.below(5) {
+                    if k > 0 {
+                        out.push_str(rng.pick(&[",", ",", ",", " , ", ""]));
+                    }
+                    out.push_str(rng.pick(&WS));
+                    out.push_str(rng.pick(&["\"k\"", "\"key\\n\"", "\"caf\u{e9}\"", "k"]));
+                    out.push_str(rng.pick(&[":", " : ", ":", ""]));
+                    random_value(rng, out, depth + 1);
+                }
+                out.push_str(rng.pick(&WS));
+                out.push_str(rng.pick(&["}", "}", "}", "]", ",}"]));
+            }
+            _ => {
+                out.push('[');
+                for k in 0..rng.below(5) {
+                    if k > 0 {
+                        out.push_str(rng.pick(&[",", ",", " ,", ""]));
+                    }
+                    random_value(rng, out, depth + 1);
+                }
+                out.push_str(rng.pick(&WS));
+                out.push_str(rng.pick(&["]", "]", "]", "}", ",]"]));
+            }
+        }
+        out.push_str(rng.pick(&WS));
+    }
+
+    /// `skip_value` (fast path, then the checked scanner) against the checked
+    /// scanner alone: the same result, the same error, the same cursor.
+    fn same_as_checked(buf: &[u8], depth: usize, limits: &Limits) {
+        let Ok(mut fast) = Scanner::new(buf, limits) else {
+            return;
+        };
+        let mut checked = Scanner::new(buf, limits).unwrap();
+        let got = fast.skip_value(depth);
+        let want = checked.skip_value_checked(depth);
+        assert_eq!(got, want, "{:?}", String::from_utf8_lossy(buf));
+        assert_eq!(
+            fast.pos(),
+            checked.pos(),
+            "{:?}",
+            String::from_utf8_lossy(buf)
+        );
+        // And the fast path alone never takes what the checked scanner refuses.
+        let probe = Scanner::new(buf, limits).unwrap();
+        let start = {
+            let mut s = Scanner::new(buf, limits).unwrap();
+            s.skip_ws();
+            s.pos()
+        };
+        if let Some(end) = probe.skip_fast(start, depth) {
+            assert_eq!(want, Ok((start, end)), "{:?}", String::from_utf8_lossy(buf));
+        }
+    }
+
+    #[test]
+    fn fast_skip_matches_the_checked_scanner_on_random_values() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let limits = [
+            Limits::default(),
+            Limits {
+                max_bytes: 1 << 20,
+                max_depth: 3,
+            },
+        ];
+        let mut fast_taken = 0;
+        for n in 0..60_000 {
+            let mut text = String::new();
+            random_value(&mut rng, &mut text, 0);
+            let l = &limits[n % 2];
+            let depth = rng.below(3);
+            same_as_checked(text.as_bytes(), depth, l);
+            let mut s = Scanner::new(text.as_bytes(), l).unwrap();
+            s.skip_ws();
+            if s.skip_fast(s.pos(), depth).is_some() {
+                fast_taken += 1;
+            }
+            // The same value, cut short or with one byte changed.
+            let mut bytes = text.into_bytes();
+            if !bytes.is_empty() {
+                let at = rng.below(bytes.len());
+                match rng.below(3) {
+                    0 => bytes.truncate(at),
+                    1 => bytes[at] = b"{}[]:,\"\\ 0-.eE\x01\x80\xff"[rng.below(17)],
+                    _ => {
+                        bytes.remove(at);
+                    }
+                }
+                same_as_checked(&bytes, depth, l);
+            }
+        }
+        // The fast path does take most of the valid values.
+        assert!(fast_taken > 5_000, "fast path took only {fast_taken}");
+    }
+
+    #[test]
+    fn fast_skip_takes_payloads_and_hands_back_the_rest() {
+        let limits = Limits::default();
+        let fast = |text: &str, depth: usize| {
+            let s = Scanner::new(text.as_bytes(), &limits).unwrap();
+            s.skip_fast(0, depth)
+        };
+        let payload = r#"{"toolCallId":"call_1","success":true,"result":{"bytes":512,"truncated":false,"list":[1,-2.5,null,"x",[],{}]},"durationMs":12}"#;
+        assert_eq!(fast(payload, 1), Some(payload.len()));
+        let spaced = "[ 1 , { \"a\" : [ ] } ]";
+        assert_eq!(fast(&format!("{spaced} "), 0), Some(spaced.len()));
+        // Left to the checked scanner: exponents, long numbers, deep nesting, errors.
+        for (text, depth) in [
+            ("1e5", 0),
+            (&*"1".repeat(301), 0),
+            (&*("[".repeat(65) + &"]".repeat(65)), 0),
+            ("[[]]", 63),
+            ("[1,]", 0),
+            ("{\"a\":01}", 0),
+            ("\"\\ud800\"", 0),
+        ] {
+            assert_eq!(fast(text, depth), None, "{text}");
+        }
+        // Every depth and nesting limit is the checked scanner's.
+        for max_depth in 0..70 {
+            let l = Limits {
+                max_bytes: 1 << 20,
+                max_depth,
+            };
+            for levels in [0, 1, 2, 63, 64, 65, 66] {
+                for depth in [0, 1, 5] {
+                    let text = "[".repeat(levels) + "{\"a\":[{}]}" + &"]".repeat(levels);
+                    same_as_checked(text.as_bytes(), depth, &l);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn find_special_finds_the_first_byte_that_needs_care() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let alphabet = b"abcdefgh0123456789 -_:{}[],\"\\\x00\x1f\x7f\x80\xc3\xff";
+        for _ in 0..20_000 {
+            let len = rng.below(48);
+            let buf: Vec<u8> = (0..len)
+                .map(|_| {
+                    if rng.below(6) == 0 {
+                        alphabet[rng.below(alphabet.len())]
+                    } else {
+                        b'a' + rng.below(26) as u8
+                    }
+                })
+                .collect();
+            for i in 0..=len {
+                let want = (i..len)
+                    .find(|&j| NEEDS_CARE[buf[j] as usize])
+                    .unwrap_or(len);
+                assert_eq!(find_special(&buf, i), want, "{buf:?} from {i}");
+            }
         }
     }
 

@@ -305,6 +305,79 @@ def test_decoded_fields_agree_with_the_json_module(data: bytes) -> None:
     assert event.extra == expected
 
 
+# Payloads the decoder skips in one pass (and hands to the checked scanner when
+# it meets anything else): strings with escapes, raw UTF-8 and control
+# characters, numbers of every shape, containers nested a few levels.
+_JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(st.characters(codec="utf-8"), max_size=12)
+)
+_JSON_VALUES = st.recursive(
+    _JSON_SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(st.characters(codec="utf-8"), max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def _payload_wire(value: Any, style: int) -> bytes:
+    if style == 0:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    if style == 1:
+        return json.dumps(value).encode()
+    return json.dumps(value, indent="\t").encode()
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_JSON_VALUES, style=st.integers(0, 2))
+def test_any_json_payload_decodes_like_the_json_module_and_round_trips(
+    value: Any, style: int
+) -> None:
+    payload = _payload_wire(value, style)
+    data = raw(payload="@@").replace(b'"@@"', payload)
+    event = decode_event(data)
+    assert event.payload_json == payload
+    assert event.payload == json.loads(payload)
+    assert encode_event(event) == data
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    value=_JSON_VALUES,
+    style=st.integers(0, 2),
+    edits=st.lists(
+        st.tuples(st.integers(0, 10**6), st.sampled_from(b'{}[]:,"\\ 0-.eE\x01\x80\xfftfn')),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_a_damaged_payload_is_refused_or_read_as_the_json_module_reads_it(
+    value: Any, style: int, edits: list[tuple[int, int]]
+) -> None:
+    payload = bytearray(_payload_wire(value, style))
+    for at, byte in edits:
+        payload[at % len(payload)] = byte
+    data = raw(payload="@@").replace(b'"@@"', bytes(payload))
+    event: Event | None = None
+    message = ""
+    try:
+        event = decode_event(data)
+    except DecodeError as e:
+        message = str(e)
+    if event is None:
+        # Every refusal names where it happened.
+        assert "at byte" in message or "field" in message
+        return
+    # Accepted: the payload is JSON, and reads as the json module reads it.
+    assert event.payload == json.loads(event.payload_json)
+    assert encode_event(event) == data
+
+
 # --- Event.new and child ----------------------------------------------------------------------
 
 

@@ -170,6 +170,11 @@ impl PyIngestor {
             rejected: Vec::new(),
             shed: Vec::new(),
         };
+        // The window's table grows once for the whole call, not by doublings
+        // chunk after chunk (profiled: a tenth of the window's work).
+        if let Some(d) = &self.dedup {
+            d.get().with_inner(|w| w.reserve(lines.len()));
+        }
         // A chunk at a time: each phase's working set stays in cache, and each
         // lock is taken once per chunk.
         for (n, chunk) in lines.chunks(CHUNK_LINES).enumerate() {
