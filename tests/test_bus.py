@@ -153,7 +153,7 @@ def test_bad_patterns_raise_value_error(pattern: str) -> None:
     bus = EventBus()
     with pytest.raises(ValueError, match="pattern"):
         bus.subscribe(pattern, lambda event: None)
-    assert bus._subscriptions == []
+    assert bus._routes.subscriptions == []
 
 
 @pytest.mark.parametrize("pattern", ["INPUT:USER_MESSAGE", "INPUT:*", "*", "KERNEL:ERROR"])
@@ -1368,7 +1368,7 @@ async def test_the_route_cache_does_not_grow_with_every_event_type_seen() -> Non
             for i in range(5000):
                 bus.publish(user_event(f"X:T{i}"))
             await bus.wait_idle()
-        cached = len(getattr(bus, "_routes", {}))
+        cached = len(bus._routes.by_type)
     assert cached <= 1024
 
 

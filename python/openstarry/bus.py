@@ -179,19 +179,20 @@ _NOT_RUNNING = _NotRunning()
 class Subscription:
     """What :meth:`EventBus.subscribe` returns; :meth:`cancel` ends the subscription."""
 
-    __slots__ = ("_bus", "handler", "is_async", "pattern")
+    __slots__ = ("_routes", "handler", "is_async", "pattern")
 
-    def __init__(self, bus: EventBus, pattern: str, handler: Handler) -> None:
-        self._bus: EventBus | None = bus
+    def __init__(self, routes: _Routes, pattern: str, handler: Handler) -> None:
+        #: ``None`` once cancelled (the dispatcher skips it mid-dispatch).
+        self._routes: _Routes | None = routes
         self.pattern = pattern
         self.handler = handler
         self.is_async = inspect.iscoroutinefunction(handler)
 
     def cancel(self) -> None:
         """Stop delivering events to the handler; calling it again does nothing."""
-        bus, self._bus = self._bus, None
-        if bus is not None:
-            bus._unsubscribe(self)
+        routes, self._routes = self._routes, None
+        if routes is not None:
+            routes.remove(self)
 
     def __repr__(self) -> str:
         return f"<Subscription {self.pattern!r} -> {_name_of(self.handler)}>"
@@ -230,6 +231,89 @@ def _check_pattern(pattern: str) -> None:
     raise ValueError(
         f"pattern {pattern!r}: expected TYPE like 'INPUT:USER_MESSAGE', 'NAMESPACE:*' or '*'"
     )
+
+
+class _Routes:
+    """Who an event type reaches: the subscriptions in order, and a route cached per type.
+
+    The dispatcher binds :attr:`by_type` once and calls :meth:`of` only on a
+    miss, so the cache is cleared in place, never replaced.
+    """
+
+    __slots__ = ("by_type", "subscriptions")
+
+    def __init__(self) -> None:
+        self.subscriptions: list[Subscription] = []
+        self.by_type: dict[str, tuple[Subscription, ...]] = {}
+
+    def add(self, subscription: Subscription) -> None:
+        self.subscriptions.append(subscription)
+        self.by_type.clear()
+
+    def remove(self, subscription: Subscription) -> None:
+        self.subscriptions = [s for s in self.subscriptions if s is not subscription]
+        self.by_type.clear()
+
+    def of(self, event_type: str) -> tuple[Subscription, ...]:
+        """The route of ``event_type``, computed and cached."""
+        namespace = event_type.partition(":")[0] + ":*"
+        route = tuple(
+            s
+            for s in self.subscriptions
+            if s.pattern == event_type or s.pattern == namespace or s.pattern == "*"
+        )
+        if len(self.by_type) >= _MAX_TYPES:
+            self.by_type.clear()
+        self.by_type[event_type] = route
+        return route
+
+
+class _RemotePublisher:
+    """The publishing side of a bus on a remote backend: the local window, then the backend.
+
+    What a task publishes goes with its cause (the delivered event it is
+    handling, see :meth:`EventBus.effects_of`); the counts are the bus's own.
+    """
+
+    __slots__ = ("backend", "bus")
+
+    def __init__(self, bus: EventBus, backend: BusBackend) -> None:
+        self.bus = bus
+        self.backend = backend
+
+    def send(self, event: Event) -> bool:
+        bus = self.bus
+        dedup = bus._dedup
+        if dedup is not None and event.id in dedup:
+            bus._duplicates += 1
+            return False
+        self.backend.send(event, _CAUSE.get())  # QueueFull before the window records the id
+        if dedup is not None:
+            dedup.check_and_insert(event.id)
+        bus._published += 1
+        return True
+
+    async def asend(self, event: Event) -> bool:
+        bus = self.bus
+        dedup = bus._dedup
+        if dedup is not None and not dedup.check_and_insert(event.id):
+            bus._duplicates += 1
+            return False
+        if await self.backend.asend(event, _CAUSE.get()):
+            bus._published += 1
+            return True
+        return False  # counted by the backend's metrics
+
+    def ingest(self, data: bytes | bytearray | memoryview | Sequence[bytes]) -> IngestResult:
+        bus = self.bus
+        scratch = EventQueue(None)
+        result = Ingestor(scratch, bus._dedup).ingest(data)
+        cause = _CAUSE.get()
+        for event in scratch.pop_many(len(scratch)):
+            self.backend.send(event, cause)
+        bus._duplicates += result.duplicates
+        bus._published += result.accepted
+        return result
 
 
 class EventBus(Lifecycle):
@@ -284,6 +368,7 @@ class EventBus(Lifecycle):
             raise TypeError(f"backend must be a BusBackend, not {type(backend).__name__}")
         #: The remote backend, or ``None`` for the local bus.
         self.backend = backend
+        self._remote = None if backend is None else _RemotePublisher(self, backend)
         #: Holds on delivered events (a remote backend's): the dispatch is one,
         #: each :meth:`hold` another; the event is done when they are all released.
         self._holds: dict[Event, list[Any]] = {}
@@ -291,8 +376,7 @@ class EventBus(Lifecycle):
         #: The ExecutionLoop that serves this bus's INPUT events, while one runs:
         #: a second would answer every input again.
         self.input_owner: object | None = None
-        self._subscriptions: list[Subscription] = []
-        self._routes: dict[str, tuple[Subscription, ...]] = {}
+        self._routes = _Routes()
         # Dispatcher state: it sleeps on _wake only when _asleep is set. The
         # signals are made for the running backend in __aenter__.
         self.new_signal: Callable[[], Signal] = anyio.Event
@@ -422,26 +506,9 @@ class EventBus(Lifecycle):
         the order they subscribed.
         """
         _check_pattern(pattern)
-        subscription = Subscription(self, pattern, handler)
-        self._subscriptions.append(subscription)
-        self._routes.clear()
+        subscription = Subscription(self._routes, pattern, handler)
+        self._routes.add(subscription)
         return subscription
-
-    def _unsubscribe(self, subscription: Subscription) -> None:
-        self._subscriptions = [s for s in self._subscriptions if s is not subscription]
-        self._routes.clear()
-
-    def _route(self, event_type: str) -> tuple[Subscription, ...]:
-        namespace = event_type.partition(":")[0] + ":*"
-        route = tuple(
-            s
-            for s in self._subscriptions
-            if s.pattern == event_type or s.pattern == namespace or s.pattern == "*"
-        )
-        if len(self._routes) >= _MAX_TYPES:
-            self._routes.clear()
-        self._routes[event_type] = route
-        return route
 
     # -- publishing ------------------------------------------------------
 
@@ -458,8 +525,8 @@ class EventBus(Lifecycle):
         queue = self._queue
         if self._closing:
             raise QueueClosed("the bus is closed")
-        if self.backend is not None:
-            return self._send(event)
+        if self._remote is not None:
+            return self._remote.send(event)
         if self._capacity is not None and len(queue) >= self._capacity:
             # Refuse before the window records the id: a retry must not be a duplicate.
             raise QueueFull(f"the bus holds {self._capacity} events")
@@ -474,41 +541,21 @@ class EventBus(Lifecycle):
             self._wake.set()
         return True
 
-    def _send(self, event: Event) -> bool:
-        """Publish through the remote backend, the local window first."""
-        assert self.backend is not None
-        dedup = self._dedup
-        if dedup is not None and event.id in dedup:
-            self._duplicates += 1
-            return False
-        self.backend.send(event, _CAUSE.get())  # QueueFull before the window records the id
-        if dedup is not None:
-            dedup.check_and_insert(event.id)
-        self._published += 1
-        return True
-
     async def apublish(self, event: Event) -> bool:
         """:meth:`publish`, waiting for room when the bus is at capacity.
 
         On a remote backend it waits for the backend's answer: ``False`` when
         any producer published the id within the backend's window.
         """
-        backend = self.backend
-        if backend is not None:
+        remote = self._remote
+        if remote is not None:
             if type(event) is not Event:
                 raise TypeError(
                     f"publish takes an openstarry.core.Event, not {type(event).__name__}"
                 )
             if self._closing:
                 raise QueueClosed("the bus is closed")
-            dedup = self._dedup
-            if dedup is not None and not dedup.check_and_insert(event.id):
-                self._duplicates += 1
-                return False
-            if await backend.asend(event, _CAUSE.get()):
-                self._published += 1
-                return True
-            return False  # counted by the backend's metrics
+            return await remote.asend(event)
         while True:
             try:
                 return self.publish(event)
@@ -529,8 +576,8 @@ class EventBus(Lifecycle):
         the result, never raised. Ingested events have no dispatch-latency sample.
         On a remote backend the accepted events are sent to it.
         """
-        if self.backend is not None:
-            return self._ingest_remote(data)
+        if self._remote is not None:
+            return self._remote.ingest(data)
         ingestor = self._ingestor
         if ingestor is None:
             ingestor = self._ingestor = Ingestor(self._queue, self._dedup)
@@ -541,19 +588,6 @@ class EventBus(Lifecycle):
         if result.accepted and self._asleep:
             self._asleep = False
             self._wake.set()
-        return result
-
-    def _ingest_remote(
-        self, data: bytes | bytearray | memoryview | Sequence[bytes]
-    ) -> IngestResult:
-        assert self.backend is not None
-        scratch = EventQueue(None)
-        result = Ingestor(scratch, self._dedup).ingest(data)
-        cause = _CAUSE.get()
-        for event in scratch.pop_many(len(scratch)):
-            self.backend.send(event, cause)
-        self._duplicates += result.duplicates
-        self._published += result.accepted
         return result
 
     # -- a remote backend's deliveries -------------------------------------
@@ -644,7 +678,8 @@ class EventBus(Lifecycle):
 
     async def _dispatch_loop(self) -> None:
         pop = self._queue.pop
-        routes = self._routes
+        routes = self._routes.by_type
+        route_of = self._routes.of
         dispatched = self._dispatched
         latency = self._latency
         size = len(latency)
@@ -683,11 +718,11 @@ class EventBus(Lifecycle):
                     dispatched["*"] = dispatched.get("*", 0) + 1
                 route = routes.get(event_type)
                 if route is None:
-                    route = self._route(event_type)
+                    route = route_of(event_type)
                 # A delivered event's handlers publish its effects (remote backends).
                 cause = _CAUSE.set(event) if holds and event in holds else None
                 for subscription in route:
-                    if subscription._bus is None:  # cancelled during this dispatch
+                    if subscription._routes is None:  # cancelled during this dispatch
                         continue
                     try:
                         if subscription.is_async:
