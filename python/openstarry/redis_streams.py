@@ -347,8 +347,482 @@ def _fields(*fields: bytes | str) -> bytes:
     return b"".join(out)
 
 
+class _Outbox:
+    """What this process sends, in order, until the flush script has answered for it.
+
+    Publishes, commits (a handled entry's effects, its handled record and its
+    XACK) and dead letters wait in one queue; one task runs them through the
+    flush script, up to 2,048 at a time. The counts are the backend's.
+    """
+
+    __slots__ = ("flushed", "in_flight", "queue", "streams", "wake")
+
+    def __init__(self, streams: RedisStreams) -> None:
+        self.streams = streams
+        self.queue: deque[_Outgoing] = deque()
+        self.wake: anyio.Event = anyio.Event()
+        self.flushed: anyio.Event = anyio.Event()
+        self.in_flight = 0  # operations taken by the flush under way
+
+    def publish_op(self, event: Event) -> _Outgoing:
+        streams = self.streams
+        partition = partition_of(event.session_id, streams.partitions)
+        stream = stream_key(streams.name, partition, event.priority).encode()
+        event_id = event.id.encode("utf-8", "surrogatepass")
+        wire = encode_event(event)
+        blob = b"%d:%s%d:%s%d:%s" % (len(event_id), event_id, len(stream), stream, len(wire), wire)
+        return _Outgoing("P", blob, event)
+
+    def send(self, event: Event) -> None:
+        buffer = self.streams.buffer
+        if len(self.queue) >= buffer:
+            raise QueueFull(f"the Redis bus's outgoing buffer holds {buffer} events")
+        self.queue.append(self.publish_op(event))
+        self.wake.set()
+
+    async def asend(self, event: Event) -> bool:
+        while len(self.queue) >= self.streams.buffer:
+            await self.flush()
+        op = self.publish_op(event)
+        answers = op.waiter = _Answers(1)
+        self.queue.append(op)
+        self.wake.set()
+        await answers.signal.wait()
+        return op.accepted
+
+    async def asend_many(self, events: Sequence[Event]) -> list[bool]:
+        answers = _Answers(len(events))
+        ops = []
+        outgoing = self.queue
+        buffer = self.streams.buffer
+        for event in events:
+            if len(outgoing) >= buffer:
+                self.wake.set()
+                while len(outgoing) >= buffer:
+                    await self.flush()
+            op = self.publish_op(event)
+            op.waiter = answers
+            outgoing.append(op)
+            ops.append(op)
+        self.wake.set()
+        if ops:
+            await answers.signal.wait()
+        return [op.accepted for op in ops]
+
+    async def flush(self) -> None:
+        while (self.queue or self.in_flight) and self.streams._client is not None:
+            flushed = self.flushed
+            self.wake.set()
+            await flushed.wait()
+
+    async def run(self) -> None:
+        """Flush what waits, whenever something does."""
+        while True:
+            if not self.queue:
+                self.wake = anyio.Event()
+                if not self.queue:
+                    await self.wake.wait()
+            ops: list[_Outgoing] = []
+            outgoing = self.queue
+            while outgoing and len(ops) < 2048:
+                ops.append(outgoing.popleft())
+            self.in_flight = len(ops)
+            try:
+                full = await self.streams._retrying(functools.partial(self._flush, ops))
+            finally:
+                self.in_flight = 0
+            if full:
+                # Refused (a stream at its bound): back at the front, retried after a pause.
+                outgoing.extendleft(reversed(full))
+                self.streams.refused_full += len(full)
+                await anyio.sleep(0.05)
+            flushed, self.flushed = self.flushed, anyio.Event()
+            flushed.set()
+
+    async def _flush(self, ops: list[_Outgoing]) -> list[_Outgoing]:
+        """Run one flush script; returns the publishes refused because a stream was full."""
+        streams = self.streams
+        args: list[bytes | str | int] = [
+            streams.window_ms,
+            streams.maxlen,
+            streams.done_ttl_ms,
+            streams.token,
+            streams.group,
+            "".join([op.op for op in ops]),
+            streams._key(""),
+            b"".join([op.blob for op in ops]),
+        ]
+        results = await streams._scripts["flush"](keys=[streams._key("dead")], args=args)
+        answered = [op for op in ops if op.op != "D"]
+        full: list[_Outgoing] = []
+        for op, result in zip(answered, results, strict=True):
+            if result == -1:
+                full.append(op)
+                continue
+            if op.op == "C":
+                streams.acked += 1
+                if result == -2:
+                    streams.skipped_handled += 1
+                else:
+                    streams.sent += result
+                    streams.duplicates += op.effects - result
+                continue
+            if result == 1:
+                streams.sent += 1
+            else:
+                streams.duplicates += 1
+            if op.waiter is not None:
+                op.accepted = result == 1
+                op.waiter.answered()
+        return full
+
+    def commit(self, event: Event, delivery: _Delivery) -> None:
+        """Commit a handled delivery: its effects, its handled record and its XACK at once."""
+        effects = delivery.effects
+        event_id = event.id.encode("utf-8", "surrogatepass")
+        stream, entry = delivery.stream.encode(), delivery.entry.encode()
+        count = b"%d" % len(effects)
+        blob = b"%d:%s%d:%s%d:%s%d:%s" % (
+            len(event_id),
+            event_id,
+            len(stream),
+            stream,
+            len(entry),
+            entry,
+            len(count),
+            count,
+        )
+        if effects:
+            blob = b"".join([blob, *[effect.blob for effect in effects]])
+        delivery.effects = []
+        self.queue.append(_Outgoing("C", blob, None, len(effects)))
+        self.wake.set()
+
+    def dead_letter(
+        self, event: Event | None, delivery: _Delivery, reason: str, wire: bytes = b""
+    ) -> None:
+        self.streams.dead_lettered += 1
+        event_id = event.id if event is not None else f"entry:{delivery.stream}:{delivery.entry}"
+        self.queue.append(
+            _Outgoing(
+                "D",
+                _fields(
+                    event_id,
+                    delivery.stream,
+                    delivery.entry,
+                    encode_event(event) if event is not None else wire,
+                    reason,
+                ),
+                None,
+            )
+        )
+        self.wake.set()
+
+
+class _Leases:
+    """The partitions this consumer owns: taken toward an even share, renewed, handed on."""
+
+    __slots__ = ("draining", "owned", "reclaim", "streams")
+
+    def __init__(self, streams: RedisStreams) -> None:
+        self.streams = streams
+        self.owned: set[int] = set()
+        #: Owned partitions beyond this consumer's share: freed once nothing of theirs is held.
+        self.draining: set[int] = set()
+        #: Partitions just taken, whose pending entries are still to be reclaimed.
+        self.reclaim: deque[int] = deque()
+
+    def clear(self) -> None:
+        self.owned.clear()
+        self.draining.clear()
+        self.reclaim.clear()
+
+    def key(self, partition: int) -> str:
+        streams = self.streams
+        return streams._key(f"lease:{streams.group}:{partition}")
+
+    async def run(self) -> None:
+        """Balance every third of ``claim_idle`` until the backend stops."""
+        streams = self.streams
+        period = streams.claim_idle / 3
+        while not streams._stopping:
+            await streams._retrying(self.balance)
+            await anyio.sleep(period)
+
+    async def balance(self) -> None:
+        """Renew this consumer's leases, then take or free partitions toward an even share."""
+        streams = self.streams
+        client = streams._client
+        scripts = streams._scripts
+        consumer = streams.consumer
+        partitions = streams.partitions
+        ttl = int(streams.claim_idle * 1000)
+        now = int(time.time() * 1000)
+        consumers = streams._key(f"consumers:{streams.group}")
+        pipe = client.pipeline(transaction=False)
+        pipe.zadd(consumers, {consumer: now})
+        pipe.zremrangebyscore(consumers, "-inf", now - ttl)
+        pipe.zcard(consumers)
+        live = max(1, (await pipe.execute())[2])
+        for p in sorted(self.owned):
+            renewed = await scripts["renew"](keys=[self.key(p)], args=[consumer, ttl])
+            if not renewed:
+                log.warning("redis: lost the lease of partition %d", p)
+                self.owned.discard(p)
+        share = math.ceil(partitions / live)
+        if len(self.owned) < share:
+            start = zlib.crc32(consumer.encode()) % partitions
+            for i in range(partitions):
+                p = (start + i) % partitions
+                if len(self.owned) >= share:
+                    break
+                if p in self.owned:
+                    continue
+                if await client.set(self.key(p), consumer, nx=True, px=ttl):
+                    self.owned.add(p)
+                    self.reclaim.append(p)
+        elif len(self.owned) > share:
+            for p in sorted(self.owned)[share:]:
+                self.draining.add(p)
+        held = streams._deliveries.held
+        for p in list(self.draining):
+            if not any(d.partition == p for d in held.values()):
+                await scripts["free"](keys=[self.key(p)], args=[consumer])
+                self.owned.discard(p)
+                self.draining.discard(p)
+
+    async def free(self) -> None:
+        """Free every lease and leave the live consumers (a clean stop)."""
+        streams = self.streams
+        client = streams._client
+        if client is None:
+            return
+        try:
+            for p in list(self.owned):
+                await streams._scripts["free"](keys=[self.key(p)], args=[streams.consumer])
+            await client.zrem(streams._key(f"consumers:{streams.group}"), streams.consumer)
+        except _RETRY:
+            pass  # the leases expire by themselves
+        self.owned.clear()
+
+
+class _Deliveries:
+    """The entries delivered to this consumer: fetched or reclaimed, fed to the bus,
+    held until the bus says they are done."""
+
+    __slots__ = ("held", "ingestor", "scratch", "streams")
+
+    def __init__(self, streams: RedisStreams) -> None:
+        self.streams = streams
+        self.held: dict[Event, _Delivery] = {}
+        self.scratch = EventQueue(None)
+        self.ingestor = Ingestor(self.scratch, None)
+
+    async def create_groups(self) -> None:
+        streams = self.streams
+        pipe = streams._client.pipeline(transaction=False)
+        for p in range(streams.partitions):
+            for key in streams._streams_of(p):
+                pipe.xgroup_create(key, streams.group, id="0", mkstream=True)
+        for result in await pipe.execute(raise_on_error=False):
+            if isinstance(result, Exception) and "BUSYGROUP" not in str(result):
+                raise result
+
+    def effect(self, event: Event, cause: Event | None) -> bool:
+        """Hold ``event`` back as an effect of the delivery ``cause``, if it is one of ours."""
+        if cause is None:
+            return False
+        delivery = self.held.get(cause)
+        if delivery is None:
+            return False
+        delivery.effects.append(self.streams._outbox.publish_op(event))
+        return True
+
+    def done(self, event: Event, outcome: str) -> None:
+        delivery = self.held.pop(event, None)
+        if delivery is None:
+            return
+        outbox = self.streams._outbox
+        if outcome == "handled":
+            outbox.commit(event, delivery)
+            return
+        # A failed or handed-back attempt commits nothing: its effects go with it.
+        delivery.effects = []
+        if outcome == "failed":
+            if delivery.attempts + 1 >= self.streams.max_deliveries:
+                outbox.dead_letter(event, delivery, "handler failed")
+            else:
+                # Delivered again at once, to keep the session's order.
+                delivery.attempts += 1
+                self.streams.retried += 1
+                self.feed([(event, delivery)])
+        # "returned": left pending; the partition's next owner reclaims it.
+
+    def feed(self, items: Sequence[tuple[Event, _Delivery]]) -> None:
+        bus = self.streams._bus
+        if bus is None or not items or bus.closed:
+            return  # not fed: left pending, reclaimed by the partition's next owner
+        held = self.held
+        fresh = []
+        for event, delivery in items:
+            if event in held:
+                # Already held here (a reclaim of our own pending entry): one
+                # delivery at a time, or its hold and effects would be lost.
+                continue
+            held[event] = delivery
+            fresh.append(event)
+        if fresh:
+            bus.feed(fresh)
+
+    async def drain(self) -> None:
+        """Wait (briefly) for what the bus holds of ours to be dispatched."""
+        bus = self.streams._bus
+        with anyio.move_on_after(5, shield=True):
+            while bus is not None and self.held and len(bus) and not bus.closed:
+                await anyio.sleep(0.01)
+
+    async def run(self) -> None:
+        """Fetch from the owned partitions whenever the bus runs low, reclaiming first."""
+        streams = self.streams
+        bus = streams._bus
+        assert bus is not None
+        leases = streams._leases
+        low_water = streams.batch
+        while not streams._stopping:
+            if len(bus) >= low_water:
+                await anyio.sleep(0.001)
+                continue
+            if leases.reclaim:
+                await streams._retrying(lambda: self.reclaim_partition(leases.reclaim[0]))
+                leases.reclaim.popleft()
+                continue
+            readable = sorted(leases.owned - leases.draining)
+            if not readable:
+                await anyio.sleep(0.05)
+                continue
+            keys = {key: ">" for p in readable for key in streams._streams_of(p)}
+            try:
+                reply = await streams._client.xreadgroup(
+                    streams.group, streams.consumer, keys, count=streams.batch, block=500
+                )
+            except redis_errors.ResponseError as exc:
+                if "NOGROUP" in str(exc):  # the streams were deleted under us
+                    await streams._retrying(self.create_groups)
+                    continue
+                raise
+            except _RETRY as exc:
+                streams.reconnects += 1
+                log.warning("redis: %s; reconnecting", exc)
+                await anyio.sleep(0.2)
+                continue
+            if reply:
+                entries = [
+                    (_text(stream), _text(entry), fields)
+                    for stream, stream_entries in reply
+                    for entry, fields in stream_entries
+                ]
+                self.feed(self.deliver(entries, attempts=None))
+
+    async def reclaim_partition(self, partition: int) -> None:
+        """Take every entry still pending in a partition just acquired (its previous
+        owner died or stopped), skipping those already handled."""
+        streams = self.streams
+        client = streams._client
+        group, consumer = streams.group, streams.consumer
+        for key in streams._streams_of(partition):
+            cursor = "0-0"
+            while True:
+                reply = await client.xautoclaim(
+                    key, group, consumer, min_idle_time=0, start_id=cursor, count=1000
+                )
+                cursor = _text(reply[0])
+                entries = [(key, _text(entry), fields) for entry, fields in reply[1] if fields]
+                deleted = [_text(e) for e in (reply[2] if len(reply) > 2 else [])]
+                if deleted:
+                    await client.xack(key, group, *deleted)
+                if entries:
+                    pending = await client.xpending_range(
+                        key,
+                        group,
+                        min=entries[0][1],
+                        max=entries[-1][1],
+                        count=len(entries) + 1,
+                        consumername=consumer,
+                    )
+                    counts = {_text(p["message_id"]): int(p["times_delivered"]) for p in pending}
+                    self.feed(await self.skip_handled(self.deliver(entries, attempts=counts)))
+                if cursor == "0-0":
+                    break
+
+    def deliver(
+        self,
+        entries: Sequence[tuple[str, str, dict[bytes, bytes]]],
+        attempts: dict[str, int] | None,
+    ) -> list[tuple[Event, _Delivery]]:
+        """Decode, check and order a fetched batch in one Ingestor call.
+
+        ``attempts`` (deliveries so far, by entry) is given for reclaimed
+        entries. Invalid envelopes and events delivered too often go to the
+        dead-letter stream. Returns the events to dispatch, in dispatch order.
+        """
+        streams = self.streams
+        outbox = streams._outbox
+        wires = [fields.get(b"e", b"") for _, _, fields in entries]
+        scratch = self.scratch
+        result = self.ingestor.ingest(wires)
+        invalid = {line for line, _ in result.invalid} if result.invalid else ()
+        # An event keeps the very bytes it was decoded from: they find its entry.
+        by_wire: dict[bytes, list[_Delivery]] = {}
+        for i, (stream, entry, _) in enumerate(entries):
+            delivery = _Delivery(stream, entry, int(stream.rsplit(":", 2)[1]), 0)
+            if i in invalid:
+                outbox.dead_letter(None, delivery, "invalid envelope", wires[i])
+                continue
+            if attempts is not None:
+                delivery.attempts = max(0, attempts.get(entry, 1) - 1)
+            found = by_wire.get(wires[i])
+            if found is None:
+                by_wire[wires[i]] = [delivery]
+            else:
+                found.append(delivery)
+        events = scratch.pop_many(len(scratch))
+        streams.delivered += len(events)
+        items: list[tuple[Event, _Delivery]] = []
+        for event in events:
+            found = by_wire[encode_event(event)]
+            delivery = found.pop(0) if len(found) > 1 else found[0]
+            if delivery.attempts >= streams.max_deliveries:
+                outbox.dead_letter(event, delivery, "delivered too many times")
+                continue
+            items.append((event, delivery))
+        return items
+
+    async def skip_handled(
+        self, items: list[tuple[Event, _Delivery]]
+    ) -> list[tuple[Event, _Delivery]]:
+        """The reclaimed events not yet handled; the handled ones are acknowledged."""
+        if not items:
+            return items
+        streams = self.streams
+        keys = [streams._key(f"done:{streams.group}:{event.id}") for event, _ in items]
+        marks = await streams._client.mget(keys)
+        fresh = []
+        for (event, delivery), mark in zip(items, marks, strict=True):
+            if mark is None:
+                fresh.append((event, delivery))
+            else:
+                # Counted as skipped when the script answers.
+                streams._outbox.commit(event, delivery)
+        return fresh
+
+
 class RedisStreams:
     """A :class:`~openstarry.bus.BusBackend` on Redis Streams (see the module's rules).
+
+    It holds the settings, the connection and the counters; three parts do the
+    work: the outbox (what is sent, through the flush script), the leases (the
+    partitions this consumer owns) and the deliveries (what was fetched or
+    reclaimed, held until the bus is done with it).
 
     Args:
         url: ``redis://host:port/db`` (also ``rediss://``, ``unix://``).
@@ -406,18 +880,11 @@ class RedisStreams:
         self.token = uuid.uuid4().hex
         self._client: Any = None
         self._bus: EventBus | None = None
-        self._outgoing: deque[_Outgoing] = deque()
-        self._flush_wake: anyio.Event = anyio.Event()
-        self._flushed: anyio.Event = anyio.Event()
-        self._in_flight = 0  # operations taken by the flush under way
-        self._deliveries: dict[Event, _Delivery] = {}
-        self._owned: set[int] = set()
-        self._draining: set[int] = set()
-        self._reclaim: deque[int] = deque()
         self._stopping = False
         self._scripts: dict[str, Any] = {}
-        self._scratch = EventQueue(None)
-        self._ingestor = Ingestor(self._scratch, None)
+        self._outbox = _Outbox(self)
+        self._leases = _Leases(self)
+        self._deliveries = _Deliveries(self)
         # Metrics.
         self.sent = 0
         self.duplicates = 0
@@ -449,8 +916,9 @@ class RedisStreams:
             )
         self._bus = bus
         self._stopping = False
-        self._flush_wake = anyio.Event()
-        self._flushed = anyio.Event()
+        outbox, leases, deliveries = self._outbox, self._leases, self._deliveries
+        outbox.wake = anyio.Event()
+        outbox.flushed = anyio.Event()
         client = aioredis.Redis.from_url(
             self.url, decode_responses=False, health_check_interval=0, socket_keepalive=True
         )
@@ -462,40 +930,31 @@ class RedisStreams:
                 "free": client.register_script(_FREE),
             }
             if self.consume:
-                await self._retrying(self._create_groups)
+                await self._retrying(deliveries.create_groups)
             async with anyio.create_task_group() as tasks:
-                tasks.start_soon(self._flush_loop, name="openstarry.redis flusher")
+                tasks.start_soon(outbox.run, name="openstarry.redis flusher")
                 if self.consume:
-                    tasks.start_soon(self._lease_loop, name="openstarry.redis leases")
-                    tasks.start_soon(self._fetch_loop, name="openstarry.redis fetcher")
+                    tasks.start_soon(leases.run, name="openstarry.redis leases")
+                    tasks.start_soon(deliveries.run, name="openstarry.redis fetcher")
                 try:
                     yield self
                 finally:
                     # Stop fetching, let the bus dispatch what it holds (the bus
                     # drains after this context), hand back the rest, free leases.
                     self._stopping = True
-                    await self._drain_deliveries()
+                    await deliveries.drain()
                     with anyio.move_on_after(10, shield=True):
-                        await self.flush()
+                        await outbox.flush()
                         if self.consume:
-                            await self._free_leases()
+                            await leases.free()
                     tasks.cancel_scope.cancel()
         finally:
             self._bus = None
-            self._deliveries.clear()
-            self._owned.clear()
-            self._draining.clear()
-            self._reclaim.clear()
+            deliveries.held.clear()
+            leases.clear()
             with anyio.move_on_after(2, shield=True):
                 await client.aclose()
             self._client = None
-
-    async def _drain_deliveries(self) -> None:
-        """Wait (briefly) for what the bus holds of ours to be dispatched."""
-        bus = self._bus
-        with anyio.move_on_after(5, shield=True):
-            while bus is not None and self._deliveries and len(bus) and not bus.closed:
-                await anyio.sleep(0.01)
 
     async def _retrying(self, action: Callable[[], Any]) -> Any:
         """Run ``action`` until it succeeds, backing off on connection errors."""
@@ -509,79 +968,37 @@ class RedisStreams:
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    async def _create_groups(self) -> None:
-        pipe = self._client.pipeline(transaction=False)
-        for p in range(self.partitions):
-            for key in self._streams_of(p):
-                pipe.xgroup_create(key, self.group, id="0", mkstream=True)
-        for result in await pipe.execute(raise_on_error=False):
-            if isinstance(result, Exception) and "BUSYGROUP" not in str(result):
-                raise result
-
     # -- publishing ------------------------------------------------------
-
-    def _publish_op(self, event: Event) -> _Outgoing:
-        partition = partition_of(event.session_id, self.partitions)
-        stream = stream_key(self.name, partition, event.priority).encode()
-        event_id = event.id.encode("utf-8", "surrogatepass")
-        wire = encode_event(event)
-        blob = b"%d:%s%d:%s%d:%s" % (len(event_id), event_id, len(stream), stream, len(wire), wire)
-        return _Outgoing("P", blob, event)
-
-    def _effect(self, event: Event, cause: Event | None) -> bool:
-        """Hold ``event`` back as an effect of the delivery ``cause``, if it is one of ours."""
-        if cause is None:
-            return False
-        delivery = self._deliveries.get(cause)
-        if delivery is None:
-            return False
-        delivery.effects.append(self._publish_op(event))
-        return True
 
     def send(self, event: Event, cause: Event | None = None) -> None:
         if self._client is None:
             raise QueueClosed("the Redis bus is not running: use `async with bus`")
-        if self._effect(event, cause):
+        if self._deliveries.effect(event, cause):
             return
-        if len(self._outgoing) >= self.buffer:
-            raise QueueFull(f"the Redis bus's outgoing buffer holds {self.buffer} events")
-        self._outgoing.append(self._publish_op(event))
-        self._flush_wake.set()
+        self._outbox.send(event)
 
     async def asend(self, event: Event, cause: Event | None = None) -> bool:
         if self._client is None:
             raise QueueClosed("the Redis bus is not running: use `async with bus`")
-        if self._effect(event, cause):
+        if self._deliveries.effect(event, cause):
             return True  # committed with its cause; a duplicate id is counted then
-        while len(self._outgoing) >= self.buffer:
-            await self.flush()
-        op = self._publish_op(event)
-        answers = op.waiter = _Answers(1)
-        self._outgoing.append(op)
-        self._flush_wake.set()
-        await answers.signal.wait()
-        return op.accepted
+        return await self._outbox.asend(event)
 
     async def asend_many(self, events: Sequence[Event]) -> list[bool]:
         """:meth:`asend` for a batch: one wait for all their answers, in order."""
         if self._client is None:
             raise QueueClosed("the Redis bus is not running: use `async with bus`")
-        answers = _Answers(len(events))
-        ops = []
-        outgoing = self._outgoing
-        for event in events:
-            if len(outgoing) >= self.buffer:
-                self._flush_wake.set()
-                while len(outgoing) >= self.buffer:
-                    await self.flush()
-            op = self._publish_op(event)
-            op.waiter = answers
-            outgoing.append(op)
-            ops.append(op)
-        self._flush_wake.set()
-        if ops:
-            await answers.signal.wait()
-        return [op.accepted for op in ops]
+        return await self._outbox.asend_many(events)
+
+    async def flush(self) -> None:
+        await self._outbox.flush()
+
+    # -- deliveries ------------------------------------------------------
+
+    def done(self, event: Event, outcome: str) -> None:
+        self._deliveries.done(event, outcome)
+
+    # -- reading the streams (openstarry tail) ---------------------------
 
     async def history(self, cursors: dict[str, str] | None = None) -> list[tuple[str, bytes]]:
         """Every entry the streams retain, oldest first: ``(entry id, wire bytes)``.
@@ -624,337 +1041,6 @@ class RedisStreams:
         entries.sort(key=lambda item: item[0])
         return [(f"{ms}-{seq}", wire) for (ms, seq), wire in entries]
 
-    async def flush(self) -> None:
-        while (self._outgoing or self._in_flight) and self._client is not None:
-            flushed = self._flushed
-            self._flush_wake.set()
-            await flushed.wait()
-
-    async def _flush_loop(self) -> None:
-        while True:
-            if not self._outgoing:
-                self._flush_wake = anyio.Event()
-                if not self._outgoing:
-                    await self._flush_wake.wait()
-            ops: list[_Outgoing] = []
-            outgoing = self._outgoing
-            while outgoing and len(ops) < 2048:
-                ops.append(outgoing.popleft())
-            self._in_flight = len(ops)
-            try:
-                full = await self._retrying(functools.partial(self._flush, ops))
-            finally:
-                self._in_flight = 0
-            if full:
-                # Refused (a stream at its bound): back at the front, retried after a pause.
-                outgoing.extendleft(reversed(full))
-                self.refused_full += len(full)
-                await anyio.sleep(0.05)
-            flushed, self._flushed = self._flushed, anyio.Event()
-            flushed.set()
-
-    async def _flush(self, ops: list[_Outgoing]) -> list[_Outgoing]:
-        """Run one flush script; returns the publishes refused because a stream was full."""
-        args: list[bytes | str | int] = [
-            self.window_ms,
-            self.maxlen,
-            self.done_ttl_ms,
-            self.token,
-            self.group,
-            "".join([op.op for op in ops]),
-            self._key(""),
-            b"".join([op.blob for op in ops]),
-        ]
-        results = await self._scripts["flush"](keys=[self._key("dead")], args=args)
-        answered = [op for op in ops if op.op != "D"]
-        full: list[_Outgoing] = []
-        for op, result in zip(answered, results, strict=True):
-            if result == -1:
-                full.append(op)
-                continue
-            if op.op == "C":
-                self.acked += 1
-                if result == -2:
-                    self.skipped_handled += 1
-                else:
-                    self.sent += result
-                    self.duplicates += op.effects - result
-                continue
-            if result == 1:
-                self.sent += 1
-            else:
-                self.duplicates += 1
-            if op.waiter is not None:
-                op.accepted = result == 1
-                op.waiter.answered()
-        return full
-
-    # -- deliveries ------------------------------------------------------
-
-    def done(self, event: Event, outcome: str) -> None:
-        delivery = self._deliveries.pop(event, None)
-        if delivery is None:
-            return
-        if outcome == "handled":
-            self._ack(event, delivery)
-            return
-        # A failed or handed-back attempt commits nothing: its effects go with it.
-        delivery.effects = []
-        if outcome == "failed":
-            if delivery.attempts + 1 >= self.max_deliveries:
-                self._dead_letter(event, delivery, "handler failed")
-            else:
-                # Delivered again at once, to keep the session's order.
-                delivery.attempts += 1
-                self.retried += 1
-                self._feed([(event, delivery)])
-        # "returned": left pending; the partition's next owner reclaims it.
-
-    def _ack(self, event: Event, delivery: _Delivery) -> None:
-        """Commit a handled delivery: its effects, its handled record and its XACK at once."""
-        effects = delivery.effects
-        event_id = event.id.encode("utf-8", "surrogatepass")
-        stream, entry = delivery.stream.encode(), delivery.entry.encode()
-        count = b"%d" % len(effects)
-        blob = b"%d:%s%d:%s%d:%s%d:%s" % (
-            len(event_id),
-            event_id,
-            len(stream),
-            stream,
-            len(entry),
-            entry,
-            len(count),
-            count,
-        )
-        if effects:
-            blob = b"".join([blob, *[effect.blob for effect in effects]])
-        delivery.effects = []
-        self._outgoing.append(_Outgoing("C", blob, None, len(effects)))
-        self._flush_wake.set()
-
-    def _dead_letter(
-        self, event: Event | None, delivery: _Delivery, reason: str, wire: bytes = b""
-    ) -> None:
-        self.dead_lettered += 1
-        event_id = event.id if event is not None else f"entry:{delivery.stream}:{delivery.entry}"
-        self._outgoing.append(
-            _Outgoing(
-                "D",
-                _fields(
-                    event_id,
-                    delivery.stream,
-                    delivery.entry,
-                    encode_event(event) if event is not None else wire,
-                    reason,
-                ),
-                None,
-            )
-        )
-        self._flush_wake.set()
-
-    def _feed(self, items: Sequence[tuple[Event, _Delivery]]) -> None:
-        bus = self._bus
-        if bus is None or not items or bus.closed:
-            return  # not fed: left pending, reclaimed by the partition's next owner
-        deliveries = self._deliveries
-        fresh = []
-        for event, delivery in items:
-            if event in deliveries:
-                # Already held here (a reclaim of our own pending entry): one
-                # delivery at a time, or its hold and effects would be lost.
-                continue
-            deliveries[event] = delivery
-            fresh.append(event)
-        if fresh:
-            bus.feed(fresh)
-
-    # -- leases ----------------------------------------------------------
-
-    async def _lease_loop(self) -> None:
-        period = self.claim_idle / 3
-        while not self._stopping:
-            await self._retrying(self._balance)
-            await anyio.sleep(period)
-
-    async def _balance(self) -> None:
-        """Renew this consumer's leases, then take or free partitions toward an even share."""
-        client = self._client
-        ttl = int(self.claim_idle * 1000)
-        now = int(time.time() * 1000)
-        consumers = self._key(f"consumers:{self.group}")
-        pipe = client.pipeline(transaction=False)
-        pipe.zadd(consumers, {self.consumer: now})
-        pipe.zremrangebyscore(consumers, "-inf", now - ttl)
-        pipe.zcard(consumers)
-        live = max(1, (await pipe.execute())[2])
-        for p in sorted(self._owned):
-            renewed = await self._scripts["renew"](keys=[self._lease(p)], args=[self.consumer, ttl])
-            if not renewed:
-                log.warning("redis: lost the lease of partition %d", p)
-                self._owned.discard(p)
-        share = math.ceil(self.partitions / live)
-        if len(self._owned) < share:
-            start = zlib.crc32(self.consumer.encode()) % self.partitions
-            for i in range(self.partitions):
-                p = (start + i) % self.partitions
-                if len(self._owned) >= share:
-                    break
-                if p in self._owned:
-                    continue
-                if await client.set(self._lease(p), self.consumer, nx=True, px=ttl):
-                    self._owned.add(p)
-                    self._reclaim.append(p)
-        elif len(self._owned) > share:
-            for p in sorted(self._owned)[share:]:
-                self._draining.add(p)
-        for p in list(self._draining):
-            if not any(d.partition == p for d in self._deliveries.values()):
-                await self._scripts["free"](keys=[self._lease(p)], args=[self.consumer])
-                self._owned.discard(p)
-                self._draining.discard(p)
-
-    def _lease(self, partition: int) -> str:
-        return self._key(f"lease:{self.group}:{partition}")
-
-    async def _free_leases(self) -> None:
-        client = self._client
-        if client is None:
-            return
-        try:
-            for p in list(self._owned):
-                await self._scripts["free"](keys=[self._lease(p)], args=[self.consumer])
-            await client.zrem(self._key(f"consumers:{self.group}"), self.consumer)
-        except _RETRY:
-            pass  # the leases expire by themselves
-        self._owned.clear()
-
-    # -- fetching --------------------------------------------------------
-
-    async def _fetch_loop(self) -> None:
-        bus = self._bus
-        assert bus is not None
-        low_water = self.batch
-        while not self._stopping:
-            if len(bus) >= low_water:
-                await anyio.sleep(0.001)
-                continue
-            if self._reclaim:
-                await self._retrying(lambda: self._reclaim_partition(self._reclaim[0]))
-                self._reclaim.popleft()
-                continue
-            readable = sorted(self._owned - self._draining)
-            if not readable:
-                await anyio.sleep(0.05)
-                continue
-            streams = {key: ">" for p in readable for key in self._streams_of(p)}
-            try:
-                reply = await self._client.xreadgroup(
-                    self.group, self.consumer, streams, count=self.batch, block=500
-                )
-            except redis_errors.ResponseError as exc:
-                if "NOGROUP" in str(exc):  # the streams were deleted under us
-                    await self._retrying(self._create_groups)
-                    continue
-                raise
-            except _RETRY as exc:
-                self.reconnects += 1
-                log.warning("redis: %s; reconnecting", exc)
-                await anyio.sleep(0.2)
-                continue
-            if reply:
-                entries = [
-                    (_text(stream), _text(entry), fields)
-                    for stream, stream_entries in reply
-                    for entry, fields in stream_entries
-                ]
-                self._feed(self._deliver(entries, attempts=None))
-
-    async def _reclaim_partition(self, partition: int) -> None:
-        """Take every entry still pending in a partition just acquired (its previous
-        owner died or stopped), skipping those already handled."""
-        client = self._client
-        for key in self._streams_of(partition):
-            cursor = "0-0"
-            while True:
-                reply = await client.xautoclaim(
-                    key, self.group, self.consumer, min_idle_time=0, start_id=cursor, count=1000
-                )
-                cursor = _text(reply[0])
-                entries = [(key, _text(entry), fields) for entry, fields in reply[1] if fields]
-                deleted = [_text(e) for e in (reply[2] if len(reply) > 2 else [])]
-                if deleted:
-                    await client.xack(key, self.group, *deleted)
-                if entries:
-                    pending = await client.xpending_range(
-                        key,
-                        self.group,
-                        min=entries[0][1],
-                        max=entries[-1][1],
-                        count=len(entries) + 1,
-                        consumername=self.consumer,
-                    )
-                    counts = {_text(p["message_id"]): int(p["times_delivered"]) for p in pending}
-                    self._feed(await self._skip_handled(self._deliver(entries, attempts=counts)))
-                if cursor == "0-0":
-                    break
-
-    def _deliver(
-        self,
-        entries: Sequence[tuple[str, str, dict[bytes, bytes]]],
-        attempts: dict[str, int] | None,
-    ) -> list[tuple[Event, _Delivery]]:
-        """Decode, check and order a fetched batch in one Ingestor call.
-
-        ``attempts`` (deliveries so far, by entry) is given for reclaimed
-        entries. Invalid envelopes and events delivered too often go to the
-        dead-letter stream. Returns the events to dispatch, in dispatch order.
-        """
-        wires = [fields.get(b"e", b"") for _, _, fields in entries]
-        scratch = self._scratch
-        result = self._ingestor.ingest(wires)
-        invalid = {line for line, _ in result.invalid} if result.invalid else ()
-        # An event keeps the very bytes it was decoded from: they find its entry.
-        by_wire: dict[bytes, list[_Delivery]] = {}
-        for i, (stream, entry, _) in enumerate(entries):
-            delivery = _Delivery(stream, entry, int(stream.rsplit(":", 2)[1]), 0)
-            if i in invalid:
-                self._dead_letter(None, delivery, "invalid envelope", wires[i])
-                continue
-            if attempts is not None:
-                delivery.attempts = max(0, attempts.get(entry, 1) - 1)
-            found = by_wire.get(wires[i])
-            if found is None:
-                by_wire[wires[i]] = [delivery]
-            else:
-                found.append(delivery)
-        events = scratch.pop_many(len(scratch))
-        self.delivered += len(events)
-        items: list[tuple[Event, _Delivery]] = []
-        for event in events:
-            found = by_wire[encode_event(event)]
-            delivery = found.pop(0) if len(found) > 1 else found[0]
-            if delivery.attempts >= self.max_deliveries:
-                self._dead_letter(event, delivery, "delivered too many times")
-                continue
-            items.append((event, delivery))
-        return items
-
-    async def _skip_handled(
-        self, items: list[tuple[Event, _Delivery]]
-    ) -> list[tuple[Event, _Delivery]]:
-        """The reclaimed events not yet handled; the handled ones are acknowledged."""
-        if not items:
-            return items
-        keys = [self._key(f"done:{self.group}:{event.id}") for event, _ in items]
-        marks = await self._client.mget(keys)
-        fresh = []
-        for (event, delivery), mark in zip(items, marks, strict=True):
-            if mark is None:
-                fresh.append((event, delivery))
-            else:
-                self._ack(event, delivery)  # counted as skipped when the script answers
-        return fresh
-
     # -- metrics ---------------------------------------------------------
 
     def metrics(self) -> dict[str, Any]:
@@ -968,9 +1054,9 @@ class RedisStreams:
             "retried": self.retried,
             "dead_lettered": self.dead_lettered,
             "reconnects": self.reconnects,
-            "outgoing": len(self._outgoing),
-            "holding": len(self._deliveries),
-            "partitions": sorted(self._owned),
+            "outgoing": len(self._outbox.queue),
+            "holding": len(self._deliveries.held),
+            "partitions": sorted(self._leases.owned),
         }
 
 
