@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import json
+import pickle
+import sys
 import threading
 import uuid
 from typing import Any
@@ -115,6 +117,61 @@ def test_bytearray_and_memoryview_inputs(kind: Any) -> None:
     result = ingestor.ingest(kind(ndjson(*lines)), now_ms=T0)
     assert result.accepted == 2
     assert [e.id for e in drain(ingestor.queue)] == ids_of(lines)
+
+
+def test_events_keep_their_bytes_after_the_input_is_dropped() -> None:
+    # NDJSON events are slices of the input object, kept by reference.
+    lines = [line(priority=p % 6, extra_field=[p]) for p in range(300)]
+    data = ndjson(*lines).replace(b"\n", b"\r\n")
+    ingestor = make()
+    assert ingestor.ingest(data, now_ms=T0).accepted == 300
+    del data
+    gc.collect()
+    # Reuse the freed memory for other bytes of the same size.
+    garbage = [bytes(len(lines[0])) * 300 for _ in range(4)]
+    events = drain(ingestor.queue)
+    by_id = {json.loads(part)["id"]: part for part in lines}
+    assert len(events) == 300
+    for event in events:
+        wire = by_id[event.id]
+        assert encode_event(event) == wire
+        assert event.payload == json.loads(wire)["payload"]
+        assert event.extra == {"extra_field": json.loads(wire)["extra_field"]}
+        assert decode_event(encode_event(event)) == event
+        assert pickle.loads(pickle.dumps(event)) == event
+    del garbage
+
+
+def test_events_of_a_bytearray_do_not_see_later_changes() -> None:
+    lines = [line(), line()]
+    data = bytearray(ndjson(*lines))
+    ingestor = make()
+    ingestor.ingest(data, now_ms=T0)
+    data[:] = b"x" * len(data)
+    assert [encode_event(e) for e in drain(ingestor.queue)] == lines
+
+
+def test_an_ndjson_event_keeps_the_input_alive_until_it_goes() -> None:
+    # The documented trade-off: an event of an NDJSON input holds a reference
+    # to the whole input object (no copy), which lives while any of its events does.
+    data = ndjson(*[line() for _ in range(10)])
+    before = sys.getrefcount(data)
+    ingestor = make()
+    ingestor.ingest(data, now_ms=T0)
+    assert sys.getrefcount(data) == before + 10
+    events = drain(ingestor.queue)
+    del events[1:]
+    assert sys.getrefcount(data) == before + 1
+    del events
+    assert sys.getrefcount(data) == before
+
+
+def test_a_single_line_input_is_its_event_wire_bytes() -> None:
+    data = line()
+    ingestor = make()
+    ingestor.ingest(data, now_ms=T0)
+    (event,) = drain(ingestor.queue)
+    assert encode_event(event) is data
 
 
 def test_events_come_out_in_priority_order_fifo_within_a_priority() -> None:

@@ -39,10 +39,37 @@ pub struct PyEvent {
 pub enum Wire {
     /// The `bytes` object it was decoded from: `encode_event` returns it as is.
     Shared(Py<PyBytes>),
-    /// Bytes of its own, in the Rust heap: the ingestor copies each line out of
-    /// a batch this way, which reuses freed memory instead of growing and
-    /// releasing Python's object arenas batch after batch.
+    /// Bytes of its own, in the Rust heap.
     Owned(Box<[u8]>),
+    /// A line of a larger `bytes` object: the NDJSON input of
+    /// `Ingestor.ingest`, kept by reference instead of copying each line out.
+    /// The event keeps the whole input alive (see `Ingestor.ingest`).
+    Slice {
+        whole: Py<PyBytes>,
+        start: usize,
+        len: u32,
+    },
+}
+
+impl Wire {
+    /// The line `line` of `whole`, which must lie within `whole`'s bytes.
+    ///
+    /// # Panics
+    ///
+    /// If `line` does not lie within `whole`'s bytes, or is 2 GiB or longer.
+    #[must_use]
+    pub fn slice_of(py: Python<'_>, whole: &Py<PyBytes>, line: &[u8]) -> Self {
+        let base = whole.as_bytes(py);
+        let start = (line.as_ptr() as usize)
+            .checked_sub(base.as_ptr() as usize)
+            .filter(|s| s + line.len() <= base.len())
+            .expect("the line lies within the input");
+        Wire::Slice {
+            whole: whole.clone_ref(py),
+            start,
+            len: u32::try_from(line.len()).expect("a line is shorter than 4 GiB"),
+        }
+    }
 }
 
 impl PyEvent {
@@ -119,6 +146,10 @@ impl PyEvent {
         match &self.buf {
             Wire::Shared(b) => b.clone_ref(py),
             Wire::Owned(b) => PyBytes::new(py, b).unbind(),
+            Wire::Slice { whole, .. } if whole.as_bytes(py).len() == self.bytes(py).len() => {
+                whole.clone_ref(py)
+            }
+            Wire::Slice { .. } => PyBytes::new(py, self.bytes(py)).unbind(),
         }
     }
 
@@ -126,6 +157,9 @@ impl PyEvent {
         match &self.buf {
             Wire::Shared(b) => b.as_bytes(py),
             Wire::Owned(b) => b,
+            Wire::Slice { whole, start, len } => {
+                &whole.as_bytes(py)[*start..*start + *len as usize]
+            }
         }
     }
 

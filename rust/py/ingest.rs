@@ -129,6 +129,12 @@ impl PyIngestor {
     /// Every valid line is ingested even when other lines are invalid. A
     /// ``\r\n`` line ending is accepted; the empty piece after a final newline
     /// is not a line; any other empty line is reported invalid.
+    ///
+    /// Events are not copied out of NDJSON input: each holds a reference to the
+    /// ``bytes`` object passed in (or to one copy of a ``bytearray`` or
+    /// ``memoryview``), which stays alive while any of its events does. To
+    /// keep one event long after the rest of its batch is gone, keep a copy
+    /// (``decode_event(encode_event(event))``) so the batch can be freed.
     #[pyo3(signature = (data, now_ms=None))]
     fn ingest(
         &self,
@@ -190,11 +196,11 @@ impl PyIngestor {
             // with it another thread's ingest.
             let mut items: Vec<Option<Py<PyAny>>> = Vec::with_capacity(decoded.len());
             for d in &decoded {
-                // A line given as its own bytes object is kept as is; NDJSON lines are copied out.
-                let buf = if whole.is_none() {
-                    Wire::Shared(parts[d.index].clone_ref(py))
-                } else {
-                    Wire::Owned(d.bytes.into())
+                // A line given as its own bytes object is kept as is; an
+                // NDJSON line is a slice of the input, kept by reference.
+                let buf = match &whole {
+                    None => Wire::Shared(parts[d.index].clone_ref(py)),
+                    Some(w) => Wire::slice_of(py, w, d.bytes),
                 };
                 items.push(Some(
                     PyEvent::from_index(buf, d.envelope.clone())
