@@ -11,6 +11,7 @@ mod dedup;
 mod envelope;
 mod ingest;
 mod json;
+mod latency;
 mod queue;
 mod retrieval;
 mod segment;
@@ -31,6 +32,10 @@ pub use ingest::{
 pub use json::{
     validate as validate_json, JsonError, Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, MAX_DEPTH,
     MAX_INPUT,
+};
+pub use latency::{
+    monotonic_ns, LatencyError, LatencyRecorder, DEFAULT_HIGHEST_NS, DEFAULT_SIGNIFICANT_FIGURES,
+    MAX_SIGNIFICANT_FIGURES,
 };
 pub use queue::{Overflow, PriorityQueue, PushError, LANES};
 pub use retrieval::{

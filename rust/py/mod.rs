@@ -7,6 +7,7 @@ pub mod dedup;
 pub mod errors;
 pub mod event;
 pub mod ingest;
+pub mod latency;
 pub mod pyjson;
 pub mod queue;
 pub mod retrieval;
@@ -27,6 +28,8 @@ pub mod retrieval;
 // - `Ingestor`: builds every event before taking any lock, then holds the
 //   window's mutex and the queue's while it screens and enqueues, running no
 //   Python code in there. Safe without the GIL.
+// - `LatencyRecorder`: its histogram sits behind one `parking_lot` mutex,
+//   held for one record or read and never across Python code. Safe.
 // - `ToolIndex`: immutable once built; searches share it read-only. Safe.
 // - the exception classes: `PyOnceLock`, which is made for this. Safe.
 // - `Event`: its decoded payload is a `OnceLock` (safe), but `Event` leaves
@@ -50,6 +53,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     queue::register(m)?;
     dedup::register(m)?;
     ingest::register(m)?;
+    latency::register(m)?;
     retrieval::register(m)?;
     Ok(())
 }
