@@ -222,8 +222,15 @@ mod tests {
             assert!(error <= 0.001, "p{percentile}: {got} against {exact}");
         }
         let max = recorder.max();
-        assert!(max >= 100_000_000 && max.abs_diff(100_000_000) <= 100_000, "{max}");
-        assert!(recorder.min() <= 1_000 && recorder.min() >= 999, "{}", recorder.min());
+        assert!(
+            max >= 100_000_000 && max.abs_diff(100_000_000) <= 100_000,
+            "{max}"
+        );
+        assert!(
+            recorder.min() <= 1_000 && recorder.min() >= 999,
+            "{}",
+            recorder.min()
+        );
         assert!((recorder.mean() - 50_000_500.0).abs() / 50_000_500.0 < 0.001);
     }
 

@@ -496,7 +496,7 @@ class LatencyRecorder:
 
     @property
     def max(self) -> int:
-        """The largest latency recorded, in nanoseconds (at the recorder's precision); 0 when empty."""
+        """The largest latency recorded, in nanoseconds (at the precision); 0 when empty."""
 
     @property
     def mean(self) -> float:

@@ -377,8 +377,7 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
         type=_rates,
         default=list(BENCH_RATES),
         metavar="R1,R2,...",
-        help="arrival rates, events per second "
-        f"(default: {','.join(str(r) for r in BENCH_RATES)})",
+        help=f"arrival rates, events per second (default: {','.join(str(r) for r in BENCH_RATES)})",
     )
     latency.add_argument(
         "--duration",
@@ -422,7 +421,10 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
         command = figures.add_parser(name, help=text, description=text)
         # SUPPRESS: `bench --quick bus` keeps the --quick given before the name.
         command.add_argument(
-            "--quick", action="store_true", default=argparse.SUPPRESS, help="a tenth of the iterations"
+            "--quick",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="a tenth of the iterations",
         )
 
 

@@ -110,7 +110,7 @@ impl PyLatencyRecorder {
         self.inner.lock().min()
     }
 
-    /// The largest latency recorded, in nanoseconds (at the recorder's precision); 0 when empty.
+    /// The largest latency recorded, in nanoseconds (at the precision); 0 when empty.
     #[getter]
     fn max(&self) -> u64 {
         self.inner.lock().max()

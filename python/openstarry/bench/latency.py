@@ -82,6 +82,8 @@ MAX_RATE = 10_000_000
 MAX_DURATION = 3_600.0
 #: The latency at which a rate counts as past the knee: 1 ms, in microseconds.
 KNEE_US = 1_000.0
+#: A run is cut off ``duration + max(duration, MIN_DRAIN_S)`` seconds after it began.
+MIN_DRAIN_S = 10.0
 #: Events sent and drained before each measured run, not recorded.
 WARMUP_EVENTS = 20
 
@@ -92,13 +94,7 @@ _TYPE = "BENCH:PING"
 #: A timed sleep can oversleep by a millisecond (the selector's resolution) or
 #: more on a busy machine, and that delay would count in the latencies.
 _SPIN_NS = 10_000_000
-_PERCENTILES = (
-    ("p50_us", 50.0),
-    ("p90_us", 90.0),
-    ("p99_us", 99.0),
-    ("p99_9_us", 99.9),
-    ("p99_99_us", 99.99),
-)
+_PERCENTILES = (50.0, 90.0, 99.0, 99.9, 99.99)
 
 
 class BenchError(ValueError):
@@ -160,7 +156,9 @@ def load_handler(spec: str) -> Handler:
     """
     module_name, colon, attribute = spec.partition(":")
     if not colon or not module_name.strip() or not attribute.strip():
-        raise BenchError(f"--handler {spec!r}: expected MODULE:FUNCTION, e.g. myapp.handlers:on_ping")
+        raise BenchError(
+            f"--handler {spec!r}: expected MODULE:FUNCTION, e.g. myapp.handlers:on_ping"
+        )
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -229,8 +227,11 @@ class _Run:
         now_ns = LatencyRecorder.now_ns
         run = self
 
-        def finish(due: int) -> None:
-            # Called for each event once its handler returned (or was skipped).
+        # The handlers run one at a time, in the order published: the event
+        # finishing is the oldest in `intended`, taken off once its handler is
+        # done (so that an empty `intended` means nothing is in progress).
+        def finish() -> None:
+            due = pop()
             if due + record_since(due) > run.deadline and not run.overdue:
                 run.overdue = True
             if not intended and run.sending_done and not run.done.done():
@@ -240,17 +241,15 @@ class _Run:
         if handler is None:
 
             def on_event(event: Any) -> None:
-                due = pop()
                 if run.overdue:
                     run.unfinished += 1
-                finish(due)
+                finish()
 
             return on_event
 
         if _is_async(handler):
 
             async def on_event_async(event: Any) -> None:
-                due = pop()
                 if run.overdue:
                     run.unfinished += 1
                 else:
@@ -258,12 +257,11 @@ class _Run:
                         await handler(event)
                     except Exception as exc:
                         run.failed(exc)
-                finish(due)
+                finish()
 
             return on_event_async
 
         def on_event_sync(event: Any) -> None:
-            due = pop()
             if run.overdue:
                 run.unfinished += 1
             else:
@@ -275,7 +273,7 @@ class _Run:
                         raise TypeError("the handler returned an awaitable: make it an async def")
                 except Exception as exc:
                     run.failed(exc)
-            finish(due)
+            finish()
 
         return on_event_sync
 
@@ -448,7 +446,7 @@ async def _measure(
         recorder.reset()
         run.errors, run.first_error = 0, None
         start = now_ns()
-        run.deadline = start + duration_ns + max(duration_ns, 10 * _NS)
+        run.deadline = start + duration_ns + max(duration_ns, int(MIN_DRAIN_S * _NS))
         sent = 0
         while sent < total and not run.overdue:
             now = now_ns()
@@ -480,7 +478,7 @@ async def _measure(
     progress.finish_run(duration)
     elapsed_s = max(duration, (run.end_ns - start) / _NS)
     handled = recorder.count - run.unfinished
-    figures = {name: recorder.value_at_percentile(p) / 1000 for name, p in _PERCENTILES}
+    p50, p90, p99, p99_9, p99_99 = (recorder.value_at_percentile(p) / 1000 for p in _PERCENTILES)
     return RateResult(
         bus=bus,
         handler=handler_name,
@@ -494,7 +492,11 @@ async def _measure(
         max_us=recorder.max / 1000,
         mean_us=recorder.mean / 1000,
         first_error=run.first_error,
-        **figures,
+        p50_us=p50,
+        p90_us=p90,
+        p99_us=p99,
+        p99_9_us=p99_9,
+        p99_99_us=p99_99,
     )
 
 
@@ -512,7 +514,9 @@ def check_rates(rates: Sequence[int], duration: float) -> list[int]:
         if not 1 <= rate <= MAX_RATE:
             raise BenchError(f"rate {rate}: expected 1 to {MAX_RATE:,} events/s")
     if not 0 < duration <= MAX_DURATION:
-        raise BenchError(f"duration {duration}: expected more than 0 and at most {MAX_DURATION:g} s")
+        raise BenchError(
+            f"duration {duration}: expected more than 0 and at most {MAX_DURATION:g} s"
+        )
     return sorted(set(rates))
 
 
@@ -539,7 +543,9 @@ def bench_dispatch_latency(
     names = list(dict.fromkeys(buses))
     for name in names:
         check_bus(name)
-    label = handler_name or ("no-op" if handler is None else getattr(handler, "__qualname__", "?"))
+    label = handler_name or (
+        "no-op" if handler is None else str(getattr(handler, "__qualname__", handler))
+    )
     bar = _Progress(progress, duration * len(ordered) * len(names))
 
     async def main() -> list[RateResult]:
