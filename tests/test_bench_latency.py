@@ -344,9 +344,10 @@ def handlers_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "        CALLS.append('holder')\n"
     )
     (tmp_path / "bench_broken_mod.py").write_text("raise RuntimeError('broken on import')\n")
+    (tmp_path / "bench_needs_missing_mod.py").write_text("import bench_needs_no_such_dependency\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
-    for name in ("bench_handlers_mod", "bench_broken_mod"):
+    for name in ("bench_handlers_mod", "bench_broken_mod", "bench_needs_missing_mod"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     return tmp_path
 
@@ -392,7 +393,8 @@ def test_the_users_handler_is_measured(name: str, capsys: pytest.CaptureFixture[
             "importing 'bench_broken_mod' failed: RuntimeError: broken on import",
         ),
         ("bench_handlers_mod:missing", "'bench_handlers_mod' has no attribute 'missing'"),
-        ("bench_handlers_mod:NOT_A_FUNCTION", "NOT_A_FUNCTION is a int, not a function"),
+        ("bench_handlers_mod:NOT_A_FUNCTION", "NOT_A_FUNCTION is not callable (it is of type int)"),
+        ("bench_needs_missing_mod:f", "importing 'bench_needs_missing_mod' failed: No module"),
         ("bench_handlers_mod:two_arguments", "must take one argument (the event)"),
     ],
 )

@@ -164,8 +164,9 @@ def load_handler(spec: str) -> Handler:
     try:
         target: Any = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name is not None and module_name.startswith(exc.name):
-            raise BenchError(f"--handler {spec!r}: no module named {exc.name!r}") from None
+        missing = exc.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise BenchError(f"--handler {spec!r}: no module named {missing!r}") from None
         raise BenchError(f"--handler {spec!r}: importing {module_name!r} failed: {exc}") from None
     except Exception as exc:
         raise BenchError(
@@ -180,7 +181,8 @@ def load_handler(spec: str) -> Handler:
             ) from None
     if not callable(target):
         raise BenchError(
-            f"--handler {spec!r}: {attribute} is a {type(target).__name__}, not a function"
+            f"--handler {spec!r}: {attribute} is not callable (it is of type "
+            f"{type(target).__name__})"
         )
     try:
         inspect.signature(target).bind(None)
@@ -535,6 +537,7 @@ def bench_dispatch_latency(
     ``None`` measures the bus alone with a no-op. ``progress``, when it is a
     terminal, shows a progress bar. The rates run from the lowest up, each
     bus in turn at each rate; ``knee_per_s`` is filled in on every result.
+    It runs its own asyncio event loop: call it from synchronous code.
 
     Raises:
         BenchError: a bad rate or duration, or a bus that cannot run here.
