@@ -322,7 +322,9 @@ def test_bench_latency_options_parse() -> None:
     args = build_parser().parse_args(["bench", "latency"])
     assert args.rates == list(BENCH_RATES)
     assert args.duration == BENCH_DURATION
-    assert args.handler_spec is None and args.json is None and args.plot is None
+    assert args.handler_spec is None
+    assert args.json is None
+    assert args.plot is None
     assert args.against is None
     args = build_parser().parse_args(
         [
@@ -334,7 +336,8 @@ def test_bench_latency_options_parse() -> None:
     assert args.rates == [200, 2000]
     assert args.duration == 0.5
     assert args.handler_spec == "m:f"
-    assert args.json == Path("o.json") and args.plot == Path("o.png")
+    assert args.json == Path("o.json")
+    assert args.plot == Path("o.png")
     assert args.against == ["pure-python", "bubus"]
     assert args.handler is not None  # the command's own handler, not --handler's
 
