@@ -241,6 +241,7 @@ def test_a_run_is_cut_off_and_its_waiting_events_recorded(monkeypatch: pytest.Mo
     assert result.handled < 100
     # The cut-off events waited at least until the time limit, 0.2 s after the schedule.
     assert result.max_us >= 200_000
+    assert f"{result.unfinished:,} unfinished at the time limit" in latency.format_table([result])
 
 
 def test_handler_errors_are_counted_and_the_run_goes_on() -> None:
