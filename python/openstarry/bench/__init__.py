@@ -353,7 +353,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="openstarry bench", description=__doc__.split("\n\n")[0])
     add_bench_arguments(parser)
     return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -90,10 +90,10 @@ WARMUP_EVENTS = 20
 _NS = 1_000_000_000
 _TYPE = "BENCH:PING"
 #: When the next event is due within this, the sender yields to the event loop
-#: until it is (keeping a core busy); a longer wait is slept, less this margin.
-#: A timed sleep can oversleep by a millisecond (the selector's resolution) or
-#: more on a busy machine, and that delay would count in the latencies.
-_SPIN_NS = 10_000_000
+#: until it is; a longer wait is slept, less this margin, as an idle
+#: application's event loop sleeps until something arrives. The margin absorbs
+#: a timed sleep's overshoot (the selector counts whole milliseconds).
+_SPIN_NS = 2_000_000
 _PERCENTILES = (50.0, 90.0, 99.0, 99.9, 99.99)
 
 
