@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -70,4 +72,101 @@ def test_python(benchmark: Benchmark, batch: bytes) -> None:
         rounds=ROUNDS,
         target=15.0,
         setup=lambda: ((TimeDedup(WINDOW_MS, MAX_ENTRIES), batch), {}),
+    )
+
+
+# ------------------------------------------------------------ ingestion on two threads
+
+THREADS_GROUP = (
+    "ingest, threads: 2 blobs of 10,000 NDJSON lines on 2 threads vs 1 (per line; "
+    "ratio = events/s gained)"
+)
+SHARED_GROUP = (
+    "ingest, threads, one shared Ingestor: 2 blobs of 10,000 lines on 2 threads vs 1 (per line)"
+)
+THREAD_ROUNDS = 40
+
+
+@pytest.fixture(scope="module")
+def blob_lines() -> tuple[list[bytes], list[bytes]]:
+    """The lines of two blobs with distinct ids (10% repeats within each)."""
+    return (
+        with_repeats(envelopes(N, seed=6), 0.10, seed=7),
+        with_repeats(envelopes(N, seed=8), 0.10, seed=9),
+    )
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[ThreadPoolExecutor]:
+    # Started once: each round pays for handing the work over, not for starting threads.
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="ingest") as executor:
+        yield executor
+
+
+def _blobs(lines: tuple[list[bytes], list[bytes]]) -> list[bytes]:
+    """New bytes objects each round, as a transport hands them over."""
+    return [b"\n".join(part) + b"\n" for part in lines]
+
+
+def _one_thread(ingestors: list[Ingestor], blobs: list[bytes]) -> int:
+    return sum(ingestor.ingest(blob).accepted for ingestor, blob in zip(ingestors, blobs, strict=True))
+
+
+def _two_threads(pool: ThreadPoolExecutor, ingestors: list[Ingestor], blobs: list[bytes]) -> int:
+    futures = [
+        pool.submit(ingestor.ingest, blob) for ingestor, blob in zip(ingestors, blobs, strict=True)
+    ]
+    return sum(f.result().accepted for f in futures)
+
+
+def _own(_: int) -> list[Ingestor]:
+    return [_fresh_ingestor(), _fresh_ingestor()]
+
+
+def _shared(_: int) -> list[Ingestor]:
+    return [_fresh_ingestor()] * 2
+
+
+@pytest.mark.parametrize(
+    ("group", "ingestors"), [(THREADS_GROUP, _own), (SHARED_GROUP, _shared)], ids=["own", "shared"]
+)
+def test_two_threads(
+    benchmark: Benchmark,
+    pool: ThreadPoolExecutor,
+    blob_lines: tuple[list[bytes], list[bytes]],
+    group: str,
+    ingestors: Callable[[int], list[Ingestor]],
+) -> None:
+    expected = _one_thread(ingestors(0), _blobs(blob_lines))
+    assert _two_threads(pool, ingestors(0), _blobs(blob_lines)) == expected
+    measure(
+        benchmark,
+        _two_threads,
+        group=group,
+        label="Ingestor.ingest on 2 threads, a blob each",
+        ops=2 * N,
+        rounds=THREAD_ROUNDS,
+        role="openstarry",
+        setup=lambda: ((pool, ingestors(0), _blobs(blob_lines)), {}),
+    )
+
+
+@pytest.mark.parametrize(
+    ("group", "ingestors"), [(THREADS_GROUP, _own), (SHARED_GROUP, _shared)], ids=["own", "shared"]
+)
+def test_one_thread(
+    benchmark: Benchmark,
+    blob_lines: tuple[list[bytes], list[bytes]],
+    group: str,
+    ingestors: Callable[[int], list[Ingestor]],
+) -> None:
+    measure(
+        benchmark,
+        _one_thread,
+        group=group,
+        label="Ingestor.ingest on 1 thread, both blobs",
+        ops=2 * N,
+        rounds=THREAD_ROUNDS,
+        target=1.6,
+        setup=lambda: ((ingestors(0), _blobs(blob_lines)), {}),
     )

@@ -9,6 +9,7 @@ pub mod event;
 pub mod ingest;
 pub mod pyjson;
 pub mod queue;
+pub mod record;
 pub mod retrieval;
 
 /// The one registration point of the extension module.

@@ -10,6 +10,7 @@ use pyo3::PyTraverseError;
 use super::errors::CoreError;
 use super::errors::{repr, strict_int, type_name};
 use super::event::{priority_arg, PyEvent};
+use super::record::{into_objects, Item};
 use crate::queue::{Overflow, PriorityQueue, PushError};
 
 /// The longest a blocking pop waits with the GIL released before it checks for signals.
@@ -20,7 +21,8 @@ const WAIT_SLICE: Duration = Duration::from_millis(50);
 /// Six FIFO lanes and a bitmask of the non-empty ones make push and pop O(1).
 #[pyclass(frozen, name = "EventQueue", module = "openstarry._core")]
 pub struct PyEventQueue {
-    pub inner: PriorityQueue<Py<PyAny>>,
+    /// Objects pushed from Python, and ingested lines that become `Event`s when popped.
+    pub inner: PriorityQueue<Item>,
 }
 
 /// The error of a refused push; the refused item(s) are dropped (the GIL is held).
@@ -220,14 +222,17 @@ impl PyEventQueue {
     #[pyo3(signature = (item, priority=None))]
     fn push(
         &self,
+        py: Python<'_>,
         item: &Bound<'_, PyAny>,
         priority: Option<&Bound<'_, PyAny>>,
-    ) -> Result<Option<Py<PyAny>>, CoreError> {
+    ) -> PyResult<Option<Py<PyAny>>> {
         let priority = priority.map(priority_arg).transpose()?;
         let lane = item_priority(item, priority)?;
-        self.inner
-            .push(item.clone().unbind(), lane)
-            .map_err(refused)
+        let shed = self
+            .inner
+            .push(Item::Object(item.clone().unbind()), lane)
+            .map_err(refused)?;
+        shed.map(|item| item.into_object(py)).transpose()
     }
 
     /// Queue every item in one call (all or nothing under ``"reject"``).
@@ -241,6 +246,7 @@ impl PyEventQueue {
     #[pyo3(signature = (items, priority=None))]
     fn push_many(
         &self,
+        py: Python<'_>,
         items: &Bound<'_, PyAny>,
         priority: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<Py<PyAny>>> {
@@ -253,14 +259,14 @@ impl PyEventQueue {
             let mut batch = Vec::with_capacity(list.len());
             for item in list.iter() {
                 let lane = item_priority(&item, priority)?;
-                batch.push((item.unbind(), lane));
+                batch.push((Item::Object(item.unbind()), lane));
             }
             batch
         } else if let Ok(tuple) = items.cast::<PyTuple>() {
             let mut batch = Vec::with_capacity(tuple.len());
             for item in tuple.iter() {
                 let lane = item_priority(&item, priority)?;
-                batch.push((item.unbind(), lane));
+                batch.push((Item::Object(item.unbind()), lane));
             }
             batch
         } else {
@@ -269,11 +275,11 @@ impl PyEventQueue {
                 .map(|item| {
                     let item = item?;
                     let lane = item_priority(&item, priority)?;
-                    Ok((item.unbind(), lane))
+                    Ok((Item::Object(item.unbind()), lane))
                 })
                 .collect::<PyResult<Vec<_>>>()?
         };
-        Ok(self.inner.push_many(batch).map_err(refused)?)
+        into_objects(py, self.inner.push_many(batch).map_err(refused)?)
     }
 
     /// The next item, or ``None`` when empty.
@@ -282,15 +288,16 @@ impl PyEventQueue {
     /// an item with the GIL released. A closed queue still drains.
     #[pyo3(signature = (timeout=None))]
     fn pop(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<PyAny>>> {
-        match wait_from(timeout)? {
-            Wait::No => Ok(self.inner.try_pop()),
+        let item = match wait_from(timeout)? {
+            Wait::No => self.inner.try_pop(),
             wait => self.wait_for(
                 py,
                 wait,
                 |wait| self.inner.pop_timeout(Some(wait)),
                 Option::is_some,
-            ),
-        }
+            )?,
+        };
+        item.map(|item| item.into_object(py)).transpose()
     }
 
     /// Up to ``n`` items in priority order; with ``timeout``, wait for the first.
@@ -304,15 +311,16 @@ impl PyEventQueue {
         if n == 0 {
             return Ok(Vec::new());
         }
-        match wait {
-            Wait::No => Ok(self.inner.try_pop_many(n)),
+        let items = match wait {
+            Wait::No => self.inner.try_pop_many(n),
             wait => self.wait_for(
                 py,
                 wait,
                 |wait| self.inner.pop_many_timeout(n, Some(wait)),
                 |batch| !batch.is_empty(),
-            ),
-        }
+            )?,
+        };
+        into_objects(py, items)
     }
 
     /// How many items wait at each priority, 0..5.
@@ -354,7 +362,7 @@ impl PyEventQueue {
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         // A queue busy in another thread reports nothing this round: that only delays collection.
         self.inner
-            .try_for_each(|item| visit.call(item))
+            .try_for_each(|item| item.as_object().map_or(Ok(()), |o| visit.call(o)))
             .unwrap_or(Ok(()))
     }
 
