@@ -190,33 +190,53 @@ impl PyIngestor {
         // which needs the interpreter: admission then keeps it. Otherwise the
         // whole call after reading the input runs without it.
         let shed = queue.overflow() == Overflow::Shed;
-        let (mut items, invalid, admitted) = without_gil(py, detach, || {
+        let (invalid, mut total, pending) = without_gil(py, detach, || {
             let lines: Vec<&[u8]> = match &*input {
                 Input::Parts(_) => parts,
                 Input::Whole(_) => split_lines(whole).collect(),
             };
-            let (decoded, mut items, invalid) = decode(&input, &lines, whole, limits);
-            let admitted =
-                (!shed).then(|| admit_lines(&decoded, &mut items, dedup, now, queue, |_| None));
-            (items, invalid, admitted.ok_or(decoded))
+            if let Some(d) = dedup {
+                // The window's table grows once for the whole call, not by
+                // doublings chunk after chunk (profiled: a tenth of its work).
+                d.with_inner(|w| w.reserve(lines.len()));
+            }
+            let mut invalid = Vec::new();
+            let mut total = Totals::default();
+            let mut pending = Vec::new();
+            // A chunk at a time, decoded then admitted at once: its lines are
+            // still in cache when their ids are looked up.
+            for (n, chunk) in lines.chunks(CHUNK_LINES).enumerate() {
+                let (decoded, mut items) =
+                    decode_chunk(&input, chunk, n * CHUNK_LINES, whole, limits, &mut invalid);
+                if shed {
+                    pending.push((decoded, items));
+                } else {
+                    // Refused and duplicate lines are this call's own: they
+                    // are dropped here, without the interpreter.
+                    total.add(admit_chunk(&decoded, &mut items, dedup, now, queue, |_| {
+                        None
+                    }));
+                }
+            }
+            (invalid, total, pending)
         });
-        let admitted = admitted.unwrap_or_else(|decoded| {
-            admit_lines(&decoded, &mut items, dedup, now, queue, |item| {
-                item.event_id(py)
-            })
-        });
-        let result = PyIngestResult {
-            accepted: admitted.accepted,
-            duplicates: admitted.duplicates,
+        for (decoded, mut items) in pending {
+            total.add(admit_chunk(
+                &decoded,
+                &mut items,
+                dedup,
+                now,
+                queue,
+                |item| item.event_id(py),
+            ));
+        }
+        Ok(PyIngestResult {
+            accepted: total.accepted,
+            duplicates: total.duplicates,
             invalid,
-            rejected: admitted.rejected,
-            shed: into_objects(py, admitted.shed)?,
-        };
-        // The lines of duplicates and refused lines are dropped here, with
-        // the interpreter and after the locks.
-        drop(admitted.refused);
-        drop(items);
-        Ok(result)
+            rejected: total.rejected,
+            shed: into_objects(py, total.shed)?,
+        })
     }
 }
 
@@ -235,22 +255,39 @@ fn without_gil<T: Send>(py: Python<'_>, detach: bool, f: impl FnOnce() -> T + Se
     }
 }
 
-/// The valid lines decoded, their queue items (in the same order), and the
-/// invalid lines as (index, message).
-type DecodedLines<'a> = (Vec<Decoded<'a>>, Vec<Option<Item>>, Vec<(usize, String)>);
+/// What the chunks of one call added up to.
+#[derive(Default)]
+struct Totals {
+    accepted: usize,
+    duplicates: usize,
+    rejected: Vec<usize>,
+    shed: Vec<Item>,
+}
 
-/// Decode and validate `lines` (slices of `base` for NDJSON input) and make
-/// each valid line's queue item, which owns its decoded index.
+impl Totals {
+    /// Count one chunk in; the items it refused are dropped.
+    fn add(&mut self, admitted: Admitted<Item>) {
+        self.accepted += admitted.accepted;
+        self.duplicates += admitted.duplicates;
+        self.rejected.extend(admitted.rejected);
+        self.shed.extend(admitted.shed);
+    }
+}
+
+/// Decode and validate a chunk of lines numbered from `first` (slices of
+/// `base` for NDJSON input), and make each valid line's queue item, which
+/// owns its decoded index; invalid lines go to `invalid`.
 ///
 /// Runs without the interpreter: it reads the input's bytes and nothing else.
-fn decode<'a>(
+fn decode_chunk<'a>(
     input: &Arc<Input>,
     lines: &[&'a [u8]],
+    first: usize,
     base: &[u8],
     limits: &Limits,
-) -> DecodedLines<'a> {
-    let mut invalid = Vec::new();
-    let decoded = decode_lines(lines.iter().copied(), 0, limits, &mut invalid);
+    invalid: &mut Vec<(usize, String)>,
+) -> (Vec<Decoded<'a>>, Vec<Option<Item>>) {
+    let decoded = decode_lines(lines.iter().copied(), first, limits, invalid);
     let owned = decoded
         .iter()
         .map(|d| Line {
@@ -268,14 +305,14 @@ fn decode<'a>(
     let items = (0..decoded.len() as u32)
         .map(|i| Some(Item::Line(Arc::clone(&batch), i)))
         .collect();
-    (decoded, items, invalid)
+    (decoded, items)
 }
 
-/// Screen, enqueue and record the decoded lines a chunk at a time, each chunk
-/// under one hold of the window's lock and one of the queue's: two ingestors
-/// sharing the window cannot both take an id, and other threads get the locks
-/// between chunks. No Python code runs in here.
-fn admit_lines(
+/// Screen, enqueue and record a chunk under one hold of the window's lock and
+/// one of the queue's: two ingestors sharing the window cannot both take an
+/// id, and other threads get the locks between chunks. No Python code runs
+/// in here.
+fn admit_chunk(
     decoded: &[Decoded<'_>],
     items: &mut [Option<Item>],
     dedup: Option<&PyDedupWindow>,
@@ -283,33 +320,10 @@ fn admit_lines(
     queue: &PriorityQueue<Item>,
     id_of: impl Fn(&Item) -> Option<Vec<u8>>,
 ) -> Admitted<Item> {
-    let mut total = Admitted {
-        accepted: 0,
-        duplicates: 0,
-        rejected: Vec::new(),
-        shed: Vec::new(),
-        refused: Vec::new(),
-    };
-    if let Some(d) = dedup {
-        // The window's table grows once for the whole call, not by doublings
-        // chunk after chunk (profiled: a tenth of the window's work).
-        d.with_inner(|w| w.reserve(decoded.len()));
+    match dedup {
+        Some(d) => d.with_inner(|w| admit(decoded, items, Some(w), now, queue, id_of)),
+        None => admit(decoded, items, None, now, queue, id_of),
     }
-    for (lines, items) in decoded
-        .chunks(CHUNK_LINES)
-        .zip(items.chunks_mut(CHUNK_LINES))
-    {
-        let admitted = match dedup {
-            Some(d) => d.with_inner(|w| admit(lines, items, Some(w), now, queue, &id_of)),
-            None => admit(lines, items, None, now, queue, &id_of),
-        };
-        total.accepted += admitted.accepted;
-        total.duplicates += admitted.duplicates;
-        total.rejected.extend(admitted.rejected);
-        total.shed.extend(admitted.shed);
-        total.refused.extend(admitted.refused);
-    }
-    total
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
