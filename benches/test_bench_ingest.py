@@ -109,7 +109,9 @@ def _blobs(lines: tuple[list[bytes], list[bytes]]) -> list[bytes]:
 
 
 def _one_thread(ingestors: list[Ingestor], blobs: list[bytes]) -> int:
-    return sum(ingestor.ingest(blob).accepted for ingestor, blob in zip(ingestors, blobs, strict=True))
+    return sum(
+        ingestor.ingest(blob).accepted for ingestor, blob in zip(ingestors, blobs, strict=True)
+    )
 
 
 def _two_threads(pool: ThreadPoolExecutor, ingestors: list[Ingestor], blobs: list[bytes]) -> int:

@@ -430,6 +430,10 @@ class Ingestor:
         Every valid line is ingested even when other lines are invalid. A
         ``\\r\\n`` line ending is accepted; the empty piece after a final newline
         is not a line; any other empty line is reported invalid.
+
+        The lines are decoded, validated, de-duplicated and queued with the GIL
+        released: threads ingesting at once use as many cores. The queue holds
+        each line decoded; its :class:`Event` is made when it is popped.
         """
 
 @final
