@@ -7,13 +7,20 @@
 //! The modules are private; what another crate may use is re-exported here, so
 //! the surface is chosen in one place and the modules can change behind it.
 
-mod dedup;
-mod envelope;
+// The decoders' modules are public, unlisted, for the fuzz targets (fuzz/),
+// which check their internals (the JSON scanner, the envelope and segment
+// decoders, window snapshots); what another crate may use is listed below.
+#[doc(hidden)]
+pub mod dedup;
+#[doc(hidden)]
+pub mod envelope;
 mod ingest;
-mod json;
+#[doc(hidden)]
+pub mod json;
 mod queue;
 mod retrieval;
-mod segment;
+#[doc(hidden)]
+pub mod segment;
 
 #[cfg(feature = "python")]
 mod py;
