@@ -4,8 +4,10 @@
 //! needs no Python and another runtime could embed the same code. The `PyO3`
 //! wrappers sit apart in `py`, behind the `python` feature that maturin turns on.
 //!
-//! The modules are private; what another crate may use is re-exported here, so
-//! the surface is chosen in one place and the modules can change behind it.
+//! The modules are private (the decoders' are public but hidden, for the fuzz
+//! targets, and not part of the surface); what another crate may use is
+//! re-exported here, so the surface is chosen in one place and the modules can
+//! change behind it.
 
 // The decoders' modules are public, unlisted, for the fuzz targets (fuzz/),
 // which check their internals (the JSON scanner, the envelope and segment

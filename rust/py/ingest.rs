@@ -292,8 +292,13 @@ fn decode_chunk<'a>(
         .iter()
         .map(|d| Line {
             index: d.index,
-            // An NDJSON line lies within the input; a part is its own object.
-            start: (d.bytes.as_ptr() as usize).saturating_sub(base.as_ptr() as usize),
+            // An NDJSON line lies within the input; a part is its own object
+            // (and `base` is empty).
+            start: if base.is_empty() {
+                0
+            } else {
+                d.bytes.as_ptr() as usize - base.as_ptr() as usize
+            },
             len: u32::try_from(d.bytes.len()).expect("a line is shorter than 4 GiB"),
             envelope: d.envelope.clone(),
         })
