@@ -10,7 +10,7 @@ use pyo3::PyTraverseError;
 use super::errors::CoreError;
 use super::errors::{repr, strict_int, type_name};
 use super::event::{priority_arg, PyEvent};
-use super::record::{into_objects, Item};
+use super::record::Item;
 use crate::queue::{Overflow, PriorityQueue, PushError};
 
 /// The longest a blocking pop waits with the GIL released before it checks for signals.
@@ -222,17 +222,14 @@ impl PyEventQueue {
     #[pyo3(signature = (item, priority=None))]
     fn push(
         &self,
-        py: Python<'_>,
         item: &Bound<'_, PyAny>,
         priority: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Option<Py<PyAny>>> {
+    ) -> Result<Option<Item>, CoreError> {
         let priority = priority.map(priority_arg).transpose()?;
         let lane = item_priority(item, priority)?;
-        let shed = self
-            .inner
+        self.inner
             .push(Item::Object(item.clone().unbind()), lane)
-            .map_err(refused)?;
-        shed.map(|item| item.into_object(py)).transpose()
+            .map_err(refused)
     }
 
     /// Queue every item in one call (all or nothing under ``"reject"``).
@@ -246,10 +243,9 @@ impl PyEventQueue {
     #[pyo3(signature = (items, priority=None))]
     fn push_many(
         &self,
-        py: Python<'_>,
         items: &Bound<'_, PyAny>,
         priority: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Vec<Py<PyAny>>> {
+    ) -> PyResult<Vec<Item>> {
         let priority = priority.map(priority_arg).transpose()?;
         // Every item is checked before any is queued; the iterable runs outside the lock.
         let batch = if let Ok(list) = items.cast::<PyList>() {
@@ -279,7 +275,7 @@ impl PyEventQueue {
                 })
                 .collect::<PyResult<Vec<_>>>()?
         };
-        into_objects(py, self.inner.push_many(batch).map_err(refused)?)
+        Ok(self.inner.push_many(batch).map_err(refused)?)
     }
 
     /// The next item, or ``None`` when empty.
@@ -287,40 +283,38 @@ impl PyEventQueue {
     /// With ``timeout`` (seconds, ``math.inf`` for no limit), wait that long for
     /// an item with the GIL released. A closed queue still drains.
     #[pyo3(signature = (timeout=None))]
-    fn pop(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<PyAny>>> {
-        let item = match wait_from(timeout)? {
-            Wait::No => self.inner.try_pop(),
+    fn pop(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Item>> {
+        match wait_from(timeout)? {
+            Wait::No => Ok(self.inner.try_pop()),
             wait => self.wait_for(
                 py,
                 wait,
                 |wait| self.inner.pop_timeout(Some(wait)),
                 Option::is_some,
-            )?,
-        };
-        item.map(|item| item.into_object(py)).transpose()
+            ),
+        }
     }
 
     /// Up to ``n`` items in priority order; with ``timeout``, wait for the first.
     ///
     /// The items come as a new list, taken under one lock.
     #[pyo3(signature = (n, timeout=None))]
-    fn pop_many(&self, py: Python<'_>, n: i64, timeout: Option<f64>) -> PyResult<Vec<Py<PyAny>>> {
+    fn pop_many(&self, py: Python<'_>, n: i64, timeout: Option<f64>) -> PyResult<Vec<Item>> {
         let n =
             usize::try_from(n).map_err(|_| CoreError::Value(format!("n must be >= 0, got {n}")))?;
         let wait = wait_from(timeout)?;
         if n == 0 {
             return Ok(Vec::new());
         }
-        let items = match wait {
-            Wait::No => self.inner.try_pop_many(n),
+        match wait {
+            Wait::No => Ok(self.inner.try_pop_many(n)),
             wait => self.wait_for(
                 py,
                 wait,
                 |wait| self.inner.pop_many_timeout(n, Some(wait)),
                 |batch| !batch.is_empty(),
-            )?,
-        };
-        into_objects(py, items)
+            ),
+        }
     }
 
     /// How many items wait at each priority, 0..5.

@@ -84,10 +84,11 @@ pub enum Item {
 
 impl Item {
     /// The Python object: the one pushed, or a new `Event` for an ingested line.
+    #[inline]
     pub fn into_object(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         match self {
             Item::Object(object) => Ok(object),
-            Item::Line(batch, i) => batch.event(py, i as usize),
+            Item::Line(batch, i) => line_event(py, &batch, i),
         }
     }
 
@@ -108,6 +109,25 @@ impl Item {
             Item::Object(object) => Some(object),
             Item::Line(..) => None,
         }
+    }
+}
+
+/// The event of an ingested line; out of line, so that popping pushed objects
+/// stays a move.
+#[inline(never)]
+fn line_event(py: Python<'_>, batch: &Batch, i: u32) -> PyResult<Py<PyAny>> {
+    batch.event(py, i as usize)
+}
+
+/// An item returned to Python (a popped list is built from the items directly).
+impl<'py> IntoPyObject<'py> for Item {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = PyErr;
+
+    #[inline]
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(self.into_object(py)?.into_bound(py))
     }
 }
 
