@@ -7,6 +7,7 @@ import json
 import pickle
 import sys
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -814,6 +815,35 @@ def test_ingested_lines_and_pushed_events_share_the_fifo_of_a_priority() -> None
     assert popped[41].id == "pushed-2"
     assert popped[42] == "not an event"
     assert all(type(e) is Event for e in popped[:42])
+
+
+def test_other_threads_run_while_a_large_input_is_ingested() -> None:
+    # With a switch interval far longer than the call, a thread that held the
+    # GIL through ingest would let no other thread in until it returned.
+    data = ndjson(*[line(f"big-{i}", priority=i % 6) for i in range(200_000)])
+    ingestor = make()
+    state = {"started": False, "done": False, "ran_during": 0}
+
+    def other() -> None:
+        while not state["done"]:
+            if state["started"]:
+                state["ran_during"] += 1
+            time.sleep(0.0002)  # releases the GIL, so the ingesting thread can take it
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(30.0)
+    thread = threading.Thread(target=other)
+    try:
+        thread.start()
+        state["started"] = True
+        result = ingestor.ingest(data, now_ms=T0)
+        state["done"] = True
+    finally:
+        state["done"] = True
+        thread.join()
+        sys.setswitchinterval(interval)
+    assert result.accepted == 200_000
+    assert state["ran_during"] > 0
 
 
 # --- a model ----------------------------------------------------------------------------------
