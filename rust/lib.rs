@@ -19,6 +19,7 @@ pub mod envelope;
 mod ingest;
 #[doc(hidden)]
 pub mod json;
+mod latency;
 mod queue;
 mod retrieval;
 #[doc(hidden)]
@@ -40,6 +41,10 @@ pub use ingest::{
 pub use json::{
     validate as validate_json, JsonError, Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, MAX_DEPTH,
     MAX_INPUT,
+};
+pub use latency::{
+    monotonic_ns, LatencyError, LatencyRecorder, DEFAULT_HIGHEST_NS, DEFAULT_SIGNIFICANT_FIGURES,
+    MAX_SIGNIFICANT_FIGURES,
 };
 pub use queue::{Overflow, PriorityQueue, PushError, LANES};
 pub use retrieval::{

@@ -7,6 +7,7 @@ pub mod dedup;
 pub mod errors;
 pub mod event;
 pub mod ingest;
+pub mod latency;
 pub mod pyjson;
 pub mod queue;
 pub mod record;
@@ -31,6 +32,8 @@ pub mod retrieval;
 //   line as Rust data (an `Arc` of the input object and the line's index);
 //   its `Event` is made by the pop, with the GIL. Under the shed policy the
 //   admission keeps the GIL to read shed events' ids. Safe without the GIL.
+// - `LatencyRecorder`: its histogram sits behind one `parking_lot` mutex,
+//   held for one record or read and never across Python code. Safe.
 // - `ToolIndex`: immutable once built; searches share it read-only. Safe.
 // - the exception classes: `PyOnceLock`, which is made for this. Safe.
 // - `Event`: its decoded payload is a `OnceLock` (safe), but `Event` leaves
@@ -54,6 +57,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     queue::register(m)?;
     dedup::register(m)?;
     ingest::register(m)?;
+    latency::register(m)?;
     retrieval::register(m)?;
     Ok(())
 }
