@@ -236,6 +236,8 @@ class EventQueue:
     """A thread-safe priority queue: priorities 0..5, 0 served first, FIFO within a priority.
 
     Six FIFO lanes and a bitmask of the non-empty ones make push and pop O(1).
+    Lines queued by an :class:`Ingestor` wait as Rust data; ``pop`` and
+    ``pop_many`` make their :class:`Event` objects.
     """
 
     def __new__(

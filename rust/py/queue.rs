@@ -19,6 +19,8 @@ const WAIT_SLICE: Duration = Duration::from_millis(50);
 /// A thread-safe priority queue: priorities 0..5, 0 served first, FIFO within a priority.
 ///
 /// Six FIFO lanes and a bitmask of the non-empty ones make push and pop O(1).
+/// Lines queued by an :class:`Ingestor` wait as Rust data; ``pop`` and
+/// ``pop_many`` make their :class:`Event` objects.
 #[pyclass(frozen, name = "EventQueue", module = "openstarry._core")]
 pub struct PyEventQueue {
     /// Objects pushed from Python, and ingested lines that become `Event`s when popped.
