@@ -78,23 +78,30 @@ def test_python(benchmark: Benchmark, batch: bytes) -> None:
 
 # ------------------------------------------------------------ ingestion on two threads
 
+BLOBS_PER_THREAD = 4
 THREADS_GROUP = (
-    "ingest, threads: 2 blobs of 10,000 NDJSON lines on 2 threads vs 1 (per line; "
-    "ratio = events/s gained)"
+    f"ingest, threads: 2 x {BLOBS_PER_THREAD} blobs of 10,000 NDJSON lines on 2 threads "
+    "vs 1 (per line; ratio = events/s gained)"
 )
 SHARED_GROUP = (
-    "ingest, threads, one shared Ingestor: 2 blobs of 10,000 lines on 2 threads vs 1 (per line)"
+    f"ingest, threads, one shared Ingestor: 2 x {BLOBS_PER_THREAD} blobs of 10,000 lines "
+    "on 2 threads vs 1 (per line)"
 )
-THREAD_ROUNDS = 40
+THREAD_ROUNDS = 20
+
+#: Each thread's blobs: lines with ids of their own (10% repeats within each blob).
+Shares = list[list[list[bytes]]]
 
 
 @pytest.fixture(scope="module")
-def blob_lines() -> tuple[list[bytes], list[bytes]]:
-    """The lines of two blobs with distinct ids (10% repeats within each)."""
-    return (
-        with_repeats(envelopes(N, seed=6), 0.10, seed=7),
-        with_repeats(envelopes(N, seed=8), 0.10, seed=9),
-    )
+def shares() -> Shares:
+    return [
+        [
+            with_repeats(envelopes(N, seed=100 + 2 * k), 0.10, seed=101 + 2 * k)
+            for k in range(t * BLOBS_PER_THREAD, (t + 1) * BLOBS_PER_THREAD)
+        ]
+        for t in range(2)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -104,29 +111,31 @@ def pool() -> Iterator[ThreadPoolExecutor]:
         yield executor
 
 
-def _blobs(lines: tuple[list[bytes], list[bytes]]) -> list[bytes]:
+def _blobs(shares: Shares) -> list[list[bytes]]:
     """New bytes objects each round, as a transport hands them over."""
-    return [b"\n".join(part) + b"\n" for part in lines]
+    return [[b"\n".join(lines) + b"\n" for lines in share] for share in shares]
 
 
-def _one_thread(ingestors: list[Ingestor], blobs: list[bytes]) -> int:
-    return sum(
-        ingestor.ingest(blob).accepted for ingestor, blob in zip(ingestors, blobs, strict=True)
-    )
+def _ingest_all(ingestor: Ingestor, blobs: list[bytes]) -> int:
+    return sum(ingestor.ingest(blob).accepted for blob in blobs)
 
 
-def _two_threads(pool: ThreadPoolExecutor, ingestors: list[Ingestor], blobs: list[bytes]) -> int:
-    futures = [
-        pool.submit(ingestor.ingest, blob) for ingestor, blob in zip(ingestors, blobs, strict=True)
-    ]
-    return sum(f.result().accepted for f in futures)
+def _one_thread(ingestors: list[Ingestor], blobs: list[list[bytes]]) -> int:
+    return sum(_ingest_all(i, b) for i, b in zip(ingestors, blobs, strict=True))
 
 
-def _own(_: int) -> list[Ingestor]:
+def _two_threads(
+    pool: ThreadPoolExecutor, ingestors: list[Ingestor], blobs: list[list[bytes]]
+) -> int:
+    futures = [pool.submit(_ingest_all, i, b) for i, b in zip(ingestors, blobs, strict=True)]
+    return sum(f.result() for f in futures)
+
+
+def _own() -> list[Ingestor]:
     return [_fresh_ingestor(), _fresh_ingestor()]
 
 
-def _shared(_: int) -> list[Ingestor]:
+def _shared() -> list[Ingestor]:
     return [_fresh_ingestor()] * 2
 
 
@@ -136,21 +145,21 @@ def _shared(_: int) -> list[Ingestor]:
 def test_two_threads(
     benchmark: Benchmark,
     pool: ThreadPoolExecutor,
-    blob_lines: tuple[list[bytes], list[bytes]],
+    shares: Shares,
     group: str,
-    ingestors: Callable[[int], list[Ingestor]],
+    ingestors: Callable[[], list[Ingestor]],
 ) -> None:
-    expected = _one_thread(ingestors(0), _blobs(blob_lines))
-    assert _two_threads(pool, ingestors(0), _blobs(blob_lines)) == expected
+    expected = _one_thread(ingestors(), _blobs(shares))
+    assert _two_threads(pool, ingestors(), _blobs(shares)) == expected
     measure(
         benchmark,
         _two_threads,
         group=group,
-        label="Ingestor.ingest on 2 threads, a blob each",
-        ops=2 * N,
+        label=f"Ingestor.ingest on 2 threads, {BLOBS_PER_THREAD} blobs each",
+        ops=2 * BLOBS_PER_THREAD * N,
         rounds=THREAD_ROUNDS,
         role="openstarry",
-        setup=lambda: ((pool, ingestors(0), _blobs(blob_lines)), {}),
+        setup=lambda: ((pool, ingestors(), _blobs(shares)), {}),
     )
 
 
@@ -159,38 +168,42 @@ def test_two_threads(
 )
 def test_one_thread(
     benchmark: Benchmark,
-    blob_lines: tuple[list[bytes], list[bytes]],
+    shares: Shares,
     group: str,
-    ingestors: Callable[[int], list[Ingestor]],
+    ingestors: Callable[[], list[Ingestor]],
 ) -> None:
     measure(
         benchmark,
         _one_thread,
         group=group,
-        label="Ingestor.ingest on 1 thread, both blobs",
-        ops=2 * N,
+        label=f"Ingestor.ingest on 1 thread, all {2 * BLOBS_PER_THREAD} blobs",
+        ops=2 * BLOBS_PER_THREAD * N,
         rounds=THREAD_ROUNDS,
         target=1.6,
-        setup=lambda: ((ingestors(0), _blobs(blob_lines)), {}),
+        setup=lambda: ((ingestors(), _blobs(shares)), {}),
     )
 
 
 CEILING_GROUP = (
-    "ingest, threads, the machine's ceiling: hashlib.sha256 (GIL-free C) of 2 x 3 MiB "
-    "on 2 threads vs 1 (per MiB)"
+    "ingest, threads, the machine's ceiling: hashlib.sha256 (GIL-free C) of 2 x 4 blobs "
+    "of 3 MiB on 2 threads vs 1 (per MiB)"
 )
 
 
-def _digest_blobs() -> list[bytes]:
-    return [bytes([i]) * (3 << 20) for i in range(2)]
+def _digest_blobs() -> list[list[bytes]]:
+    return [[bytes([t, k]) * (3 << 19) for k in range(BLOBS_PER_THREAD)] for t in range(2)]
 
 
-def _digest_one(blobs: list[bytes]) -> list[bytes]:
+def _digest_all(blobs: list[bytes]) -> list[bytes]:
     return [hashlib.sha256(blob).digest() for blob in blobs]
 
 
-def _digest_two(pool: ThreadPoolExecutor, blobs: list[bytes]) -> list[bytes]:
-    return list(pool.map(lambda blob: hashlib.sha256(blob).digest(), blobs))
+def _digest_one(blobs: list[list[bytes]]) -> list[list[bytes]]:
+    return [_digest_all(share) for share in blobs]
+
+
+def _digest_two(pool: ThreadPoolExecutor, blobs: list[list[bytes]]) -> list[list[bytes]]:
+    return list(pool.map(_digest_all, blobs))
 
 
 def test_ceiling_two_threads(benchmark: Benchmark, pool: ThreadPoolExecutor) -> None:
@@ -200,8 +213,8 @@ def test_ceiling_two_threads(benchmark: Benchmark, pool: ThreadPoolExecutor) -> 
         benchmark,
         _digest_two,
         group=CEILING_GROUP,
-        label="hashlib.sha256 on 2 threads, a blob each",
-        ops=6,
+        label=f"hashlib.sha256 on 2 threads, {BLOBS_PER_THREAD} blobs each",
+        ops=6 * BLOBS_PER_THREAD,
         rounds=THREAD_ROUNDS,
         role="openstarry",
         setup=lambda: ((pool, _digest_blobs()), {}),
@@ -217,8 +230,8 @@ def test_ceiling_one_thread(benchmark: Benchmark) -> None:
         benchmark,
         _digest_one,
         group=CEILING_GROUP,
-        label="hashlib.sha256 on 1 thread, both blobs",
-        ops=6,
+        label=f"hashlib.sha256 on 1 thread, all {2 * BLOBS_PER_THREAD} blobs",
+        ops=6 * BLOBS_PER_THREAD,
         rounds=THREAD_ROUNDS,
         setup=lambda: ((_digest_blobs(),), {}),
     )
