@@ -236,6 +236,8 @@ class EventQueue:
     """A thread-safe priority queue: priorities 0..5, 0 served first, FIFO within a priority.
 
     Six FIFO lanes and a bitmask of the non-empty ones make push and pop O(1).
+    Lines queued by an :class:`Ingestor` wait as Rust data; ``pop`` and
+    ``pop_many`` make their :class:`Event` objects.
     """
 
     def __new__(
@@ -431,6 +433,10 @@ class Ingestor:
         Every valid line is ingested even when other lines are invalid. A
         ``\\r\\n`` line ending is accepted; the empty piece after a final newline
         is not a line; any other empty line is reported invalid.
+
+        The lines are decoded, validated, de-duplicated and queued with the GIL
+        released: threads ingesting at once use as many cores. The queue holds
+        each line decoded; its :class:`Event` is made when it is popped.
         """
 
 @final

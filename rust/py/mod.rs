@@ -10,6 +10,7 @@ pub mod ingest;
 pub mod latency;
 pub mod pyjson;
 pub mod queue;
+pub mod record;
 pub mod retrieval;
 
 /// The one registration point of the extension module.
@@ -25,9 +26,12 @@ pub mod retrieval;
 //   shed items are dropped after it is released). Safe without the GIL.
 // - `DedupWindow`: one mutex around the set and its ring; ids are read into
 //   `&str` before the lock is taken. Safe without the GIL.
-// - `Ingestor`: builds every event before taking any lock, then holds the
-//   window's mutex and the queue's while it screens and enqueues, running no
-//   Python code in there. Safe without the GIL.
+// - `Ingestor`: reads its input with the GIL, then decodes, screens and
+//   enqueues with it released, holding the window's mutex and the queue's a
+//   chunk at a time and running no Python code in there. The queue keeps each
+//   line as Rust data (an `Arc` of the input object and the line's index);
+//   its `Event` is made by the pop, with the GIL. Under the shed policy the
+//   admission keeps the GIL to read shed events' ids. Safe without the GIL.
 // - `LatencyRecorder`: its histogram sits behind one `parking_lot` mutex,
 //   held for one record or read and never across Python code. Safe.
 // - `ToolIndex`: immutable once built; searches share it read-only. Safe.
