@@ -33,6 +33,7 @@ import asyncio
 import errno
 import json
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import anyio
@@ -45,7 +46,7 @@ from openstarry.agent.sessions import SessionRuntime
 from openstarry.agent.waits import APPROVAL, CLIENT_CALL, Answer, ClientTool, Wait, Waits
 from openstarry.bus import EventBus, describe_exception
 from openstarry.core import Event, ToolCall
-from openstarry.errors import ToolArgumentsError, ToolError
+from openstarry.errors import QueueFull, ToolArgumentsError, ToolError
 from openstarry.events import EventType
 
 __all__ = ["APPROVAL_REQUEST", "AWAITING", "ToolExecutor", "result_payload"]
@@ -58,6 +59,10 @@ APPROVAL_REQUEST = "EXEC:APPROVAL_REQUEST"
 #: The round now waits for its client: ``{"callIds": [...], "approvalIds": [...]}``
 #: (the client tools' calls, the approvals), a child of the tick.
 AWAITING = "EXEC:AWAITING"
+
+
+#: The waits of a round that has none.
+_NO_WAITS: Mapping[int, Wait] = MappingProxyType({})
 
 
 def result_payload(outcome: ToolOutcome) -> dict[str, Any]:
@@ -119,7 +124,7 @@ class ToolExecutor:
         source: The ``source`` of the events.
     """
 
-    __slots__ = ("approval_tools", "bus", "limits", "source", "tools", "waits")
+    __slots__ = ("_publish", "approval_tools", "bus", "limits", "source", "tools", "waits")
 
     def __init__(
         self,
@@ -131,6 +136,8 @@ class ToolExecutor:
         approval_tools: frozenset[str] = frozenset(),
     ) -> None:
         self.bus = bus
+        # bus.publish where it can stand for apublish (the local bus), else None.
+        self._publish = bus.publish if bus.backend is None else None
         self.tools = tools
         self.limits = limits
         self.source = source
@@ -180,19 +187,34 @@ class ToolExecutor:
         Returns:
             The outcomes in the order of the calls.
         """
-        publish = self.bus.apublish
+        apublish = self.bus.apublish
+        publish = self._publish
         known = self.tools if tools is None else tools
         call_events = []
+        waiting = False
         for call in calls:
             payload: dict[str, Any] = {"toolCallId": call.id, "name": call.name, "args": call.args}
-            label = getattr(known.get(call.name), "server_label", None)
+            tool = known.get(call.name)
+            label = getattr(tool, "server_label", None)
             if isinstance(label, str):
                 # A remote MCP server's tool: the Agent API shows an mcp_call.
                 payload["serverLabel"] = label
+            if tool is not None and not waiting:
+                waiting = isinstance(tool, ClientTool) or self.needs_approval(tool)
             call_event = parent.child(_TOOL_CALL, payload, source=self.source)
             call_events.append(call_event)
-            await publish(call_event)
-        waits = await self._announce_waits(parent, call_events, calls, context, known)
+            if publish is None:
+                await apublish(call_event)
+            else:
+                try:
+                    publish(call_event)
+                except QueueFull:
+                    await apublish(call_event)
+        waits: Mapping[int, Wait] = (
+            await self._announce_waits(parent, call_events, calls, context, known)
+            if waiting
+            else _NO_WAITS
+        )
         outcomes: list[ToolOutcome | None] = [None] * len(calls)
         if len(calls) == 1:
             parse_error = parse_errors.get(0) if parse_errors else None
@@ -222,7 +244,13 @@ class ToolExecutor:
         for call_event, outcome in zip(call_events, outcomes, strict=True):
             assert outcome is not None
             result_event, outcome = self.result_event(call_event, outcome)
-            await publish(result_event)
+            if publish is None:
+                await apublish(result_event)
+            else:
+                try:
+                    publish(result_event)
+                except QueueFull:
+                    await apublish(result_event)
             done.append(outcome)
         return done
 
@@ -360,10 +388,11 @@ class ToolExecutor:
         try:
             # move_on_after, not fail_after: a TimeoutError the tool raises
             # itself (a socket timeout) is the tool's failure, not the limit.
-            with anyio.move_on_after(timeout) as scope:
-                if tool.is_async:
+            if tool.is_async:
+                with anyio.move_on_after(timeout) as scope:
                     result = await tool.run(args, context)
-                else:
+            else:
+                with anyio.move_on_after(timeout) as scope:
                     result = await anyio.to_thread.run_sync(
                         tool.run, args, context, abandon_on_cancel=True
                     )

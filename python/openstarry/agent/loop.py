@@ -40,6 +40,7 @@ import anyio.to_thread
 
 from openstarry._lifecycle import Lifecycle
 from openstarry.agent.commands import BUILTIN_COMMANDS, parse_line
+from openstarry.agent.deadlines import Deadlines
 from openstarry.agent.execution import ToolExecutor
 from openstarry.agent.external import MAX_EXTERNAL_CALLS, ExternalCalls
 from openstarry.agent.interfaces import AgentContext, Provider, Tool
@@ -157,6 +158,10 @@ class ExecutionLoop(Lifecycle):
         self.source = source = f"agent:{agent_name}"
         self.memory_window = memory_window
         self._waiters = Waiters()
+        #: ``bus.publish`` where a run may use it for its events instead of
+        #: awaiting ``apublish`` (on the local bus they differ only when it is
+        #: full); ``None`` on a remote bus.
+        self._publish: Callable[[Event], bool] | None = bus.publish if bus.backend is None else None
         self._outbox = Outbox(bus, source, self._waiters)
         self._executor = ToolExecutor(
             bus, _tools_by_name(tools), limits, source, approval_tools=frozenset(approval_tools)
@@ -175,6 +180,8 @@ class ExecutionLoop(Lifecycle):
             self._executor, self._context, self._outbox.publish_or_drop, self._outbox.error
         )
         self._clock: Callable[[], float] = anyio.current_time
+        #: The provider calls in progress and their deadlines.
+        self._deadlines = Deadlines()
         self._open = False
         # Where the loop runs, for text deltas sent from a provider's worker thread.
         self._loop_thread = 0
@@ -220,7 +227,9 @@ class ExecutionLoop(Lifecycle):
             bus.input_owner = self
             self._sessions.open(task_group, bus.new_signal)
             self._external.open(task_group)
-            self._clock = _clock_of_backend()
+            self._clock = clock = _clock_of_backend()
+            self._deadlines = Deadlines(clock)
+            task_group.start_soon(self._deadlines.watch, bus.new_signal)
             self._loop_thread = threading.get_ident()
             self._token = anyio.lowlevel.current_token()
             subscriptions: list[Subscription] = [
@@ -416,7 +425,8 @@ class ExecutionLoop(Lifecycle):
         waiting = self._sessions.enqueue(event)
         if waiting is None:
             # On a remote bus the input counts as handled once its run ends.
-            self.bus.hold(event)
+            if self.bus.backend is not None:
+                self.bus.hold(event)
         else:
             self._outbox.error(
                 event,
@@ -481,11 +491,19 @@ class ExecutionLoop(Lifecycle):
 
     async def _run(self, rt: SessionRuntime, event: Event) -> None:
         """Serve one input of a session to its end (the session's worker calls it)."""
+        bus = self.bus
+        store = self.store
+        if bus.backend is None:
+            # The local bus: no acknowledgement, no effects held back.
+            if store is None:
+                await Turn(self, rt, event).run()
+            else:
+                await self._run_stored(store, rt, event)
+            return
         try:
             # On a remote bus the run's events are the input's effects: they
             # are published with its acknowledgement, atomically.
-            with self.bus.effects_of(event):
-                store = self.store
+            with bus.effects_of(event):
                 if store is None:
                     await Turn(self, rt, event).run()
                 else:
@@ -493,7 +511,7 @@ class ExecutionLoop(Lifecycle):
         finally:
             # A run cut short by the agent stopping is handed back (another
             # worker runs it); a run that ended, or was /stop-ped, is handled.
-            self.bus.release(event, handled=self._open)
+            bus.release(event, handled=self._open)
 
     async def _run_stored(self, store: SessionStore, rt: SessionRuntime, event: Event) -> None:
         """A run between loading its session from the store and saving it back."""

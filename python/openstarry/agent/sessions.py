@@ -43,6 +43,7 @@ class SessionRuntime:
     """The scheduler's private state of one session."""
 
     __slots__ = (
+        "calling",
         "epoch",
         "failure_key",
         "failure_repeats",
@@ -65,6 +66,8 @@ class SessionRuntime:
         self.wake: Signal | None = None
         #: The cancel scope of the run in progress.
         self.scope: anyio.CancelScope | None = None
+        #: The number of the provider call in progress (0: none), for its deadline.
+        self.calling = 0
         self.stop_requested = False
         #: Bumped by /reset: a run that started before it leaves memory alone.
         self.epoch = 0

@@ -21,14 +21,14 @@ Rules a turn keeps:
   while the provider answers leaves memory untouched by that answer.
 - **The run's events are never dropped**: they wait for room on the bus. Text
   deltas are previews, dropped on a full bus.
-- **One cancel scope per turn** carries both ``/stop`` and the provider
-  deadline; when the deadline fires the turn ends with ``PROVIDER_TIMEOUT``.
+- **One cancel scope per turn** serves both ``/stop`` and the provider
+  deadline (cancelled by the loop's watcher, :mod:`~openstarry.agent.deadlines`);
+  when the deadline passes the turn ends with ``PROVIDER_TIMEOUT``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -47,7 +47,13 @@ from openstarry.agent.sessions import SessionRuntime
 from openstarry.agent.waits import ClientTool
 from openstarry.bus import describe_exception
 from openstarry.core import ContentSegment, Event, ProviderResponse, ToolCall, decode_response
-from openstarry.errors import AgentPainException, DecodeError, QueueClosed, ToolArgumentsError
+from openstarry.errors import (
+    AgentPainException,
+    DecodeError,
+    QueueClosed,
+    QueueFull,
+    ToolArgumentsError,
+)
 from openstarry.events import (
     OUTPUT_AGENT_MESSAGE,
     OUTPUT_AGENT_MESSAGE_DELTA,
@@ -64,6 +70,8 @@ _TICK_START = EventType.TICK_START.value
 _STATE_CHANGE = EventType.STATE_CHANGE.value
 _AGENT_DELTA = OUTPUT_AGENT_MESSAGE_DELTA
 _IDLE, _THINKING, _EXECUTING = AgentState.IDLE, AgentState.THINKING, AgentState.EXECUTING
+#: Each state's wire name (an enum's ``.value`` is a descriptor call).
+_VALUE = {state: state.value for state in AgentState}
 
 
 def _segment_dict(segment: ContentSegment) -> dict[str, Any]:
@@ -103,17 +111,6 @@ def _coerce_response(response: Any) -> ProviderResponse:
     )
 
 
-async def _honour_cancellation(scope: anyio.CancelScope | None) -> None:
-    """Raise the cancellation now if ``scope`` was cancelled while the task was already woken.
-
-    An awaited call that completes in the same loop iteration as a cancel is
-    not interrupted; the run must not then write its result into a memory that
-    /reset has cleared.
-    """
-    if scope is not None and scope.cancel_called:
-        await anyio.lowlevel.checkpoint()
-
-
 class Turn:
     """One input of a session being served, round by round.
 
@@ -127,6 +124,7 @@ class Turn:
         "loop",
         "observations",
         "open_calls",
+        "publish",
         "result",
         "rt",
         "state",
@@ -141,6 +139,9 @@ class Turn:
         self.state = _IDLE
         self.context = loop._context(rt.session, event.trace_id)
         self.result: RunResult | None = loop._waiters.result(event.id)
+        #: ``bus.publish`` where it can stand for ``apublish`` (the local bus:
+        #: it only waits when the bus is full), else ``None``.
+        self.publish = loop._publish
         #: Tool calls in memory that have no outcome yet (closed if the run stops).
         self.open_calls: Sequence[ToolCall] = ()
         #: Observations of this round, added to memory after the round's outcomes.
@@ -230,11 +231,19 @@ class Turn:
     async def set_state(self, state: AgentState, *, reason: str | None = None) -> None:
         if self.state is state:
             return
-        payload: dict[str, Any] = {"from": self.state.value, "to": state.value}
+        payload: dict[str, Any] = {"from": _VALUE[self.state], "to": _VALUE[state]}
         if reason is not None:
             payload["reason"] = reason
         loop = self.loop
-        await loop.bus.apublish(self.tick.child(_STATE_CHANGE, payload, source=loop.source))
+        event = self.tick.child(_STATE_CHANGE, payload, source=loop.source)
+        publish = self.publish
+        if publish is None:
+            await loop.bus.apublish(event)
+        else:
+            try:
+                publish(event)
+            except QueueFull:
+                await loop.bus.apublish(event)
         # Recorded once published: a run stopped while it waited for room on the
         # bus reports its last published state, so the chain of changes holds.
         self.state = state
@@ -315,34 +324,47 @@ class Turn:
         memory = self.rt.session.memory
         memory.append(UserTurn(prompt))
         context = self.context
-        context.tools = await self.select_tools(prompt)
+        tools = loop.tools
+        limit = loop.max_tools
+        context.tools = (
+            tools if limit is None or len(tools) <= limit else await self.select_tools(prompt)
+        )
         if self.client_tools:
             context.tools = {**context.tools, **self.client_tools}
         event = self.input
         result = self.result
+        deadlines = loop._deadlines
+        provider = loop.provider
+        publish = self.publish
+        apublish = loop.bus.apublish
         tool_rounds = 0
         round_no = 0
         while True:
             round_no += 1
             tick = event.child(_TICK_START, {"round": round_no}, source=source)
-            await loop.bus.apublish(tick)
+            if publish is None:
+                await apublish(tick)
+            else:
+                try:
+                    publish(tick)
+                except QueueFull:
+                    await apublish(tick)
             self.tick = tick  # once published: later events may name it as parent
             await self.set_state(_THINKING)
             context.round = round_no
-            scope = self.rt.scope
+            rt = self.rt
+            scope = rt.scope
             try:
-                # The run's own scope carries the provider deadline: one cancel
-                # scope fewer per round. When it fires the run ends (see _run).
-                if scope is not None:
-                    scope.deadline = loop._clock() + limits.provider_timeout
+                # The provider deadline: when it passes, the loop's watcher
+                # cancels the run's scope and the run ends (see run()).
+                deadlines.begin(rt, limits.provider_timeout)
                 context.text_sink = self.delta_sink(tick, round_no)
                 try:
-                    raw = await loop.provider.generate(prompt, context)
+                    raw = await provider.generate(prompt, context)
                 finally:
                     context.text_sink = None
-                    if scope is not None:
-                        scope.deadline = math.inf
-                response = _coerce_response(raw)
+                    deadlines.end(rt)
+                response = raw if type(raw) is ProviderResponse else _coerce_response(raw)
             except AgentPainException as exc:
                 await self.fail(tick, "AGENT_PAIN", describe_exception(exc).partition(": ")[2])
                 break
@@ -354,8 +376,11 @@ class Turn:
                 if isinstance(metadata, dict) and isinstance(metadata.get("usage"), dict):
                     result.usage = add_usage(result.usage, metadata["usage"])
             # A /stop or /reset that came while the provider answered wins over
-            # the answer: nothing of it goes into memory.
-            await _honour_cancellation(scope)
+            # the answer: nothing of it goes into memory. (An awaited call that
+            # completes in the loop iteration of a cancel is not interrupted:
+            # the checkpoint raises the cancellation now.)
+            if scope is not None and scope.cancel_called:
+                await anyio.lowlevel.checkpoint()
             calls: list[ToolCall] = []
             said: list[ContentSegment] = []
             thought: list[ContentSegment] = []
@@ -367,7 +392,12 @@ class Turn:
                     said.append(segment)
                     if segment.type == "reasoning":
                         thought.append(segment)
-            text = "".join(s.text for s in said if s.text is not None and s.type != "reasoning")
+            if len(said) == 1 and said[0].type == "text":
+                text = said[0].text or ""
+            else:
+                text = "".join(
+                    s.text for s in said if s.text is not None and s.type != "reasoning"
+                )
             memory.append(AssistantTurn(text, tuple(calls), tuple(thought)))
             self.open_calls = calls
             if said:
@@ -387,7 +417,13 @@ class Turn:
                         tick, "AGENT_PAIN", f"the provider's response cannot be sent: {exc}"
                     )
                     break
-                await loop.bus.apublish(said_event)
+                if publish is None:
+                    await apublish(said_event)
+                else:
+                    try:
+                        publish(said_event)
+                    except QueueFull:
+                        await apublish(said_event)
                 if result is not None:
                     result.replies.append(text)
             if not calls:
@@ -404,7 +440,8 @@ class Turn:
             tool_rounds += 1
             await self.set_state(_EXECUTING)
             outcomes, locked = await self.execute(calls)
-            await _honour_cancellation(self.rt.scope)
+            if scope is not None and scope.cancel_called:
+                await anyio.lowlevel.checkpoint()
             # Each call's outcome right after the call, then what the core observed.
             memory.extend(outcomes)
             self.open_calls = ()
