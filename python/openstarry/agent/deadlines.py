@@ -8,8 +8,9 @@ costs a heap push and two attribute writes:
 - :meth:`Deadlines.begin` records the call's deadline and tags its session
   with the call's number; :meth:`Deadlines.end` clears the tag.
 - One watcher task sleeps until the earliest deadline. A deadline whose call
-  has ended is skipped; one whose call is still running cancels its session's
-  run scope (the run then reports the timeout).
+  has ended is dropped; one whose call is still running cancels its session's
+  run scope (the run then reports the timeout). Under steady traffic it wakes
+  about once per timeout, whatever the rate of calls.
 
 Finished calls are dropped from the heap as new ones come, so it holds about
 one entry per call in progress; it is rebuilt without them if it grows past
@@ -96,10 +97,10 @@ class Deadlines:
                     idle = self._idle = new_signal()
                     await idle.wait()
                     continue
+                # The top's deadline, whether its call has ended or not: popping
+                # ended calls here would leave the heap empty after every quick
+                # call and wake this task for the next one.
                 deadline, number, rt = heap[0]
-                if rt.calling != number:
-                    heapq.heappop(heap)
-                    continue
                 if clock() < deadline:
                     with anyio.CancelScope(deadline=deadline) as scope:
                         self._sleep = (deadline, scope)
@@ -107,10 +108,11 @@ class Deadlines:
                     self._sleep = None
                     continue
                 heapq.heappop(heap)
-                self.end(rt)
-                scope = rt.scope
-                if scope is not None:
-                    scope.cancel()
+                if rt.calling == number:
+                    self.end(rt)
+                    scope = rt.scope
+                    if scope is not None:
+                        scope.cancel()
         finally:
             self._idle = None
             self._sleep = None
