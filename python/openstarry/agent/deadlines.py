@@ -1,16 +1,19 @@
-"""Provider-call deadlines: one watcher task for every session, no timer per call.
+"""Call deadlines: one watcher task for every provider and tool call, no timer per call.
 
 A provider call must answer within ``provider_timeout`` seconds, or its run ends
-with ``PROVIDER_TIMEOUT``. Arming a timer for every call (a cancel scope's
-deadline) costs a timer handle set and cancelled twice a round; here a call
+with ``PROVIDER_TIMEOUT``; a tool call within ``tool_timeout``, or it is
+cancelled and fails with ``TIMEOUT``. Arming a timer for every call (a cancel
+scope's deadline) costs a timer handle set and cancelled each time; here a call
 costs a heap push and two attribute writes:
 
-- :meth:`Deadlines.begin` records the call's deadline and tags its session
-  with the call's number; :meth:`Deadlines.end` clears the tag.
+- :meth:`Deadlines.begin` records the call's deadline and tags what it watches
+  (a :class:`Watched`: a session's run, a tool call) with the call's number;
+  :meth:`Deadlines.end` clears the tag.
 - One watcher task sleeps until the earliest deadline. A deadline whose call
-  has ended is dropped; one whose call is still running cancels its session's
-  run scope (the run then reports the timeout). Under steady traffic it wakes
-  about once per timeout, whatever the rate of calls.
+  has ended is dropped; one whose call is still running cancels the watched
+  scope (the run then reports the timeout, the tool call its ``TIMEOUT``).
+  Under steady traffic it wakes about once per (shortest) timeout, whatever
+  the rate of calls.
 
 Finished calls are dropped from the heap as new ones come, so it holds about
 one entry per call in progress; it is rebuilt without them if it grows past
@@ -20,17 +23,38 @@ twice that (a hung call at the top keeping many finished ones behind it).
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import anyio
 
 from openstarry.bus import Signal
 
-if TYPE_CHECKING:
-    from openstarry.agent.sessions import SessionRuntime
+__all__ = ["Deadlines", "ToolCallWatch", "Watched"]
 
-__all__ = ["Deadlines"]
+
+class _Cancellable(Protocol):
+    def cancel(self, reason: str | None = None) -> None: ...
+
+
+class Watched(Protocol):
+    """What a deadline watches: the number of its call in progress, and the scope to cancel."""
+
+    calling: int
+
+    @property
+    def scope(self) -> _Cancellable | None: ...
+
+
+class ToolCallWatch:
+    """One tool call's :class:`Watched`: the cancel scope it runs in."""
+
+    __slots__ = ("calling", "scope")
+
+    def __init__(self, scope: Any) -> None:
+        self.calling = 0
+        self.scope = scope
 
 #: Below this many entries the heap is never rebuilt.
 _COMPACT_FLOOR = 64
@@ -43,23 +67,34 @@ class Deadlines:
         clock: The clock deadlines are read on (the event loop's time).
     """
 
-    __slots__ = ("_active", "_clock", "_heap", "_idle", "_new_signal", "_next", "_sleep")
+    __slots__ = (
+        "_active",
+        "_clock",
+        "_heap",
+        "_idle",
+        "_new_signal",
+        "_next",
+        "_shortest",
+        "_sleep",
+    )
 
     def __init__(self, clock: Callable[[], float] = anyio.current_time) -> None:
         self._clock = clock
-        # (deadline, call number, session): a call is in progress while its
-        # session's ``calling`` is its number.
-        self._heap: list[tuple[float, int, SessionRuntime]] = []
+        # (deadline, call number, watched): a call is in progress while its
+        # watched ``calling`` is its number.
+        self._heap: list[tuple[float, int, Watched]] = []
         self._next = 0
         self._active = 0
+        #: The shortest timeout seen: the watcher never sleeps longer.
+        self._shortest = math.inf
         #: The watcher waits on it when there is nothing to watch.
         self._idle: Signal | None = None
         #: The watcher's sleep, cancelled when an earlier deadline comes in.
         self._sleep: tuple[float, anyio.CancelScope] | None = None
         self._new_signal: Callable[[], Signal] = anyio.Event
 
-    def begin(self, rt: SessionRuntime, timeout: float) -> None:
-        """A provider call of ``rt``'s run starts now; it must end within ``timeout`` s."""
+    def begin(self, rt: Watched, timeout: float) -> None:
+        """A call watched by ``rt`` starts now; it must end within ``timeout`` s."""
         heap = self._heap
         # Drop the calls that have ended from the top (usually this session's last one).
         while heap and heap[0][2].calling != heap[0][1]:
@@ -68,6 +103,8 @@ class Deadlines:
         rt.calling = number
         self._active += 1
         deadline = self._clock() + timeout
+        if timeout < self._shortest:
+            self._shortest = timeout
         heapq.heappush(heap, (deadline, number, rt))
         if len(heap) > _COMPACT_FLOOR and len(heap) > 2 * self._active:
             heap[:] = [entry for entry in heap if entry[2].calling == entry[1]]
@@ -78,10 +115,10 @@ class Deadlines:
         else:
             sleep = self._sleep
             if sleep is not None and deadline < sleep[0]:
-                sleep[1].cancel()  # a shorter timeout than the one it sleeps for
+                sleep[1].cancel()  # a timeout shorter than any before
 
-    def end(self, rt: SessionRuntime) -> None:
-        """The provider call of ``rt``'s run has ended (answered, failed or cancelled)."""
+    def end(self, rt: Watched) -> None:
+        """The call watched by ``rt`` has ended (answered, failed or cancelled)."""
         if rt.calling:
             rt.calling = 0
             self._active -= 1
@@ -97,13 +134,20 @@ class Deadlines:
                     idle = self._idle = new_signal()
                     await idle.wait()
                     continue
-                # The top's deadline, whether its call has ended or not: popping
-                # ended calls here would leave the heap empty after every quick
-                # call and wake this task for the next one.
+                while heap and heap[0][2].calling != heap[0][1]:
+                    heapq.heappop(heap)  # ended
+                if not heap:
+                    continue
                 deadline, number, rt = heap[0]
-                if clock() < deadline:
-                    with anyio.CancelScope(deadline=deadline) as scope:
-                        self._sleep = (deadline, scope)
+                now = clock()
+                if now < deadline:
+                    # Never longer than the shortest timeout: any call that
+                    # starts meanwhile ends after this wake-up, so the sleep is
+                    # not cut short for it (see begin), and a task that calls
+                    # all the time costs this watcher one wake-up per timeout.
+                    wake = min(deadline, now + self._shortest)
+                    with anyio.CancelScope(deadline=wake) as scope:
+                        self._sleep = (wake, scope)
                         await anyio.sleep_forever()
                     self._sleep = None
                     continue

@@ -32,17 +32,18 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 import anyio
 import anyio.to_thread
 
+from openstarry.agent.deadlines import Deadlines, ToolCallWatch
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.limits import LoopLimits
 from openstarry.agent.memory import Observation, ToolFailure, ToolOutcome
-from openstarry.agent.sessions import SessionRuntime
+from openstarry.agent.sessions import CancelScopeLike, SessionRuntime
 from openstarry.agent.waits import APPROVAL, CLIENT_CALL, Answer, ClientTool, Wait, Waits
 from openstarry.bus import EventBus, describe_exception
 from openstarry.core import Event, ToolCall
@@ -124,7 +125,17 @@ class ToolExecutor:
         source: The ``source`` of the events.
     """
 
-    __slots__ = ("_publish", "approval_tools", "bus", "limits", "source", "tools", "waits")
+    __slots__ = (
+        "_publish",
+        "approval_tools",
+        "bus",
+        "deadlines",
+        "limits",
+        "new_scope",
+        "source",
+        "tools",
+        "waits",
+    )
 
     def __init__(
         self,
@@ -144,6 +155,10 @@ class ToolExecutor:
         #: The names of the tools whose calls wait for approval.
         self.approval_tools = approval_tools
         self.waits = Waits()
+        #: The cancel scope class of the running backend and the loop's
+        #: deadline watcher (the loop sets both when it starts).
+        self.new_scope: Callable[..., CancelScopeLike] = anyio.CancelScope
+        self.deadlines = Deadlines()
 
     def needs_approval(self, tool: Tool) -> bool:
         """Whether a call of ``tool`` waits for a yes before it runs."""
@@ -385,17 +400,24 @@ class ToolExecutor:
                 return refused
         timeout = self.limits.tool_timeout
         result: Any = None
+        # The tool timeout cancels the scope (the loop's watcher does, at the
+        # deadline), which then reports it: a TimeoutError the tool raises
+        # itself (a socket timeout) is the tool's failure, not the limit.
+        scope = self.new_scope()
+        watch = ToolCallWatch(scope)
+        deadlines = self.deadlines
         try:
-            # move_on_after, not fail_after: a TimeoutError the tool raises
-            # itself (a socket timeout) is the tool's failure, not the limit.
-            if tool.is_async:
-                with anyio.move_on_after(timeout) as scope:
-                    result = await tool.run(args, context)
-            else:
-                with anyio.move_on_after(timeout) as scope:
-                    result = await anyio.to_thread.run_sync(
-                        tool.run, args, context, abandon_on_cancel=True
-                    )
+            deadlines.begin(watch, timeout)
+            try:
+                with scope:
+                    if tool.is_async:
+                        result = await tool.run(args, context)
+                    else:
+                        result = await anyio.to_thread.run_sync(
+                            tool.run, args, context, abandon_on_cancel=True
+                        )
+            finally:
+                deadlines.end(watch)
         except Exception as exc:
             return ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
         except anyio.get_cancelled_exc_class() as exc:

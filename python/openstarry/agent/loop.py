@@ -52,7 +52,7 @@ from openstarry.agent.memory import (
 from openstarry.agent.outbox import Outbox
 from openstarry.agent.results import PendingRun, RunResult, Waiters, add_usage
 from openstarry.agent.retrieval import ToolRetriever
-from openstarry.agent.sessions import SessionRuntime, Sessions
+from openstarry.agent.sessions import CancelScopeLike, SessionRuntime, Sessions, scope_factory
 from openstarry.agent.store import SessionStore, memory_from_data, memory_to_data
 from openstarry.agent.turn import Turn
 from openstarry.bus import EventBus, Subscription
@@ -182,6 +182,8 @@ class ExecutionLoop(Lifecycle):
         self._clock: Callable[[], float] = anyio.current_time
         #: The provider calls in progress and their deadlines.
         self._deadlines = Deadlines()
+        #: Makes the runs' and the tool calls' cancel scopes (set for the backend on entry).
+        self._new_scope: Callable[..., CancelScopeLike] = anyio.CancelScope
         self._open = False
         # Where the loop runs, for text deltas sent from a provider's worker thread.
         self._loop_thread = 0
@@ -228,7 +230,8 @@ class ExecutionLoop(Lifecycle):
             self._sessions.open(task_group, bus.new_signal)
             self._external.open(task_group)
             self._clock = clock = _clock_of_backend()
-            self._deadlines = Deadlines(clock)
+            self._deadlines = self._executor.deadlines = Deadlines(clock)
+            self._new_scope = self._executor.new_scope = scope_factory()
             task_group.start_soon(self._deadlines.watch, bus.new_signal)
             self._loop_thread = threading.get_ident()
             self._token = anyio.lowlevel.current_token()

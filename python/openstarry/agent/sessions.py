@@ -20,9 +20,10 @@ Rules the scheduler keeps:
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
@@ -32,7 +33,41 @@ from openstarry.agent.results import Waiters
 from openstarry.bus import Signal
 from openstarry.core import Event
 
-__all__ = ["SessionRuntime", "Sessions"]
+__all__ = ["CancelScopeLike", "SessionRuntime", "Sessions", "scope_factory"]
+
+
+class CancelScopeLike(Protocol):
+    """What the loop uses of a cancel scope: ``anyio.CancelScope``'s, or trio's own."""
+
+    @property
+    def cancel_called(self) -> bool: ...
+
+    @property
+    def cancelled_caught(self) -> bool: ...
+
+    def cancel(self, reason: str | None = None) -> None: ...
+
+    def __enter__(self) -> CancelScopeLike: ...
+
+    def __exit__(self, *exc_info: Any) -> bool | None: ...
+
+
+def scope_factory() -> Callable[..., CancelScopeLike]:
+    """The cheapest cancel scope class of the running backend, taking ``deadline=``, ``shield=``.
+
+    ``anyio.CancelScope()`` looks up the running library on every creation
+    (a turn makes two); on asyncio this is the class it returns, on trio
+    trio's own scope, which anyio's wraps. Both cancel, and are cancelled, as
+    anyio's do.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        import trio  # noqa: PLC0415 - only when running on trio
+
+        return trio.CancelScope
+    scope_class: Callable[..., CancelScopeLike] = type(anyio.CancelScope())
+    return scope_class
 
 #: Workers kept waiting for their session's next input; past it the one idle
 #: the longest exits (its session starts a new worker when it needs one).
@@ -65,7 +100,7 @@ class SessionRuntime:
         self.idle = False
         self.wake: Signal | None = None
         #: The cancel scope of the run in progress.
-        self.scope: anyio.CancelScope | None = None
+        self.scope: CancelScopeLike | None = None
         #: The number of the provider call in progress (0: none), for its deadline.
         self.calling = 0
         self.stop_requested = False

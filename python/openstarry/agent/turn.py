@@ -180,7 +180,7 @@ class Turn:
         outbox = loop._outbox
         try:
             try:
-                with anyio.CancelScope() as scope:
+                with loop._new_scope() as scope:
                     rt.scope = scope
                     await self.serve()
             except QueueClosed:
