@@ -50,12 +50,12 @@ from openstarry.agent.memory import (
     ToolOutcome,
 )
 from openstarry.agent.outbox import Outbox
-from openstarry.agent.results import PendingRun, RunResult, Waiters, add_usage
+from openstarry.agent.results import PendingRun, RunResult, Waiters, add_usage, wakeup_factory
 from openstarry.agent.retrieval import ToolRetriever
 from openstarry.agent.sessions import CancelScopeLike, SessionRuntime, Sessions, scope_factory
 from openstarry.agent.store import SessionStore, memory_from_data, memory_to_data
 from openstarry.agent.turn import Turn
-from openstarry.bus import EventBus, Subscription
+from openstarry.bus import EventBus, Signal, Subscription
 from openstarry.core import Event
 from openstarry.errors import QueueClosed, QueueFull
 from openstarry.events import (
@@ -184,6 +184,8 @@ class ExecutionLoop(Lifecycle):
         self._deadlines = Deadlines()
         #: Makes the runs' and the tool calls' cancel scopes (set for the backend on entry).
         self._new_scope: Callable[..., CancelScopeLike] = anyio.CancelScope
+        #: Makes the one-shot signals of runs and workers (set for the backend on entry).
+        self._new_signal: Callable[[], Signal] = anyio.Event
         self._open = False
         # Where the loop runs, for text deltas sent from a provider's worker thread.
         self._loop_thread = 0
@@ -227,7 +229,8 @@ class ExecutionLoop(Lifecycle):
             )
         async with anyio.create_task_group() as task_group:
             bus.input_owner = self
-            self._sessions.open(task_group, bus.new_signal)
+            self._new_signal = new_signal = wakeup_factory(bus.new_signal)
+            self._sessions.open(task_group, new_signal)
             self._external.open(task_group)
             self._clock = clock = _clock_of_backend()
             self._deadlines = self._executor.deadlines = Deadlines(clock)
@@ -326,7 +329,7 @@ class ExecutionLoop(Lifecycle):
             )
         event = _user_message(text, session_id, source, None, extra, trace_id)
         waiters = self._waiters
-        pending = PendingRun(event, self.bus.new_signal(), waiters, self.bus.apublish)
+        pending = PendingRun(event, self._new_signal(), waiters, self.bus.apublish)
         waiters.add(event.id, pending.result, pending._done)
         try:
             self.bus.publish(event)

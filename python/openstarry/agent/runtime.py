@@ -161,4 +161,4 @@ class Agent(Lifecycle):
 
     async def ask(self, text: str, *, session_id: str = "default") -> RunResult:
         """Send one user turn and wait for the run it starts to end."""
-        return await self.loop.ask(text, session_id=session_id)
+        return await self.loop.start(text, session_id=session_id).wait()

@@ -182,7 +182,11 @@ class Turn:
             try:
                 with loop._new_scope() as scope:
                     rt.scope = scope
-                    await self.serve()
+                    text = self.input.payload["text"]
+                    if rt.session.locked or parse_line(text) is not None:
+                        await self.serve()
+                    else:
+                        await self.think_act(text)
             except QueueClosed:
                 raise
             except Exception as exc:
