@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import threading
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -294,9 +295,13 @@ class ExecutionLoop(Lifecycle):
         return event
 
     async def ask(
-        self, text: str, *, session_id: str = "default", source: str = "user"
+        self, text: str, *, session_id: str | None = "default", source: str = "user"
     ) -> RunResult:
-        """Send ``text`` to the session and wait until the run it starts has ended."""
+        """Send ``text`` to the session and wait until the run it starts has ended.
+
+        ``session_id=None`` runs it stateless: in a new session, with no
+        history, forgotten once the run has ended.
+        """
         pending = self.start(text, session_id=session_id, source=source)
         return await pending.wait()
 
@@ -304,7 +309,7 @@ class ExecutionLoop(Lifecycle):
         self,
         text: str,
         *,
-        session_id: str = "default",
+        session_id: str | None = "default",
         source: str = "user",
         extra: Mapping[str, Any] | None = None,
         trace_id: str | None = None,
@@ -312,6 +317,11 @@ class ExecutionLoop(Lifecycle):
         """Publish ``text`` as an ``INPUT:USER_MESSAGE`` now; await the returned run's ``wait()``.
 
         Inputs started one after the other in a session run in that order.
+        ``session_id=None`` makes the run stateless: it runs in a session of
+        its own (``"stateless-<uuid>"``, the events' ``sessionId``) that starts
+        with an empty memory, is never loaded from or saved to the store, and
+        is forgotten once the run has ended (or its input was refused), so
+        stateless runs leave no sessions behind.
         ``extra`` goes into the input's payload beside the text: ``"tools"``
         (functions the client runs, as ``{"name", "description",
         "parameters"}``) and ``"generation"`` (parameters for the provider,
@@ -327,6 +337,9 @@ class ExecutionLoop(Lifecycle):
             raise RuntimeError(
                 "the ExecutionLoop is not running: use `async with ExecutionLoop(...)`"
             )
+        if session_id is None:
+            session_id = f"stateless-{uuid.uuid4().hex}"
+            self._sessions.get(session_id).ephemeral = True
         event = _user_message(text, session_id, source, None, extra, trace_id)
         waiters = self._waiters
         pending = PendingRun(event, self._new_signal(), waiters, self.bus.apublish)
@@ -422,11 +435,13 @@ class ExecutionLoop(Lifecycle):
                 event, "INVALID_INPUT", "INPUT:USER_MESSAGE needs a payload with a string 'text'"
             )
             self._waiters.finish(event.id)
+            self._sessions.discard_ephemeral(event.session_id)
             return
         command = parse_line(text)
         if command is not None and command.is_builtin:
             self._builtin(event, command.name, command.argline.split())
             self._waiters.finish(event.id)
+            self._sessions.discard_ephemeral(event.session_id)
             return
         waiting = self._sessions.enqueue(event)
         if waiting is None:
@@ -498,7 +513,7 @@ class ExecutionLoop(Lifecycle):
     async def _run(self, rt: SessionRuntime, event: Event) -> None:
         """Serve one input of a session to its end (the session's worker calls it)."""
         bus = self.bus
-        store = self.store
+        store = None if rt.ephemeral else self.store
         if bus.backend is None:
             # The local bus: no acknowledgement, no effects held back.
             if store is None:

@@ -13,6 +13,9 @@ Rules the scheduler keeps:
 - **Sessions are bounded.** Past ``max_sessions`` the least recently used idle
   session is forgotten, a locked one only when no other can be; a busy session
   is never forgotten.
+- **Stateless runs leave nothing.** A session made for one stateless run
+  (``ask(session_id=None)``) is forgotten when its run ends, or when its
+  input is refused before it runs; until then it counts as any other.
 - **A stop is at once.** :meth:`Sessions.stop` drops the queued inputs (their
   waiters hear "stopped") and cancels the run in progress; the session stays
   usable.
@@ -79,6 +82,7 @@ class SessionRuntime:
 
     __slots__ = (
         "calling",
+        "ephemeral",
         "epoch",
         "failure_key",
         "failure_repeats",
@@ -103,6 +107,8 @@ class SessionRuntime:
         self.scope: CancelScopeLike | None = None
         #: The number of the provider call in progress (0: none), for its deadline.
         self.calling = 0
+        #: A session for one stateless run: forgotten once its inputs are served.
+        self.ephemeral = False
         self.stop_requested = False
         #: Bumped by /reset: a run that started before it leaves memory alone.
         self.epoch = 0
@@ -167,6 +173,8 @@ class Sessions:
             self.stop(rt)
             if rt.idle:
                 self._unpark(rt)
+            if rt.ephemeral and not rt.running:
+                del self._by_id[rt.session.id]  # a stateless input that never ran
 
     async def wait_closed(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for the workers to exit after :meth:`close`."""
@@ -189,6 +197,12 @@ class Sessions:
         else:
             by_id.move_to_end(session_id)
         return rt
+
+    def discard_ephemeral(self, session_id: str) -> None:
+        """Forget the session if it is ephemeral and has nothing to serve (its input never ran)."""
+        rt = self._by_id.get(session_id)
+        if rt is not None and rt.ephemeral and not rt.running and not rt.pending:
+            del self._by_id[session_id]
 
     def find(self, session_id: str) -> SessionRuntime | None:
         """The session of that id if it exists; a lookup creates nothing."""
@@ -289,6 +303,11 @@ class Sessions:
             while True:
                 while rt.pending:
                     await self._serve(rt, rt.pending.popleft())
+                if rt.ephemeral:
+                    # A stateless run's session: its run is over, nothing is kept.
+                    if self._by_id.get(rt.session.id) is rt:
+                        del self._by_id[rt.session.id]
+                    return
                 if self._closing or self._by_id.get(rt.session.id) is not rt:
                     return  # the loop is leaving, or the session was quit or evicted
                 wake = rt.wake = self._new_signal()
