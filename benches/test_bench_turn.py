@@ -33,6 +33,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from benches.harness import Benchmark, measure
 from openstarry import Agent, tool
 from openstarry.agent.interfaces import AgentContext
+from openstarry.agent.memory import ToolOutcome
 from openstarry.core import ProviderResponse
 from openstarry.testing import FunctionProvider, text, tool_call
 
@@ -85,8 +86,8 @@ def _check_openstarry(portal: BlockingPortal, agent: Agent) -> None:
     result = portal.call(one)
     assert result.error is None
     assert result.replies == ["done"]
-    memory = list(agent.loop.session("default").memory)
-    outcomes = [entry for entry in memory if getattr(entry, "role", "") == "tool"]
+    memory = agent.loop.session("default").memory
+    outcomes = [entry for entry in memory if isinstance(entry, ToolOutcome)]
     assert [(o.name, o.success, o.result) for o in outcomes] == [("add_one", True, 2)]
     assert agent.bus.metrics()["published"] % 10 == 0  # 10 events a turn
 
@@ -124,14 +125,14 @@ def test_openstarry_trio(benchmark: Benchmark) -> None:
 
 def _pydantic_ai_agent() -> Any:
     pydantic_ai = pytest.importorskip("pydantic_ai", reason="pydantic-ai-slim is a bench extra")
-    from pydantic_ai.messages import (  # noqa: PLC0415 - the optional baseline
+    from pydantic_ai.messages import (
         ModelMessage,
         ModelResponse,
         TextPart,
         ToolCallPart,
         ToolReturnPart,
     )
-    from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: PLC0415
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
 
     def function_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         # The tool's result is in the last request once the tool has run.
@@ -141,7 +142,7 @@ def _pydantic_ai_agent() -> Any:
 
     agent = pydantic_ai.Agent(FunctionModel(function_model))
 
-    @agent.tool_plain
+    @agent.tool_plain  # type: ignore[untyped-decorator]
     async def add_one(x: int) -> int:
         """Add one to x."""
         return x + 1

@@ -56,6 +56,7 @@ class ToolCallWatch:
         self.calling = 0
         self.scope = scope
 
+
 #: Below this many entries the heap is never rebuilt.
 _COMPACT_FLOOR = 64
 
@@ -146,8 +147,8 @@ class Deadlines:
                     # not cut short for it (see begin), and a task that calls
                     # all the time costs this watcher one wake-up per timeout.
                     wake = min(deadline, now + self._shortest)
-                    with anyio.CancelScope(deadline=wake) as scope:
-                        self._sleep = (wake, scope)
+                    with anyio.CancelScope(deadline=wake) as sleep:
+                        self._sleep = (wake, sleep)
                         await anyio.sleep_forever()
                     self._sleep = None
                     continue

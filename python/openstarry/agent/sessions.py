@@ -66,11 +66,12 @@ def scope_factory() -> Callable[..., CancelScopeLike]:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        import trio  # noqa: PLC0415 - only when running on trio
+        import trio  # only when running on trio
 
         return trio.CancelScope
     scope_class: Callable[..., CancelScopeLike] = type(anyio.CancelScope())
     return scope_class
+
 
 #: Workers kept waiting for their session's next input; past it the one idle
 #: the longest exits (its session starts a new worker when it needs one).

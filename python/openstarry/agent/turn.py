@@ -399,9 +399,7 @@ class Turn:
             if len(said) == 1 and said[0].type == "text":
                 text = said[0].text or ""
             else:
-                text = "".join(
-                    s.text for s in said if s.text is not None and s.type != "reasoning"
-                )
+                text = "".join(s.text for s in said if s.text is not None and s.type != "reasoning")
             memory.append(AssistantTurn(text, tuple(calls), tuple(thought)))
             self.open_calls = calls
             if said:
