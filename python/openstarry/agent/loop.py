@@ -91,7 +91,9 @@ def _clock_of_backend() -> Callable[[], float]:
     try:
         return asyncio.get_running_loop().time  # what anyio's asyncio backend reads
     except RuntimeError:
-        return anyio.current_time
+        import trio  # only when running on trio
+
+        return trio.current_time  # what anyio's trio backend reads
 
 
 class ExecutionLoop(Lifecycle):
@@ -230,7 +232,7 @@ class ExecutionLoop(Lifecycle):
             )
         async with anyio.create_task_group() as task_group:
             bus.input_owner = self
-            self._new_signal = new_signal = wakeup_factory(bus.new_signal)
+            self._new_signal = new_signal = wakeup_factory()
             self._sessions.open(task_group, new_signal)
             self._external.open(task_group)
             self._clock = clock = _clock_of_backend()

@@ -63,15 +63,18 @@ class _Wakeup:
             waiters.remove(waiter)
 
 
-def wakeup_factory(fallback: Callable[[], Signal]) -> Callable[[], Signal]:
-    """The loop's one-shot signal for the running backend: :class:`_Wakeup` on asyncio.
+def wakeup_factory() -> Callable[[], Signal]:
+    """The loop's one-shot signal for the running backend.
 
-    Elsewhere ``fallback`` (the bus's ``new_signal``).
+    :class:`_Wakeup` on asyncio; on trio, ``trio.Event`` itself, which
+    ``anyio.Event`` wraps after looking up the running library each time.
     """
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return fallback
+        import trio  # only when running on trio
+
+        return trio.Event
     return _Wakeup
 
 

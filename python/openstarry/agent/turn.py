@@ -362,7 +362,7 @@ class Turn:
                 # The provider deadline: when it passes, the loop's watcher
                 # cancels the run's scope and the run ends (see run()).
                 deadlines.begin(rt, limits.provider_timeout)
-                context.text_sink = self.delta_sink(tick, round_no)
+                context.text_sink = self.emit_delta
                 try:
                     raw = await provider.generate(prompt, context)
                 finally:
@@ -487,27 +487,21 @@ class Turn:
                     break
         return chosen
 
-    def delta_sink(self, tick: Event, round_no: int) -> Callable[[str], None]:
-        """What ``context.emit_text_delta`` calls during this provider call.
+    def emit_delta(self, text: str) -> None:
+        """What ``context.emit_text_delta`` calls during a provider call: a delta of this round.
 
         A provider may stream in a worker thread (a sync SDK under
         ``anyio.to_thread``): the event is then handed to the event loop, which
         owns the bus, and the thread waits until it is published.
         """
+        if not isinstance(text, str):
+            raise TypeError(f"a text delta must be a str, not {type(text).__name__}")
         loop = self.loop
-        loop_thread = loop._loop_thread
-        token = loop._token
-        source = loop.source
-        publish_or_drop = loop._outbox.publish_or_drop
-
-        def sink(text: str) -> None:
-            if not isinstance(text, str):
-                raise TypeError(f"a text delta must be a str, not {type(text).__name__}")
-            event = tick.child(_AGENT_DELTA, {"text": text, "round": round_no}, source=source)
-            # A preview: dropped rather than waited for when the bus is full.
-            if threading.get_ident() == loop_thread:
-                publish_or_drop(event)
-            else:
-                anyio.from_thread.run_sync(publish_or_drop, event, token=token)
-
-        return sink
+        event = self.tick.child(
+            _AGENT_DELTA, {"text": text, "round": self.context.round}, source=loop.source
+        )
+        # A preview: dropped rather than waited for when the bus is full.
+        if threading.get_ident() == loop._loop_thread:
+            loop._outbox.publish_or_drop(event)
+        else:
+            anyio.from_thread.run_sync(loop._outbox.publish_or_drop, event, token=loop._token)
