@@ -70,6 +70,7 @@ class Deadlines:
 
     __slots__ = (
         "_active",
+        "_began",
         "_clock",
         "_heap",
         "_idle",
@@ -88,6 +89,8 @@ class Deadlines:
         self._active = 0
         #: The shortest timeout seen: the watcher never sleeps longer.
         self._shortest = math.inf
+        #: A call began since the watcher last looked.
+        self._began = False
         #: The watcher waits on it when there is nothing to watch.
         self._idle: Signal | None = None
         #: The watcher's sleep, cancelled when an earlier deadline comes in.
@@ -106,6 +109,7 @@ class Deadlines:
         deadline = self._clock() + timeout
         if timeout < self._shortest:
             self._shortest = timeout
+        self._began = True
         heapq.heappush(heap, (deadline, number, rt))
         if len(heap) > _COMPACT_FLOOR and len(heap) > 2 * self._active:
             heap[:] = [entry for entry in heap if entry[2].calling == entry[1]]
@@ -131,28 +135,29 @@ class Deadlines:
         clock = self._clock
         try:
             while True:
-                if not heap:
+                while heap and heap[0][2].calling != heap[0][1]:
+                    heapq.heappop(heap)  # ended
+                if not heap and not self._began:
+                    # Nothing began for a whole period: wait for the next call.
                     idle = self._idle = new_signal()
                     await idle.wait()
                     continue
-                while heap and heap[0][2].calling != heap[0][1]:
-                    heapq.heappop(heap)  # ended
-                if not heap:
-                    continue
-                deadline, number, rt = heap[0]
+                self._began = False
                 now = clock()
+                deadline = heap[0][0] if heap else math.inf
                 if now < deadline:
                     # Never longer than the shortest timeout: any call that
                     # starts meanwhile ends after this wake-up, so the sleep is
-                    # not cut short for it (see begin), and a task that calls
-                    # all the time costs this watcher one wake-up per timeout.
+                    # not cut short for it (see begin). While calls keep coming
+                    # (most end before this task runs again) it wakes once per
+                    # that timeout, not once per call.
                     wake = min(deadline, now + self._shortest)
                     with anyio.CancelScope(deadline=wake) as sleep:
                         self._sleep = (wake, sleep)
                         await anyio.sleep_forever()
                     self._sleep = None
                     continue
-                heapq.heappop(heap)
+                deadline, number, rt = heapq.heappop(heap)
                 if rt.calling == number:
                     self.end(rt)
                     scope = rt.scope
