@@ -24,6 +24,7 @@ Rules the scheduler keeps:
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Protocol
@@ -82,7 +83,7 @@ class SessionRuntime:
     """The scheduler's private state of one session."""
 
     __slots__ = (
-        "calling",
+        "deadline",
         "ephemeral",
         "epoch",
         "failure_key",
@@ -106,8 +107,8 @@ class SessionRuntime:
         self.wake: Signal | None = None
         #: The cancel scope of the run in progress.
         self.scope: CancelScopeLike | None = None
-        #: The number of the provider call in progress (0: none), for its deadline.
-        self.calling = 0
+        #: The deadline of the provider call in progress, while the loop's watcher watches it.
+        self.deadline = math.inf
         #: A session for one stateless run: forgotten once its inputs are served.
         self.ephemeral = False
         self.stop_requested = False
