@@ -233,11 +233,11 @@ class ExecutionLoop(Lifecycle):
         async with anyio.create_task_group() as task_group:
             bus.input_owner = self
             self._new_signal = new_signal = wakeup_factory()
-            self._sessions.open(task_group, new_signal)
+            self._new_scope = self._executor.new_scope = scope_factory()
+            self._sessions.open(task_group, new_signal, self._new_scope)
             self._external.open(task_group)
             self._clock = clock = _clock_of_backend()
             self._deadlines = self._executor.deadlines = Deadlines(clock)
-            self._new_scope = self._executor.new_scope = scope_factory()
             task_group.start_soon(self._deadlines.watch, bus.new_signal)
             self._loop_thread = threading.get_ident()
             self._token = anyio.lowlevel.current_token()
@@ -525,12 +525,22 @@ class ExecutionLoop(Lifecycle):
             return
         try:
             # On a remote bus the run's events are the input's effects: they
-            # are published with its acknowledgement, atomically.
+            # are published with its acknowledgement, atomically. So a run
+            # stopped or timed out is finished here, inside them, in a scope
+            # of its own rather than in the worker's.
             with bus.effects_of(event):
-                if store is None:
-                    await Turn(self, rt, event).run()
-                else:
-                    await self._run_stored(store, rt, event)
+                worker_scope = rt.live_scope
+                try:
+                    with self._new_scope() as rt.live_scope:
+                        if store is None:
+                            await Turn(self, rt, event).run()
+                        else:
+                            await self._run_stored(store, rt, event)
+                finally:
+                    rt.live_scope = worker_scope
+                stopped, rt.stopped_turn = rt.stopped_turn, None
+                if stopped is not None:
+                    await stopped.finish_stopped()
         finally:
             # A run cut short by the agent stopping is handed back (another
             # worker runs it); a run that ended, or was /stop-ped, is handled.

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from openstarry.agent.memory import Memory, Session
 from openstarry.agent.results import Waiters
@@ -89,11 +90,13 @@ class SessionRuntime:
         "failure_key",
         "failure_repeats",
         "idle",
+        "live_scope",
         "pending",
         "running",
         "scope",
         "session",
         "stop_requested",
+        "stopped_turn",
         "wake",
     )
 
@@ -107,6 +110,11 @@ class SessionRuntime:
         self.wake: Signal | None = None
         #: The cancel scope of the run in progress.
         self.scope: CancelScopeLike | None = None
+        #: The worker's cancel scope, which its runs are served in: one scope
+        #: for every run until one is cancelled, not one per run.
+        self.live_scope: CancelScopeLike | None = None
+        #: The run that the scope's cancellation stopped, for the worker to finish.
+        self.stopped_turn: Any = None
         #: The deadline of the provider call in progress, while the loop's watcher watches it.
         self.deadline = math.inf
         #: A session for one stateless run: forgotten once its inputs are served.
@@ -154,6 +162,7 @@ class Sessions:
         self._idle_workers: dict[SessionRuntime, None] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
         self._new_signal: Callable[[], Signal] = anyio.Event
+        self._new_scope: Callable[[], CancelScopeLike] = anyio.CancelScope
         self._closing = False
         # Worker tasks alive, and the signal their count reaching 0 sets while closing.
         self._workers = 0
@@ -161,10 +170,16 @@ class Sessions:
 
     # -- lifecycle -------------------------------------------------------
 
-    def open(self, task_group: anyio.abc.TaskGroup, new_signal: Callable[[], Signal]) -> None:
+    def open(
+        self,
+        task_group: anyio.abc.TaskGroup,
+        new_signal: Callable[[], Signal],
+        new_scope: Callable[[], CancelScopeLike] = anyio.CancelScope,
+    ) -> None:
         """Start serving: workers are started in ``task_group``."""
         self._task_group = task_group
         self._new_signal = new_signal
+        self._new_scope = new_scope
         self._closing = False
         self._workers_gone = new_signal()
 
@@ -303,24 +318,17 @@ class Sessions:
         """Serve the session's inputs one after the other, then wait, idle, for more."""
         try:
             while True:
-                while rt.pending:
-                    await self._serve(rt, rt.pending.popleft())
-                if rt.ephemeral:
-                    # A stateless run's session: its run is over, nothing is kept.
-                    if self._by_id.get(rt.session.id) is rt:
-                        del self._by_id[rt.session.id]
-                    return
-                if self._closing or self._by_id.get(rt.session.id) is not rt:
-                    return  # the loop is leaving, or the session was quit or evicted
-                wake = rt.wake = self._new_signal()
-                rt.idle = True
-                idle = self._idle_workers
-                idle[rt] = None
-                if len(idle) > _MAX_IDLE_WORKERS:
-                    self._unpark(next(iter(idle)))
-                await wake.wait()
-                if not rt.pending:
-                    return
+                # One scope for the runs until one of them is cancelled (a
+                # /stop, a provider deadline): then it is left, the stopped run
+                # finished outside it, and a new one entered.
+                with self._new_scope() as scope:
+                    rt.live_scope = scope
+                    if await self._serve_until_idle(rt, scope):
+                        return
+                rt.live_scope = None
+                stopped, rt.stopped_turn = rt.stopped_turn, None
+                if stopped is not None:
+                    await stopped.finish_stopped()
         finally:
             self._idle_workers.pop(rt, None)
             rt.running = False
@@ -329,6 +337,32 @@ class Sessions:
             self._workers -= 1
             if self._closing and not self._workers and self._workers_gone is not None:
                 self._workers_gone.set()
+
+    async def _serve_until_idle(self, rt: SessionRuntime, scope: CancelScopeLike) -> bool:
+        """Serve the pending inputs, then park until more come; True when the worker is done."""
+        while True:
+            while rt.pending:
+                if scope.cancel_called:
+                    # Cancelled after its run had already ended: leave the scope
+                    # before the next run, which it would otherwise stop.
+                    await anyio.lowlevel.checkpoint()
+                await self._serve(rt, rt.pending.popleft())
+            if rt.ephemeral:
+                # A stateless run's session: its run is over, nothing is kept.
+                if self._by_id.get(rt.session.id) is rt:
+                    del self._by_id[rt.session.id]
+                return True
+            if self._closing or self._by_id.get(rt.session.id) is not rt:
+                return True  # the loop is leaving, or the session was quit or evicted
+            wake = rt.wake = self._new_signal()
+            rt.idle = True
+            idle = self._idle_workers
+            idle[rt] = None
+            if len(idle) > _MAX_IDLE_WORKERS:
+                self._unpark(next(iter(idle)))
+            await wake.wait()
+            if not rt.pending:
+                return True
 
     def _unpark(self, rt: SessionRuntime) -> None:
         """Wake an idle worker: it serves what is pending, or exits when nothing is."""

@@ -171,22 +171,28 @@ class Turn:
     async def run(self) -> None:
         """Serve the input to its end: completed, failed, timed out or stopped.
 
-        Whatever happens, the input's waiter is woken with its result.
+        Whatever happens, the input's waiter is woken with its result. The run
+        is served in its session worker's cancel scope (``rt.live_scope``):
+        a ``/stop`` or the provider deadline cancels it, the cancellation leaves
+        this method (its open calls answered in memory first), and the worker,
+        out of the scope, finishes the run with :meth:`finish_stopped`.
         """
         loop = self.loop
         rt = self.rt
         rt.stop_requested = False
         epoch = rt.epoch
         outbox = loop._outbox
+        scope = rt.live_scope
+        assert scope is not None, "a run is served by its session's worker"
+        stopped = False
         try:
             try:
-                with loop._new_scope() as scope:
-                    rt.scope = scope
-                    text = self.input.payload["text"]
-                    if rt.session.locked or parse_line(text) is not None:
-                        await self.serve()
-                    else:
-                        await self.think_act(text)
+                rt.scope = scope
+                text = self.input.payload["text"]
+                if rt.session.locked or parse_line(text) is not None:
+                    await self.serve()
+                else:
+                    await self.think_act(text)
             except QueueClosed:
                 raise
             except Exception as exc:
@@ -198,32 +204,55 @@ class Turn:
                 await self.set_state(_IDLE, reason="error")
                 loop.runs_completed += 1
                 return
+            except BaseException:
+                rt.scope = None
+                if scope.cancel_called:
+                    # Stopped or timed out: memory is made whole now (before a
+                    # store saves it), the rest once out of the scope.
+                    stopped = True
+                    rt.stopped_turn = self
+                    # Answer the open calls, unless a /reset has cleared memory meanwhile.
+                    if rt.epoch == epoch:
+                        self.close_calls(
+                            "CANCELLED", "the run was stopped before this call finished"
+                        )
+                raise
             rt.scope = None
-            if scope.cancelled_caught:
-                # Answer the open calls, unless a /reset has cleared memory meanwhile.
-                if rt.epoch == epoch:
-                    self.close_calls("CANCELLED", "the run was stopped before this call finished")
-                if rt.stop_requested:
-                    loop.runs_stopped += 1
-                    if self.result is not None:
-                        self.result.stopped = True
-                    await self.set_state(_IDLE, reason="stopped")
-                else:
-                    # Only the provider call runs under the scope's deadline.
-                    timeout = loop.limits.provider_timeout
-                    await outbox.fail(
-                        self.tick,
-                        "PROVIDER_TIMEOUT",
-                        f"the provider gave no answer within {timeout:g} s",
-                        self.result,
-                    )
-                    await self.set_state(_IDLE, reason="provider timeout")
-                    loop.runs_completed += 1
-            else:
-                loop.runs_completed += 1
+            loop.runs_completed += 1
         except QueueClosed:
             # The bus was closed under the run: nothing more can be said.
             rt.scope = None
+            if self.result is not None:
+                self.result.stopped = True
+        finally:
+            if not stopped:
+                loop._waiters.finish(self.input.id)
+
+    async def finish_stopped(self) -> None:
+        """End a run its scope cancelled: stopped (``/stop``, ``/reset``) or timed out.
+
+        Called by the session's worker once out of the cancelled scope; the
+        input's waiter is woken with the result at the end.
+        """
+        loop = self.loop
+        try:
+            if self.rt.stop_requested:
+                loop.runs_stopped += 1
+                if self.result is not None:
+                    self.result.stopped = True
+                await self.set_state(_IDLE, reason="stopped")
+            else:
+                # Only a provider call runs under the run's deadline.
+                timeout = loop.limits.provider_timeout
+                await loop._outbox.fail(
+                    self.tick,
+                    "PROVIDER_TIMEOUT",
+                    f"the provider gave no answer within {timeout:g} s",
+                    self.result,
+                )
+                await self.set_state(_IDLE, reason="provider timeout")
+                loop.runs_completed += 1
+        except QueueClosed:
             if self.result is not None:
                 self.result.stopped = True
         finally:
