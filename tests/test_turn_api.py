@@ -20,7 +20,6 @@ from typing import Any
 import anyio
 import pytest
 
-import openstarry.agent.deadlines as deadlines_module
 from agent_harness import HANG
 from openstarry import Agent, tool
 from openstarry.agent.deadlines import Deadlines, ToolCallWatch
@@ -337,7 +336,7 @@ async def test_a_busy_watcher_wakes_once_per_timeout_not_per_call(
         sleeps += 1
         await sleep_forever()
 
-    monkeypatch.setattr(deadlines_module.anyio, "sleep_forever", counted)
+    monkeypatch.setattr(anyio, "sleep_forever", counted)  # what the watcher sleeps in
     deadlines = Deadlines()
     async with anyio.create_task_group() as group:
         group.start_soon(deadlines.watch, anyio.Event)
