@@ -116,7 +116,11 @@ def tool_call(
 
         tool_call("get_weather", {"location": "Taipei"}, text="Sure, let me check.")
     """
-    return tool_calls([(name, args, id)], text, metadata=metadata)
+    call = ToolCall(name, dict(args) if args is not None else None, id)
+    segment = ContentSegment("tool_call", tool_call=call)
+    if text is None:
+        return ProviderResponse([segment], metadata)
+    return ProviderResponse([ContentSegment("text", text=text), segment], metadata)
 
 
 def tool_calls(
@@ -320,6 +324,8 @@ class FunctionProvider(_RecordingProvider):
         """What ``fn(prompt, context)`` returns, as a response."""
         self._record(prompt, context)
         answer = self.fn(prompt, context)
+        if type(answer) is ProviderResponse:
+            return answer
         if inspect.isawaitable(answer):
             answer = await answer
         return self._convert(answer)
