@@ -10,6 +10,10 @@ Rules the scheduler keeps:
   (and a timer to end a lingering one) would cost more on every turn. Parked
   workers are bounded (``_MAX_IDLE_WORKERS``): past it the one idle the longest
   is woken with nothing to do, and exits.
+- **One cancel scope per worker, not per run.** A worker serves its runs in
+  one scope, which a ``/stop`` or a provider deadline cancels; the stopped run
+  is then finished outside it and the worker enters a new one. A scope
+  cancelled after its run had ended is left before the next run starts.
 - **Sessions are bounded.** Past ``max_sessions`` the least recently used idle
   session is forgotten, a locked one only when no other can be; a busy session
   is never forgotten.

@@ -21,9 +21,10 @@ Rules a turn keeps:
   while the provider answers leaves memory untouched by that answer.
 - **The run's events are never dropped**: they wait for room on the bus. Text
   deltas are previews, dropped on a full bus.
-- **One cancel scope per turn** serves both ``/stop`` and the provider
-  deadline (cancelled by the loop's watcher, :mod:`~openstarry.agent.deadlines`);
-  when the deadline passes the turn ends with ``PROVIDER_TIMEOUT``.
+- **No cancel scope of its own.** A turn runs in its session worker's scope
+  (:mod:`~openstarry.agent.sessions`), which ``/stop`` cancels, and so does
+  the loop's deadline watcher (:mod:`~openstarry.agent.deadlines`) when a
+  provider call overruns: the turn then ends with ``PROVIDER_TIMEOUT``.
 """
 
 from __future__ import annotations
