@@ -167,7 +167,7 @@ async def test_scripted_records_prompt_memory_snapshot_and_round() -> None:
     context.round = 2
     await provider.generate("ping it", context)
 
-    assert provider.calls == [
+    assert list(provider.calls) == [
         ProviderCall("ping it", (UserTurn("hello"),), 1),
         ProviderCall(
             "ping it",
@@ -222,7 +222,7 @@ async def test_function_provider_sync_and_async() -> None:
     assert async_provider.name == "thinker"
     response = await async_provider.generate("Taipei", _context())
     assert response == tool_call("get_weather", {"location": "Taipei"}, id="c1")
-    assert async_provider.calls == [ProviderCall("Taipei", (UserTurn("hello"),), 1)]
+    assert list(async_provider.calls) == [ProviderCall("Taipei", (UserTurn("hello"),), 1)]
 
 
 @pytest.mark.anyio

@@ -1,9 +1,11 @@
 """Providers for your own tests: answers you script, or a function you write.
 
 :class:`ScriptedProvider` plays back a list of answers, one per ``generate``
-call, and records each call; :class:`FunctionProvider` asks a function of yours.
-The helpers :func:`text`, :func:`tool_call` and :func:`tool_calls` build the
-responses::
+call (once, or over and over with ``cycle=True``); :class:`FunctionProvider`
+asks a function of yours. Both record the calls they receive in ``calls``: the
+last 100 by default, ``record=0`` for none (a benchmark, a long soak),
+``record=None`` for every one. The helpers :func:`text`, :func:`tool_call`
+and :func:`tool_calls` build the responses::
 
     from openstarry.testing import ScriptedProvider, text, tool_call
 
@@ -12,19 +14,28 @@ responses::
         text("The weather in Taipei is 25°C, Sunny."),
     ])
     # ... run the agent with it, then:
-    assert len(provider.calls) == 2
+    assert provider.call_count == len(provider.calls) == 2
     prompt, memory, round = provider.calls[1]
 
 An answer may be a :class:`~openstarry.core.ProviderResponse`, a ``str`` (one
 text segment), a ``dict`` in the wire form of spec 000 (``{"segments": [...]}``),
 an exception instance (raised by ``generate``), or, in a script, a function
 ``(prompt, context)`` returning any of those, sync or ``async``.
+
+A provider function tells the rounds of a run apart by ``context.tool_results``:
+empty on the first round, the outcomes of the tools it asked for on the next::
+
+    def model(prompt: str, context: AgentContext) -> ProviderResponse:
+        if not context.tool_results:
+            return tool_call("add_one", {"x": 1})
+        return text(f"the answer is {context.tool_results[0].result}")
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, NamedTuple, TypeAlias
 
@@ -35,6 +46,7 @@ from openstarry.errors import OpenStarryError
 
 __all__ = [
     "Answer",
+    "DEFAULT_RECORD",
     "CallSpec",
     "FunctionProvider",
     "ProviderCall",
@@ -104,7 +116,11 @@ def tool_call(
 
         tool_call("get_weather", {"location": "Taipei"}, text="Sure, let me check.")
     """
-    return tool_calls([(name, args, id)], text, metadata=metadata)
+    call = ToolCall(name, dict(args) if args is not None else None, id)
+    segment = ContentSegment("tool_call", tool_call=call)
+    if text is None:
+        return ProviderResponse([segment], metadata)
+    return ProviderResponse([ContentSegment("text", text=text), segment], metadata)
 
 
 def tool_calls(
@@ -134,26 +150,48 @@ def tool_calls(
     return ProviderResponse(segments, metadata)
 
 
+#: Calls a test provider keeps in ``calls`` unless told otherwise.
+DEFAULT_RECORD = 100
+
+
+def _check_record(record: int | None) -> int | None:
+    if record is not None and (isinstance(record, bool) or not isinstance(record, int)):
+        raise TypeError(f"record must be an int or None, not {type(record).__name__}")
+    if record is not None and record < 0:
+        raise ValueError(f"record must be 0 or more (or None), not {record}")
+    return record
+
+
 class _RecordingProvider:
     """What both test providers share: a name, the calls received, and answer conversion."""
 
     name: str
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, record: int | None) -> None:
         self.name = name
-        #: Every ``generate`` call so far, oldest first.
-        self.calls: list[ProviderCall] = []
+        self._keep = _check_record(record)
+        #: The last ``record`` ``generate`` calls, oldest first (all of them when
+        #: ``record`` is ``None``, none when it is 0).
+        self.calls: deque[ProviderCall] = deque(maxlen=self._keep)
+        #: How many ``generate`` calls it has received, recorded or not.
+        self.call_count = 0
 
     def _record(self, prompt: str, context: AgentContext) -> None:
-        self.calls.append(ProviderCall(prompt, tuple(context.memory), context.round))
+        self.call_count += 1
+        if self._keep != 0:
+            self.calls.append(ProviderCall(prompt, tuple(context.memory), context.round))
 
-    async def _answer(
-        self, item: object, prompt: str, context: AgentContext, *, call_allowed: bool
-    ) -> ProviderResponse:
-        if call_allowed and callable(item) and not isinstance(item, BaseException):
+    async def _answer(self, item: object, prompt: str, context: AgentContext) -> ProviderResponse:
+        """A script item's answer: the item, or what a function item returns."""
+        if callable(item) and not isinstance(item, BaseException):
             item = item(prompt, context)
             if inspect.isawaitable(item):
                 item = await item
+        return self._convert(item)
+
+    def _convert(self, item: object) -> ProviderResponse:
+        if type(item) is ProviderResponse:
+            return item
         if isinstance(item, ProviderResponse):
             return item
         if isinstance(item, str):
@@ -180,46 +218,69 @@ class ScriptedProvider(_RecordingProvider):
         responses: The script; see the module doc for what an item may be. A
             function item is called with ``(prompt, context)`` when its turn comes.
         name: The provider's ``name``.
+        cycle: Start the script over after its last answer, for ever (a
+            benchmark's or a soak test's endless turns), instead of raising
+            :class:`ScriptExhausted`.
+        record: How many calls :attr:`calls` keeps, the latest ones (default
+            100); ``0`` records none, ``None`` every one.
 
     Attributes:
-        calls: A :class:`ProviderCall` ``(prompt, memory, round)`` for every
-            ``generate`` call, including one that raised.
+        calls: A :class:`ProviderCall` ``(prompt, memory, round)`` for each of
+            the last ``record`` ``generate`` calls, including one that raised.
+        call_count: Every ``generate`` call so far, recorded or not.
 
     Raises:
-        ScriptExhausted: from ``generate`` once every answer has been given.
+        ScriptExhausted: from ``generate`` once every answer has been given
+            (never with ``cycle=True``).
+        ValueError: ``cycle=True`` with an empty script, or a negative ``record``.
 
     Example::
 
         provider = ScriptedProvider(["first", {"segments": [{"type": "text", "text": "second"}]}])
         assert provider.remaining == 2
+        endless = ScriptedProvider([tool_call("add_one", {"x": 1}), "done"], cycle=True, record=0)
     """
 
-    def __init__(self, responses: Iterable[ScriptItem], *, name: str = "scripted") -> None:
-        super().__init__(name)
+    def __init__(
+        self,
+        responses: Iterable[ScriptItem],
+        *,
+        name: str = "scripted",
+        cycle: bool = False,
+        record: int | None = DEFAULT_RECORD,
+    ) -> None:
+        super().__init__(name, record)
         self._script: tuple[ScriptItem, ...] = tuple(responses)
+        if cycle and not self._script:
+            raise ValueError("ScriptedProvider(cycle=True) needs at least one response")
+        self.cycle = bool(cycle)
         self._next = 0
 
     @property
     def remaining(self) -> int:
-        """How many scripted answers are left."""
+        """How many scripted answers are left (with ``cycle=True``: before it starts over)."""
         return len(self._script) - self._next
 
     async def generate(self, prompt: str, context: AgentContext) -> ProviderResponse:
         """The next scripted answer (raised when it is an exception)."""
         self._record(prompt, context)
-        if self._next >= len(self._script):
-            count = len(self._script)
+        script = self._script
+        if self._next >= len(script):
+            count = len(script)
             raise ScriptExhausted(
                 f"ScriptedProvider {self.name!r} had {count} response{'' if count == 1 else 's'}, "
-                f"all given; call {len(self.calls)} (prompt {prompt!r}, round {context.round}) "
+                f"all given; call {self.call_count} (prompt {prompt!r}, round {context.round}) "
                 "has none"
             )
-        item = self._script[self._next]
+        item = script[self._next]
         self._next += 1
-        return await self._answer(item, prompt, context, call_allowed=True)
+        if self.cycle and self._next == len(script):
+            self._next = 0
+        return await self._answer(item, prompt, context)
 
     def __repr__(self) -> str:
-        return f"ScriptedProvider(name={self.name!r}, remaining={self.remaining})"
+        cycle = ", cycle=True" if self.cycle else ""
+        return f"ScriptedProvider(name={self.name!r}, remaining={self.remaining}{cycle})"
 
 
 class FunctionProvider(_RecordingProvider):
@@ -229,8 +290,15 @@ class FunctionProvider(_RecordingProvider):
     wire-form ``dict`` (an exception instance it returns is raised). A sync ``fn``
     runs on the event loop: keep it quick.
 
+    Args:
+        fn: The function.
+        name: The provider's ``name``.
+        record: How many calls :attr:`calls` keeps, the latest ones (default
+            100); ``0`` records none, ``None`` every one.
+
     Attributes:
-        calls: A :class:`ProviderCall` for every ``generate`` call.
+        calls: A :class:`ProviderCall` for each of the last ``record`` ``generate`` calls.
+        call_count: Every ``generate`` call so far, recorded or not.
 
     Example::
 
@@ -245,19 +313,22 @@ class FunctionProvider(_RecordingProvider):
         fn: Callable[[str, AgentContext], Answer | Awaitable[Answer]],
         *,
         name: str = "function",
+        record: int | None = DEFAULT_RECORD,
     ) -> None:
         if not callable(fn):
             raise TypeError(f"FunctionProvider needs a callable, not {fn!r}")
-        super().__init__(name)
+        super().__init__(name, record)
         self.fn = fn
 
     async def generate(self, prompt: str, context: AgentContext) -> ProviderResponse:
         """What ``fn(prompt, context)`` returns, as a response."""
         self._record(prompt, context)
         answer = self.fn(prompt, context)
+        if type(answer) is ProviderResponse:
+            return answer
         if inspect.isawaitable(answer):
             answer = await answer
-        return await self._answer(answer, prompt, context, call_allowed=False)
+        return self._convert(answer)
 
     def __repr__(self) -> str:
         return f"FunctionProvider({self.fn!r}, name={self.name!r})"

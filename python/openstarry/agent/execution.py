@@ -32,20 +32,22 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import anyio
 import anyio.to_thread
 
+from openstarry.agent.deadlines import Deadlines, ToolCallWatch
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.limits import LoopLimits
 from openstarry.agent.memory import Observation, ToolFailure, ToolOutcome
-from openstarry.agent.sessions import SessionRuntime
+from openstarry.agent.sessions import CancelScopeLike, SessionRuntime
 from openstarry.agent.waits import APPROVAL, CLIENT_CALL, Answer, ClientTool, Wait, Waits
 from openstarry.bus import EventBus, describe_exception
 from openstarry.core import Event, ToolCall
-from openstarry.errors import ToolArgumentsError, ToolError
+from openstarry.errors import QueueFull, ToolArgumentsError, ToolError
 from openstarry.events import EventType
 
 __all__ = ["APPROVAL_REQUEST", "AWAITING", "ToolExecutor", "result_payload"]
@@ -58,6 +60,10 @@ APPROVAL_REQUEST = "EXEC:APPROVAL_REQUEST"
 #: The round now waits for its client: ``{"callIds": [...], "approvalIds": [...]}``
 #: (the client tools' calls, the approvals), a child of the tick.
 AWAITING = "EXEC:AWAITING"
+
+
+#: The waits of a round that has none.
+_NO_WAITS: Mapping[int, Wait] = MappingProxyType({})
 
 
 def result_payload(outcome: ToolOutcome) -> dict[str, Any]:
@@ -119,7 +125,17 @@ class ToolExecutor:
         source: The ``source`` of the events.
     """
 
-    __slots__ = ("approval_tools", "bus", "limits", "source", "tools", "waits")
+    __slots__ = (
+        "_publish",
+        "approval_tools",
+        "bus",
+        "deadlines",
+        "limits",
+        "new_scope",
+        "source",
+        "tools",
+        "waits",
+    )
 
     def __init__(
         self,
@@ -131,12 +147,18 @@ class ToolExecutor:
         approval_tools: frozenset[str] = frozenset(),
     ) -> None:
         self.bus = bus
+        # bus.publish where it can stand for apublish (the local bus), else None.
+        self._publish = bus.publish if bus.backend is None else None
         self.tools = tools
         self.limits = limits
         self.source = source
         #: The names of the tools whose calls wait for approval.
         self.approval_tools = approval_tools
         self.waits = Waits()
+        #: The cancel scope class of the running backend and the loop's
+        #: deadline watcher (the loop sets both when it starts).
+        self.new_scope: Callable[..., CancelScopeLike] = anyio.CancelScope
+        self.deadlines = Deadlines()
 
     def needs_approval(self, tool: Tool) -> bool:
         """Whether a call of ``tool`` waits for a yes before it runs."""
@@ -180,19 +202,34 @@ class ToolExecutor:
         Returns:
             The outcomes in the order of the calls.
         """
-        publish = self.bus.apublish
+        apublish = self.bus.apublish
+        publish = self._publish
         known = self.tools if tools is None else tools
         call_events = []
+        waiting = False
         for call in calls:
             payload: dict[str, Any] = {"toolCallId": call.id, "name": call.name, "args": call.args}
-            label = getattr(known.get(call.name), "server_label", None)
+            tool = known.get(call.name)
+            label = getattr(tool, "server_label", None)
             if isinstance(label, str):
                 # A remote MCP server's tool: the Agent API shows an mcp_call.
                 payload["serverLabel"] = label
+            if tool is not None and not waiting:
+                waiting = isinstance(tool, ClientTool) or self.needs_approval(tool)
             call_event = parent.child(_TOOL_CALL, payload, source=self.source)
             call_events.append(call_event)
-            await publish(call_event)
-        waits = await self._announce_waits(parent, call_events, calls, context, known)
+            if publish is None:
+                await apublish(call_event)
+            else:
+                try:
+                    publish(call_event)
+                except QueueFull:
+                    await apublish(call_event)
+        waits: Mapping[int, Wait] = (
+            await self._announce_waits(parent, call_events, calls, context, known)
+            if waiting
+            else _NO_WAITS
+        )
         outcomes: list[ToolOutcome | None] = [None] * len(calls)
         if len(calls) == 1:
             parse_error = parse_errors.get(0) if parse_errors else None
@@ -222,7 +259,13 @@ class ToolExecutor:
         for call_event, outcome in zip(call_events, outcomes, strict=True):
             assert outcome is not None
             result_event, outcome = self.result_event(call_event, outcome)
-            await publish(result_event)
+            if publish is None:
+                await apublish(result_event)
+            else:
+                try:
+                    publish(result_event)
+                except QueueFull:
+                    await apublish(result_event)
             done.append(outcome)
         return done
 
@@ -357,16 +400,24 @@ class ToolExecutor:
                 return refused
         timeout = self.limits.tool_timeout
         result: Any = None
+        # The tool timeout cancels the scope (the loop's watcher does, at the
+        # deadline), which then reports it: a TimeoutError the tool raises
+        # itself (a socket timeout) is the tool's failure, not the limit.
+        scope = self.new_scope()
+        watch = ToolCallWatch(scope)
+        deadlines = self.deadlines
         try:
-            # move_on_after, not fail_after: a TimeoutError the tool raises
-            # itself (a socket timeout) is the tool's failure, not the limit.
-            with anyio.move_on_after(timeout) as scope:
-                if tool.is_async:
-                    result = await tool.run(args, context)
-                else:
-                    result = await anyio.to_thread.run_sync(
-                        tool.run, args, context, abandon_on_cancel=True
-                    )
+            deadlines.begin(watch, timeout)
+            try:
+                with scope:
+                    if tool.is_async:
+                        result = await tool.run(args, context)
+                    else:
+                        result = await anyio.to_thread.run_sync(
+                            tool.run, args, context, abandon_on_cancel=True
+                        )
+            finally:
+                deadlines.end(watch)
         except Exception as exc:
             return ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
         except anyio.get_cancelled_exc_class() as exc:

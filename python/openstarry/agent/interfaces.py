@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from openstarry.agent.memory import Memory, Session
+from openstarry.agent.memory import AssistantTurn, Memory, Observation, Session, ToolOutcome
 from openstarry.errors import ToolArgumentsError
 
 if TYPE_CHECKING:
@@ -39,7 +39,10 @@ class Provider(Protocol):
 
     ``prompt`` is the text of the input being answered, on every round of it;
     what happened since (tool calls, their outcomes, observations) is in
-    ``context.memory``, and ``context.round`` counts the rounds from 1. The tools
+    ``context.memory``, and ``context.round`` counts the rounds from 1. The
+    outcomes of the tool calls the provider asked for in the previous round are
+    ``context.tool_results`` (empty on the first round): a provider answers
+    them, rather than calling the tools again, when it is non-empty. The tools
     the provider may call are ``context.tools``.
 
     A provider that cannot make sense of its model's output returns a text
@@ -126,10 +129,20 @@ class Tool(abc.ABC):
         to report a failure.
         """
 
+    #: Whether the class's ``run`` is a coroutine function, found once per class.
+    _run_is_async: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._run_is_async = inspect.iscoroutinefunction(cls.run)
+
     @property
     def is_async(self) -> bool:
         """Whether :meth:`run` is a coroutine function (run on the event loop)."""
-        return inspect.iscoroutinefunction(self.run)
+        own = getattr(self, "__dict__", None)
+        if own and "run" in own:  # a run set on the instance itself
+            return inspect.iscoroutinefunction(own["run"])
+        return self._run_is_async
 
     def describe(self) -> dict[str, Any]:
         """``{"name", "description", "parameters"}``: what providers translate for their API."""
@@ -192,6 +205,39 @@ class AgentContext:
     @property
     def memory(self) -> Memory:
         return self.session.memory
+
+    @property
+    def tool_results(self) -> tuple[ToolOutcome, ...]:
+        """The outcomes of the tool calls the provider asked for in the previous round.
+
+        In the order of the calls; empty on the first round of a run (and for a
+        slash command). On a later round the memory ends with the provider's
+        previous answer, its calls' outcomes and what the core observed (an
+        unknown tool, bad arguments): this is those outcomes, so a provider
+        can tell "the tools came back" without reading the memory's entries::
+
+            async def generate(self, prompt, context):
+                if context.tool_results:
+                    return answer_from(context.tool_results)
+                return call_a_tool(prompt)
+
+        A failed call is here too (``success`` is false, ``error`` says why).
+        """
+        memory = self.session.memory
+        found: list[ToolOutcome] = []
+        for i in range(len(memory) - 1, -1, -1):
+            entry = memory[i]
+            kind = type(entry)
+            if kind is ToolOutcome:
+                found.append(entry)
+            elif kind is AssistantTurn:
+                break
+            elif kind is not Observation:
+                return ()  # the user's turn: no round of this run has called tools yet
+        else:
+            return ()
+        found.reverse()
+        return tuple(found)
 
     @property
     def session_id(self) -> str:

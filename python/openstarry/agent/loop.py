@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import threading
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -40,6 +41,7 @@ import anyio.to_thread
 
 from openstarry._lifecycle import Lifecycle
 from openstarry.agent.commands import BUILTIN_COMMANDS, parse_line
+from openstarry.agent.deadlines import Deadlines
 from openstarry.agent.execution import ToolExecutor
 from openstarry.agent.external import MAX_EXTERNAL_CALLS, ExternalCalls
 from openstarry.agent.interfaces import AgentContext, Provider, Tool
@@ -49,12 +51,12 @@ from openstarry.agent.memory import (
     ToolOutcome,
 )
 from openstarry.agent.outbox import Outbox
-from openstarry.agent.results import PendingRun, RunResult, Waiters, add_usage
+from openstarry.agent.results import PendingRun, RunResult, Waiters, add_usage, wakeup_factory
 from openstarry.agent.retrieval import ToolRetriever
-from openstarry.agent.sessions import SessionRuntime, Sessions
+from openstarry.agent.sessions import CancelScopeLike, SessionRuntime, Sessions, scope_factory
 from openstarry.agent.store import SessionStore, memory_from_data, memory_to_data
 from openstarry.agent.turn import Turn
-from openstarry.bus import EventBus, Subscription
+from openstarry.bus import EventBus, Signal, Subscription
 from openstarry.core import Event
 from openstarry.errors import QueueClosed, QueueFull
 from openstarry.events import (
@@ -89,7 +91,9 @@ def _clock_of_backend() -> Callable[[], float]:
     try:
         return asyncio.get_running_loop().time  # what anyio's asyncio backend reads
     except RuntimeError:
-        return anyio.current_time
+        import trio  # only when running on trio
+
+        return trio.current_time  # what anyio's trio backend reads
 
 
 class ExecutionLoop(Lifecycle):
@@ -157,6 +161,10 @@ class ExecutionLoop(Lifecycle):
         self.source = source = f"agent:{agent_name}"
         self.memory_window = memory_window
         self._waiters = Waiters()
+        #: ``bus.publish`` where a run may use it for its events instead of
+        #: awaiting ``apublish`` (on the local bus they differ only when it is
+        #: full); ``None`` on a remote bus.
+        self._publish: Callable[[Event], bool] | None = bus.publish if bus.backend is None else None
         self._outbox = Outbox(bus, source, self._waiters)
         self._executor = ToolExecutor(
             bus, _tools_by_name(tools), limits, source, approval_tools=frozenset(approval_tools)
@@ -175,6 +183,12 @@ class ExecutionLoop(Lifecycle):
             self._executor, self._context, self._outbox.publish_or_drop, self._outbox.error
         )
         self._clock: Callable[[], float] = anyio.current_time
+        #: The provider calls in progress and their deadlines.
+        self._deadlines = Deadlines()
+        #: Makes the runs' and the tool calls' cancel scopes (set for the backend on entry).
+        self._new_scope: Callable[..., CancelScopeLike] = anyio.CancelScope
+        #: Makes the one-shot signals of runs and workers (set for the backend on entry).
+        self._new_signal: Callable[[], Signal] = anyio.Event
         self._open = False
         # Where the loop runs, for text deltas sent from a provider's worker thread.
         self._loop_thread = 0
@@ -218,9 +232,13 @@ class ExecutionLoop(Lifecycle):
             )
         async with anyio.create_task_group() as task_group:
             bus.input_owner = self
-            self._sessions.open(task_group, bus.new_signal)
+            self._new_signal = new_signal = wakeup_factory()
+            self._new_scope = self._executor.new_scope = scope_factory()
+            self._sessions.open(task_group, new_signal, self._new_scope)
             self._external.open(task_group)
-            self._clock = _clock_of_backend()
+            self._clock = clock = _clock_of_backend()
+            self._deadlines = self._executor.deadlines = Deadlines(clock)
+            task_group.start_soon(self._deadlines.watch, bus.new_signal)
             self._loop_thread = threading.get_ident()
             self._token = anyio.lowlevel.current_token()
             subscriptions: list[Subscription] = [
@@ -279,9 +297,13 @@ class ExecutionLoop(Lifecycle):
         return event
 
     async def ask(
-        self, text: str, *, session_id: str = "default", source: str = "user"
+        self, text: str, *, session_id: str | None = "default", source: str = "user"
     ) -> RunResult:
-        """Send ``text`` to the session and wait until the run it starts has ended."""
+        """Send ``text`` to the session and wait until the run it starts has ended.
+
+        ``session_id=None`` runs it stateless: in a new session, with no
+        history, forgotten once the run has ended.
+        """
         pending = self.start(text, session_id=session_id, source=source)
         return await pending.wait()
 
@@ -289,7 +311,7 @@ class ExecutionLoop(Lifecycle):
         self,
         text: str,
         *,
-        session_id: str = "default",
+        session_id: str | None = "default",
         source: str = "user",
         extra: Mapping[str, Any] | None = None,
         trace_id: str | None = None,
@@ -297,6 +319,11 @@ class ExecutionLoop(Lifecycle):
         """Publish ``text`` as an ``INPUT:USER_MESSAGE`` now; await the returned run's ``wait()``.
 
         Inputs started one after the other in a session run in that order.
+        ``session_id=None`` makes the run stateless: it runs in a session of
+        its own (``"stateless-<uuid>"``, the events' ``sessionId``) that starts
+        with an empty memory, is never loaded from or saved to the store, and
+        is forgotten once the run has ended (or its input was refused), so
+        stateless runs leave no sessions behind.
         ``extra`` goes into the input's payload beside the text: ``"tools"``
         (functions the client runs, as ``{"name", "description",
         "parameters"}``) and ``"generation"`` (parameters for the provider,
@@ -312,9 +339,12 @@ class ExecutionLoop(Lifecycle):
             raise RuntimeError(
                 "the ExecutionLoop is not running: use `async with ExecutionLoop(...)`"
             )
+        if session_id is None:
+            session_id = f"stateless-{uuid.uuid4().hex}"
+            self._sessions.get(session_id).ephemeral = True
         event = _user_message(text, session_id, source, None, extra, trace_id)
         waiters = self._waiters
-        pending = PendingRun(event, self.bus.new_signal(), waiters, self.bus.apublish)
+        pending = PendingRun(event, self._new_signal(), waiters, self.bus.apublish)
         waiters.add(event.id, pending.result, pending._done)
         try:
             self.bus.publish(event)
@@ -407,16 +437,19 @@ class ExecutionLoop(Lifecycle):
                 event, "INVALID_INPUT", "INPUT:USER_MESSAGE needs a payload with a string 'text'"
             )
             self._waiters.finish(event.id)
+            self._sessions.discard_ephemeral(event.session_id)
             return
         command = parse_line(text)
         if command is not None and command.is_builtin:
             self._builtin(event, command.name, command.argline.split())
             self._waiters.finish(event.id)
+            self._sessions.discard_ephemeral(event.session_id)
             return
         waiting = self._sessions.enqueue(event)
         if waiting is None:
             # On a remote bus the input counts as handled once its run ends.
-            self.bus.hold(event)
+            if self.bus.backend is not None:
+                self.bus.hold(event)
         else:
             self._outbox.error(
                 event,
@@ -481,19 +514,37 @@ class ExecutionLoop(Lifecycle):
 
     async def _run(self, rt: SessionRuntime, event: Event) -> None:
         """Serve one input of a session to its end (the session's worker calls it)."""
+        bus = self.bus
+        store = None if rt.ephemeral else self.store
+        if bus.backend is None:
+            # The local bus: no acknowledgement, no effects held back.
+            if store is None:
+                await Turn(self, rt, event).run()
+            else:
+                await self._run_stored(store, rt, event)
+            return
         try:
             # On a remote bus the run's events are the input's effects: they
-            # are published with its acknowledgement, atomically.
-            with self.bus.effects_of(event):
-                store = self.store
-                if store is None:
-                    await Turn(self, rt, event).run()
-                else:
-                    await self._run_stored(store, rt, event)
+            # are published with its acknowledgement, atomically. So a run
+            # stopped or timed out is finished here, inside them, in a scope
+            # of its own rather than in the worker's.
+            with bus.effects_of(event):
+                worker_scope = rt.live_scope
+                try:
+                    with self._new_scope() as rt.live_scope:
+                        if store is None:
+                            await Turn(self, rt, event).run()
+                        else:
+                            await self._run_stored(store, rt, event)
+                finally:
+                    rt.live_scope = worker_scope
+                stopped, rt.stopped_turn = rt.stopped_turn, None
+                if stopped is not None:
+                    await stopped.finish_stopped()
         finally:
             # A run cut short by the agent stopping is handed back (another
             # worker runs it); a run that ended, or was /stop-ped, is handled.
-            self.bus.release(event, handled=self._open)
+            bus.release(event, handled=self._open)
 
     async def _run_stored(self, store: SessionStore, rt: SessionRuntime, event: Event) -> None:
         """A run between loading its session from the store and saving it back."""

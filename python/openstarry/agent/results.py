@@ -11,6 +11,7 @@ kept after the wait.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,61 @@ import anyio
 from openstarry.bus import Signal
 from openstarry.core import Event
 
-__all__ = ["PendingRun", "RunResult", "Waiters", "add_usage"]
+__all__ = ["PendingRun", "RunResult", "Waiters", "add_usage", "wakeup_factory"]
+
+
+class _Wakeup:
+    """A one-shot signal on asyncio: ``asyncio.Event`` without its lock and deque.
+
+    ``asyncio.Event`` takes a global lock the first time each event is waited
+    for; a turn makes two (the ask's, the session worker's). Waiting again
+    after a cancelled wait works, as with any event.
+    """
+
+    __slots__ = ("_flag", "_waiters")
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._waiters: list[asyncio.Future[None]] | None = None
+
+    def set(self) -> None:
+        if self._flag:
+            return
+        self._flag = True
+        for waiter in self._waiters or ():
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    async def wait(self) -> None:
+        if self._flag:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters = self._waiters
+        if waiters is None:
+            waiters = self._waiters = []
+        waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            waiters.remove(waiter)
+
+
+def wakeup_factory() -> Callable[[], Signal]:
+    """The loop's one-shot signal for the running backend.
+
+    :class:`_Wakeup` on asyncio; on trio, ``trio.Event`` itself, which
+    ``anyio.Event`` wraps after looking up the running library each time.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        import trio  # only when running on trio
+
+        return trio.Event
+    return _Wakeup
 
 
 @dataclass(slots=True)

@@ -159,6 +159,11 @@ class Agent(Lifecycle):
             merged.update(tools)
         return merged
 
-    async def ask(self, text: str, *, session_id: str = "default") -> RunResult:
-        """Send one user turn and wait for the run it starts to end."""
-        return await self.loop.ask(text, session_id=session_id)
+    async def ask(self, text: str, *, session_id: str | None = "default") -> RunResult:
+        """Send one user turn and wait for the run it starts to end.
+
+        ``session_id=None`` asks statelessly: the run starts from no history
+        and its session is forgotten when it ends (:meth:`ExecutionLoop.start
+        <openstarry.agent.loop.ExecutionLoop.start>`).
+        """
+        return await self.loop.start(text, session_id=session_id).wait()

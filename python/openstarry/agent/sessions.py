@@ -10,9 +10,16 @@ Rules the scheduler keeps:
   (and a timer to end a lingering one) would cost more on every turn. Parked
   workers are bounded (``_MAX_IDLE_WORKERS``): past it the one idle the longest
   is woken with nothing to do, and exits.
+- **One cancel scope per worker, not per run.** A worker serves its runs in
+  one scope, which a ``/stop`` or a provider deadline cancels; the stopped run
+  is then finished outside it and the worker enters a new one. A scope
+  cancelled after its run had ended is left before the next run starts.
 - **Sessions are bounded.** Past ``max_sessions`` the least recently used idle
   session is forgotten, a locked one only when no other can be; a busy session
   is never forgotten.
+- **Stateless runs leave nothing.** A session made for one stateless run
+  (``ask(session_id=None)``) is forgotten when its run ends, or when its
+  input is refused before it runs; until then it counts as any other.
 - **A stop is at once.** :meth:`Sessions.stop` drops the queued inputs (their
   waiters hear "stopped") and cancels the run in progress; the session stays
   usable.
@@ -20,19 +27,57 @@ Rules the scheduler keeps:
 
 from __future__ import annotations
 
+import asyncio
+import math
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from openstarry.agent.memory import Memory, Session
 from openstarry.agent.results import Waiters
 from openstarry.bus import Signal
 from openstarry.core import Event
 
-__all__ = ["SessionRuntime", "Sessions"]
+__all__ = ["CancelScopeLike", "SessionRuntime", "Sessions", "scope_factory"]
+
+
+class CancelScopeLike(Protocol):
+    """What the loop uses of a cancel scope: ``anyio.CancelScope``'s, or trio's own."""
+
+    @property
+    def cancel_called(self) -> bool: ...
+
+    @property
+    def cancelled_caught(self) -> bool: ...
+
+    def cancel(self, reason: str | None = None) -> None: ...
+
+    def __enter__(self) -> CancelScopeLike: ...
+
+    def __exit__(self, *exc_info: Any) -> bool | None: ...
+
+
+def scope_factory() -> Callable[..., CancelScopeLike]:
+    """The cheapest cancel scope class of the running backend, taking ``deadline=``, ``shield=``.
+
+    ``anyio.CancelScope()`` looks up the running library on every creation
+    (a turn makes two); on asyncio this is the class it returns, on trio
+    trio's own scope, which anyio's wraps. Both cancel, and are cancelled, as
+    anyio's do.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        import trio  # only when running on trio
+
+        return trio.CancelScope
+    scope_class: Callable[..., CancelScopeLike] = type(anyio.CancelScope())
+    return scope_class
+
 
 #: Workers kept waiting for their session's next input; past it the one idle
 #: the longest exits (its session starts a new worker when it needs one).
@@ -43,15 +88,19 @@ class SessionRuntime:
     """The scheduler's private state of one session."""
 
     __slots__ = (
+        "deadline",
+        "ephemeral",
         "epoch",
         "failure_key",
         "failure_repeats",
         "idle",
+        "live_scope",
         "pending",
         "running",
         "scope",
         "session",
         "stop_requested",
+        "stopped_turn",
         "wake",
     )
 
@@ -64,7 +113,16 @@ class SessionRuntime:
         self.idle = False
         self.wake: Signal | None = None
         #: The cancel scope of the run in progress.
-        self.scope: anyio.CancelScope | None = None
+        self.scope: CancelScopeLike | None = None
+        #: The worker's cancel scope, which its runs are served in: one scope
+        #: for every run until one is cancelled, not one per run.
+        self.live_scope: CancelScopeLike | None = None
+        #: The run that the scope's cancellation stopped, for the worker to finish.
+        self.stopped_turn: Any = None
+        #: The deadline of the provider call in progress, while the loop's watcher watches it.
+        self.deadline = math.inf
+        #: A session for one stateless run: forgotten once its inputs are served.
+        self.ephemeral = False
         self.stop_requested = False
         #: Bumped by /reset: a run that started before it leaves memory alone.
         self.epoch = 0
@@ -108,6 +166,7 @@ class Sessions:
         self._idle_workers: dict[SessionRuntime, None] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
         self._new_signal: Callable[[], Signal] = anyio.Event
+        self._new_scope: Callable[[], CancelScopeLike] = anyio.CancelScope
         self._closing = False
         # Worker tasks alive, and the signal their count reaching 0 sets while closing.
         self._workers = 0
@@ -115,10 +174,16 @@ class Sessions:
 
     # -- lifecycle -------------------------------------------------------
 
-    def open(self, task_group: anyio.abc.TaskGroup, new_signal: Callable[[], Signal]) -> None:
+    def open(
+        self,
+        task_group: anyio.abc.TaskGroup,
+        new_signal: Callable[[], Signal],
+        new_scope: Callable[[], CancelScopeLike] = anyio.CancelScope,
+    ) -> None:
         """Start serving: workers are started in ``task_group``."""
         self._task_group = task_group
         self._new_signal = new_signal
+        self._new_scope = new_scope
         self._closing = False
         self._workers_gone = new_signal()
 
@@ -129,6 +194,8 @@ class Sessions:
             self.stop(rt)
             if rt.idle:
                 self._unpark(rt)
+            if rt.ephemeral and not rt.running:
+                del self._by_id[rt.session.id]  # a stateless input that never ran
 
     async def wait_closed(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for the workers to exit after :meth:`close`."""
@@ -151,6 +218,12 @@ class Sessions:
         else:
             by_id.move_to_end(session_id)
         return rt
+
+    def discard_ephemeral(self, session_id: str) -> None:
+        """Forget the session if it is ephemeral and has nothing to serve (its input never ran)."""
+        rt = self._by_id.get(session_id)
+        if rt is not None and rt.ephemeral and not rt.running and not rt.pending:
+            del self._by_id[session_id]
 
     def find(self, session_id: str) -> SessionRuntime | None:
         """The session of that id if it exists; a lookup creates nothing."""
@@ -249,19 +322,17 @@ class Sessions:
         """Serve the session's inputs one after the other, then wait, idle, for more."""
         try:
             while True:
-                while rt.pending:
-                    await self._serve(rt, rt.pending.popleft())
-                if self._closing or self._by_id.get(rt.session.id) is not rt:
-                    return  # the loop is leaving, or the session was quit or evicted
-                wake = rt.wake = self._new_signal()
-                rt.idle = True
-                idle = self._idle_workers
-                idle[rt] = None
-                if len(idle) > _MAX_IDLE_WORKERS:
-                    self._unpark(next(iter(idle)))
-                await wake.wait()
-                if not rt.pending:
-                    return
+                # One scope for the runs until one of them is cancelled (a
+                # /stop, a provider deadline): then it is left, the stopped run
+                # finished outside it, and a new one entered.
+                with self._new_scope() as scope:
+                    rt.live_scope = scope
+                    if await self._serve_until_idle(rt, scope):
+                        return
+                rt.live_scope = None
+                stopped, rt.stopped_turn = rt.stopped_turn, None
+                if stopped is not None:
+                    await stopped.finish_stopped()
         finally:
             self._idle_workers.pop(rt, None)
             rt.running = False
@@ -270,6 +341,32 @@ class Sessions:
             self._workers -= 1
             if self._closing and not self._workers and self._workers_gone is not None:
                 self._workers_gone.set()
+
+    async def _serve_until_idle(self, rt: SessionRuntime, scope: CancelScopeLike) -> bool:
+        """Serve the pending inputs, then park until more come; True when the worker is done."""
+        while True:
+            while rt.pending:
+                if scope.cancel_called:
+                    # Cancelled after its run had already ended: leave the scope
+                    # before the next run, which it would otherwise stop.
+                    await anyio.lowlevel.checkpoint()
+                await self._serve(rt, rt.pending.popleft())
+            if rt.ephemeral:
+                # A stateless run's session: its run is over, nothing is kept.
+                if self._by_id.get(rt.session.id) is rt:
+                    del self._by_id[rt.session.id]
+                return True
+            if self._closing or self._by_id.get(rt.session.id) is not rt:
+                return True  # the loop is leaving, or the session was quit or evicted
+            wake = rt.wake = self._new_signal()
+            rt.idle = True
+            idle = self._idle_workers
+            idle[rt] = None
+            if len(idle) > _MAX_IDLE_WORKERS:
+                self._unpark(next(iter(idle)))
+            await wake.wait()
+            if not rt.pending:
+                return True
 
     def _unpark(self, rt: SessionRuntime) -> None:
         """Wake an idle worker: it serves what is pending, or exits when nothing is."""

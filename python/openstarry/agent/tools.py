@@ -106,6 +106,12 @@ class FunctionTool(Tool, Generic[P, R]):
             self._no_default,
         ) = _build_model(tool_name, func, arg_docs)
         self.parameters = _json_schema(tool_name, self._model, arg_docs, self._fields)
+        #: The model's validator (what ``model_validate`` calls), looked up once.
+        self._validate: Callable[[dict[str, Any]], pydantic.BaseModel] = (
+            self._model.__pydantic_validator__.validate_python
+            if self._model.__pydantic_complete__
+            else self._model.model_validate
+        )
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
@@ -127,15 +133,17 @@ class FunctionTool(Tool, Generic[P, R]):
                 f"{self.name}: arguments must be an object, not {type(args).__name__}"
             )
         try:
-            model = self._model.model_validate(dict(args))
+            model = self._validate(args if type(args) is dict else dict(args))
         except pydantic.ValidationError as exc:
             raise ToolArgumentsError(_format_errors(self.name, exc)) from exc
         # What was given, and what the model filled in for a parameter the
         # function has no default of its own for (Field(default_factory=...)).
+        given = model.__pydantic_fields_set__
+        no_default = self._no_default
         return {
-            self._fields[field]: getattr(model, field)
-            for field in self._fields
-            if field in model.model_fields_set or field in self._no_default
+            name: getattr(model, field)
+            for field, name in self._fields.items()
+            if field in given or field in no_default
         }
 
     def run(self, args: dict[str, Any], context: AgentContext) -> Any:

@@ -21,16 +21,17 @@ Rules a turn keeps:
   while the provider answers leaves memory untouched by that answer.
 - **The run's events are never dropped**: they wait for room on the bus. Text
   deltas are previews, dropped on a full bus.
-- **One cancel scope per turn** carries both ``/stop`` and the provider
-  deadline; when the deadline fires the turn ends with ``PROVIDER_TIMEOUT``.
+- **No cancel scope of its own.** A turn runs in its session worker's scope
+  (:mod:`~openstarry.agent.sessions`), which ``/stop`` cancels, and so does
+  the loop's deadline watcher (:mod:`~openstarry.agent.deadlines`) when a
+  provider call overruns: the turn then ends with ``PROVIDER_TIMEOUT``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -47,7 +48,13 @@ from openstarry.agent.sessions import SessionRuntime
 from openstarry.agent.waits import ClientTool
 from openstarry.bus import describe_exception
 from openstarry.core import ContentSegment, Event, ProviderResponse, ToolCall, decode_response
-from openstarry.errors import AgentPainException, DecodeError, QueueClosed, ToolArgumentsError
+from openstarry.errors import (
+    AgentPainException,
+    DecodeError,
+    QueueClosed,
+    QueueFull,
+    ToolArgumentsError,
+)
 from openstarry.events import (
     OUTPUT_AGENT_MESSAGE,
     OUTPUT_AGENT_MESSAGE_DELTA,
@@ -64,6 +71,8 @@ _TICK_START = EventType.TICK_START.value
 _STATE_CHANGE = EventType.STATE_CHANGE.value
 _AGENT_DELTA = OUTPUT_AGENT_MESSAGE_DELTA
 _IDLE, _THINKING, _EXECUTING = AgentState.IDLE, AgentState.THINKING, AgentState.EXECUTING
+#: Each state's wire name (an enum's ``.value`` is a descriptor call).
+_VALUE = {state: state.value for state in AgentState}
 
 
 def _segment_dict(segment: ContentSegment) -> dict[str, Any]:
@@ -103,17 +112,6 @@ def _coerce_response(response: Any) -> ProviderResponse:
     )
 
 
-async def _honour_cancellation(scope: anyio.CancelScope | None) -> None:
-    """Raise the cancellation now if ``scope`` was cancelled while the task was already woken.
-
-    An awaited call that completes in the same loop iteration as a cancel is
-    not interrupted; the run must not then write its result into a memory that
-    /reset has cleared.
-    """
-    if scope is not None and scope.cancel_called:
-        await anyio.lowlevel.checkpoint()
-
-
 class Turn:
     """One input of a session being served, round by round.
 
@@ -127,6 +125,7 @@ class Turn:
         "loop",
         "observations",
         "open_calls",
+        "publish",
         "result",
         "rt",
         "state",
@@ -141,6 +140,9 @@ class Turn:
         self.state = _IDLE
         self.context = loop._context(rt.session, event.trace_id)
         self.result: RunResult | None = loop._waiters.result(event.id)
+        #: ``bus.publish`` where it can stand for ``apublish`` (the local bus:
+        #: it only waits when the bus is full), else ``None``.
+        self.publish = loop._publish
         #: Tool calls in memory that have no outcome yet (closed if the run stops).
         self.open_calls: Sequence[ToolCall] = ()
         #: Observations of this round, added to memory after the round's outcomes.
@@ -170,18 +172,28 @@ class Turn:
     async def run(self) -> None:
         """Serve the input to its end: completed, failed, timed out or stopped.
 
-        Whatever happens, the input's waiter is woken with its result.
+        Whatever happens, the input's waiter is woken with its result. The run
+        is served in its session worker's cancel scope (``rt.live_scope``):
+        a ``/stop`` or the provider deadline cancels it, the cancellation leaves
+        this method (its open calls answered in memory first), and the worker,
+        out of the scope, finishes the run with :meth:`finish_stopped`.
         """
         loop = self.loop
         rt = self.rt
         rt.stop_requested = False
         epoch = rt.epoch
         outbox = loop._outbox
+        scope = rt.live_scope
+        assert scope is not None, "a run is served by its session's worker"
+        stopped = False
         try:
             try:
-                with anyio.CancelScope() as scope:
-                    rt.scope = scope
+                rt.scope = scope
+                text = self.input.payload["text"]
+                if rt.session.locked or parse_line(text) is not None:
                     await self.serve()
+                else:
+                    await self.think_act(text)
             except QueueClosed:
                 raise
             except Exception as exc:
@@ -193,32 +205,55 @@ class Turn:
                 await self.set_state(_IDLE, reason="error")
                 loop.runs_completed += 1
                 return
+            except BaseException:
+                rt.scope = None
+                if scope.cancel_called:
+                    # Stopped or timed out: memory is made whole now (before a
+                    # store saves it), the rest once out of the scope.
+                    stopped = True
+                    rt.stopped_turn = self
+                    # Answer the open calls, unless a /reset has cleared memory meanwhile.
+                    if rt.epoch == epoch:
+                        self.close_calls(
+                            "CANCELLED", "the run was stopped before this call finished"
+                        )
+                raise
             rt.scope = None
-            if scope.cancelled_caught:
-                # Answer the open calls, unless a /reset has cleared memory meanwhile.
-                if rt.epoch == epoch:
-                    self.close_calls("CANCELLED", "the run was stopped before this call finished")
-                if rt.stop_requested:
-                    loop.runs_stopped += 1
-                    if self.result is not None:
-                        self.result.stopped = True
-                    await self.set_state(_IDLE, reason="stopped")
-                else:
-                    # Only the provider call runs under the scope's deadline.
-                    timeout = loop.limits.provider_timeout
-                    await outbox.fail(
-                        self.tick,
-                        "PROVIDER_TIMEOUT",
-                        f"the provider gave no answer within {timeout:g} s",
-                        self.result,
-                    )
-                    await self.set_state(_IDLE, reason="provider timeout")
-                    loop.runs_completed += 1
-            else:
-                loop.runs_completed += 1
+            loop.runs_completed += 1
         except QueueClosed:
             # The bus was closed under the run: nothing more can be said.
             rt.scope = None
+            if self.result is not None:
+                self.result.stopped = True
+        finally:
+            if not stopped:
+                loop._waiters.finish(self.input.id)
+
+    async def finish_stopped(self) -> None:
+        """End a run its scope cancelled: stopped (``/stop``, ``/reset``) or timed out.
+
+        Called by the session's worker once out of the cancelled scope; the
+        input's waiter is woken with the result at the end.
+        """
+        loop = self.loop
+        try:
+            if self.rt.stop_requested:
+                loop.runs_stopped += 1
+                if self.result is not None:
+                    self.result.stopped = True
+                await self.set_state(_IDLE, reason="stopped")
+            else:
+                # Only a provider call runs under the run's deadline.
+                timeout = loop.limits.provider_timeout
+                await loop._outbox.fail(
+                    self.tick,
+                    "PROVIDER_TIMEOUT",
+                    f"the provider gave no answer within {timeout:g} s",
+                    self.result,
+                )
+                await self.set_state(_IDLE, reason="provider timeout")
+                loop.runs_completed += 1
+        except QueueClosed:
             if self.result is not None:
                 self.result.stopped = True
         finally:
@@ -230,11 +265,19 @@ class Turn:
     async def set_state(self, state: AgentState, *, reason: str | None = None) -> None:
         if self.state is state:
             return
-        payload: dict[str, Any] = {"from": self.state.value, "to": state.value}
+        payload: dict[str, Any] = {"from": _VALUE[self.state], "to": _VALUE[state]}
         if reason is not None:
             payload["reason"] = reason
         loop = self.loop
-        await loop.bus.apublish(self.tick.child(_STATE_CHANGE, payload, source=loop.source))
+        event = self.tick.child(_STATE_CHANGE, payload, source=loop.source)
+        publish = self.publish
+        if publish is None:
+            await loop.bus.apublish(event)
+        else:
+            try:
+                publish(event)
+            except QueueFull:
+                await loop.bus.apublish(event)
         # Recorded once published: a run stopped while it waited for room on the
         # bus reports its last published state, so the chain of changes holds.
         self.state = state
@@ -315,34 +358,47 @@ class Turn:
         memory = self.rt.session.memory
         memory.append(UserTurn(prompt))
         context = self.context
-        context.tools = await self.select_tools(prompt)
+        tools = loop.tools
+        limit = loop.max_tools
+        context.tools = (
+            tools if limit is None or len(tools) <= limit else await self.select_tools(prompt)
+        )
         if self.client_tools:
             context.tools = {**context.tools, **self.client_tools}
         event = self.input
         result = self.result
+        deadlines = loop._deadlines
+        provider = loop.provider
+        publish = self.publish
+        apublish = loop.bus.apublish
         tool_rounds = 0
         round_no = 0
         while True:
             round_no += 1
             tick = event.child(_TICK_START, {"round": round_no}, source=source)
-            await loop.bus.apublish(tick)
+            if publish is None:
+                await apublish(tick)
+            else:
+                try:
+                    publish(tick)
+                except QueueFull:
+                    await apublish(tick)
             self.tick = tick  # once published: later events may name it as parent
             await self.set_state(_THINKING)
             context.round = round_no
-            scope = self.rt.scope
+            rt = self.rt
+            scope = rt.scope
             try:
-                # The run's own scope carries the provider deadline: one cancel
-                # scope fewer per round. When it fires the run ends (see _run).
-                if scope is not None:
-                    scope.deadline = loop._clock() + limits.provider_timeout
-                context.text_sink = self.delta_sink(tick, round_no)
+                # The provider deadline: when it passes, the loop's watcher
+                # cancels the run's scope and the run ends (see run()).
+                deadlines.begin(rt, limits.provider_timeout)
+                context.text_sink = self.emit_delta
                 try:
-                    raw = await loop.provider.generate(prompt, context)
+                    raw = await provider.generate(prompt, context)
                 finally:
                     context.text_sink = None
-                    if scope is not None:
-                        scope.deadline = math.inf
-                response = _coerce_response(raw)
+                    deadlines.end(rt)
+                response = raw if type(raw) is ProviderResponse else _coerce_response(raw)
             except AgentPainException as exc:
                 await self.fail(tick, "AGENT_PAIN", describe_exception(exc).partition(": ")[2])
                 break
@@ -354,8 +410,11 @@ class Turn:
                 if isinstance(metadata, dict) and isinstance(metadata.get("usage"), dict):
                     result.usage = add_usage(result.usage, metadata["usage"])
             # A /stop or /reset that came while the provider answered wins over
-            # the answer: nothing of it goes into memory.
-            await _honour_cancellation(scope)
+            # the answer: nothing of it goes into memory. (An awaited call that
+            # completes in the loop iteration of a cancel is not interrupted:
+            # the checkpoint raises the cancellation now.)
+            if scope is not None and scope.cancel_called:
+                await anyio.lowlevel.checkpoint()
             calls: list[ToolCall] = []
             said: list[ContentSegment] = []
             thought: list[ContentSegment] = []
@@ -367,7 +426,10 @@ class Turn:
                     said.append(segment)
                     if segment.type == "reasoning":
                         thought.append(segment)
-            text = "".join(s.text for s in said if s.text is not None and s.type != "reasoning")
+            if len(said) == 1 and said[0].type == "text":
+                text = said[0].text or ""
+            else:
+                text = "".join(s.text for s in said if s.text is not None and s.type != "reasoning")
             memory.append(AssistantTurn(text, tuple(calls), tuple(thought)))
             self.open_calls = calls
             if said:
@@ -387,7 +449,13 @@ class Turn:
                         tick, "AGENT_PAIN", f"the provider's response cannot be sent: {exc}"
                     )
                     break
-                await loop.bus.apublish(said_event)
+                if publish is None:
+                    await apublish(said_event)
+                else:
+                    try:
+                        publish(said_event)
+                    except QueueFull:
+                        await apublish(said_event)
                 if result is not None:
                     result.replies.append(text)
             if not calls:
@@ -404,7 +472,8 @@ class Turn:
             tool_rounds += 1
             await self.set_state(_EXECUTING)
             outcomes, locked = await self.execute(calls)
-            await _honour_cancellation(self.rt.scope)
+            if scope is not None and scope.cancel_called:
+                await anyio.lowlevel.checkpoint()
             # Each call's outcome right after the call, then what the core observed.
             memory.extend(outcomes)
             self.open_calls = ()
@@ -448,27 +517,21 @@ class Turn:
                     break
         return chosen
 
-    def delta_sink(self, tick: Event, round_no: int) -> Callable[[str], None]:
-        """What ``context.emit_text_delta`` calls during this provider call.
+    def emit_delta(self, text: str) -> None:
+        """What ``context.emit_text_delta`` calls during a provider call: a delta of this round.
 
         A provider may stream in a worker thread (a sync SDK under
         ``anyio.to_thread``): the event is then handed to the event loop, which
         owns the bus, and the thread waits until it is published.
         """
+        if not isinstance(text, str):
+            raise TypeError(f"a text delta must be a str, not {type(text).__name__}")
         loop = self.loop
-        loop_thread = loop._loop_thread
-        token = loop._token
-        source = loop.source
-        publish_or_drop = loop._outbox.publish_or_drop
-
-        def sink(text: str) -> None:
-            if not isinstance(text, str):
-                raise TypeError(f"a text delta must be a str, not {type(text).__name__}")
-            event = tick.child(_AGENT_DELTA, {"text": text, "round": round_no}, source=source)
-            # A preview: dropped rather than waited for when the bus is full.
-            if threading.get_ident() == loop_thread:
-                publish_or_drop(event)
-            else:
-                anyio.from_thread.run_sync(publish_or_drop, event, token=token)
-
-        return sink
+        event = self.tick.child(
+            _AGENT_DELTA, {"text": text, "round": self.context.round}, source=loop.source
+        )
+        # A preview: dropped rather than waited for when the bus is full.
+        if threading.get_ident() == loop._loop_thread:
+            loop._outbox.publish_or_drop(event)
+        else:
+            anyio.from_thread.run_sync(loop._outbox.publish_or_drop, event, token=loop._token)

@@ -1,0 +1,190 @@
+"""One agent turn through the public API, in CPU time: openstarry on asyncio and trio, pydantic-ai.
+
+The same work on every side: the user's prompt; a model (a plain function)
+that asks for one tool call, ``add_one(x=1)``; the tool, an ``async`` function
+of one ``int`` argument, its argument validated by pydantic; the model called
+again with the tool's result, and answering ``"done"``. Two model calls, one
+tool call, per turn.
+
+- openstarry: ``Agent.ask`` with a :class:`~openstarry.testing.FunctionProvider`
+  (``record=0``) and an ``@tool``, ``memory_window=1``. Each turn also keeps the
+  session's memory of one turn and publishes the run's 10 events on the bus
+  (input, ticks, state changes, tool call and result, reply), which its
+  dispatcher dispatches as the turn ends.
+- pydantic-ai: ``Agent.run`` with ``FunctionModel`` and ``@agent.tool_plain``,
+  no message history; it builds its message list and usage for each run.
+
+Each side runs its turns one after the other inside a running event loop (a
+blocking portal's thread, started untimed), ``TURNS`` turns a round. Times are
+process CPU time (``time.process_time``: both threads, no waiting counted),
+per turn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from benches.harness import Benchmark, measure
+from openstarry import Agent, tool
+from openstarry.agent.interfaces import AgentContext
+from openstarry.agent.memory import ToolOutcome
+from openstarry.core import ProviderResponse
+from openstarry.testing import FunctionProvider, text, tool_call
+
+GROUP = "turn: Agent.ask, 2 model calls + 1 tool call (µs CPU per turn)"
+#: Turns per round for openstarry, and for pydantic-ai (about 40x slower a turn).
+TURNS = 2_000
+PYDANTIC_AI_TURNS = 100
+ROUNDS = 15
+#: CPU time, not wall time: the machine's other work does not count.
+CPU = pytest.mark.benchmark(timer=time.process_time)
+
+
+@tool
+async def add_one(x: int) -> int:
+    """Add one to x."""
+    return x + 1
+
+
+def model(prompt: str, context: AgentContext) -> ProviderResponse:
+    """Call the tool on the first round; answer once its result has come back."""
+    if not context.tool_results:
+        return tool_call("add_one", {"x": 1})
+    return text("done")
+
+
+@contextmanager
+def openstarry_agent(backend: str) -> Iterator[tuple[BlockingPortal, Agent]]:
+    """An agent running in an event loop of ``backend`` in a portal's thread."""
+    with start_blocking_portal(backend) as portal:
+        agent = Agent(FunctionProvider(model, record=0), [add_one], memory_window=1)
+        with portal.wrap_async_context_manager(agent):
+            yield portal, agent
+
+
+def openstarry_turns(portal: BlockingPortal, agent: Agent, turns: int) -> None:
+    async def run() -> None:
+        ask = agent.ask
+        for _ in range(turns):
+            await ask("add one to one")
+
+    portal.call(run)
+
+
+def _check_openstarry(portal: BlockingPortal, agent: Agent) -> None:
+    async def one() -> Any:
+        result = await agent.ask("add one to one")
+        await agent.bus.wait_idle()
+        return result
+
+    result = portal.call(one)
+    assert result.error is None
+    assert result.replies == ["done"]
+    memory = agent.loop.session("default").memory
+    outcomes = [entry for entry in memory if isinstance(entry, ToolOutcome)]
+    assert [(o.name, o.success, o.result) for o in outcomes] == [("add_one", True, 2)]
+    assert agent.bus.metrics()["published"] % 10 == 0  # 10 events a turn
+
+
+def _measure_openstarry(benchmark: Benchmark, backend: str, **kwargs: Any) -> None:
+    with openstarry_agent(backend) as (portal, agent):
+        _check_openstarry(portal, agent)
+        openstarry_turns(portal, agent, 200)  # warm-up, untimed
+        measure(
+            benchmark,
+            openstarry_turns,
+            group=GROUP,
+            ops=TURNS,
+            rounds=ROUNDS,
+            setup=lambda: ((portal, agent, TURNS), {}),
+            **kwargs,
+        )
+
+
+@CPU
+def test_openstarry_asyncio(benchmark: Benchmark) -> None:
+    _measure_openstarry(benchmark, "asyncio", label="Agent.ask on asyncio", role="openstarry")
+
+
+@CPU
+def test_openstarry_trio(benchmark: Benchmark) -> None:
+    benchmark.extra_info["ceiling"] = 1.3
+    _measure_openstarry(
+        benchmark,
+        "trio",
+        label="Agent.ask on trio",
+        note="The same turn on trio; its ratio to asyncio must stay at most 1.3x.",
+    )
+
+
+def _pydantic_ai_agent() -> Any:
+    pydantic_ai = pytest.importorskip("pydantic_ai", reason="pydantic-ai-slim is a bench extra")
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelResponse,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+    )
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    def function_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        # The tool's result is in the last request once the tool has run.
+        if any(isinstance(part, ToolReturnPart) for part in messages[-1].parts):
+            return ModelResponse(parts=[TextPart("done")])
+        return ModelResponse(parts=[ToolCallPart("add_one", {"x": 1})])
+
+    agent = pydantic_ai.Agent(FunctionModel(function_model))
+
+    @agent.tool_plain  # type: ignore[untyped-decorator]
+    async def add_one(x: int) -> int:
+        """Add one to x."""
+        return x + 1
+
+    return agent
+
+
+def pydantic_ai_turns(portal: BlockingPortal, agent: Any, turns: int) -> None:
+    async def run() -> None:
+        for _ in range(turns):
+            await agent.run("add one to one")
+
+    portal.call(run)
+
+
+@CPU
+def test_pydantic_ai(benchmark: Benchmark) -> None:
+    agent = _pydantic_ai_agent()
+    with start_blocking_portal("asyncio") as portal:
+
+        async def one() -> Any:
+            return await agent.run("add one to one")
+
+        result = portal.call(one)
+        assert result.output == "done"
+        returns = [
+            part.content
+            for message in result.all_messages()
+            for part in message.parts
+            if type(part).__name__ == "ToolReturnPart"
+        ]
+        assert returns == [2]
+        pydantic_ai_turns(portal, agent, 20)  # warm-up, untimed
+        run: Callable[..., None] = pydantic_ai_turns
+        measure(
+            benchmark,
+            run,
+            group=GROUP,
+            label="pydantic-ai Agent.run, FunctionModel",
+            ops=PYDANTIC_AI_TURNS,
+            rounds=ROUNDS,
+            target=100.0,
+            setup=lambda: ((portal, agent, PYDANTIC_AI_TURNS), {}),
+            note="Agent.run with no message history; FunctionModel and @agent.tool_plain.",
+        )
