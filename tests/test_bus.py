@@ -18,7 +18,7 @@ import pytest
 
 import openstarry.bus as bus_module
 from agent_harness import HANG, UnprintableError
-from openstarry.bus import EventBus, Subscription
+from openstarry.bus import EventBus, Published, Subscription
 from openstarry.core import DedupWindow, Event, encode_event
 from openstarry.errors import QueueClosed, QueueFull
 
@@ -195,7 +195,7 @@ async def test_publish_event_dict_and_wire_bytes_are_type_errors() -> None:
         with pytest.raises(TypeError):
             bus.publish(encode_event(event))  # type: ignore[arg-type]
         # The real event is still new to the window: the failed calls recorded nothing.
-        assert bus.publish(event) is True
+        assert bus.publish(event)
 
 
 @pytest.mark.anyio
@@ -502,11 +502,11 @@ async def test_repeated_ids_are_dropped_and_counted() -> None:
     async with EventBus() as bus:
         bus.subscribe("*", lambda e: seen.append(e.id))
         with anyio.fail_after(TIMEOUT):
-            assert bus.publish(event) is True
-            assert bus.publish(event) is False  # still queued
+            assert bus.publish(event)
+            assert not bus.publish(event)  # still queued
             await bus.wait_idle()
-            assert bus.publish(event) is False  # already dispatched
-            assert await bus.apublish(event) is False
+            assert not bus.publish(event)  # already dispatched
+            assert not await bus.apublish(event)
             # An equal envelope rebuilt from the wire has the same id: a duplicate too.
             rebuilt = Event(
                 id=event.id,
@@ -518,7 +518,7 @@ async def test_repeated_ids_are_dropped_and_counted() -> None:
                 type=USER,
                 payload={"n": 7},
             )
-            assert bus.publish(rebuilt) is False
+            assert not bus.publish(rebuilt)
             await bus.wait_idle()
             metrics = bus.metrics()
     assert seen == [event.id]
@@ -534,8 +534,8 @@ async def test_dedup_false_disables_dedup() -> None:
     async with EventBus(dedup=False) as bus:
         bus.subscribe("*", lambda e: seen.append(e.id))
         with anyio.fail_after(TIMEOUT):
-            assert bus.publish(event) is True
-            assert bus.publish(event) is True
+            assert bus.publish(event)
+            assert bus.publish(event)
             await bus.wait_idle()
             result = bus.ingest(encode_event(event) + b"\n" + encode_event(event) + b"\n")
             assert result.accepted == 2
@@ -559,10 +559,10 @@ async def test_shared_dedup_window() -> None:
         bus_a.subscribe("*", lambda e: seen_a.append(e.id))
         bus_b.subscribe("*", lambda e: seen_b.append(e.id))
         with anyio.fail_after(TIMEOUT):
-            assert bus_a.publish(seeded) is False  # seen before the bus existed
-            assert bus_a.publish(first) is True
+            assert not bus_a.publish(seeded)  # seen before the bus existed
+            assert bus_a.publish(first)
             assert first.id in window  # the bus records in the window it was given
-            assert bus_b.publish(first) is False
+            assert not bus_b.publish(first)
             result = bus_b.ingest(encode_event(first) + b"\n")
             assert result.accepted == 0
             assert result.duplicates == 1
@@ -581,7 +581,7 @@ async def test_restored_window_snapshot_keeps_dropping() -> None:
     window.check_and_insert(event.id)
     restored = DedupWindow.restore(window.snapshot())
     async with EventBus(dedup=restored) as bus:
-        assert bus.publish(event) is False
+        assert not bus.publish(event)
         assert bus.metrics()["duplicates"] == 1
 
 
@@ -597,7 +597,7 @@ async def test_id_seen_longer_ago_than_the_window_is_not_a_duplicate() -> None:
     async with EventBus(dedup=window) as bus:
         bus.subscribe("*", lambda e: seen.append(e.id))
         with anyio.fail_after(TIMEOUT):
-            assert bus.publish(stale) is True
+            assert bus.publish(stale)
             await bus.wait_idle()
     assert seen == [stale.id]
     assert bus.metrics()["duplicates"] == 0
@@ -636,7 +636,7 @@ async def test_queue_full_does_not_record_the_id() -> None:
             assert bus.metrics()["duplicates"] == 0
             gate.release.set()
             await bus.wait_idle()
-            assert bus.publish(event) is True  # a retry is not a duplicate
+            assert bus.publish(event)  # a retry is not a duplicate
             await bus.wait_idle()
     assert seen == [1, 2, 3]
 
@@ -648,7 +648,7 @@ async def test_queue_full_does_not_record_the_id() -> None:
 async def test_apublish_waits_for_room_then_completes() -> None:
     gate = Gate()
     order: list[int] = []
-    results: list[bool] = []
+    results: list[Published] = []
     async with EventBus(capacity=2) as bus:
         bus.subscribe(USER, lambda e: order.append(n_of(e)))
 
@@ -667,7 +667,7 @@ async def test_apublish_waits_for_room_then_completes() -> None:
                 assert results == []  # still waiting for room
                 assert len(bus) == 2
                 gate.release.set()
-            assert results == [True]
+            assert [bool(r) for r in results] == [True]
             await bus.wait_idle()
     assert order == [1, 2, 3]
 
@@ -1032,7 +1032,7 @@ async def test_ingested_ids_are_duplicates_for_publish() -> None:
     event = ev()
     async with EventBus() as bus:
         assert bus.ingest(encode_event(event) + b"\n").accepted == 1
-        assert bus.publish(event) is False
+        assert not bus.publish(event)
         assert bus.metrics()["duplicates"] == 1
 
 
@@ -1258,7 +1258,7 @@ async def test_publish_to_a_closed_bus_does_not_record_the_id() -> None:
             old.publish(event)
     assert event.id not in window
     async with EventBus(dedup=window) as new:
-        assert new.publish(event) is True
+        assert new.publish(event)
 
 
 @pytest.mark.anyio

@@ -54,7 +54,7 @@ import inspect
 import logging
 import time
 from array import array
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
     AsyncExitStack,
@@ -62,7 +62,7 @@ from contextlib import (
     contextmanager,
 )
 from contextvars import ContextVar
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import anyio
 import anyio.abc
@@ -76,6 +76,8 @@ __all__ = [
     "BusBackend",
     "EventBus",
     "Handler",
+    "Outcome",
+    "Published",
     "Signal",
     "Subscription",
     "describe_exception",
@@ -175,6 +177,171 @@ class _NotRunning:
 
 _NOT_RUNNING = _NotRunning()
 
+#: How the handling of a published event ended, as awaiting its :class:`Published` answers.
+Outcome = Literal["handled", "failed", "no_subscriber", "duplicate", "stopped"]
+
+#: The state of a handle sent to a remote backend (not an outcome: see :meth:`Published.handled`).
+_REMOTE = "remote"
+
+
+class Published:
+    """What :meth:`EventBus.publish` and :meth:`EventBus.apublish` return: a handle on one event.
+
+    It is truthy when the bus accepted the event and falsy when it refused it as
+    a duplicate, so ``if bus.publish(event):`` reads as before. Awaiting it
+    (``await handle`` or ``await handle.handled()``) waits until the event's
+    handlers have finished and answers the :data:`Outcome`:
+
+    - ``"handled"``: dispatched, and every handler returned;
+    - ``"failed"``: dispatched, and a handler raised (each such error was also
+      published as a ``KERNEL:ERROR``; the other handlers still ran);
+    - ``"no_subscriber"``: dispatched to no handler, nothing being subscribed
+      to its type when its turn came;
+    - ``"duplicate"``: refused at publishing (at once: nothing is dispatched);
+    - ``"stopped"``: the bus stopped before dispatching it. After
+      :meth:`EventBus.aclose` (leaving ``async with`` normally) every accepted
+      event is dispatched first, so this comes only from a bus that was
+      cancelled or left on an exception. An event it had not yet taken out of
+      the queue stays queued and is dispatched if the bus is entered again:
+      awaiting the handle again waits for that. The event whose handlers were
+      cancelled is final: ``"stopped"``.
+
+    The handle is cheap: nothing is made for awaiting until something awaits.
+    On a bus with a remote backend the handlers run in whichever process the
+    backend delivers the event to; awaiting a handle of an accepted event
+    there raises ``RuntimeError`` (a duplicate still answers ``"duplicate"``).
+    """
+
+    __slots__ = ("_at", "_state", "event")
+
+    def __init__(self, event: Event, at: int) -> None:
+        #: The event published.
+        self.event = event
+        self._at = at  # perf_counter_ns at publishing: the dispatch latency's start
+        #: ``None`` (pending, nobody waiting), the signal an awaiter sleeps on,
+        #: or the outcome (a str) once decided.
+        self._state: Signal | str | None = None
+
+    def __bool__(self) -> bool:
+        """``True`` when the bus accepted the event, ``False`` for a duplicate."""
+        return self._state != "duplicate"
+
+    @property
+    def accepted(self) -> bool:
+        """Whether the bus accepted the event (``False`` for a duplicate)."""
+        return self._state != "duplicate"
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """The outcome once decided, else ``None`` (always ``None`` on a remote backend)."""
+        state = self._state
+        if type(state) is str and state != _REMOTE:
+            return state  # type: ignore[return-value]
+        return None
+
+    def done(self) -> bool:
+        """Whether :attr:`outcome` is decided: awaiting the handle now answers at once."""
+        return self.outcome is not None
+
+    async def handled(self) -> Outcome:
+        """Wait until the event's handlers have finished; the :data:`Outcome`.
+
+        Raises:
+            RuntimeError: the event went to a remote backend, whose consumers
+                (maybe other processes) handle it out of this bus's sight.
+        """
+        state = self._state
+        if type(state) is str:
+            if state == _REMOTE:
+                raise RuntimeError(
+                    "an event published to a remote backend is handled by its consumers, "
+                    "out of this bus's sight: there is nothing to await"
+                )
+            return state  # type: ignore[return-value]
+        if state is None:
+            state = self._state = signal_factory()()
+        assert not isinstance(state, str)
+        await state.wait()
+        outcome = self._state
+        if type(outcome) is str:
+            return outcome  # type: ignore[return-value]
+        return "stopped"  # woken by a bus that stopped: the event is still queued
+
+    def __await__(self) -> Generator[Any, None, Outcome]:
+        return self.handled().__await__()
+
+    def __repr__(self) -> str:
+        state = self._state
+        shown = state if type(state) is str else "pending"
+        return f"<Published {self.event.type} {self.event.id} {shown}>"
+
+
+def _refused(event: Event) -> Published:
+    handle = Published(event, 0)
+    handle._state = "duplicate"
+    return handle
+
+
+def _sent(event: Event) -> Published:
+    handle = Published(event, 0)
+    handle._state = _REMOTE
+    return handle
+
+
+def _priority_of(item: Any) -> int:
+    """The priority of a queued item: a :class:`Published` or an ingested or fed event."""
+    event = item.event if type(item) is Published else item
+    priority: int = event.priority
+    return priority
+
+
+def _stop_pending(bus: EventBus, current: Any, batch: list[Any]) -> None:
+    """The dispatcher stops: settle what it had not finished.
+
+    ``current`` (the item whose handlers were running, or the last dispatched)
+    is final. The rest of the batch goes back to the queue, in front of what
+    is still queued, so that a bus entered again dispatches it in order; their
+    awaiters are woken (they answer ``"stopped"`` and may await again). When
+    the queue is closed, nothing will dispatch them: their outcome is final.
+    """
+    if type(current) is Published and type(current._state) is not str:
+        _settle(current, "stopped")
+    queue = bus._queue
+    left = batch[::-1] + queue.pop_many(len(queue))
+    batch.clear()
+    bus._batch = []
+    for item in left:
+        if type(item) is not Published:
+            continue
+        state = item._state
+        if queue.closed:
+            _settle(item, "stopped")
+        elif state is not None and type(state) is not str:
+            item._state = None
+            state.set()  # type: ignore[union-attr]
+    if not queue.closed:
+        for item in left:
+            try:
+                queue.push(item, _priority_of(item))
+            except QueueFull:  # an ingested burst filled it meanwhile: the item is lost
+                if type(item) is Published:
+                    _settle(item, "stopped")
+
+
+def _depths(bus: EventBus) -> list[int]:
+    """Events waiting at each priority: in the queue and in the dispatcher's batch."""
+    depths = bus._queue.depths()
+    for item in bus._batch:
+        depths[_priority_of(item)] += 1
+    return depths
+
+
+def _settle(handle: Published, outcome: str) -> None:
+    state = handle._state
+    handle._state = outcome
+    if state is not None and type(state) is not str:
+        state.set()  # type: ignore[union-attr]
+
 
 class Subscription:
     """What :meth:`EventBus.subscribe` returns; :meth:`cancel` ends the subscription."""
@@ -221,6 +388,9 @@ def _name_of(handler: object) -> str:
 #: ones forever).
 _MAX_TYPES = 1024
 
+#: The most events the dispatcher takes out of the queue in one call.
+_BATCH = 64
+
 
 def _check_pattern(pattern: str) -> None:
     namespace, colon, name = pattern.partition(":")
@@ -236,26 +406,30 @@ def _check_pattern(pattern: str) -> None:
 class _Routes:
     """Who an event type reaches: the subscriptions in order, and a route cached per type.
 
-    The dispatcher binds :attr:`by_type` once and calls :meth:`of` only on a
-    miss, so the cache is cleared in place, never replaced.
+    A cached entry is ``[route, dispatched]``: the dispatcher counts an event
+    in the entry it looked up anyway, and the counts move to :attr:`dispatched`
+    when the cache is cleared. The dispatcher binds :attr:`by_type` once and
+    calls :meth:`of` only on a miss, so the cache is cleared in place, never replaced.
     """
 
-    __slots__ = ("by_type", "subscriptions")
+    __slots__ = ("by_type", "dispatched", "subscriptions")
 
     def __init__(self) -> None:
         self.subscriptions: list[Subscription] = []
-        self.by_type: dict[str, tuple[Subscription, ...]] = {}
+        self.by_type: dict[str, list[Any]] = {}
+        #: Events dispatched by type, except those counted in ``by_type`` since its last clear.
+        self.dispatched: dict[str, int] = {}
 
     def add(self, subscription: Subscription) -> None:
         self.subscriptions.append(subscription)
-        self.by_type.clear()
+        self._clear()
 
     def remove(self, subscription: Subscription) -> None:
         self.subscriptions = [s for s in self.subscriptions if s is not subscription]
-        self.by_type.clear()
+        self._clear()
 
-    def of(self, event_type: str) -> tuple[Subscription, ...]:
-        """The route of ``event_type``, computed and cached."""
+    def of(self, event_type: str) -> list[Any]:
+        """The entry of ``event_type``, computed and cached."""
         namespace = event_type.partition(":")[0] + ":*"
         route = tuple(
             s
@@ -263,9 +437,28 @@ class _Routes:
             if s.pattern == event_type or s.pattern == namespace or s.pattern == "*"
         )
         if len(self.by_type) >= _MAX_TYPES:
-            self.by_type.clear()
-        self.by_type[event_type] = route
-        return route
+            self._clear()
+        entry = self.by_type[event_type] = [route, 0]
+        return entry
+
+    def counts(self) -> dict[str, int]:
+        """Events dispatched by type (past 1,024 types, the others under ``"*"``)."""
+        return _fold(dict(self.dispatched), self.by_type)
+
+    def _clear(self) -> None:
+        _fold(self.dispatched, self.by_type)
+        self.by_type.clear()
+
+
+def _fold(counts: dict[str, int], entries: dict[str, list[Any]]) -> dict[str, int]:
+    for event_type, (_, n) in entries.items():
+        if not n:
+            continue
+        if event_type in counts or len(counts) < _MAX_TYPES:
+            counts[event_type] = counts.get(event_type, 0) + n
+        else:
+            counts["*"] = counts.get("*", 0) + n
+    return counts
 
 
 class _RemotePublisher:
@@ -281,28 +474,28 @@ class _RemotePublisher:
         self.bus = bus
         self.backend = backend
 
-    def send(self, event: Event) -> bool:
+    def send(self, event: Event) -> Published:
         bus = self.bus
         dedup = bus._dedup
         if dedup is not None and event.id in dedup:
             bus._duplicates += 1
-            return False
+            return _refused(event)
         self.backend.send(event, _CAUSE.get())  # QueueFull before the window records the id
         if dedup is not None:
             dedup.check_and_insert(event.id)
         bus._published += 1
-        return True
+        return _sent(event)
 
-    async def asend(self, event: Event) -> bool:
+    async def asend(self, event: Event) -> Published:
         bus = self.bus
         dedup = bus._dedup
         if dedup is not None and not dedup.check_and_insert(event.id):
             bus._duplicates += 1
-            return False
+            return _refused(event)
         if await self.backend.asend(event, _CAUSE.get()):
             bus._published += 1
-            return True
-        return False  # counted by the backend's metrics
+            return _sent(event)
+        return _refused(event)  # counted by the backend's metrics
 
     def ingest(self, data: bytes | bytearray | memoryview | Sequence[bytes]) -> IngestResult:
         bus = self.bus
@@ -382,6 +575,12 @@ class EventBus(Lifecycle):
         self.new_signal: Callable[[], Signal] = anyio.Event
         self._wake: Signal = _NOT_RUNNING
         self._asleep = False
+        #: What the dispatcher has taken out of the queue and not yet started,
+        #: in reverse (the next at the end).
+        self._batch: list[Any] = []
+        #: Set while a publish must tell the dispatcher: it sleeps, or it holds
+        #: a batch that a more urgent event must overtake.
+        self._watch = False
         self._idle: Signal = _NOT_RUNNING
         self._room: Signal = _NOT_RUNNING
         self._room_waiters = 0
@@ -393,11 +592,9 @@ class EventBus(Lifecycle):
         self._published = 0
         self._duplicates = 0
         self._invalid = 0
-        self._dispatched: dict[str, int] = {}
         self._handler_errors = 0
         self._errors_dropped = 0
         self._latency = array("q", bytes(8 * latency_samples))
-        self._latency_next = 0
         self._latency_count = 0
 
     @classmethod
@@ -454,7 +651,7 @@ class EventBus(Lifecycle):
             self._closing = False
         new_signal = self.new_signal = signal_factory()
         self._wake, self._idle, self._room, self._stopped = (new_signal() for _ in range(4))
-        self._asleep = False
+        self._asleep = self._watch = False
         try:
             async with AsyncExitStack() as stack:
                 task_group = await stack.enter_async_context(anyio.create_task_group())
@@ -512,8 +709,12 @@ class EventBus(Lifecycle):
 
     # -- publishing ------------------------------------------------------
 
-    def publish(self, event: Event) -> bool:
-        """Queue ``event`` for dispatch; ``False`` when its id is a duplicate (dropped).
+    def publish(self, event: Event) -> Published:
+        """Queue ``event`` for dispatch; a :class:`Published` handle on it.
+
+        The handle is truthy when the event was accepted and falsy when its id
+        is a duplicate (dropped); ``await`` it to wait until the event's
+        handlers have finished (see :class:`Published` for what it answers).
 
         Raises:
             QueueFull: the bus holds ``capacity`` events (use :meth:`apublish` to wait).
@@ -527,25 +728,26 @@ class EventBus(Lifecycle):
             raise QueueClosed("the bus is closed")
         if self._remote is not None:
             return self._remote.send(event)
-        if self._capacity is not None and len(queue) >= self._capacity:
+        capacity = self._capacity
+        if capacity is not None and len(queue) + len(self._batch) >= capacity:
             # Refuse before the window records the id: a retry must not be a duplicate.
-            raise QueueFull(f"the bus holds {self._capacity} events")
+            raise QueueFull(f"the bus holds {capacity} events")
         dedup = self._dedup
         if dedup is not None and not dedup.check_and_insert(event.id):
             self._duplicates += 1
-            return False
-        queue.push((_perf_ns(), event), event.priority)
+            return _refused(event)
+        handle = Published(event, _perf_ns())
+        priority = event.priority
+        if not (self._watch and self._notice(handle, priority)):
+            queue.push(handle, priority)
         self._published += 1
-        if self._asleep:
-            self._asleep = False
-            self._wake.set()
-        return True
+        return handle
 
-    async def apublish(self, event: Event) -> bool:
+    async def apublish(self, event: Event) -> Published:
         """:meth:`publish`, waiting for room when the bus is at capacity.
 
-        On a remote backend it waits for the backend's answer: ``False`` when
-        any producer published the id within the backend's window.
+        On a remote backend it waits for the backend's answer: a falsy handle
+        when any producer published the id within the backend's window.
         """
         remote = self._remote
         if remote is not None:
@@ -585,9 +787,8 @@ class EventBus(Lifecycle):
         self._duplicates += result.duplicates
         self._invalid += len(result.invalid)
         self._published += result.accepted
-        if result.accepted and self._asleep:
-            self._asleep = False
-            self._wake.set()
+        if result.accepted and self._watch:
+            self._notice(None, 0)
         return result
 
     # -- a remote backend's deliveries -------------------------------------
@@ -604,9 +805,8 @@ class EventBus(Lifecycle):
         for event in events:
             holds[event] = [1, "handled"]
         self._queue.push_many(events)
-        if events and self._asleep:
-            self._asleep = False
-            self._wake.set()
+        if events and self._watch:
+            self._notice(None, 0)
 
     def hold(self, event: Event) -> bool:
         """Keep a delivered event from counting as handled until :meth:`release`.
@@ -676,51 +876,83 @@ class EventBus(Lifecycle):
 
     # -- dispatching -----------------------------------------------------
 
+    def _notice(self, item: Published | None, priority: int) -> bool:
+        """Tell the dispatcher of new events (``_watch`` is set): did ``item`` go in its batch?
+
+        A sleeping dispatcher is woken. One holding a batch must still let a
+        more urgent event overtake the rest of it: a published ``item`` more
+        urgent than the batch's last goes into the batch, after what is as
+        urgent (FIFO), and ``True`` says it is not to be queued. Events pushed
+        in bulk (``item`` is ``None``) merge the whole queue into the batch.
+        """
+        if self._asleep:
+            self._asleep = self._watch = False
+            self._wake.set()
+            return False
+        batch = self._batch
+        if not batch:
+            return False
+        if item is None:
+            waiting = batch[::-1] + self._queue.pop_many(len(self._queue))
+            waiting.sort(key=_priority_of)  # stable: FIFO within a priority
+            batch[:] = waiting[::-1]
+            return False
+        if priority >= _priority_of(batch[0]):
+            return False  # it comes after the whole batch anyway
+        i = 1
+        while i < len(batch) and _priority_of(batch[i]) > priority:
+            i += 1
+        batch.insert(i, item)
+        return True
+
     async def _dispatch_loop(self) -> None:
-        pop = self._queue.pop
+        pop_many = self._queue.pop_many
         routes = self._routes.by_type
         route_of = self._routes.of
-        dispatched = self._dispatched
         latency = self._latency
         size = len(latency)
         new_signal = self.new_signal
         holds = self._holds
+        handle_type = Published
         self._dispatcher = anyio.get_current_task().id
+        batch: list[Any] = self._batch
+        item: Any = None
         try:
             while True:
-                item = pop()
-                if item is None:
-                    if self._closing:
-                        return
-                    if self._room_waiters:
-                        self._room.set()
-                        self._room = new_signal()
-                    self._wake = new_signal()
-                    self._asleep = True
-                    self._idle.set()
-                    await self._wake.wait()
-                    continue
-                if type(item) is tuple:
-                    published_at, event = item
-                    i = self._latency_next
-                    latency[i] = _perf_ns() - published_at
-                    self._latency_next = i + 1 if i + 1 < size else 0
-                    self._latency_count += 1
+                if not batch:
+                    # One call takes a batch; _notice keeps priority across it.
+                    batch = pop_many(_BATCH)
+                    if not batch:
+                        self._batch = batch
+                        if self._closing:
+                            return
+                        if self._room_waiters:
+                            self._room.set()
+                            self._room = new_signal()
+                        self._wake = new_signal()
+                        self._asleep = self._watch = True
+                        self._idle.set()
+                        await self._wake.wait()
+                        continue
+                    batch.reverse()
+                    self._batch = batch
+                    self._watch = len(batch) > 1
+                item = batch.pop()
+                if type(item) is handle_type:
+                    event = item.event
+                    count = self._latency_count
+                    latency[count % size] = _perf_ns() - item._at
+                    self._latency_count = count + 1
                 else:
-                    event = item
-                event_type = event.type
-                count = dispatched.get(event_type)
-                if count is not None:
-                    dispatched[event_type] = count + 1
-                elif len(dispatched) < _MAX_TYPES:
-                    dispatched[event_type] = 1
-                else:
-                    dispatched["*"] = dispatched.get("*", 0) + 1
-                route = routes.get(event_type)
-                if route is None:
-                    route = route_of(event_type)
+                    event = item  # ingested or fed: no handle, no latency sample
+                entry = routes.get(event.type)
+                if entry is None:
+                    entry = route_of(event.type)
+                entry[1] += 1
+                route: tuple[Subscription, ...] = entry[0]
                 # A delivered event's handlers publish its effects (remote backends).
                 cause = _CAUSE.set(event) if holds and event in holds else None
+                failed = False
                 for subscription in route:
                     if subscription._routes is None:  # cancelled during this dispatch
                         continue
@@ -733,6 +965,7 @@ class EventBus(Lifecycle):
                             if returned is not None and inspect.isawaitable(returned):
                                 await returned
                     except Exception as exc:
+                        failed = True
                         self._handler_failed(event, subscription, exc)
                         hold = holds.get(event)
                         if hold is not None:
@@ -740,10 +973,16 @@ class EventBus(Lifecycle):
                 if cause is not None:
                     _CAUSE.reset(cause)
                     self.release(event)
+                if item is not event:
+                    state = item._state
+                    item._state = "failed" if failed else "handled" if route else "no_subscriber"
+                    if state is not None:
+                        state.set()
                 if self._room_waiters:
                     self._room.set()
                     self._room = new_signal()
         finally:
+            _stop_pending(self, item, batch)
             self._idle.set()
             self._stopped.set()
 
@@ -807,8 +1046,8 @@ class EventBus(Lifecycle):
             "published": self._published,
             "duplicates": self._duplicates,
             "invalid": self._invalid,
-            "dispatched": dict(self._dispatched),
-            "depth": self._queue.depths(),
+            "dispatched": self._routes.counts(),
+            "depth": _depths(self),
             "handler_errors": self._handler_errors,
             "errors_dropped": self._errors_dropped,
             "latency_us": latency,
@@ -831,10 +1070,10 @@ class EventBus(Lifecycle):
         total = self._latency_count
         size = len(self._latency)
         new = min(total - mark, size) if total > mark else 0
-        end = self._latency_next
+        end = total % size
         samples = [self._latency[(end - new + i) % size] for i in range(new)]
         return total, samples
 
     def __len__(self) -> int:
         """Events waiting for dispatch."""
-        return len(self._queue)
+        return len(self._queue) + len(self._batch)
