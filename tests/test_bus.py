@@ -6,13 +6,15 @@ timing assertion); ordering is controlled with events the test sets itself.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 import pytest
 
@@ -1425,3 +1427,283 @@ async def test_a_bus_publishes_before_it_runs_and_dispatches_once_entered() -> N
         async with bus:
             await bus.wait_idle()
     assert seen == [4]
+
+
+# --- the Published handle ------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_awaiting_a_handle_waits_until_its_handlers_have_finished() -> None:
+    gate = Gate()
+    done: list[str] = []
+
+    async def slow(event: Event) -> None:
+        await gate.block()
+        done.append("slow")
+
+    async with EventBus() as bus:
+        bus.subscribe(USER, slow)
+        bus.subscribe(USER, lambda e: done.append("sync"))
+        with anyio.fail_after(TIMEOUT):
+            handle = bus.publish(ev(1))
+            assert isinstance(handle, Published)
+            assert handle
+            assert handle.accepted
+            assert handle.event.type == USER
+            assert not handle.done()
+            assert handle.outcome is None
+            outcomes: list[str] = []
+
+            async def waiter() -> None:
+                outcomes.append(await handle)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter)
+                await gate.entered.wait()
+                await anyio.wait_all_tasks_blocked()
+                assert outcomes == []  # the first handler is still running
+                gate.release.set()
+            assert outcomes == ["handled"]
+            assert done == ["slow", "sync"]  # both handlers ran before the await returned
+            assert handle.done()
+            assert handle.outcome == "handled"
+            assert await handle.handled() == "handled"  # again, at once
+
+
+@pytest.mark.anyio
+async def test_a_handle_awaited_after_its_dispatch_answers_at_once() -> None:
+    async with EventBus() as bus:
+        bus.subscribe(USER, lambda e: None)
+        with anyio.fail_after(TIMEOUT):
+            handle = bus.publish(ev(1))
+            await bus.wait_idle()
+            assert handle.done()
+            assert await handle == "handled"
+
+
+@pytest.mark.anyio
+async def test_a_duplicate_handle_is_falsy_and_answers_duplicate_at_once() -> None:
+    seen: list[int] = []
+    async with EventBus() as bus:
+        bus.subscribe(USER, lambda e: seen.append(n_of(e)))
+        with anyio.fail_after(TIMEOUT):
+            event = ev(1)
+            first = bus.publish(event)
+            again = bus.publish(event)
+            later = await bus.apublish(event)
+            for duplicate in (again, later):
+                assert not duplicate
+                assert duplicate.accepted is False
+                assert duplicate.done()
+                assert duplicate.outcome == "duplicate"
+                assert await duplicate == "duplicate"
+                assert duplicate.event is event
+            assert await first == "handled"
+    assert seen == [1]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("is_async", [False, True])
+async def test_a_handle_whose_handler_raised_answers_failed(is_async: bool) -> None:
+    after: list[int] = []
+    errors: list[Event] = []
+
+    def boom(event: Event) -> None:
+        raise ValueError("no")
+
+    async def aboom(event: Event) -> None:
+        raise ValueError("no")
+
+    async with EventBus() as bus:
+        bus.subscribe(USER, aboom if is_async else boom)
+        bus.subscribe(USER, lambda e: after.append(n_of(e)))
+        bus.subscribe(ERROR, errors.append)
+        with anyio.fail_after(TIMEOUT):
+            failing = bus.publish(ev(1))
+            assert await failing == "failed"
+            assert failing.outcome == "failed"
+            await bus.wait_idle()
+    assert after == [1]  # the next handler still ran
+    [error] = errors
+    assert error.parent_id == failing.event.id
+
+
+@pytest.mark.anyio
+async def test_a_handle_of_an_event_nobody_subscribed_to_answers_no_subscriber() -> None:
+    async with EventBus() as bus:
+        bus.subscribe("EXEC:*", lambda e: None)
+        with anyio.fail_after(TIMEOUT):
+            unrouted = bus.publish(ev(1))
+            routed = bus.publish(ev(2, type_="EXEC:TOOL_CALL"))
+            assert await unrouted == "no_subscriber"
+            assert await routed == "handled"
+
+
+@pytest.mark.anyio
+async def test_several_tasks_awaiting_one_handle_all_get_its_outcome() -> None:
+    gate = Gate()
+    outcomes: list[str] = []
+    async with EventBus() as bus:
+
+        async def blocked(event: Event) -> None:
+            await gate.block()
+
+        bus.subscribe(USER, blocked)
+        with anyio.fail_after(TIMEOUT):
+            handle = bus.publish(ev(1))
+
+            async def waiter() -> None:
+                outcomes.append(await handle.handled())
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(3):
+                    tg.start_soon(waiter)
+                await gate.entered.wait()
+                await anyio.wait_all_tasks_blocked()
+                assert outcomes == []
+                gate.release.set()
+    assert outcomes == ["handled"] * 3
+
+
+@pytest.mark.anyio
+async def test_the_bus_closing_dispatches_accepted_events_before_their_handles_answer() -> None:
+    outcomes: list[str] = []
+    seen: list[int] = []
+    async with anyio.create_task_group() as tg, EventBus() as bus:
+        bus.subscribe(USER, lambda e: seen.append(n_of(e)))
+        handles = [bus.publish(ev(i)) for i in range(3)]
+
+        async def waiter(handle: Published) -> None:
+            outcomes.append(await handle)
+
+        for handle in handles:
+            tg.start_soon(waiter, handle)
+        await anyio.wait_all_tasks_blocked()
+        # Left normally: aclose() dispatched everything accepted.
+    assert seen == [0, 1, 2]
+    assert outcomes == ["handled"] * 3
+
+
+@pytest.mark.anyio
+async def test_a_bus_left_on_an_error_answers_stopped_and_keeps_what_it_had_not_taken() -> None:
+    gate = Gate()
+    seen: list[int] = []
+    bus = EventBus()
+    bus.subscribe(USER, lambda e: seen.append(n_of(e)))
+    outcomes: dict[str, str] = {}
+
+    async def waiter(name: str, handle: Published) -> None:
+        outcomes[name] = await handle
+
+    async def run_and_fail(tg: anyio.abc.TaskGroup) -> Published:
+        async with bus:
+            await block_dispatcher(bus, gate)
+            queued = bus.publish(ev(1))
+            tg.start_soon(waiter, "queued", queued)
+            await anyio.wait_all_tasks_blocked()
+            raise LookupError(queued)  # the blocked handler is cancelled
+
+    with anyio.fail_after(TIMEOUT):
+        async with anyio.create_task_group() as tg:
+            with pytest.raises(LookupError) as failed:
+                await run_and_fail(tg)
+        queued = failed.value.args[0]
+        assert outcomes == {"queued": "stopped"}
+        assert not queued.done()  # still queued: the bus may run again
+        assert seen == []
+        assert bus.publish(ev(2))  # between runs: queued behind the one left
+        async with bus:
+            assert await queued == "handled"
+            await bus.wait_idle()
+    assert seen == [1, 2]
+
+
+@pytest.mark.anyio
+async def test_the_handle_of_an_event_whose_handlers_were_cancelled_answers_stopped() -> None:
+    gate = Gate()
+    bus = EventBus()
+
+    async def blocked(event: Event) -> None:
+        await gate.block()
+
+    bus.subscribe(USER, blocked)
+
+    async def run_and_fail() -> None:
+        async with bus:
+            await gate.entered.wait()
+            raise LookupError("the body failed")
+
+    handle = bus.publish(ev(1))
+    with anyio.fail_after(TIMEOUT):
+        with pytest.raises(LookupError):
+            await run_and_fail()
+        assert handle.done()
+        assert await handle == "stopped"
+
+
+@pytest.mark.anyio
+async def test_publish_and_apublish_return_handles_in_a_burst() -> None:
+    n = 300  # several dispatcher batches
+    seen: list[int] = []
+    async with EventBus() as bus:
+        bus.subscribe(USER, lambda e: seen.append(n_of(e)))
+        with anyio.fail_after(TIMEOUT):
+            handles = [bus.publish(ev(i)) for i in range(n)]
+            handles.append(await bus.apublish(ev(n)))
+            assert all(handles)
+            assert [await h for h in handles] == ["handled"] * (n + 1)
+    assert seen == list(range(n + 1))
+
+
+class _RecordingBackend:
+    """A remote backend that keeps what is sent (it never delivers)."""
+
+    def __init__(self) -> None:
+        self.sent: list[Event] = []
+
+    def send(self, event: Event, cause: Event | None = None) -> None:
+        self.sent.append(event)
+
+    async def asend(self, event: Event, cause: Event | None = None) -> bool:
+        self.sent.append(event)
+        return True
+
+    @contextlib.asynccontextmanager
+    async def running(self, bus: EventBus) -> AsyncIterator[None]:
+        yield
+
+    def done(self, event: Event, outcome: str) -> None:
+        pass
+
+    async def flush(self) -> None:
+        pass
+
+    def metrics(self) -> dict[str, Any]:
+        return {}
+
+
+@pytest.mark.anyio
+async def test_a_remote_handle_cannot_be_awaited_but_a_duplicate_can() -> None:
+    backend = _RecordingBackend()
+    async with EventBus(backend=backend) as bus:
+        event = ev(1)
+        sent = bus.publish(event)
+        asent = await bus.apublish(ev(2))
+        assert sent
+        assert asent
+        assert backend.sent == [event, asent.event]
+        for handle in (sent, asent):
+            assert handle.outcome is None
+            with pytest.raises(RuntimeError, match="remote backend"):
+                await handle
+        duplicate = bus.publish(event)
+        assert not duplicate
+        assert await duplicate == "duplicate"
+
+
+def test_a_handle_repr_names_the_event_and_its_state() -> None:
+    event = ev(1)
+    bus = EventBus()
+    handle = bus.publish(event)
+    assert repr(handle) == f"<Published {USER} {event.id} pending>"
+    assert repr(bus.publish(event)) == f"<Published {USER} {event.id} duplicate>"

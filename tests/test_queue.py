@@ -33,6 +33,7 @@ from openstarry._core import (
     DEFAULT_PRIORITY,
     PRIORITY_HIGHEST,
     PRIORITY_LOWEST,
+    DedupWindow,
     Event,
     EventQueue,
 )
@@ -976,3 +977,72 @@ def test_threads_single_consumer_sees_each_producer_in_order() -> None:
 def test_queue_capacity_must_be_a_positive_int(capacity: Any) -> None:
     with pytest.raises(ValueError, match="capacity"):
         EventQueue(capacity=capacity)
+
+
+# --- push_unique: the publisher's one call -------------------------------------------------
+
+
+def _unique_event(n: int, priority: int = 2) -> Event:
+    return Event.new("INPUT:USER_MESSAGE", {"n": n}, source="t", session_id="s", priority=priority)
+
+
+def test_push_unique_queues_the_item_at_the_events_priority() -> None:
+    q = EventQueue()
+    window = DedupWindow()
+    low, high = _unique_event(1, priority=4), _unique_event(2, priority=0)
+    assert q.push_unique(("wrapped", low), low, window) is True
+    assert q.push_unique(("wrapped", high), high, window) is True
+    assert q.depths() == [1, 0, 0, 0, 1, 0]
+    assert q.pop_many(2) == [("wrapped", high), ("wrapped", low)]
+
+
+def test_push_unique_refuses_a_duplicate_without_queueing() -> None:
+    q = EventQueue()
+    window = DedupWindow()
+    event = _unique_event(1)
+    assert q.push_unique(event, event, window) is True
+    assert q.push_unique(event, event, window) is False
+    assert len(q) == 1
+    assert not window.check_and_insert(event.id)  # the window recorded it once
+
+
+def test_push_unique_without_a_window_queues_every_time() -> None:
+    q = EventQueue()
+    event = _unique_event(1)
+    assert q.push_unique(event, event) is True
+    assert q.push_unique(event, event, None) is True
+    assert len(q) == 2
+
+
+@pytest.mark.parametrize("overflow", ["reject", "shed"])
+def test_push_unique_refuses_at_capacity_before_recording_the_id(overflow: str) -> None:
+    q = EventQueue(1, overflow=overflow)  # type: ignore[arg-type]
+    window = DedupWindow()
+    first, second = _unique_event(1), _unique_event(2)
+    assert q.push_unique(first, first, window)
+    with pytest.raises(QueueFull):
+        q.push_unique(second, second, window)
+    assert q.pop() is first
+    assert q.push_unique(second, second, window)  # a retry is not a duplicate
+
+
+def test_push_unique_after_close_raises_and_records_nothing() -> None:
+    q = EventQueue()
+    window = DedupWindow()
+    event = _unique_event(1)
+    q.close()
+    with pytest.raises(QueueClosed):
+        q.push_unique(event, event, window)
+    assert window.check_and_insert(event.id)
+
+
+def test_push_unique_checks_its_arguments() -> None:
+    q = EventQueue()
+    event = _unique_event(1)
+    with pytest.raises(TypeError, match="push_unique takes an Event"):
+        q.push_unique(event, event.to_dict())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="None cannot be queued"):
+        q.push_unique(None, event)
+    with pytest.raises(TypeError):
+        q.push_unique(event, event, "not a window")  # type: ignore[arg-type]
+    assert len(q) == 0

@@ -276,6 +276,26 @@ class EventQueue:
             QueueClosed: after ``close()``.
         """
 
+    def push_unique(self, item: Any, event: Event, dedup: DedupWindow | None = None) -> bool:
+        """Queue ``item`` at ``event``'s priority unless ``dedup`` has seen ``event``'s id.
+
+        What a publisher does per event, in one call: the queue refuses first
+        (closed, then at capacity, under either overflow policy), so a refused
+        event leaves no id in the window; then the window checks and records
+        the id (wall clock), and a duplicate is not queued; then ``item`` is
+        queued. ``item`` is what pops: the event itself, or a wrapper of it.
+        Another thread filling the queue between the check and the push makes
+        the push raise with the id already recorded.
+
+        Returns:
+            ``True`` when ``item`` was queued, ``False`` for a duplicate.
+
+        Raises:
+            TypeError: ``event`` is not an ``Event``, or ``item`` is ``None``.
+            QueueFull: at capacity.
+            QueueClosed: after ``close()``.
+        """
+
     def push_many(self, items: Iterable[Any], priority: int | None = None) -> list[Any]:
         """Queue every item in one call (all or nothing under ``"reject"``).
 

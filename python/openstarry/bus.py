@@ -328,6 +328,36 @@ def _stop_pending(bus: EventBus, current: Any, batch: list[Any]) -> None:
                     _settle(item, "stopped")
 
 
+def _notice(bus: EventBus, item: Published | None, priority: int) -> bool:
+    """Tell the dispatcher of new events (``_watch`` is set): did ``item`` go in its batch?
+
+    A sleeping dispatcher is woken. One holding a batch must still let a
+    more urgent event overtake the rest of it: a published ``item`` more
+    urgent than the batch's last goes into the batch, after what is as
+    urgent (FIFO), and ``True`` says it is not to be queued. Events pushed
+    in bulk (``item`` is ``None``) merge the whole queue into the batch.
+    """
+    if bus._asleep:
+        bus._asleep = bus._watch = False
+        bus._wake.set()
+        return False
+    batch = bus._batch
+    if not batch:
+        return False
+    if item is None:
+        waiting = batch[::-1] + bus._queue.pop_many(len(bus._queue))
+        waiting.sort(key=_priority_of)  # stable: FIFO within a priority
+        batch[:] = waiting[::-1]
+        return False
+    if priority >= _priority_of(batch[0]):
+        return False  # it comes after the whole batch anyway
+    i = 1
+    while i < len(batch) and _priority_of(batch[i]) > priority:
+        i += 1
+    batch.insert(i, item)
+    return True
+
+
 def _depths(bus: EventBus) -> list[int]:
     """Events waiting at each priority: in the queue and in the dispatcher's batch."""
     depths = bus._queue.depths()
@@ -723,23 +753,24 @@ class EventBus(Lifecycle):
         """
         if type(event) is not Event:
             raise TypeError(f"publish takes an openstarry.core.Event, not {type(event).__name__}")
-        queue = self._queue
         if self._closing:
             raise QueueClosed("the bus is closed")
         if self._remote is not None:
             return self._remote.send(event)
-        capacity = self._capacity
-        if capacity is not None and len(queue) + len(self._batch) >= capacity:
-            # Refuse before the window records the id: a retry must not be a duplicate.
-            raise QueueFull(f"the bus holds {capacity} events")
-        dedup = self._dedup
-        if dedup is not None and not dedup.check_and_insert(event.id):
-            self._duplicates += 1
-            return _refused(event)
         handle = Published(event, _perf_ns())
-        priority = event.priority
-        if not (self._watch and self._notice(handle, priority)):
-            queue.push(handle, priority)
+        if self._watch:
+            # The dispatcher sleeps, or an urgent event may overtake its batch.
+            return self._publish_noticed(handle)
+        # One call: refused when full (before the window records the id: a
+        # retry must not be a duplicate), then the window, then the queue.
+        try:
+            accepted = self._queue.push_unique(handle, event, self._dedup)
+        except QueueFull:
+            raise QueueFull(f"the bus holds {self._capacity} events") from None
+        if not accepted:
+            self._duplicates += 1
+            handle._state = "duplicate"
+            return handle
         self._published += 1
         return handle
 
@@ -788,7 +819,7 @@ class EventBus(Lifecycle):
         self._invalid += len(result.invalid)
         self._published += result.accepted
         if result.accepted and self._watch:
-            self._notice(None, 0)
+            _notice(self, None, 0)
         return result
 
     # -- a remote backend's deliveries -------------------------------------
@@ -806,7 +837,7 @@ class EventBus(Lifecycle):
             holds[event] = [1, "handled"]
         self._queue.push_many(events)
         if events and self._watch:
-            self._notice(None, 0)
+            _notice(self, None, 0)
 
     def hold(self, event: Event) -> bool:
         """Keep a delivered event from counting as handled until :meth:`release`.
@@ -876,34 +907,22 @@ class EventBus(Lifecycle):
 
     # -- dispatching -----------------------------------------------------
 
-    def _notice(self, item: Published | None, priority: int) -> bool:
-        """Tell the dispatcher of new events (``_watch`` is set): did ``item`` go in its batch?
-
-        A sleeping dispatcher is woken. One holding a batch must still let a
-        more urgent event overtake the rest of it: a published ``item`` more
-        urgent than the batch's last goes into the batch, after what is as
-        urgent (FIFO), and ``True`` says it is not to be queued. Events pushed
-        in bulk (``item`` is ``None``) merge the whole queue into the batch.
-        """
-        if self._asleep:
-            self._asleep = self._watch = False
-            self._wake.set()
-            return False
-        batch = self._batch
-        if not batch:
-            return False
-        if item is None:
-            waiting = batch[::-1] + self._queue.pop_many(len(self._queue))
-            waiting.sort(key=_priority_of)  # stable: FIFO within a priority
-            batch[:] = waiting[::-1]
-            return False
-        if priority >= _priority_of(batch[0]):
-            return False  # it comes after the whole batch anyway
-        i = 1
-        while i < len(batch) and _priority_of(batch[i]) > priority:
-            i += 1
-        batch.insert(i, item)
-        return True
+    def _publish_noticed(self, handle: Published) -> Published:
+        """:meth:`publish` while ``_watch`` is set: the dispatcher sleeps or holds a batch."""
+        queue, event = self._queue, handle.event
+        capacity = self._capacity
+        if capacity is not None and len(queue) + len(self._batch) >= capacity:
+            raise QueueFull(f"the bus holds {capacity} events")
+        dedup = self._dedup
+        if dedup is not None and not dedup.check_and_insert(event.id):
+            self._duplicates += 1
+            handle._state = "duplicate"
+            return handle
+        priority = event.priority
+        if not _notice(self, handle, priority):
+            queue.push(handle, priority)
+        self._published += 1
+        return handle
 
     async def _dispatch_loop(self) -> None:
         pop_many = self._queue.pop_many

@@ -1,12 +1,13 @@
 //! `EventQueue`: the thread-safe priority queue of [`crate::queue`] over Python objects.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use pyo3::PyTraverseError;
 
+use super::dedup::PyDedupWindow;
 use super::errors::CoreError;
 use super::errors::{repr, strict_int, type_name};
 use super::event::{priority_arg, PyEvent};
@@ -228,6 +229,62 @@ impl PyEventQueue {
         self.inner
             .push(item.clone().unbind(), lane)
             .map_err(refused)
+    }
+
+    /// Queue ``item`` at ``event``'s priority unless ``dedup`` has seen ``event``'s id.
+    ///
+    /// What a publisher does per event, in one call: the queue refuses first
+    /// (closed, then at capacity, under either overflow policy), so a refused
+    /// event leaves no id in the window; then the window checks and records
+    /// the id (wall clock), and a duplicate is not queued; then ``item`` is
+    /// queued. ``item`` is what pops: the event itself, or a wrapper of it.
+    /// Another thread filling the queue between the check and the push makes
+    /// the push raise with the id already recorded.
+    ///
+    /// Returns:
+    ///     ``True`` when ``item`` was queued, ``False`` for a duplicate.
+    ///
+    /// Raises:
+    ///     TypeError: ``event`` is not an ``Event``, or ``item`` is ``None``.
+    ///     QueueFull: at capacity.
+    ///     QueueClosed: after ``close()``.
+    #[pyo3(signature = (item, event, dedup=None))]
+    fn push_unique(
+        &self,
+        item: &Bound<'_, PyAny>,
+        event: &Bound<'_, PyAny>,
+        dedup: Option<&Bound<'_, PyDedupWindow>>,
+    ) -> Result<bool, CoreError> {
+        let event = event.cast_exact::<PyEvent>().map_err(|_| {
+            CoreError::Type(format!("push_unique takes an Event, got a {}", type_name(event)))
+        })?;
+        if item.is_none() {
+            return Err(unqueueable(item));
+        }
+        if self.inner.is_closed() {
+            return Err(CoreError::QueueClosed);
+        }
+        if self
+            .inner
+            .capacity()
+            .is_some_and(|capacity| self.inner.len() >= capacity)
+        {
+            return Err(CoreError::QueueFull);
+        }
+        let event = event.get();
+        if let Some(dedup) = dedup {
+            let id = event.id_bytes(item.py());
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            if !dedup.get().with_inner(|window| window.check_and_insert(&id, now)) {
+                return Ok(false);
+            }
+        }
+        self.inner
+            .push(item.clone().unbind(), event.priority())
+            .map_err(refused)?;
+        Ok(true)
     }
 
     /// Queue every item in one call (all or nothing under ``"reject"``).
