@@ -1009,7 +1009,7 @@ async def test_ingest_dispatches_valid_lines_and_counts_duplicates(as_list: bool
         encode_event(low),  # repeated within the batch
         encode_event(published),  # published earlier through publish()
     ]
-    async with EventBus() as bus:
+    async with EventBus(latency_every=1) as bus:
         bus.subscribe(USER, lambda e: seen.append(n_of(e)))
         with anyio.fail_after(TIMEOUT):
             assert bus.publish(published)
@@ -1166,7 +1166,7 @@ async def test_metrics_counters_and_depth() -> None:
 
 @pytest.mark.anyio
 async def test_latency_metrics_are_consistent() -> None:
-    async with EventBus() as bus:
+    async with EventBus(latency_every=1) as bus:
 
         def boom(event: Event) -> None:
             if n_of(event) == 0:
@@ -1207,7 +1207,7 @@ async def test_latency_from_a_controlled_clock(
     clock = [0]
     monkeypatch.setattr(bus_module, "_perf_ns", lambda: clock[0])
     gate = Gate()
-    async with EventBus(latency_samples=samples) as bus:
+    async with EventBus(latency_samples=samples, latency_every=1) as bus:
         with anyio.fail_after(TIMEOUT):
             await block_dispatcher(bus, gate)  # published and dispatched at 0: latency 0
             for i in (1, 2, 3):
@@ -1221,6 +1221,32 @@ async def test_latency_from_a_controlled_clock(
     assert latency["max"] == expected_max
     assert latency["p99"] == expected_max
     assert latency["p50"] in expected_p50
+
+
+@pytest.mark.anyio
+async def test_latency_is_measured_on_wake_ups_and_one_event_in_latency_every() -> None:
+    """Events that wake the dispatcher are all measured; in a burst, one in ``latency_every``."""
+    async with EventBus(latency_every=4) as bus:
+        with anyio.fail_after(TIMEOUT):
+            await bus.wait_idle()
+            for i in range(3):  # one at a time: each wakes the dispatcher
+                bus.publish(ev(i))
+                await bus.wait_idle()
+            assert bus.metrics()["latency_us"]["count"] == 3
+            for i in range(3, 19):  # a burst: the first wakes it, then published 4..19
+                bus.publish(ev(i))
+            await bus.wait_idle()
+            metrics = bus.metrics()
+    assert metrics["published"] == 19
+    # Measured in the burst: the first (a wake-up), then the 8th, 12th and 16th published.
+    assert metrics["latency_us"]["count"] == 3 + 1 + 3
+    assert sum(metrics["dispatched"].values()) == 19
+
+
+def test_latency_every_must_be_a_power_of_two() -> None:
+    for bad in (0, 3, 6, -4):
+        with pytest.raises(ValueError, match="latency_every"):
+            EventBus(latency_every=bad)
 
 
 @pytest.mark.anyio
