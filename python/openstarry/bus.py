@@ -289,6 +289,10 @@ def _sent(event: Event) -> Published:
     return handle
 
 
+def _not_an_event(thing: object) -> str:
+    return f"publish takes an openstarry.core.Event, not {type(thing).__name__}"
+
+
 def _priority_of(item: Any) -> int:
     """The priority of a queued item: a :class:`Published` or an ingested or fed event."""
     event = item.event if type(item) is Published else item
@@ -336,22 +340,22 @@ def _notice(bus: EventBus, item: Published | None, priority: int) -> bool:
     more urgent event overtake the rest of it: a published ``item`` more
     urgent than the batch's last goes into the batch, after what is as
     urgent (FIFO), and ``True`` says it is not to be queued. Events pushed
-    in bulk (``item`` is ``None``) merge the whole queue into the batch.
+    in bulk (``item`` is ``None``, ``priority`` the most urgent of theirs)
+    merge the whole queue into the batch.
     """
     if bus._asleep:
-        bus._asleep = bus._watch = False
+        bus._asleep = False
+        bus._watch = bus._closing or bus._remote is not None
         bus._wake.set()
         return False
     batch = bus._batch
-    if not batch:
-        return False
+    if not batch or priority >= _priority_of(batch[0]):
+        return False  # it comes after the whole batch anyway
     if item is None:
         waiting = batch[::-1] + bus._queue.pop_many(len(bus._queue))
         waiting.sort(key=_priority_of)  # stable: FIFO within a priority
         batch[:] = waiting[::-1]
         return False
-    if priority >= _priority_of(batch[0]):
-        return False  # it comes after the whole batch anyway
     i = 1
     while i < len(batch) and _priority_of(batch[i]) > priority:
         i += 1
@@ -437,10 +441,12 @@ def _check_pattern(pattern: str) -> None:
 class _Routes:
     """Who an event type reaches: the subscriptions in order, and a route cached per type.
 
-    A cached entry is ``[route, dispatched]``: the dispatcher counts an event
-    in the entry it looked up anyway, and the counts move to :attr:`dispatched`
-    when the cache is cleared. The dispatcher binds :attr:`by_type` once and
-    calls :meth:`of` only on a miss, so the cache is cleared in place, never replaced.
+    A cached entry is ``[route, dispatched, sole]``: the dispatcher counts an
+    event in the entry it looked up anyway (the counts move to :attr:`dispatched`
+    when the cache is cleared), and ``sole`` is the handler of a route of one
+    plain function, which the dispatcher calls without the general loop. The
+    dispatcher binds :attr:`by_type` once and calls :meth:`of` only on a miss,
+    so the cache is cleared in place, never replaced.
     """
 
     __slots__ = ("by_type", "dispatched", "subscriptions")
@@ -469,7 +475,8 @@ class _Routes:
         )
         if len(self.by_type) >= _MAX_TYPES:
             self._clear()
-        entry = self.by_type[event_type] = [route, 0]
+        sole = route[0].handler if len(route) == 1 and not route[0].is_async else None
+        entry = self.by_type[event_type] = [route, 0, sole]
         return entry
 
     def counts(self) -> dict[str, int]:
@@ -482,7 +489,8 @@ class _Routes:
 
 
 def _fold(counts: dict[str, int], entries: dict[str, list[Any]]) -> dict[str, int]:
-    for event_type, (_, n) in entries.items():
+    for event_type, entry in entries.items():
+        n = entry[1]
         if not n:
             continue
         if event_type in counts or len(counts) < _MAX_TYPES:
@@ -622,7 +630,7 @@ class EventBus(Lifecycle):
         self._batch: list[Any] = []
         #: Set while a publish must tell the dispatcher: it sleeps, or it holds
         #: a batch that a more urgent event must overtake.
-        self._watch = False
+        self._watch = backend is not None
         self._idle: Signal = _NOT_RUNNING
         self._room: Signal = _NOT_RUNNING
         self._room_waiters = 0
@@ -693,7 +701,8 @@ class EventBus(Lifecycle):
             self._closing = False
         new_signal = self.new_signal = signal_factory()
         self._wake, self._idle, self._room, self._stopped = (new_signal() for _ in range(4))
-        self._asleep = self._watch = False
+        self._asleep = False
+        self._watch = self.backend is not None
         try:
             async with AsyncExitStack() as stack:
                 task_group = await stack.enter_async_context(anyio.create_task_group())
@@ -723,7 +732,7 @@ class EventBus(Lifecycle):
         :class:`~openstarry.errors.QueueClosed`, like any other publisher.
         """
         if not self._closing:
-            self._closing = True
+            self._closing = self._watch = True
             self._queue.close()
             self._wake.set()
             self._room.set()
@@ -763,22 +772,21 @@ class EventBus(Lifecycle):
             QueueClosed: after :meth:`aclose`.
             TypeError: ``event`` is not an :class:`~openstarry.core.Event`.
         """
-        if type(event) is not Event:
-            raise TypeError(f"publish takes an openstarry.core.Event, not {type(event).__name__}")
-        if self._closing:
-            raise QueueClosed("the bus is closed")
-        if self._remote is not None:
-            return self._remote.send(event)
         handle = Published(event, None)
         if self._watch:
-            # The dispatcher sleeps, or an urgent event may overtake its batch.
-            return self._publish_noticed(handle)
-        # One call: refused when full (before the window records the id: a
-        # retry must not be a duplicate), then the window, then the queue.
+            # The dispatcher sleeps or works through a batch, or the bus is
+            # closing or remote: the careful way.
+            return self._publish_watched(handle)
+        # One call: refused when closed or full (before the window records the
+        # id: a retry must not be a duplicate), then the window, then the queue.
         try:
             accepted = self._queue.push_unique(handle, event, self._dedup)
+        except TypeError:
+            raise TypeError(_not_an_event(event)) from None
         except QueueFull:
             raise QueueFull(f"the bus holds {self._capacity} events") from None
+        except QueueClosed:
+            raise QueueClosed("the bus is closed") from None
         if not accepted:
             self._duplicates += 1
             handle._state = "duplicate"
@@ -797,9 +805,7 @@ class EventBus(Lifecycle):
         remote = self._remote
         if remote is not None:
             if type(event) is not Event:
-                raise TypeError(
-                    f"publish takes an openstarry.core.Event, not {type(event).__name__}"
-                )
+                raise TypeError(_not_an_event(event))
             if self._closing:
                 raise QueueClosed("the bus is closed")
             return await remote.asend(event)
@@ -833,7 +839,7 @@ class EventBus(Lifecycle):
         self._invalid += len(result.invalid)
         self._published += result.accepted
         if result.accepted and self._watch:
-            _notice(self, None, 0)
+            _notice(self, None, 0)  # the priorities are not known: any may be urgent
         return result
 
     # -- a remote backend's deliveries -------------------------------------
@@ -851,7 +857,7 @@ class EventBus(Lifecycle):
             holds[event] = [1, "handled"]
         self._queue.push_many(events)
         if events and self._watch:
-            _notice(self, None, 0)
+            _notice(self, None, min(event.priority for event in events))
 
     def hold(self, event: Event) -> bool:
         """Keep a delivered event from counting as handled until :meth:`release`.
@@ -921,9 +927,16 @@ class EventBus(Lifecycle):
 
     # -- dispatching -----------------------------------------------------
 
-    def _publish_noticed(self, handle: Published) -> Published:
-        """:meth:`publish` while ``_watch`` is set: the dispatcher sleeps or holds a batch."""
+    def _publish_watched(self, handle: Published) -> Published:
+        """:meth:`publish` while ``_watch`` is set: the dispatcher sleeps or holds a
+        batch, or the bus is closing or remote."""
         queue, event = self._queue, handle.event
+        if type(event) is not Event:
+            raise TypeError(_not_an_event(event))
+        if self._closing:
+            raise QueueClosed("the bus is closed")
+        if self._remote is not None:
+            return self._remote.send(event)
         capacity = self._capacity
         if capacity is not None and len(queue) + len(self._batch) >= capacity:
             raise QueueFull(f"the bus holds {capacity} events")
@@ -948,6 +961,8 @@ class EventBus(Lifecycle):
         new_signal = self.new_signal
         holds = self._holds
         handle_type = Published
+        # A remote bus publishes through its backend: always the careful way.
+        careful = self._remote is not None
         self._dispatcher = anyio.get_current_task().id
         batch: list[Any] = self._batch
         item: Any = None
@@ -970,7 +985,7 @@ class EventBus(Lifecycle):
                         continue
                     batch.reverse()
                     self._batch = batch
-                    self._watch = len(batch) > 1
+                    self._watch = len(batch) > 1 or careful
                 item = batch.pop()
                 if type(item) is handle_type:
                     event = item.event
@@ -989,23 +1004,36 @@ class EventBus(Lifecycle):
                 # A delivered event's handlers publish its effects (remote backends).
                 cause = _CAUSE.set(event) if holds and event in holds else None
                 failed = False
-                for subscription in route:
-                    if subscription._routes is None:  # cancelled during this dispatch
-                        continue
+                sole = entry[2]
+                if sole is not None:  # one plain function: no loop, no cancelled check
                     try:
-                        if subscription.is_async:
-                            await subscription.handler(event)  # type: ignore[misc]
-                        else:
-                            returned = subscription.handler(event)
-                            # A callable object or a lambda may return an awaitable.
-                            if returned is not None and inspect.isawaitable(returned):
-                                await returned
+                        returned = sole(event)
+                        # A callable object or a lambda may return an awaitable.
+                        if returned is not None and inspect.isawaitable(returned):
+                            await returned
                     except Exception as exc:
                         failed = True
-                        self._handler_failed(event, subscription, exc)
+                        self._handler_failed(event, route[0], exc)
                         hold = holds.get(event)
                         if hold is not None:
                             hold[1] = "failed"
+                else:
+                    for subscription in route:
+                        if subscription._routes is None:  # cancelled during this dispatch
+                            continue
+                        try:
+                            if subscription.is_async:
+                                await subscription.handler(event)  # type: ignore[misc]
+                            else:
+                                returned = subscription.handler(event)
+                                if returned is not None and inspect.isawaitable(returned):
+                                    await returned
+                        except Exception as exc:
+                            failed = True
+                            self._handler_failed(event, subscription, exc)
+                            hold = holds.get(event)
+                            if hold is not None:
+                                hold[1] = "failed"
                 if cause is not None:
                     _CAUSE.reset(cause)
                     self.release(event)
