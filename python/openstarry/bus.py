@@ -371,6 +371,17 @@ def _depths(bus: EventBus) -> list[int]:
     return depths
 
 
+def _make_room(bus: EventBus) -> None:
+    """Wake the publishers waiting for room (the dispatcher is about to yield).
+
+    They can only run once the dispatcher yields, so it tells them then,
+    not after every event.
+    """
+    if bus._room_waiters:
+        bus._room.set()
+        bus._room = bus.new_signal()
+
+
 def _settle(handle: Published, outcome: str) -> None:
     state = handle._state
     handle._state = outcome
@@ -975,9 +986,7 @@ class EventBus(Lifecycle):
                         self._batch = batch
                         if self._closing:
                             return
-                        if self._room_waiters:
-                            self._room.set()
-                            self._room = new_signal()
+                        _make_room(self)
                         self._wake = new_signal()
                         self._asleep = self._watch = True
                         self._idle.set()
@@ -1010,6 +1019,7 @@ class EventBus(Lifecycle):
                         returned = sole(event)
                         # A callable object or a lambda may return an awaitable.
                         if returned is not None and inspect.isawaitable(returned):
+                            _make_room(self)
                             await returned
                     except Exception as exc:
                         failed = True
@@ -1023,10 +1033,12 @@ class EventBus(Lifecycle):
                             continue
                         try:
                             if subscription.is_async:
+                                _make_room(self)
                                 await subscription.handler(event)  # type: ignore[misc]
                             else:
                                 returned = subscription.handler(event)
                                 if returned is not None and inspect.isawaitable(returned):
+                                    _make_room(self)
                                     await returned
                         except Exception as exc:
                             failed = True
@@ -1042,9 +1054,6 @@ class EventBus(Lifecycle):
                     item._state = "failed" if failed else "handled" if route else "no_subscriber"
                     if state is not None:
                         state.set()
-                if self._room_waiters:
-                    self._room.set()
-                    self._room = new_signal()
         finally:
             _stop_pending(self, item, batch)
             self._idle.set()
