@@ -61,6 +61,7 @@ _GROUP_ORDER = (
     "dedup: check_and_insert_many",
     "envelope decode",
     "ingest",
+    "bus: publish a burst",
 )
 
 

@@ -990,8 +990,9 @@ def test_push_unique_queues_the_item_at_the_events_priority() -> None:
     q = EventQueue()
     window = DedupWindow()
     low, high = _unique_event(1, priority=4), _unique_event(2, priority=0)
-    assert q.push_unique(("wrapped", low), low, window) is True
-    assert q.push_unique(("wrapped", high), high, window) is True
+    assert q.push_unique(("wrapped", low), low, window) == 1
+    assert q.push_unique(("wrapped", high), high, window) == 2
+    assert q.unique_pushed == 2
     assert q.depths() == [1, 0, 0, 0, 1, 0]
     assert q.pop_many(2) == [("wrapped", high), ("wrapped", low)]
 
@@ -1000,8 +1001,8 @@ def test_push_unique_refuses_a_duplicate_without_queueing() -> None:
     q = EventQueue()
     window = DedupWindow()
     event = _unique_event(1)
-    assert q.push_unique(event, event, window) is True
-    assert q.push_unique(event, event, window) is False
+    assert q.push_unique(event, event, window) == 1
+    assert q.push_unique(event, event, window) == 0
     assert len(q) == 1
     assert not window.check_and_insert(event.id)  # the window recorded it once
 
@@ -1009,8 +1010,8 @@ def test_push_unique_refuses_a_duplicate_without_queueing() -> None:
 def test_push_unique_without_a_window_queues_every_time() -> None:
     q = EventQueue()
     event = _unique_event(1)
-    assert q.push_unique(event, event) is True
-    assert q.push_unique(event, event, None) is True
+    assert q.push_unique(event, event) == 1
+    assert q.push_unique(event, event, None) == 2
     assert len(q) == 2
 
 

@@ -264,6 +264,9 @@ class EventQueue:
     @property
     def shed_count(self) -> int:
         """How many items the ``"shed"`` policy has dropped so far."""
+    @property
+    def unique_pushed(self) -> int:
+        """How many items ``push_unique`` has queued on this queue so far."""
 
     def push(self, item: Any, priority: int | None = None) -> Any:
         """Queue ``item``; an ``Event`` takes its own priority when ``priority`` is ``None``.
@@ -276,7 +279,7 @@ class EventQueue:
             QueueClosed: after ``close()``.
         """
 
-    def push_unique(self, item: Any, event: Event, dedup: DedupWindow | None = None) -> bool:
+    def push_unique(self, item: Any, event: Event, dedup: DedupWindow | None = None) -> int:
         """Queue ``item`` at ``event``'s priority unless ``dedup`` has seen ``event``'s id.
 
         What a publisher does per event, in one call: the queue refuses first
@@ -288,7 +291,10 @@ class EventQueue:
         the push raise with the id already recorded.
 
         Returns:
-            ``True`` when ``item`` was queued, ``False`` for a duplicate.
+            How many items ``push_unique`` has queued on this queue, this one
+            included (so a true value, counting from 1), or ``0`` for a
+            duplicate. A publisher counts its events and samples every n-th
+            one with it.
 
         Raises:
             TypeError: ``event`` is not an ``Event``, or ``item`` is ``None``.

@@ -8,16 +8,21 @@ dispatcher task takes the events out in priority order and calls the handlers
 subscribed to their type.
 
     async with EventBus() as bus:
-        bus.subscribe("EXEC:*", on_exec)
-        bus.publish(Event.new("INPUT:USER_MESSAGE", {"text": "hi"}, source="cli", session_id="s1"))
+        bus.subscribe("INPUT:*", on_input)
+        event = Event.new("INPUT:USER_MESSAGE", {"text": "hi"}, source="cli", session_id="s1")
+        outcome = await bus.publish(event)  # "handled" once on_input has returned
 
 Rules the bus keeps:
 
-- **Priority end to end.** The dispatcher takes one event at a time from the
-  queue, so a priority-0 event published while handlers run overtakes every
-  lower-priority event still waiting.
+- **Priority end to end.** The dispatcher takes the waiting events out of the
+  queue in batches (one call into Rust per batch, not per event), and a
+  priority-0 event published while handlers run still overtakes every
+  lower-priority event waiting, in the queue or in the batch.
 - **Idempotency.** An event whose id was seen within the window is dropped
-  (``publish`` returns ``False``) and counted in ``metrics()["duplicates"]``.
+  (``publish`` returns a falsy handle) and counted in ``metrics()["duplicates"]``.
+- **Handled, on request.** ``publish`` returns a :class:`Published` handle;
+  ``await`` it to wait until the event's handlers have finished. Nothing is
+  made for waiting until something awaits.
 - **One wake-up per batch.** Publishing wakes the dispatcher only when it is
   asleep; a burst of publishes costs one wake-up, and the dispatcher then
   drains the queue without sleeping.
@@ -214,11 +219,11 @@ class Published:
 
     __slots__ = ("_at", "_state", "event")
 
-    def __init__(self, event: Event, at: int | None) -> None:
+    def __init__(self, event: Event) -> None:
         #: The event published.
         self.event = event
         #: perf_counter_ns at publishing, for an event whose dispatch latency is measured.
-        self._at = at
+        self._at: int | None = None
         #: ``None`` (pending, nobody waiting), the signal an awaiter sleeps on,
         #: or the outcome (a str) once decided.
         self._state: Signal | str | None = None
@@ -278,13 +283,13 @@ class Published:
 
 
 def _refused(event: Event) -> Published:
-    handle = Published(event, None)
+    handle = Published(event)
     handle._state = "duplicate"
     return handle
 
 
 def _sent(event: Event) -> Published:
-    handle = Published(event, None)
+    handle = Published(event)
     handle._state = _REMOTE
     return handle
 
@@ -604,7 +609,8 @@ class EventBus(Lifecycle):
             raise ValueError(f"latency_samples must be at least 1, not {latency_samples}")
         if latency_every < 1 or latency_every & (latency_every - 1):
             raise ValueError(f"latency_every must be a power of two, not {latency_every}")
-        #: ``published & _sample_mask == 0`` picks the events whose latency is measured.
+        #: ``count & _sample_mask == 0`` (the queue's count of publishes) picks the
+        #: events whose latency is measured.
         self._sample_mask = latency_every - 1
         self._queue = EventQueue(capacity)
         self._capacity = capacity
@@ -650,6 +656,7 @@ class EventBus(Lifecycle):
         self._stopped: Signal = _NOT_RUNNING
         self._closing = False
         # Metrics.
+        #: Accepted events, except those the queue counts (``push_unique``).
         self._published = 0
         self._duplicates = 0
         self._invalid = 0
@@ -707,6 +714,7 @@ class EventBus(Lifecycle):
         if self._closing:
             # Entered again after it was closed: a fresh queue; the dedup
             # window and the metrics carry on.
+            self._published += self._queue.unique_pushed  # the old queue's count
             self._queue = EventQueue(self._capacity)
             self._ingestor = None
             self._closing = False
@@ -783,7 +791,7 @@ class EventBus(Lifecycle):
             QueueClosed: after :meth:`aclose`.
             TypeError: ``event`` is not an :class:`~openstarry.core.Event`.
         """
-        handle = Published(event, None)
+        handle = Published(event)
         if self._watch:
             # The dispatcher sleeps or works through a batch, or the bus is
             # closing or remote: the careful way.
@@ -791,19 +799,19 @@ class EventBus(Lifecycle):
         # One call: refused when closed or full (before the window records the
         # id: a retry must not be a duplicate), then the window, then the queue.
         try:
-            accepted = self._queue.push_unique(handle, event, self._dedup)
+            # How many the queue took this way (the count of the metrics), or 0.
+            count = self._queue.push_unique(handle, event, self._dedup)
         except TypeError:
             raise TypeError(_not_an_event(event)) from None
         except QueueFull:
             raise QueueFull(f"the bus holds {self._capacity} events") from None
         except QueueClosed:
             raise QueueClosed("the bus is closed") from None
-        if not accepted:
+        if not count:
             self._duplicates += 1
             handle._state = "duplicate"
             return handle
-        published = self._published = self._published + 1
-        if not published & self._sample_mask:
+        if not count & self._sample_mask:
             handle._at = _perf_ns()
         return handle
 
@@ -1117,7 +1125,7 @@ class EventBus(Lifecycle):
             latency[name] = samples[min(count - 1, int(q * count))] / 1000 if samples else None
         latency["max"] = samples[-1] / 1000 if samples else None
         metrics: dict[str, Any] = {
-            "published": self._published,
+            "published": self._published + self._queue.unique_pushed,
             "duplicates": self._duplicates,
             "invalid": self._invalid,
             "dispatched": self._routes.counts(),

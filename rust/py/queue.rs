@@ -1,5 +1,6 @@
 //! `EventQueue`: the thread-safe priority queue of [`crate::queue`] over Python objects.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pyo3::gc::PyVisit;
@@ -22,6 +23,8 @@ const WAIT_SLICE: Duration = Duration::from_millis(50);
 #[pyclass(frozen, name = "EventQueue", module = "openstarry._core")]
 pub struct PyEventQueue {
     pub inner: PriorityQueue<Py<PyAny>>,
+    /// How many items `push_unique` has queued (its return value).
+    unique: AtomicU64,
 }
 
 /// The error of a refused push; the refused item(s) are dropped (the GIL is held).
@@ -178,7 +181,14 @@ impl PyEventQueue {
             .transpose()?;
         Ok(PyEventQueue {
             inner: PriorityQueue::new(capacity, overflow, starvation_limit),
+            unique: AtomicU64::new(0),
         })
+    }
+
+    /// How many items ``push_unique`` has queued on this queue so far.
+    #[getter]
+    fn unique_pushed(&self) -> u64 {
+        self.unique.load(Ordering::Relaxed)
     }
 
     #[getter]
@@ -242,7 +252,10 @@ impl PyEventQueue {
     /// the push raise with the id already recorded.
     ///
     /// Returns:
-    ///     ``True`` when ``item`` was queued, ``False`` for a duplicate.
+    ///     How many items ``push_unique`` has queued on this queue, this one
+    ///     included (so a true value, counting from 1), or ``0`` for a
+    ///     duplicate. A publisher counts its events and samples every n-th
+    ///     one with it.
     ///
     /// Raises:
     ///     TypeError: ``event`` is not an ``Event``, or ``item`` is ``None``.
@@ -254,37 +267,34 @@ impl PyEventQueue {
         item: &Bound<'_, PyAny>,
         event: &Bound<'_, PyAny>,
         dedup: Option<&Bound<'_, PyDedupWindow>>,
-    ) -> Result<bool, CoreError> {
+    ) -> Result<u64, CoreError> {
         let event = event.cast_exact::<PyEvent>().map_err(|_| {
             CoreError::Type(format!("push_unique takes an Event, got a {}", type_name(event)))
         })?;
         if item.is_none() {
             return Err(unqueueable(item));
         }
-        if self.inner.is_closed() {
-            return Err(CoreError::QueueClosed);
-        }
-        if self
-            .inner
-            .capacity()
-            .is_some_and(|capacity| self.inner.len() >= capacity)
-        {
-            return Err(CoreError::QueueFull);
-        }
         let event = event.get();
-        if let Some(dedup) = dedup {
-            let id = event.id_bytes(item.py());
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-            if !dedup.get().with_inner(|window| window.check_and_insert(&id, now)) {
-                return Ok(false);
+        let lane = event.priority();
+        let item = item.clone().unbind();
+        // The window's lock, then the queue's: the order the ingestor takes them in.
+        let queued = match dedup {
+            Some(dedup) => {
+                let id = event.id_bytes(dedup.py());
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+                dedup.get().with_inner(|window| {
+                    self.inner
+                        .push_checked(item, lane, || window.check_and_insert(&id, now))
+                })
             }
+            None => self.inner.push_checked(item, lane, || true),
+        };
+        if !queued.map_err(refused)? {
+            return Ok(0);
         }
-        self.inner
-            .push(item.clone().unbind(), event.priority())
-            .map_err(refused)?;
-        Ok(true)
+        Ok(self.unique.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
     /// Queue every item in one call (all or nothing under ``"reject"``).
