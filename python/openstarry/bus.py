@@ -457,10 +457,12 @@ def _check_pattern(pattern: str) -> None:
 class _Routes:
     """Who an event type reaches: the subscriptions in order, and a route cached per type.
 
-    A cached entry is ``[route, dispatched, sole]``: the dispatcher counts an
-    event in the entry it looked up anyway (the counts move to :attr:`dispatched`
-    when the cache is cleared), and ``sole`` is the handler of a route of one
-    plain function, which the dispatcher calls without the general loop. The
+    A cached entry is ``[route, dispatched, sole, outcome]``: the dispatcher
+    counts an event in the entry it looked up anyway (the counts move to
+    :attr:`dispatched` when the cache is cleared), ``sole`` is the handler of a
+    route of one plain function, which the dispatcher calls without the
+    general loop, and ``outcome`` what the handles of the type's events answer
+    when no handler raises. The
     dispatcher binds :attr:`by_type` once and calls :meth:`of` only on a miss,
     so the cache is cleared in place, never replaced.
     """
@@ -492,7 +494,8 @@ class _Routes:
         if len(self.by_type) >= _MAX_TYPES:
             self._clear()
         sole = route[0].handler if len(route) == 1 and not route[0].is_async else None
-        entry = self.by_type[event_type] = [route, 0, sole]
+        outcome = "handled" if route else "no_subscriber"
+        entry = self.by_type[event_type] = [route, 0, sole, outcome]
         return entry
 
     def counts(self) -> dict[str, int]:
@@ -1020,7 +1023,7 @@ class EventBus(Lifecycle):
                 route: tuple[Subscription, ...] = entry[0]
                 # A delivered event's handlers publish its effects (remote backends).
                 cause = _CAUSE.set(event) if holds and event in holds else None
-                failed = False
+                outcome = entry[3]
                 sole = entry[2]
                 if sole is not None:  # one plain function: no loop, no cancelled check
                     try:
@@ -1030,7 +1033,7 @@ class EventBus(Lifecycle):
                             _make_room(self)
                             await returned
                     except Exception as exc:
-                        failed = True
+                        outcome = "failed"
                         self._handler_failed(event, route[0], exc)
                         hold = holds.get(event)
                         if hold is not None:
@@ -1049,7 +1052,7 @@ class EventBus(Lifecycle):
                                     _make_room(self)
                                     await returned
                         except Exception as exc:
-                            failed = True
+                            outcome = "failed"
                             self._handler_failed(event, subscription, exc)
                             hold = holds.get(event)
                             if hold is not None:
@@ -1059,7 +1062,7 @@ class EventBus(Lifecycle):
                     self.release(event)
                 if item is not event:
                     state = item._state
-                    item._state = "failed" if failed else "handled" if route else "no_subscriber"
+                    item._state = outcome
                     if state is not None:
                         state.set()
         finally:
