@@ -269,7 +269,10 @@ impl PyEventQueue {
         dedup: Option<&Bound<'_, PyDedupWindow>>,
     ) -> Result<u64, CoreError> {
         let event = event.cast_exact::<PyEvent>().map_err(|_| {
-            CoreError::Type(format!("push_unique takes an Event, got a {}", type_name(event)))
+            CoreError::Type(format!(
+                "push_unique takes an Event, got a {}",
+                type_name(event)
+            ))
         })?;
         if item.is_none() {
             return Err(unqueueable(item));
