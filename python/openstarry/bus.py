@@ -440,7 +440,7 @@ def _name_of(handler: object) -> str:
 _MAX_TYPES = 1024
 
 #: The most events the dispatcher takes out of the queue in one call.
-_BATCH = 64
+_BATCH = 256
 
 
 def _check_pattern(pattern: str) -> None:
@@ -616,6 +616,7 @@ class EventBus(Lifecycle):
         #: events whose latency is measured.
         self._sample_mask = latency_every - 1
         self._queue = EventQueue(capacity)
+        self._push_unique = self._queue.push_unique  # publish's one call, bound once
         self._capacity = capacity
         self._dedup: DedupWindow | None
         if dedup is True:
@@ -719,6 +720,7 @@ class EventBus(Lifecycle):
             # window and the metrics carry on.
             self._published += self._queue.unique_pushed  # the old queue's count
             self._queue = EventQueue(self._capacity)
+            self._push_unique = self._queue.push_unique
             self._ingestor = None
             self._closing = False
         new_signal = self.new_signal = signal_factory()
@@ -803,7 +805,7 @@ class EventBus(Lifecycle):
         # id: a retry must not be a duplicate), then the window, then the queue.
         try:
             # How many the queue took this way (the count of the metrics), or 0.
-            count = self._queue.push_unique(handle, event, self._dedup)
+            count = self._push_unique(handle, event, self._dedup)
         except TypeError:
             raise TypeError(_not_an_event(event)) from None
         except QueueFull:
