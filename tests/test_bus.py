@@ -1669,7 +1669,7 @@ async def test_the_handle_of_an_event_whose_handlers_were_cancelled_answers_stop
 
 @pytest.mark.anyio
 async def test_publish_and_apublish_return_handles_in_a_burst() -> None:
-    n = 300  # several dispatcher batches
+    n = 600  # more than two dispatcher batches
     seen: list[int] = []
     async with EventBus() as bus:
         bus.subscribe(USER, lambda e: seen.append(n_of(e)))

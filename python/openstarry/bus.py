@@ -961,6 +961,21 @@ class EventBus(Lifecycle):
             raise QueueClosed("the bus is closed")
         if self._remote is not None:
             return self._remote.send(event)
+        if not self._batch:
+            # No batch to overtake: queue it as publish does, and wake a sleeping dispatcher.
+            try:
+                count = self._push_unique(handle, event, self._dedup)
+            except QueueFull:
+                raise QueueFull(f"the bus holds {self._capacity} events") from None
+            if not count:
+                self._duplicates += 1
+                handle._state = "duplicate"
+                return handle
+            handle._at = _perf_ns()  # a wake-up: always measured
+            if self._asleep:
+                self._asleep = self._watch = False
+                self._wake.set()
+            return handle
         capacity = self._capacity
         if capacity is not None and len(queue) + len(self._batch) >= capacity:
             raise QueueFull(f"the bus holds {capacity} events")
@@ -999,7 +1014,8 @@ class EventBus(Lifecycle):
                         self._batch = batch
                         if self._closing:
                             return
-                        _make_room(self)
+                        if self._room_waiters:
+                            _make_room(self)
                         self._wake = new_signal()
                         self._asleep = self._watch = True
                         self._idle.set()
