@@ -1733,3 +1733,44 @@ def test_a_handle_repr_names_the_event_and_its_state() -> None:
     handle = bus.publish(event)
     assert repr(handle) == f"<Published {USER} {event.id} pending>"
     assert repr(bus.publish(event)) == f"<Published {USER} {event.id} duplicate>"
+
+
+@pytest.mark.anyio
+async def test_events_fed_during_a_batch_overtake_its_less_urgent_rest() -> None:
+    order: list[int] = []
+    gate = Gate()
+    async with EventBus(backend=_RecordingBackend()) as bus:
+
+        async def handler(event: Event) -> None:
+            order.append(n_of(event))
+            if n_of(event) == 1:
+                await gate.block()
+
+        bus.subscribe(USER, handler)
+        with anyio.fail_after(TIMEOUT):
+            # One batch: the dispatcher takes all three, then blocks in the first.
+            bus.feed([ev(1, priority=3), ev(2, priority=3), ev(3, priority=4)])
+            await gate.entered.wait()
+            bus.feed([ev(4, priority=0), ev(5, priority=3)])
+            gate.release.set()
+            await bus.wait_idle()
+    assert order == [1, 4, 2, 5, 3]
+
+
+@pytest.mark.anyio
+async def test_events_ingested_by_a_handler_overtake_the_less_urgent_rest_of_its_batch() -> None:
+    order: list[int] = []
+    async with EventBus() as bus:
+
+        def handler(event: Event) -> None:
+            order.append(n_of(event))
+            if n_of(event) == 1:
+                bus.ingest(encode_event(ev(9, priority=0)) + b"\n")
+
+        bus.subscribe(USER, handler)
+        with anyio.fail_after(TIMEOUT):
+            await bus.wait_idle()
+            for i, priority in ((1, 2), (2, 2), (3, 5)):  # one burst: one batch
+                bus.publish(ev(i, priority=priority))
+            await bus.wait_idle()
+    assert order == [1, 9, 2, 3]
