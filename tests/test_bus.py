@@ -1243,8 +1243,8 @@ async def test_latency_is_measured_on_wake_ups_and_one_event_in_latency_every() 
     assert sum(metrics["dispatched"].values()) == 19
 
 
-def test_latency_every_must_be_a_power_of_two() -> None:
-    for bad in (0, 3, 6, -4):
+def test_latency_every_must_be_at_least_one() -> None:
+    for bad in (0, -4):
         with pytest.raises(ValueError, match="latency_every"):
             EventBus(latency_every=bad)
 

@@ -1,6 +1,6 @@
 """The Rust core of openstarry. Import it as :mod:`openstarry.core`, not from here."""
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Sequence
 from typing import Any, ClassVar, Final, Literal, final
 
 __all__ = [
@@ -17,10 +17,12 @@ __all__ = [
     "IngestResult",
     "Ingestor",
     "ProviderResponse",
+    "Published",
     "ToolCall",
     "ToolIndex",
     "__version__",
     "_event_from_wire",
+    "_install_published_hooks",
     "decode_event",
     "decode_response",
     "encode_event",
@@ -302,6 +304,22 @@ class EventQueue:
             QueueClosed: after ``close()``.
         """
 
+    def publish(
+        self, event: Event, dedup: DedupWindow | None = None, sample_every: int = 0
+    ) -> Published | None:
+        """Publish ``event``: :meth:`push_unique` with a new ``Published`` handle as the item.
+
+        Returns the handle, or ``None`` for a duplicate (nothing queued). When
+        ``sample_every`` divides the count ``push_unique`` would return, the
+        handle's publish time is read from the clock the event bus installed
+        (``openstarry.bus`` measures the dispatch latency of those events).
+
+        Raises:
+            TypeError: ``event`` is not an ``Event``.
+            QueueFull: at capacity.
+            QueueClosed: after ``close()``.
+        """
+
     def push_many(self, items: Iterable[Any], priority: int | None = None) -> list[Any]:
         """Queue every item in one call (all or nothing under ``"reject"``).
 
@@ -334,6 +352,57 @@ class EventQueue:
 
     def __len__(self) -> int: ...
     def __bool__(self) -> bool: ...
+
+@final
+class Published:
+    """What ``EventBus.publish`` and ``EventBus.apublish`` return: a handle on one event.
+
+    Truthy when the bus accepted the event, falsy when it refused it as a
+    duplicate. ``await handle`` (or ``await handle.handled()``) waits until the
+    event's handlers have finished and answers the outcome: ``"handled"``
+    (every handler returned), ``"failed"`` (a handler raised; the others still
+    ran and the error became a ``KERNEL:ERROR``), ``"no_subscriber"`` (nothing
+    was subscribed to its type when its turn came), ``"duplicate"`` (refused
+    at publishing, answered at once) or ``"stopped"`` (the bus stopped
+    without dispatching it; see ``openstarry.bus``). On a bus with a remote
+    backend, awaiting an accepted event's handle raises ``RuntimeError``.
+
+    A handle is one small object, untracked by the cycle collector until
+    something awaits it; nothing is made for waiting until then.
+    """
+
+    def __new__(cls, event: Event) -> Published:
+        """A pending handle on ``event`` (the bus makes them; this is for a bus of your own)."""
+
+    @property
+    def event(self) -> Event:
+        """The event published."""
+    #: ``perf_counter_ns`` at publishing, for an event whose latency is measured.
+    _at: int | None
+    #: ``None`` (pending), the signal an awaiter sleeps on, or the outcome (a str).
+    _state: Any
+    def _finish(self, outcome: str) -> None:
+        """Set the outcome and wake the awaiters, if any (the dispatcher's one call per event)."""
+    def __bool__(self) -> bool:
+        """``True`` when the bus accepted the event, ``False`` for a duplicate."""
+    @property
+    def accepted(self) -> bool:
+        """Whether the bus accepted the event (``False`` for a duplicate)."""
+    @property
+    def outcome(self) -> str | None:
+        """The outcome once decided, else ``None`` (always ``None`` on a remote backend)."""
+    def done(self) -> bool:
+        """Whether :attr:`outcome` is decided: awaiting the handle now answers at once."""
+    def handled(self) -> Coroutine[Any, Any, str]:
+        """Wait until the event's handlers have finished; the outcome."""
+    def __await__(self) -> Generator[Any, None, str]: ...
+
+def _install_published_hooks(
+    wait: Callable[[Published], Awaitable[str]], clock: Callable[[], int]
+) -> None:
+    """Install what a ``Published`` handle calls: ``wait(handle)``, the coroutine
+    ``await handle`` runs, and ``clock()``, the ``perf_counter_ns`` of a measured
+    publish. ``openstarry.bus`` installs them when it is imported."""
 
 @final
 class DedupWindow:

@@ -59,7 +59,7 @@ import inspect
 import logging
 import time
 from array import array
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
     AsyncExitStack,
@@ -72,6 +72,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import anyio
 import anyio.abc
 
+from openstarry._core import Published, _install_published_hooks
 from openstarry._lifecycle import Lifecycle
 from openstarry.core import DedupWindow, Event, EventQueue, Ingestor, IngestResult
 from openstarry.errors import QueueClosed, QueueFull
@@ -189,108 +190,42 @@ Outcome = Literal["handled", "failed", "no_subscriber", "duplicate", "stopped"]
 _REMOTE = "remote"
 
 
-class Published:
-    """What :meth:`EventBus.publish` and :meth:`EventBus.apublish` return: a handle on one event.
+async def _await_handle(handle: Published) -> Outcome:
+    """What awaiting a :class:`Published` handle runs (``await handle``, ``handle.handled()``).
 
-    It is truthy when the bus accepted the event and falsy when it refused it as
-    a duplicate, so ``if bus.publish(event):`` reads as before. Awaiting it
-    (``await handle`` or ``await handle.handled()``) waits until the event's
-    handlers have finished and answers the :data:`Outcome`:
-
-    - ``"handled"``: dispatched, and every handler returned;
-    - ``"failed"``: dispatched, and a handler raised (each such error was also
-      published as a ``KERNEL:ERROR``; the other handlers still ran);
-    - ``"no_subscriber"``: dispatched to no handler, nothing being subscribed
-      to its type when its turn came;
-    - ``"duplicate"``: refused at publishing (at once: nothing is dispatched);
-    - ``"stopped"``: the bus stopped before dispatching it. After
-      :meth:`EventBus.aclose` (leaving ``async with`` normally) every accepted
-      event is dispatched first, so this comes only from a bus that was
-      cancelled or left on an exception. An event it had not yet taken out of
-      the queue stays queued and is dispatched if the bus is entered again:
-      awaiting the handle again waits for that. The event whose handlers were
-      cancelled is final: ``"stopped"``.
-
-    The handle is cheap: nothing is made for awaiting until something awaits.
-    On a bus with a remote backend the handlers run in whichever process the
-    backend delivers the event to; awaiting a handle of an accepted event
-    there raises ``RuntimeError`` (a duplicate still answers ``"duplicate"``).
+    Nothing is made for waiting until something awaits: the first awaiter
+    stores a signal in the handle, which the dispatcher sets with the outcome.
     """
+    state = handle._state
+    if type(state) is str:
+        if state == _REMOTE:
+            raise RuntimeError(
+                "an event published to a remote backend is handled by its consumers, "
+                "out of this bus's sight: there is nothing to await"
+            )
+        return state  # type: ignore[return-value]
+    if state is None:
+        state = signal_factory()()
+        handle._state = state
+    await state.wait()
+    outcome = handle._state
+    if type(outcome) is str:
+        return outcome  # type: ignore[return-value]
+    return "stopped"  # woken by a bus that stopped: the event is still queued
 
-    __slots__ = ("_at", "_state", "event")
 
-    def __init__(self, event: Event) -> None:
-        #: The event published.
-        self.event = event
-        #: perf_counter_ns at publishing, for an event whose dispatch latency is measured.
-        self._at: int | None = None
-        #: ``None`` (pending, nobody waiting), the signal an awaiter sleeps on,
-        #: or the outcome (a str) once decided.
-        self._state: Signal | str | None = None
-
-    def __bool__(self) -> bool:
-        """``True`` when the bus accepted the event, ``False`` for a duplicate."""
-        return self._state != "duplicate"
-
-    @property
-    def accepted(self) -> bool:
-        """Whether the bus accepted the event (``False`` for a duplicate)."""
-        return self._state != "duplicate"
-
-    @property
-    def outcome(self) -> Outcome | None:
-        """The outcome once decided, else ``None`` (always ``None`` on a remote backend)."""
-        state = self._state
-        if type(state) is str and state != _REMOTE:
-            return state  # type: ignore[return-value]
-        return None
-
-    def done(self) -> bool:
-        """Whether :attr:`outcome` is decided: awaiting the handle now answers at once."""
-        return self.outcome is not None
-
-    async def handled(self) -> Outcome:
-        """Wait until the event's handlers have finished; the :data:`Outcome`.
-
-        Raises:
-            RuntimeError: the event went to a remote backend, whose consumers
-                (maybe other processes) handle it out of this bus's sight.
-        """
-        state = self._state
-        if type(state) is str:
-            if state == _REMOTE:
-                raise RuntimeError(
-                    "an event published to a remote backend is handled by its consumers, "
-                    "out of this bus's sight: there is nothing to await"
-                )
-            return state  # type: ignore[return-value]
-        if state is None:
-            state = self._state = signal_factory()()
-        assert not isinstance(state, str)
-        await state.wait()
-        outcome = self._state
-        if type(outcome) is str:
-            return outcome  # type: ignore[return-value]
-        return "stopped"  # woken by a bus that stopped: the event is still queued
-
-    def __await__(self) -> Generator[Any, None, Outcome]:
-        return self.handled().__await__()
-
-    def __repr__(self) -> str:
-        state = self._state
-        shown = state if type(state) is str else "pending"
-        return f"<Published {self.event.type} {self.event.id} {shown}>"
+_install_published_hooks(_await_handle, lambda: _perf_ns())
 
 
 def _refused(event: Event) -> Published:
     handle = Published(event)
-    handle._state = "duplicate"
+    handle._finish("duplicate")
     return handle
 
 
 def _sent(event: Event) -> Published:
     handle = Published(event)
-    handle._state = _REMOTE
+    handle._finish(_REMOTE)
     return handle
 
 
@@ -315,7 +250,7 @@ def _stop_pending(bus: EventBus, current: Any, batch: list[Any]) -> None:
     the queue is closed, nothing will dispatch them: their outcome is final.
     """
     if type(current) is Published and type(current._state) is not str:
-        _settle(current, "stopped")
+        current._finish("stopped")
     queue = bus._queue
     left = batch[::-1] + queue.pop_many(len(queue))
     batch.clear()
@@ -325,17 +260,17 @@ def _stop_pending(bus: EventBus, current: Any, batch: list[Any]) -> None:
             continue
         state = item._state
         if queue.closed:
-            _settle(item, "stopped")
+            item._finish("stopped")
         elif state is not None and type(state) is not str:
             item._state = None
-            state.set()  # type: ignore[union-attr]
+            state.set()
     if not queue.closed:
         for item in left:
             try:
                 queue.push(item, _priority_of(item))
             except QueueFull:  # an ingested burst filled it meanwhile: the item is lost
                 if type(item) is Published:
-                    _settle(item, "stopped")
+                    item._finish("stopped")
 
 
 def _notice(bus: EventBus, item: Published | None, priority: int) -> bool:
@@ -385,13 +320,6 @@ def _make_room(bus: EventBus) -> None:
     if bus._room_waiters:
         bus._room.set()
         bus._room = bus.new_signal()
-
-
-def _settle(handle: Published, outcome: str) -> None:
-    state = handle._state
-    handle._state = outcome
-    if state is not None and type(state) is not str:
-        state.set()  # type: ignore[union-attr]
 
 
 class Subscription:
@@ -580,8 +508,8 @@ class EventBus(Lifecycle):
             ``False`` to turn de-duplication off.
         source: The ``source`` of the ``KERNEL:ERROR`` events the bus emits.
         latency_samples: How many recent dispatch latencies the metrics keep.
-        latency_every: Which events have their dispatch latency measured (a
-            power of two): every event that wakes the dispatcher, or is
+        latency_every: Which events have their dispatch latency measured:
+            every event that wakes the dispatcher, or is
             published while it works through a batch, and otherwise one
             published event in ``latency_every`` (16 by default; 1 measures
             every event). Reading the clock twice and recording the sample
@@ -610,13 +538,11 @@ class EventBus(Lifecycle):
     ) -> None:
         if latency_samples < 1:
             raise ValueError(f"latency_samples must be at least 1, not {latency_samples}")
-        if latency_every < 1 or latency_every & (latency_every - 1):
-            raise ValueError(f"latency_every must be a power of two, not {latency_every}")
-        #: ``count & _sample_mask == 0`` (the queue's count of publishes) picks the
-        #: events whose latency is measured.
-        self._sample_mask = latency_every - 1
+        if latency_every < 1:
+            raise ValueError(f"latency_every must be at least 1, not {latency_every}")
+        self._latency_every = latency_every
         self._queue = EventQueue(capacity)
-        self._push_unique = self._queue.push_unique  # publish's one call, bound once
+        self._publish_event = self._queue.publish  # publish's one call, bound once
         self._capacity = capacity
         self._dedup: DedupWindow | None
         if dedup is True:
@@ -720,7 +646,7 @@ class EventBus(Lifecycle):
             # window and the metrics carry on.
             self._published += self._queue.unique_pushed  # the old queue's count
             self._queue = EventQueue(self._capacity)
-            self._push_unique = self._queue.push_unique
+            self._publish_event = self._queue.publish
             self._ingestor = None
             self._closing = False
         new_signal = self.new_signal = signal_factory()
@@ -796,28 +722,24 @@ class EventBus(Lifecycle):
             QueueClosed: after :meth:`aclose`.
             TypeError: ``event`` is not an :class:`~openstarry.core.Event`.
         """
-        handle = Published(event)
         if self._watch:
             # The dispatcher sleeps or works through a batch, or the bus is
             # closing or remote: the careful way.
-            return self._publish_watched(handle)
+            return self._publish_watched(event)
         # One call: refused when closed or full (before the window records the
-        # id: a retry must not be a duplicate), then the window, then the queue.
+        # id: a retry must not be a duplicate), then the window, then the queue
+        # takes a new handle, its publish time read for one in latency_every.
         try:
-            # How many the queue took this way (the count of the metrics), or 0.
-            count = self._push_unique(handle, event, self._dedup)
+            handle = self._publish_event(event, self._dedup, self._latency_every)
         except TypeError:
             raise TypeError(_not_an_event(event)) from None
         except QueueFull:
             raise QueueFull(f"the bus holds {self._capacity} events") from None
         except QueueClosed:
             raise QueueClosed("the bus is closed") from None
-        if not count:
+        if handle is None:
             self._duplicates += 1
-            handle._state = "duplicate"
-            return handle
-        if not count & self._sample_mask:
-            handle._at = _perf_ns()
+            return _refused(event)
         return handle
 
     async def apublish(self, event: Event) -> Published:
@@ -951,10 +873,10 @@ class EventBus(Lifecycle):
 
     # -- dispatching -----------------------------------------------------
 
-    def _publish_watched(self, handle: Published) -> Published:
+    def _publish_watched(self, event: Event) -> Published:
         """:meth:`publish` while ``_watch`` is set: the dispatcher sleeps or holds a
         batch, or the bus is closing or remote."""
-        queue, event = self._queue, handle.event
+        queue = self._queue
         if type(event) is not Event:
             raise TypeError(_not_an_event(event))
         if self._closing:
@@ -964,14 +886,13 @@ class EventBus(Lifecycle):
         if not self._batch:
             # No batch to overtake: queue it as publish does, and wake a sleeping dispatcher.
             try:
-                count = self._push_unique(handle, event, self._dedup)
+                # A wake-up: always measured.
+                handle = self._publish_event(event, self._dedup, 1)
             except QueueFull:
                 raise QueueFull(f"the bus holds {self._capacity} events") from None
-            if not count:
+            if handle is None:
                 self._duplicates += 1
-                handle._state = "duplicate"
-                return handle
-            handle._at = _perf_ns()  # a wake-up: always measured
+                return _refused(event)
             if self._asleep:
                 self._asleep = self._watch = False
                 self._wake.set()
@@ -982,8 +903,8 @@ class EventBus(Lifecycle):
         dedup = self._dedup
         if dedup is not None and not dedup.check_and_insert(event.id):
             self._duplicates += 1
-            handle._state = "duplicate"
-            return handle
+            return _refused(event)
+        handle = Published(event)
         handle._at = _perf_ns()
         priority = event.priority
         if not _notice(self, handle, priority):
@@ -1079,10 +1000,7 @@ class EventBus(Lifecycle):
                     _CAUSE.reset(cause)
                     self.release(event)
                 if item is not event:
-                    state = item._state
-                    item._state = outcome
-                    if state is not None:
-                        state.set()
+                    item._finish(outcome)  # and wakes its awaiters, if any
         finally:
             _stop_pending(self, item, batch)
             self._idle.set()
