@@ -36,6 +36,7 @@ from openstarry._core import (
     DedupWindow,
     Event,
     EventQueue,
+    Published,
 )
 from openstarry.errors import OpenStarryError, QueueClosed, QueueFull
 
@@ -1047,3 +1048,83 @@ def test_push_unique_checks_its_arguments() -> None:
     with pytest.raises(TypeError):
         q.push_unique(event, event, "not a window")  # type: ignore[arg-type]
     assert len(q) == 0
+
+
+# --- publish: push_unique with a Published handle as the item -------------------------------
+
+
+def test_publish_queues_a_new_handle_at_the_events_priority() -> None:
+    import openstarry.bus  # noqa: F401 - installs the hooks a handle calls
+
+    q = EventQueue()
+    window = DedupWindow()
+    low, high = _unique_event(1, priority=5), _unique_event(2, priority=1)
+    first = q.publish(low, window)
+    second = q.publish(high, window)
+    assert isinstance(first, Published)
+    assert isinstance(second, Published)
+    assert first.event is low
+    assert q.unique_pushed == 2
+    assert q.pop_many(2) == [second, first]
+    assert q.publish(low, window) is None  # a duplicate: nothing queued
+    assert len(q) == 0
+
+
+def test_publish_reads_the_clock_for_one_handle_in_sample_every() -> None:
+    import openstarry.bus  # noqa: F401 - installs the clock
+
+    q = EventQueue()
+    handles = [q.publish(_unique_event(i), None, 3) for i in range(6)]
+    assert [h is not None and h._at is not None for h in handles] == [
+        False,
+        False,
+        True,
+        False,
+        False,
+        True,
+    ]
+    unsampled = q.publish(_unique_event(9))  # sample_every 0: none measured
+    assert unsampled is not None
+    assert unsampled._at is None
+
+
+def test_publish_refuses_like_push_unique() -> None:
+    q = EventQueue(1)
+    window = DedupWindow()
+    first, second = _unique_event(1), _unique_event(2)
+    assert q.publish(first, window) is not None
+    with pytest.raises(QueueFull):
+        q.publish(second, window)
+    assert window.check_and_insert(second.id)  # the refused id was not recorded
+    with pytest.raises(TypeError, match="publish takes an Event"):
+        q.publish(first.to_dict())  # type: ignore[arg-type]
+    q.close()
+    with pytest.raises(QueueClosed):
+        q.publish(_unique_event(3))
+
+
+def test_a_handle_is_untracked_by_the_collector_until_a_waiter_is_stored() -> None:
+    q = EventQueue()
+    handle = q.publish(_unique_event(1))
+    assert handle is not None
+    assert not gc.is_tracked(handle)
+    handle._state = "handled"  # a str cannot lead back to it
+    assert not gc.is_tracked(handle)
+    handle._state = threading.Event()  # a waiter may
+    assert gc.is_tracked(handle)
+    assert handle.outcome is None
+
+
+def test_a_handle_made_by_hand_takes_only_an_event() -> None:
+    event = _unique_event(1)
+    handle = Published(event)
+    assert handle.event is event
+    assert handle
+    assert handle.outcome is None
+    assert not handle.done()
+    handle._finish("duplicate")
+    assert not handle
+    assert handle.accepted is False
+    assert handle.outcome == "duplicate"
+    with pytest.raises(TypeError, match="Published takes an Event"):
+        Published(event.to_dict())  # type: ignore[arg-type]
