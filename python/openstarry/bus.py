@@ -586,7 +586,7 @@ class EventBus(Lifecycle):
         self._stopped: Signal = _NOT_RUNNING
         self._closing = False
         # Metrics.
-        #: Accepted events, except those the queue counts (``push_unique``).
+        #: Accepted events, except those the queue counts (``EventQueue.publish``, ``push_unique``).
         self._published = 0
         self._duplicates = 0
         self._invalid = 0

@@ -525,11 +525,20 @@ struct Slot {
     state: Option<Py<PyAny>>,
 }
 
-/// A handle on one published event: what ``EventBus.publish`` returns.
+/// What ``EventBus.publish`` and ``EventBus.apublish`` return: a handle on one event.
 ///
-/// Truthy when the bus accepted the event, falsy for a duplicate; ``await`` it
-/// (or ``await handle.handled()``) until the event's handlers have finished.
-/// ``openstarry.bus.Published`` documents the outcomes.
+/// Truthy when the bus accepted the event, falsy when it refused it as a
+/// duplicate. ``await handle`` (or ``await handle.handled()``) waits until the
+/// event's handlers have finished and answers the outcome: ``"handled"``
+/// (every handler returned), ``"failed"`` (a handler raised; the others still
+/// ran and the error became a ``KERNEL:ERROR``), ``"no_subscriber"`` (nothing
+/// was subscribed to its type when its turn came), ``"duplicate"`` (refused
+/// at publishing, answered at once) or ``"stopped"`` (the bus stopped
+/// without dispatching it; see ``openstarry.bus``). On a bus with a remote
+/// backend, awaiting an accepted event's handle raises ``RuntimeError``.
+///
+/// A handle is one small object, untracked by the cycle collector until
+/// something awaits it; nothing is made for waiting until then.
 #[pyclass(frozen, name = "Published", module = "openstarry._core")]
 pub struct PyPublished {
     event: Py<PyAny>,
