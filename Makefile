@@ -162,6 +162,7 @@ bench: dev redis-server ## Run the benchmarks: each openstarry piece beside its 
 	$(PY) -m pytest benches --benchmark-enable --benchmark-only --benchmark-group-by=group --benchmark-columns=min,median,mean,ops -q -p no:randomly
 	$(PY) benches/ratios.py
 	$(PY) -m openstarry.cli bench
+	$(PY) -m openstarry.cli bench latency --rates 1000,10000,100000 --duration 3 --against pure-python
 
 FUZZ_SECONDS ?= 60
 .PHONY: fuzz

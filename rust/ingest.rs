@@ -359,6 +359,90 @@ mod tests {
         )
     }
 
+    /// Two threads ingest at once, a chunk at a time, sharing one window (held
+    /// for each chunk's admission, as the Python bindings hold it) and one
+    /// queue: every id gets in once, wherever it was sent from, and each
+    /// thread's lines keep their order within a priority.
+    #[test]
+    fn two_threads_sharing_a_window_take_each_id_once() {
+        let queue = PriorityQueue::new(None, Overflow::Reject, None);
+        let window = parking_lot::Mutex::new(DedupWindow::new(60_000, 100_000));
+        let blob = |tag: &str| -> String {
+            (0..2_000)
+                .map(|i| {
+                    // A quarter of the ids are sent by both threads.
+                    let id = if i % 4 == 0 {
+                        format!("both-{i}")
+                    } else {
+                        format!("{tag}-{i}")
+                    };
+                    line(&id, (i % 6) as u8)
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let blobs = [blob("a"), blob("b")];
+        let counts: Vec<(usize, usize)> = std::thread::scope(|scope| {
+            let workers: Vec<_> = blobs
+                .iter()
+                .map(|data| {
+                    let (queue, window) = (&queue, &window);
+                    scope.spawn(move || {
+                        let lines: Vec<&[u8]> = split_lines(data.as_bytes()).collect();
+                        let (mut accepted, mut duplicates) = (0, 0);
+                        for (n, chunk) in lines.chunks(CHUNK_LINES).enumerate() {
+                            let mut invalid = Vec::new();
+                            let decoded = decode_lines(
+                                chunk.iter().copied(),
+                                n * CHUNK_LINES,
+                                &Limits::default(),
+                                &mut invalid,
+                            );
+                            assert!(invalid.is_empty());
+                            let mut items: Vec<Option<String>> = decoded
+                                .iter()
+                                .map(|d| Some(d.envelope.id.as_str(d.bytes).into_owned()))
+                                .collect();
+                            let admitted = admit(
+                                &decoded,
+                                &mut items,
+                                Some(&mut window.lock()),
+                                0,
+                                queue,
+                                |id: &String| Some(id.clone().into_bytes()),
+                            );
+                            accepted += admitted.accepted;
+                            duplicates += admitted.duplicates;
+                        }
+                        (accepted, duplicates)
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        // 1,500 own ids a thread, 500 sent by both.
+        assert_eq!(counts.iter().map(|c| c.0).sum::<usize>(), 3_500);
+        assert_eq!(counts.iter().map(|c| c.1).sum::<usize>(), 500);
+        let popped: Vec<String> = std::iter::from_fn(|| queue.try_pop()).collect();
+        let mut unique = popped.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), 3_500);
+        let number = |id: &str| -> usize { id.rsplit('-').next().unwrap().parse().unwrap() };
+        let priorities: Vec<usize> = popped.iter().map(|id| number(id) % 6).collect();
+        assert!(priorities.windows(2).all(|w| w[0] <= w[1]));
+        for tag in ["a-", "b-"] {
+            let own: Vec<usize> = popped
+                .iter()
+                .filter(|id| id.starts_with(tag))
+                .map(|id| number(id))
+                .collect();
+            let mut expected = own.clone();
+            expected.sort_by_key(|&i| (i % 6, i));
+            assert_eq!(own, expected);
+        }
+    }
+
     #[test]
     fn splits_lines_like_ndjson() {
         let lines: Vec<&[u8]> = split_lines(b"a\r\nb\n\nc\n").collect();

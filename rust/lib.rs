@@ -4,16 +4,26 @@
 //! needs no Python and another runtime could embed the same code. The `PyO3`
 //! wrappers sit apart in `py`, behind the `python` feature that maturin turns on.
 //!
-//! The modules are private; what another crate may use is re-exported here, so
-//! the surface is chosen in one place and the modules can change behind it.
+//! The modules are private (the decoders' are public but hidden, for the fuzz
+//! targets, and not part of the surface); what another crate may use is
+//! re-exported here, so the surface is chosen in one place and the modules can
+//! change behind it.
 
-mod dedup;
-mod envelope;
+// The decoders' modules are public, unlisted, for the fuzz targets (fuzz/),
+// which check their internals (the JSON scanner, the envelope and segment
+// decoders, window snapshots); what another crate may use is listed below.
+#[doc(hidden)]
+pub mod dedup;
+#[doc(hidden)]
+pub mod envelope;
 mod ingest;
-mod json;
+#[doc(hidden)]
+pub mod json;
+mod latency;
 mod queue;
 mod retrieval;
-mod segment;
+#[doc(hidden)]
+pub mod segment;
 
 #[cfg(feature = "python")]
 mod py;
@@ -31,6 +41,10 @@ pub use ingest::{
 pub use json::{
     validate as validate_json, JsonError, Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, MAX_DEPTH,
     MAX_INPUT,
+};
+pub use latency::{
+    monotonic_ns, LatencyError, LatencyRecorder, DEFAULT_HIGHEST_NS, DEFAULT_SIGNIFICANT_FIGURES,
+    MAX_SIGNIFICANT_FIGURES,
 };
 pub use queue::{Overflow, PriorityQueue, PushError, LANES};
 pub use retrieval::{

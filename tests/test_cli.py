@@ -295,3 +295,78 @@ def test_issue4_openstarry_serve_takes_host_and_port() -> None:
     assert streamed.output is not None
     assert streamed.output[-1].get_text_content() == FINAL_TEXT
     assert f"127.0.0.1:{port}" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "figures", "quick"),
+    [
+        (["bench"], None, False),
+        (["bench", "--quick"], None, True),
+        (["bench", "bus"], "bus", False),
+        (["bench", "bus", "--quick"], "bus", True),
+        (["bench", "--quick", "loop"], "loop", True),
+        (["bench", "latency"], "latency", False),
+    ],
+)
+def test_bench_sub_commands_parse(argv: list[str], figures: str | None, quick: bool) -> None:
+    from openstarry.cli import build_parser
+
+    args = build_parser().parse_args(argv)
+    assert args.figures == figures
+    assert getattr(args, "quick", False) is quick
+
+
+def test_bench_latency_options_parse() -> None:
+    from openstarry.cli import BENCH_DURATION, BENCH_RATES, build_parser
+
+    args = build_parser().parse_args(["bench", "latency"])
+    assert args.rates == list(BENCH_RATES)
+    assert args.duration == BENCH_DURATION
+    assert args.handler_spec is None
+    assert args.json is None
+    assert args.plot is None
+    assert args.against is None
+    args = build_parser().parse_args(
+        [
+            *("bench", "latency", "--rates", "200, 2000", "--duration", "0.5"),
+            *("--handler", "m:f", "--json", "o.json", "--plot", "o.png"),
+            *("--against", "pure-python", "--against", "bubus"),
+        ]
+    )
+    assert args.rates == [200, 2000]
+    assert args.duration == 0.5
+    assert args.handler_spec == "m:f"
+    assert args.json == Path("o.json")
+    assert args.plot == Path("o.png")
+    assert args.against == ["pure-python", "bubus"]
+    assert args.handler is not None  # the command's own handler, not --handler's
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--rates", "1000,fast", "not a rate: 'fast'"),
+        ("--rates", "0", "a rate is 1 to 10,000,000 events per second, not 0"),
+        ("--rates", "", "not a rate: ''"),
+        ("--rates", ",".join(["5"] * 101), "at most 100 rates"),
+        ("--duration", "0", "a duration is more than 0 and at most 3600 seconds"),
+        ("--duration", "nan", "a duration is more than 0"),
+        ("--duration", "soon", "not a number of seconds: 'soon'"),
+        ("--against", "kafka", "invalid choice: 'kafka'"),
+    ],
+)
+def test_bench_latency_bad_options_exit_2(
+    option: str, value: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "latency", option, value])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_bus_prints_the_bus_figures_only(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "bus", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "bus latency" in out
+    assert "bus throughput" in out
+    assert "loop turn" not in out

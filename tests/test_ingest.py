@@ -7,6 +7,7 @@ import json
 import pickle
 import sys
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -153,13 +154,15 @@ def test_events_of_a_bytearray_do_not_see_later_changes() -> None:
 
 def test_an_ndjson_event_keeps_the_input_alive_until_it_goes() -> None:
     # The documented trade-off: an event of an NDJSON input holds a reference
-    # to the whole input object (no copy), which lives while any of its events does.
+    # to the whole input object (no copy), which lives while any of its events
+    # (or of its lines still queued: one reference between them) does.
     data = ndjson(*[line() for _ in range(10)])
     before = sys.getrefcount(data)
     ingestor = make()
     ingestor.ingest(data, now_ms=T0)
-    assert sys.getrefcount(data) == before + 10
+    assert sys.getrefcount(data) == before + 1
     events = drain(ingestor.queue)
+    assert sys.getrefcount(data) == before + 10
     del events[1:]
     assert sys.getrefcount(data) == before + 1
     del events
@@ -701,6 +704,146 @@ def test_ingest_while_another_thread_pops() -> None:
     consumer.join()
     assert accepted == 10_000
     assert len({e.id for e in popped}) == 10_000
+
+
+def _producer_lines(tag: str, count: int, shared: int) -> list[bytes]:
+    """``count`` lines of ids ``tag-i`` (priorities cycling 0..5), the first
+    ``shared`` of them with ids every producer uses, and each tenth line a
+    repeat of the line before it."""
+    lines: list[bytes] = []
+    for i in range(count):
+        if i % 10 == 9:
+            lines.append(lines[-1])
+        else:
+            event_id = f"shared-{i}" if i < shared else f"{tag}-{i}"
+            lines.append(line(event_id, priority=i % 6))
+    return lines
+
+
+def _run_threads(work: list[Any]) -> None:
+    barrier = threading.Barrier(len(work))
+
+    def run(task: Any) -> None:
+        barrier.wait()
+        task()
+
+    threads = [threading.Thread(target=run, args=(task,)) for task in work]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def _in_queue_order(lines: list[bytes]) -> list[str]:
+    """The ids of ``lines`` first seen, in the order a queue pops them."""
+    first: dict[str, tuple[int, int]] = {}
+    for index, part in enumerate(lines):
+        env = json.loads(part)
+        first.setdefault(env["id"], (env["priority"], index))
+    return [event_id for event_id, _ in sorted(first.items(), key=lambda kv: kv[1])]
+
+
+@pytest.mark.parametrize("as_list", [False, True], ids=["ndjson", "byte-strings"])
+def test_two_threads_with_their_own_ingestors_lose_nothing(as_list: bool) -> None:
+    # Each thread has its own queue and window: the threads share nothing.
+    blobs = {tag: _producer_lines(tag, 3_000, shared=500) for tag in ("a", "b")}
+    ingestors = {tag: make() for tag in blobs}
+    results: dict[str, list[IngestResult]] = {tag: [] for tag in blobs}
+
+    def task(tag: str) -> Any:
+        def ingest() -> None:
+            # Three calls a thread, so the threads' calls interleave.
+            for k in range(3):
+                part = blobs[tag][k * 1_000 : (k + 1) * 1_000]
+                data: bytes | list[bytes] = part if as_list else ndjson(*part)
+                results[tag].append(ingestors[tag].ingest(data, now_ms=T0))
+
+        return ingest
+
+    _run_threads([task(tag) for tag in blobs])
+    for tag, lines in blobs.items():
+        expected = _in_queue_order(lines)
+        assert sum(r.accepted for r in results[tag]) == len(expected)
+        assert sum(r.duplicates for r in results[tag]) == len(lines) - len(expected)
+        assert [e.id for e in drain(ingestors[tag].queue)] == expected
+
+
+def test_two_threads_sharing_one_ingestor_take_each_id_once_in_order() -> None:
+    # One Ingestor (one queue, one window) for both threads: ids both send are
+    # caught as duplicates across the threads, and each thread's events keep
+    # their order within a priority.
+    blobs = {tag: _producer_lines(tag, 4_000, shared=1_000) for tag in ("a", "b")}
+    ingestor = make()
+    results: list[IngestResult] = []
+
+    def task(tag: str) -> Any:
+        def ingest() -> None:
+            for k in range(4):
+                part = blobs[tag][k * 1_000 : (k + 1) * 1_000]
+                results.append(ingestor.ingest(ndjson(*part), now_ms=T0))
+
+        return ingest
+
+    _run_threads([task(tag) for tag in blobs])
+    distinct = set(ids_of(blobs["a"])) | set(ids_of(blobs["b"]))
+    assert sum(r.accepted for r in results) == len(distinct)
+    assert sum(r.duplicates for r in results) == 8_000 - len(distinct)
+    assert all(r.invalid == [] and r.rejected == [] for r in results)
+    popped = drain(ingestor.queue)
+    assert sorted(e.id for e in popped) == sorted(distinct)
+    priorities = [e.priority for e in popped]
+    assert priorities == sorted(priorities)
+    # Within a priority, each thread's own ids come out in its input order.
+    for tag, lines in blobs.items():
+        own = [e.id for e in popped if e.id.startswith(f"{tag}-")]
+        order = [i for i in _in_queue_order(lines) if i.startswith(f"{tag}-")]
+        assert own == order
+
+
+def test_ingested_lines_and_pushed_events_share_the_fifo_of_a_priority() -> None:
+    queue = EventQueue()
+    ingestor = Ingestor(queue, DedupWindow())
+    first = decode_event(line("pushed-1", priority=1))
+    queue.push(first)
+    ingestor.ingest(ndjson(*[line(f"line-{i}", priority=1) for i in range(40)]), now_ms=T0)
+    queue.push(decode_event(line("pushed-2", priority=1)))
+    queue.push("not an event", priority=1)
+    gc.collect()  # the collector walks a queue holding both kinds
+    popped = queue.pop_many(100)
+    assert popped[0] is first
+    assert [e.id for e in popped[1:41]] == [f"line-{i}" for i in range(40)]
+    assert popped[41].id == "pushed-2"
+    assert popped[42] == "not an event"
+    assert all(type(e) is Event for e in popped[:42])
+
+
+def test_other_threads_run_while_a_large_input_is_ingested() -> None:
+    # With a switch interval far longer than the call, a thread that held the
+    # GIL through ingest would let no other thread in until it returned.
+    data = ndjson(*[line(f"big-{i}", priority=i % 6) for i in range(200_000)])
+    ingestor = make()
+    state = {"started": False, "done": False, "ran_during": 0}
+
+    def other() -> None:
+        while not state["done"]:
+            if state["started"]:
+                state["ran_during"] += 1
+            time.sleep(0.0002)  # releases the GIL, so the ingesting thread can take it
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(30.0)
+    thread = threading.Thread(target=other)
+    try:
+        thread.start()
+        state["started"] = True
+        result = ingestor.ingest(data, now_ms=T0)
+        state["done"] = True
+    finally:
+        state["done"] = True
+        thread.join()
+        sys.setswitchinterval(interval)
+    assert result.accepted == 200_000
+    assert state["ran_during"] > 0
 
 
 # --- a model ----------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ __all__ = [
     "EventQueue",
     "IngestResult",
     "Ingestor",
+    "LatencyRecorder",
     "ProviderResponse",
     "Published",
     "ToolCall",
@@ -237,6 +238,8 @@ class EventQueue:
     """A thread-safe priority queue: priorities 0..5, 0 served first, FIFO within a priority.
 
     Six FIFO lanes and a bitmask of the non-empty ones make push and pop O(1).
+    Lines queued by an :class:`Ingestor` wait as Rust data; ``pop`` and
+    ``pop_many`` make their :class:`Event` objects.
     """
 
     def __new__(
@@ -525,7 +528,97 @@ class Ingestor:
         Every valid line is ingested even when other lines are invalid. A
         ``\\r\\n`` line ending is accepted; the empty piece after a final newline
         is not a line; any other empty line is reported invalid.
+
+        The lines are decoded, validated, de-duplicated and queued with the GIL
+        released: threads ingesting at once use as many cores. The queue holds
+        each line decoded; its :class:`Event` is made when it is popped.
         """
+
+@final
+class LatencyRecorder:
+    """Latencies in nanoseconds, counted in an HDR histogram (the ``hdrhistogram`` crate).
+
+    Recording is one call into Rust with a fixed memory footprint, whatever the
+    number of values. Values from 0 to ``highest_ns`` (one hour by default)
+    are kept to ``significant_figures`` significant figures (3: percentiles
+    within 0.1 %); a larger value is recorded as ``highest_ns`` and counted in
+    :attr:`saturated`, so nothing is dropped.
+
+    :meth:`now_ns` is the recorder's clock (monotonic; ``CLOCK_MONOTONIC`` on
+    Linux, counted from the first read in the process): stamp intended times
+    with it and :meth:`record_since` measures from them on the same clock.
+    Safe to share between threads (one lock per call).
+
+    Raises:
+        ValueError: ``highest_ns`` below 2 or ``significant_figures`` outside 1..5.
+    """
+
+    def __new__(
+        cls, highest_ns: int = 3600000000000, significant_figures: int = 3
+    ) -> LatencyRecorder: ...
+    @staticmethod
+    def now_ns() -> int:
+        """Nanoseconds on the recorder's monotonic clock (the same for every recorder)."""
+
+    def record(self, ns: int) -> None:
+        """Record one latency of ``ns`` nanoseconds.
+
+        Raises:
+            ValueError: ``ns`` is negative.
+        """
+
+    def record_since(self, intended_ns: int) -> int:
+        """Record the time from ``intended_ns`` (a :meth:`now_ns` reading) to now; returns it.
+
+        The clock is read in Rust, inside this call. An ``intended_ns`` still to
+        come records 0.
+
+        Raises:
+            ValueError: ``intended_ns`` is negative.
+        """
+
+    def value_at_percentile(self, percentile: float) -> int:
+        """The latency at ``percentile`` (0 to 100), in nanoseconds; 0 when nothing was recorded.
+
+        It is the highest value equivalent to the exact one at the recorder's
+        precision (never below it).
+
+        Raises:
+            ValueError: ``percentile`` is outside 0..100 or NaN.
+        """
+
+    @property
+    def count(self) -> int:
+        """How many latencies were recorded."""
+
+    @property
+    def min(self) -> int:
+        """The smallest latency recorded, in nanoseconds; 0 when empty."""
+
+    @property
+    def max(self) -> int:
+        """The largest latency recorded, in nanoseconds (at the precision); 0 when empty."""
+
+    @property
+    def mean(self) -> float:
+        """The mean latency, in nanoseconds; 0.0 when empty."""
+
+    @property
+    def saturated(self) -> int:
+        """How many latencies were above ``highest_ns`` (recorded as ``highest_ns``)."""
+
+    @property
+    def highest_ns(self) -> int:
+        """The highest trackable latency, in nanoseconds."""
+
+    @property
+    def significant_figures(self) -> int:
+        """The precision, in significant figures."""
+
+    def reset(self) -> None:
+        """Forget every recorded latency."""
+
+    def __len__(self) -> int: ...
 
 @final
 class ToolIndex:

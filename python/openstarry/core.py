@@ -1,6 +1,6 @@
 """openstarry's Rust core: the event envelope and segment codec, the priority
-event queue, the sliding-window dedup of event ids, one-call ingestion, and the
-lexical tool index.
+event queue, the sliding-window dedup of event ids, one-call ingestion, the
+lexical tool index, and the HDR latency recorder of ``openstarry bench latency``.
 
 This module needs nothing beyond the Python standard library, so other runtimes
 can embed it: ``from openstarry.core import EventQueue``.
@@ -20,6 +20,7 @@ from openstarry._core import (
     EventQueue,
     Ingestor,
     IngestResult,
+    LatencyRecorder,
     ProviderResponse,
     ToolCall,
     ToolIndex,
@@ -46,6 +47,7 @@ __all__ = [
     "EventQueue",
     "IngestResult",
     "Ingestor",
+    "LatencyRecorder",
     "ProviderResponse",
     "QueueClosed",
     "QueueEmpty",

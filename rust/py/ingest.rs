@@ -1,5 +1,7 @@
 //! `Ingestor`: NDJSON or a list of byte strings to the queue in one call.
 
+use std::sync::Arc;
+
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -7,11 +9,13 @@ use pyo3::PyTraverseError;
 
 use super::dedup::PyDedupWindow;
 use super::errors::CoreError;
-use super::event::{as_bytes_object, limits_arg, PyEvent, Wire};
+use super::event::{as_bytes_object, limits_arg};
 use super::queue::PyEventQueue;
+use super::record::{into_objects, Batch, Input, Item, Line};
 use crate::envelope;
-use crate::ingest::{admit, decode_lines, split_lines, CHUNK_LINES};
+use crate::ingest::{admit, decode_lines, split_lines, Admitted, Decoded, CHUNK_LINES};
 use crate::json::{Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
+use crate::queue::{Overflow, PriorityQueue};
 
 /// What one :meth:`Ingestor.ingest` call did.
 #[pyclass(frozen, name = "IngestResult", module = "openstarry._core")]
@@ -130,11 +134,17 @@ impl PyIngestor {
     /// ``\r\n`` line ending is accepted; the empty piece after a final newline
     /// is not a line; any other empty line is reported invalid.
     ///
+    /// The lines are decoded, validated, de-duplicated and queued with the GIL
+    /// released: other Python threads run meanwhile, and threads ingesting at
+    /// once use as many cores. The queue holds each line decoded; its
+    /// :class:`Event` is made when it is popped.
+    ///
     /// Events are not copied out of NDJSON input: each holds a reference to the
     /// ``bytes`` object passed in (or to one copy of a ``bytearray`` or
-    /// ``memoryview``), which stays alive while any of its events does. To
-    /// keep one event long after the rest of its batch is gone, keep a copy
-    /// (``decode_event(encode_event(event))``) so the batch can be freed.
+    /// ``memoryview``), which stays alive while any of its events (or of its
+    /// lines in the queue) does. To keep one event long after the rest of its
+    /// batch is gone, keep a copy (``decode_event(encode_event(event))``) so
+    /// the batch can be freed.
     #[pyo3(signature = (data, now_ms=None))]
     fn ingest(
         &self,
@@ -142,99 +152,183 @@ impl PyIngestor {
         data: &Bound<'_, PyAny>,
         now_ms: Option<i64>,
     ) -> PyResult<PyIngestResult> {
-        // Keep every input buffer alive while the lines borrow from it.
-        let whole: Option<Py<PyBytes>>;
-        let parts: Vec<Py<PyBytes>>;
-        let lines: Vec<&[u8]> = if data.is_instance_of::<PyList>()
-            || data.is_instance_of::<PyTuple>()
-        {
-            parts = data
-                .try_iter()?
-                .enumerate()
-                .map(|(i, item)| {
-                    let item = item?;
-                    item.cast::<PyBytes>()
-                        .map(|b| b.clone().unbind())
-                        .map_err(|_| {
-                            CoreError::Type(format!("item {i} of the batch is not bytes")).into()
+        // The input, kept alive by the queued lines that borrow from it.
+        let input = Arc::new(
+            if data.is_instance_of::<PyList>() || data.is_instance_of::<PyTuple>() {
+                Input::Parts(
+                    data.try_iter()?
+                        .enumerate()
+                        .map(|(i, item)| {
+                            let item = item?;
+                            item.cast::<PyBytes>()
+                                .map(|b| b.clone().unbind())
+                                .map_err(|_| {
+                                    CoreError::Type(format!("item {i} of the batch is not bytes"))
+                                        .into()
+                                })
                         })
-                })
-                .collect::<PyResult<_>>()?;
-            whole = None;
-            parts.iter().map(|b| b.as_bytes(py)).collect()
-        } else {
-            whole = Some(as_bytes_object(data)?);
-            parts = Vec::new();
-            split_lines(whole.as_ref().map_or(&[][..], |w| w.as_bytes(py))).collect()
+                        .collect::<PyResult<_>>()?,
+                )
+            } else {
+                Input::Whole(as_bytes_object(data)?)
+            },
+        );
+        // NDJSON is split into lines without the interpreter; byte strings
+        // are read with it.
+        let (parts, whole): (Vec<&[u8]>, &[u8]) = match &*input {
+            Input::Parts(parts) => (parts.iter().map(|b| b.as_bytes(py)).collect(), &[]),
+            Input::Whole(whole) => (Vec::new(), whole.as_bytes(py)),
         };
-
         let now = now_ms.unwrap_or_else(envelope::now_ms);
-        let mut result = PyIngestResult {
-            accepted: 0,
-            duplicates: 0,
-            invalid: Vec::new(),
-            rejected: Vec::new(),
-            shed: Vec::new(),
-        };
-        // The window's table grows once for the whole call, not by doublings
-        // chunk after chunk (profiled: a tenth of the window's work).
-        if let Some(d) = &self.dedup {
-            d.get().with_inner(|w| w.reserve(lines.len()));
-        }
-        // A chunk at a time: each phase's working set stays in cache, and each
-        // lock is taken once per chunk.
-        for (n, chunk) in lines.chunks(CHUNK_LINES).enumerate() {
-            let first = n * CHUNK_LINES;
-            let decoded = decode_lines(
-                chunk.iter().copied(),
-                first,
-                &self.limits,
-                &mut result.invalid,
-            );
-            // Build every line's event first, outside every lock: allocation
-            // may run arbitrary Python code (a collection, a finalizer), and
-            // with it another thread's ingest.
-            let mut items: Vec<Option<Py<PyAny>>> = Vec::with_capacity(decoded.len());
-            for d in &decoded {
-                // A line given as its own bytes object is kept as is; an
-                // NDJSON line is a slice of the input, kept by reference.
-                let buf = match &whole {
-                    None => Wire::Shared(parts[d.index].clone_ref(py)),
-                    Some(w) => Wire::slice_of(py, w, d.bytes),
-                };
-                items.push(Some(
-                    PyEvent::from_index(buf, d.envelope.clone())
-                        .into_py(py)?
-                        .into_any(),
-                ));
-            }
-            // Then screen, enqueue and record with the window held throughout:
-            // two ingestors sharing it cannot both take an id. No Python code
-            // runs in there.
-            let queue = &self.queue.get().inner;
-            let id_of = |item: &Py<PyAny>| shed_id(py, item);
-            let admitted = match &self.dedup {
-                Some(d) => d
-                    .get()
-                    .with_inner(|w| admit(&decoded, &mut items, Some(w), now, queue, id_of)),
-                None => admit(&decoded, &mut items, None, now, queue, id_of),
+        let queue = &self.queue.get().inner;
+        let dedup = self.dedup.as_ref().map(Py::get);
+        let limits = &self.limits;
+        // Other Python threads run while this one works, unless the input is
+        // too small for handing the interpreter over to pay.
+        let detach = parts.len() >= DETACH_FROM_LINES || whole.len() >= DETACH_FROM_BYTES;
+        // Under the shed policy, forgetting a shed event's id reads its bytes,
+        // which needs the interpreter: admission then keeps it. Otherwise the
+        // whole call after reading the input runs without it.
+        let shed = queue.overflow() == Overflow::Shed;
+        let (invalid, mut total, pending) = without_gil(py, detach, || {
+            let lines: Vec<&[u8]> = match &*input {
+                Input::Parts(_) => parts,
+                Input::Whole(_) => split_lines(whole).collect(),
             };
-            result.accepted += admitted.accepted;
-            result.duplicates += admitted.duplicates;
-            result.rejected.extend(admitted.rejected);
-            result.shed.extend(admitted.shed);
-            // The events of duplicate and refused lines are dropped here, after the locks.
-            drop(admitted.refused);
-            drop(items);
+            if let Some(d) = dedup {
+                // The window's table grows once for the whole call, not by
+                // doublings chunk after chunk (profiled: a tenth of its work).
+                d.with_inner(|w| w.reserve(lines.len()));
+            }
+            let mut invalid = Vec::new();
+            let mut total = Totals::default();
+            let mut pending = Vec::new();
+            // A chunk at a time, decoded then admitted at once: its lines are
+            // still in cache when their ids are looked up.
+            for (n, chunk) in lines.chunks(CHUNK_LINES).enumerate() {
+                let (decoded, mut items) =
+                    decode_chunk(&input, chunk, n * CHUNK_LINES, whole, limits, &mut invalid);
+                if shed {
+                    pending.push((decoded, items));
+                } else {
+                    // Refused and duplicate lines are this call's own: they
+                    // are dropped here, without the interpreter.
+                    total.add(admit_chunk(&decoded, &mut items, dedup, now, queue, |_| {
+                        None
+                    }));
+                }
+            }
+            (invalid, total, pending)
+        });
+        for (decoded, mut items) in pending {
+            total.add(admit_chunk(
+                &decoded,
+                &mut items,
+                dedup,
+                now,
+                queue,
+                |item| item.event_id(py),
+            ));
         }
-        Ok(result)
+        Ok(PyIngestResult {
+            accepted: total.accepted,
+            duplicates: total.duplicates,
+            invalid,
+            rejected: total.rejected,
+            shed: into_objects(py, total.shed)?,
+        })
     }
 }
 
-/// The id of an item the queue shed, if it is an event.
-fn shed_id(py: Python<'_>, item: &Py<PyAny>) -> Option<Vec<u8>> {
-    let event = item.bind(py).cast_exact::<PyEvent>().ok()?;
-    Some(event.get().id_bytes(py))
+/// Inputs below these sizes (byte strings, NDJSON bytes) are ingested with the
+/// interpreter held throughout: releasing it and taking it back costs about as
+/// much as decoding a few lines.
+const DETACH_FROM_LINES: usize = 32;
+const DETACH_FROM_BYTES: usize = 8 * 1024;
+
+/// Run `f` with the interpreter released when `detach` is set.
+fn without_gil<T: Send>(py: Python<'_>, detach: bool, f: impl FnOnce() -> T + Send) -> T {
+    if detach {
+        py.detach(f)
+    } else {
+        f()
+    }
+}
+
+/// What the chunks of one call added up to.
+#[derive(Default)]
+struct Totals {
+    accepted: usize,
+    duplicates: usize,
+    rejected: Vec<usize>,
+    shed: Vec<Item>,
+}
+
+impl Totals {
+    /// Count one chunk in; the items it refused are dropped.
+    fn add(&mut self, admitted: Admitted<Item>) {
+        self.accepted += admitted.accepted;
+        self.duplicates += admitted.duplicates;
+        self.rejected.extend(admitted.rejected);
+        self.shed.extend(admitted.shed);
+    }
+}
+
+/// Decode and validate a chunk of lines numbered from `first` (slices of
+/// `base` for NDJSON input), and make each valid line's queue item, which
+/// owns its decoded index; invalid lines go to `invalid`.
+///
+/// Runs without the interpreter: it reads the input's bytes and nothing else.
+fn decode_chunk<'a>(
+    input: &Arc<Input>,
+    lines: &[&'a [u8]],
+    first: usize,
+    base: &[u8],
+    limits: &Limits,
+    invalid: &mut Vec<(usize, String)>,
+) -> (Vec<Decoded<'a>>, Vec<Option<Item>>) {
+    let decoded = decode_lines(lines.iter().copied(), first, limits, invalid);
+    let owned = decoded
+        .iter()
+        .map(|d| Line {
+            index: d.index,
+            // An NDJSON line lies within the input; a part is its own object
+            // (and `base` is empty).
+            start: if base.is_empty() {
+                0
+            } else {
+                d.bytes.as_ptr() as usize - base.as_ptr() as usize
+            },
+            len: u32::try_from(d.bytes.len()).expect("a line is shorter than 4 GiB"),
+            envelope: d.envelope.clone(),
+        })
+        .collect();
+    let batch = Arc::new(Batch {
+        input: Arc::clone(input),
+        lines: owned,
+    });
+    let items = (0..decoded.len() as u32)
+        .map(|i| Some(Item::Line(Arc::clone(&batch), i)))
+        .collect();
+    (decoded, items)
+}
+
+/// Screen, enqueue and record a chunk under one hold of the window's lock and
+/// one of the queue's: two ingestors sharing the window cannot both take an
+/// id, and other threads get the locks between chunks. No Python code runs
+/// in here.
+fn admit_chunk(
+    decoded: &[Decoded<'_>],
+    items: &mut [Option<Item>],
+    dedup: Option<&PyDedupWindow>,
+    now: i64,
+    queue: &PriorityQueue<Item>,
+    id_of: impl Fn(&Item) -> Option<Vec<u8>>,
+) -> Admitted<Item> {
+    match dedup {
+        Some(d) => d.with_inner(|w| admit(decoded, items, Some(w), now, queue, id_of)),
+        None => admit(decoded, items, None, now, queue, id_of),
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

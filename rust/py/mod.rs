@@ -7,8 +7,10 @@ pub mod dedup;
 pub mod errors;
 pub mod event;
 pub mod ingest;
+pub mod latency;
 pub mod pyjson;
 pub mod queue;
+pub mod record;
 pub mod retrieval;
 
 /// The one registration point of the extension module.
@@ -24,9 +26,14 @@ pub mod retrieval;
 //   shed items are dropped after it is released). Safe without the GIL.
 // - `DedupWindow`: one mutex around the set and its ring; ids are read into
 //   `&str` before the lock is taken. Safe without the GIL.
-// - `Ingestor`: builds every event before taking any lock, then holds the
-//   window's mutex and the queue's while it screens and enqueues, running no
-//   Python code in there. Safe without the GIL.
+// - `Ingestor`: reads its input with the GIL, then decodes, screens and
+//   enqueues with it released, holding the window's mutex and the queue's a
+//   chunk at a time and running no Python code in there. The queue keeps each
+//   line as Rust data (an `Arc` of the input object and the line's index);
+//   its `Event` is made by the pop, with the GIL. Under the shed policy the
+//   admission keeps the GIL to read shed events' ids. Safe without the GIL.
+// - `LatencyRecorder`: its histogram sits behind one `parking_lot` mutex,
+//   held for one record or read and never across Python code. Safe.
 // - `ToolIndex`: immutable once built; searches share it read-only. Safe.
 // - the exception classes: `PyOnceLock`, which is made for this. Safe.
 // - `Event`: its decoded payload is a `OnceLock` (safe), but `Event` leaves
@@ -50,6 +57,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     queue::register(m)?;
     dedup::register(m)?;
     ingest::register(m)?;
+    latency::register(m)?;
     retrieval::register(m)?;
     Ok(())
 }

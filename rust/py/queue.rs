@@ -12,6 +12,7 @@ use super::dedup::PyDedupWindow;
 use super::errors::CoreError;
 use super::errors::{repr, strict_int, type_name};
 use super::event::{priority_arg, PyEvent};
+use super::record::Item;
 use crate::queue::{Overflow, PriorityQueue, PushError};
 
 /// The longest a blocking pop waits with the GIL released before it checks for signals.
@@ -20,9 +21,12 @@ const WAIT_SLICE: Duration = Duration::from_millis(50);
 /// A thread-safe priority queue: priorities 0..5, 0 served first, FIFO within a priority.
 ///
 /// Six FIFO lanes and a bitmask of the non-empty ones make push and pop O(1).
+/// Lines queued by an :class:`Ingestor` wait as Rust data; ``pop`` and
+/// ``pop_many`` make their :class:`Event` objects.
 #[pyclass(frozen, name = "EventQueue", module = "openstarry._core")]
 pub struct PyEventQueue {
-    pub inner: PriorityQueue<Py<PyAny>>,
+    /// Objects pushed from Python, and ingested lines that become `Event`s when popped.
+    pub inner: PriorityQueue<Item>,
     /// How many items `push_unique` has queued (its return value).
     unique: AtomicU64,
 }
@@ -111,11 +115,12 @@ impl PyEventQueue {
                     .duration_since(UNIX_EPOCH)
                     .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
                 dedup.get().with_inner(|window| {
-                    self.inner
-                        .push_checked(item, lane, || window.check_and_insert(&id, now))
+                    self.inner.push_checked(Item::Object(item), lane, || {
+                        window.check_and_insert(&id, now)
+                    })
                 })
             }
-            None => self.inner.push_checked(item, lane, || true),
+            None => self.inner.push_checked(Item::Object(item), lane, || true),
         };
         if !queued.map_err(refused)? {
             return Ok(0);
@@ -261,11 +266,11 @@ impl PyEventQueue {
         &self,
         item: &Bound<'_, PyAny>,
         priority: Option<&Bound<'_, PyAny>>,
-    ) -> Result<Option<Py<PyAny>>, CoreError> {
+    ) -> Result<Option<Item>, CoreError> {
         let priority = priority.map(priority_arg).transpose()?;
         let lane = item_priority(item, priority)?;
         self.inner
-            .push(item.clone().unbind(), lane)
+            .push(Item::Object(item.clone().unbind()), lane)
             .map_err(refused)
     }
 
@@ -358,7 +363,7 @@ impl PyEventQueue {
         &self,
         items: &Bound<'_, PyAny>,
         priority: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Vec<Py<PyAny>>> {
+    ) -> PyResult<Vec<Item>> {
         let priority = priority.map(priority_arg).transpose()?;
         // Every item is checked before any is queued; the iterable runs outside the lock.
         let batch = if let Ok(list) = items.cast::<PyList>() {
@@ -368,14 +373,14 @@ impl PyEventQueue {
             let mut batch = Vec::with_capacity(list.len());
             for item in list.iter() {
                 let lane = item_priority(&item, priority)?;
-                batch.push((item.unbind(), lane));
+                batch.push((Item::Object(item.unbind()), lane));
             }
             batch
         } else if let Ok(tuple) = items.cast::<PyTuple>() {
             let mut batch = Vec::with_capacity(tuple.len());
             for item in tuple.iter() {
                 let lane = item_priority(&item, priority)?;
-                batch.push((item.unbind(), lane));
+                batch.push((Item::Object(item.unbind()), lane));
             }
             batch
         } else {
@@ -384,7 +389,7 @@ impl PyEventQueue {
                 .map(|item| {
                     let item = item?;
                     let lane = item_priority(&item, priority)?;
-                    Ok((item.unbind(), lane))
+                    Ok((Item::Object(item.unbind()), lane))
                 })
                 .collect::<PyResult<Vec<_>>>()?
         };
@@ -396,7 +401,7 @@ impl PyEventQueue {
     /// With ``timeout`` (seconds, ``math.inf`` for no limit), wait that long for
     /// an item with the GIL released. A closed queue still drains.
     #[pyo3(signature = (timeout=None))]
-    fn pop(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<PyAny>>> {
+    fn pop(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Item>> {
         match wait_from(timeout)? {
             Wait::No => Ok(self.inner.try_pop()),
             wait => self.wait_for(
@@ -412,7 +417,7 @@ impl PyEventQueue {
     ///
     /// The items come as a new list, taken under one lock.
     #[pyo3(signature = (n, timeout=None))]
-    fn pop_many(&self, py: Python<'_>, n: i64, timeout: Option<f64>) -> PyResult<Vec<Py<PyAny>>> {
+    fn pop_many(&self, py: Python<'_>, n: i64, timeout: Option<f64>) -> PyResult<Vec<Item>> {
         let n =
             usize::try_from(n).map_err(|_| CoreError::Value(format!("n must be >= 0, got {n}")))?;
         let wait = wait_from(timeout)?;
@@ -469,7 +474,7 @@ impl PyEventQueue {
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         // A queue busy in another thread reports nothing this round: that only delays collection.
         self.inner
-            .try_for_each(|item| visit.call(item))
+            .try_for_each(|item| item.as_object().map_or(Ok(()), |o| visit.call(o)))
             .unwrap_or(Ok(()))
     }
 

@@ -1,6 +1,10 @@
 """``openstarry bench``: the agent layer's speed beside pure-Python baselines, in one process.
 
-Three measurements, on asyncio:
+``openstarry bench latency`` is the dispatch-latency benchmark: open loop at
+fixed arrival rates, percentiles to p99.99 from an HDR histogram, JSON and a
+plot (:mod:`openstarry.bench.latency`). ``openstarry bench bus`` and
+``openstarry bench loop`` print the figures below (plain ``openstarry bench``
+prints them all), on asyncio:
 
 - **bus latency**: the time from ``publish`` to the start of the handler, one
   event at a time (the publisher yields until the handler has run), as p50 and
@@ -42,11 +46,13 @@ from openstarry.bus import EventBus
 from openstarry.core import ContentSegment, Event, ProviderResponse, ToolCall
 
 __all__ = [
+    "PurePythonBus",
     "bench_bus_latency",
     "bench_bus_throughput",
     "bench_loop_turn",
     "bench_turn_vs_sessions",
     "main",
+    "run",
 ]
 
 _perf_ns = time.perf_counter_ns
@@ -284,13 +290,7 @@ def bench_turn_vs_sessions(
     return {count: anyio.run(one, count) for count in counts}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the three measurements and print them; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="openstarry bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a tenth of the iterations")
-    args = parser.parse_args(argv)
-    scale = 10 if args.quick else 1
-
+def _print_bus(scale: int) -> None:
     latency = bench_bus_latency(20_000 // scale, 1_000 // scale)
     ours, base = latency["openstarry"], latency["baseline"]
     print("bus latency, publish to handler (asyncio):")
@@ -305,6 +305,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"   pure Python {throughput['baseline'] / 1e6:.2f} M events/s"
         f"   ratio {throughput['openstarry'] / throughput['baseline']:.2f}x"
     )
+
+
+def _print_loop(scale: int) -> None:
     backends = ["asyncio"] + (["trio"] if importlib.util.find_spec("trio") else [])
     for backend in backends:
         turn = bench_loop_turn(2_000 // scale, 200 // scale, backend)
@@ -318,8 +321,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     smallest = min(per_count.values())
     for count, turn_us in per_count.items():
         print(f"  {count:>7,} sessions: {turn_us:7.1f} us   {turn_us / smallest:.2f}x the cheapest")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run what the parsed ``openstarry bench`` command line asks for; returns the exit status.
+
+    ``args.figures`` is ``"latency"``, ``"bus"``, ``"loop"``, or ``None`` for
+    the bus and loop figures together.
+    """
+    figures = getattr(args, "figures", None)
+    if figures == "latency":
+        from openstarry.bench.command import run_latency
+
+        return run_latency(args)
+    scale = 10 if getattr(args, "quick", False) else 1
+    if figures in (None, "bus"):
+        _print_bus(scale)
+    if figures in (None, "loop"):
+        _print_loop(scale)
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def main(argv: Sequence[str] | None = None) -> int:
+    """``openstarry bench`` with ``argv`` as its arguments; returns the exit status.
+
+    Without a sub-command it prints the bus and loop figures; ``latency``,
+    ``bus`` and ``loop`` run one set (see ``openstarry bench --help``).
+    """
+    from openstarry.cli import add_bench_arguments
+
+    parser = argparse.ArgumentParser(prog="openstarry bench", description=__doc__.split("\n\n")[0])
+    add_bench_arguments(parser)
+    return run(parser.parse_args(argv))
