@@ -67,6 +67,7 @@ _GROUP_ORDER = (
     "envelope decode",
     "ingest",
     "turn",
+    "bus: publish a burst",
 )
 
 

@@ -370,6 +370,43 @@ impl<T> PriorityQueue<T> {
         }
     }
 
+    /// Queue `item` at `priority` (0..=5) if `admit` agrees, all under the queue's lock.
+    ///
+    /// A closed queue, then a full one (under either overflow policy: nothing
+    /// is shed), refuses before `admit` runs, so `admit` may record something
+    /// (an id in a de-duplication window) only for an item that is then
+    /// queued. `Ok(false)` when `admit` says no; the item is dropped after the
+    /// lock is released. `admit` runs with the lock held: it must not touch
+    /// this queue.
+    ///
+    /// # Panics
+    ///
+    /// If `priority > 5`.
+    pub fn push_checked(
+        &self,
+        item: T,
+        priority: u8,
+        admit: impl FnOnce() -> bool,
+    ) -> Result<bool, PushError<T>> {
+        check_priority(priority);
+        let mut state = self.state.lock();
+        if state.closed {
+            return Err(PushError::Closed(item));
+        }
+        if self.capacity.is_some_and(|capacity| state.len >= capacity) {
+            return Err(PushError::Full(item));
+        }
+        if !admit() {
+            drop(state);
+            drop(item);
+            return Ok(false);
+        }
+        state.enqueue(item, priority);
+        drop(state);
+        self.not_empty.notify_one();
+        Ok(true)
+    }
+
     /// Queue several items under one lock.
     ///
     /// Under [`Overflow::Reject`] it is all or nothing: when not every item
@@ -1245,6 +1282,32 @@ mod tests {
         assert!(q.try_for_each(|_| Ok::<(), ()>(())).is_none());
         drop(guard);
         assert_eq!(q.len(), 3);
+    }
+
+    #[test]
+    fn push_checked_refuses_before_admitting_and_queues_what_is_admitted() {
+        let q = PriorityQueue::new(Some(2), Overflow::Shed, None);
+        let mut asked = 0;
+        let mut admit = |answer: bool| {
+            asked += 1;
+            answer
+        };
+        assert!(q.push_checked(1, 3, || admit(true)).unwrap());
+        assert!(!q.push_checked(2, 0, || admit(false)).unwrap());
+        assert!(q.push_checked(3, 0, || admit(true)).unwrap());
+        // Full: refused (not shed) before `admit` is asked.
+        match q.push_checked(4, 0, || admit(true)) {
+            Err(PushError::Full(item)) => assert_eq!(item, 4),
+            other => panic!("expected Full, got {other:?}"),
+        }
+        assert_eq!(asked, 3);
+        assert_eq!(q.shed_count(), 0);
+        assert_eq!(drain(&q), vec![3, 1]);
+        q.close();
+        match q.push_checked(5, 0, || true) {
+            Err(PushError::Closed(item)) => assert_eq!(item, 5),
+            other => panic!("expected Closed, got {other:?}"),
+        }
     }
 
     #[test]

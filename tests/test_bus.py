@@ -6,19 +6,21 @@ timing assertion); ordering is controlled with events the test sets itself.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 import pytest
 
 import openstarry.bus as bus_module
 from agent_harness import HANG, UnprintableError
-from openstarry.bus import EventBus, Subscription
+from openstarry.bus import EventBus, Published, Subscription
 from openstarry.core import DedupWindow, Event, encode_event
 from openstarry.errors import QueueClosed, QueueFull
 
@@ -195,7 +197,7 @@ async def test_publish_event_dict_and_wire_bytes_are_type_errors() -> None:
         with pytest.raises(TypeError):
             bus.publish(encode_event(event))  # type: ignore[arg-type]
         # The real event is still new to the window: the failed calls recorded nothing.
-        assert bus.publish(event) is True
+        assert bus.publish(event)
 
 
 @pytest.mark.anyio
@@ -502,11 +504,11 @@ async def test_repeated_ids_are_dropped_and_counted() -> None:
     async with EventBus() as bus:
         bus.subscribe("*", lambda e: seen.append(e.id))
         with anyio.fail_after(TIMEOUT):
-            assert bus.publish(event) is True
-            assert bus.publish(event) is False  # still queued
+            assert bus.publish(event)
+            assert not bus.publish(event)  # still queued
             await bus.wait_idle()
-            assert bus.publish(event) is False  # already dispatched
-            assert await bus.apublish(event) is False
+            assert not bus.publish(event)  # already dispatched
+            assert not await bus.apublish(event)
             # An equal envelope rebuilt from the wire has the same id: a duplicate too.
             rebuilt = Event(
                 id=event.id,
@@ -518,7 +520,7 @@ async def test_repeated_ids_are_dropped_and_counted() -> None:
                 type=USER,
                 payload={"n": 7},
             )
-            assert bus.publish(rebuilt) is False
+            assert not bus.publish(rebuilt)
             await bus.wait_idle()
             metrics = bus.metrics()
     assert seen == [event.id]
@@ -534,8 +536,8 @@ async def test_dedup_false_disables_dedup() -> None:
     async with EventBus(dedup=False) as bus:
         bus.subscribe("*", lambda e: seen.append(e.id))
         with anyio.fail_after(TIMEOUT):
-            assert bus.publish(event) is True
-            assert bus.publish(event) is True
+            assert bus.publish(event)
+            assert bus.publish(event)
             await bus.wait_idle()
             result = bus.ingest(encode_event(event) + b"\n" + encode_event(event) + b"\n")
             assert result.accepted == 2
@@ -559,10 +561,10 @@ async def test_shared_dedup_window() -> None:
         bus_a.subscribe("*", lambda e: seen_a.append(e.id))
         bus_b.subscribe("*", lambda e: seen_b.append(e.id))
         with anyio.fail_after(TIMEOUT):
-            assert bus_a.publish(seeded) is False  # seen before the bus existed
-            assert bus_a.publish(first) is True
+            assert not bus_a.publish(seeded)  # seen before the bus existed
+            assert bus_a.publish(first)
             assert first.id in window  # the bus records in the window it was given
-            assert bus_b.publish(first) is False
+            assert not bus_b.publish(first)
             result = bus_b.ingest(encode_event(first) + b"\n")
             assert result.accepted == 0
             assert result.duplicates == 1
@@ -581,7 +583,7 @@ async def test_restored_window_snapshot_keeps_dropping() -> None:
     window.check_and_insert(event.id)
     restored = DedupWindow.restore(window.snapshot())
     async with EventBus(dedup=restored) as bus:
-        assert bus.publish(event) is False
+        assert not bus.publish(event)
         assert bus.metrics()["duplicates"] == 1
 
 
@@ -597,7 +599,7 @@ async def test_id_seen_longer_ago_than_the_window_is_not_a_duplicate() -> None:
     async with EventBus(dedup=window) as bus:
         bus.subscribe("*", lambda e: seen.append(e.id))
         with anyio.fail_after(TIMEOUT):
-            assert bus.publish(stale) is True
+            assert bus.publish(stale)
             await bus.wait_idle()
     assert seen == [stale.id]
     assert bus.metrics()["duplicates"] == 0
@@ -636,7 +638,7 @@ async def test_queue_full_does_not_record_the_id() -> None:
             assert bus.metrics()["duplicates"] == 0
             gate.release.set()
             await bus.wait_idle()
-            assert bus.publish(event) is True  # a retry is not a duplicate
+            assert bus.publish(event)  # a retry is not a duplicate
             await bus.wait_idle()
     assert seen == [1, 2, 3]
 
@@ -648,7 +650,7 @@ async def test_queue_full_does_not_record_the_id() -> None:
 async def test_apublish_waits_for_room_then_completes() -> None:
     gate = Gate()
     order: list[int] = []
-    results: list[bool] = []
+    results: list[Published] = []
     async with EventBus(capacity=2) as bus:
         bus.subscribe(USER, lambda e: order.append(n_of(e)))
 
@@ -667,7 +669,7 @@ async def test_apublish_waits_for_room_then_completes() -> None:
                 assert results == []  # still waiting for room
                 assert len(bus) == 2
                 gate.release.set()
-            assert results == [True]
+            assert [bool(r) for r in results] == [True]
             await bus.wait_idle()
     assert order == [1, 2, 3]
 
@@ -1007,7 +1009,7 @@ async def test_ingest_dispatches_valid_lines_and_counts_duplicates(as_list: bool
         encode_event(low),  # repeated within the batch
         encode_event(published),  # published earlier through publish()
     ]
-    async with EventBus() as bus:
+    async with EventBus(latency_every=1) as bus:
         bus.subscribe(USER, lambda e: seen.append(n_of(e)))
         with anyio.fail_after(TIMEOUT):
             assert bus.publish(published)
@@ -1032,7 +1034,7 @@ async def test_ingested_ids_are_duplicates_for_publish() -> None:
     event = ev()
     async with EventBus() as bus:
         assert bus.ingest(encode_event(event) + b"\n").accepted == 1
-        assert bus.publish(event) is False
+        assert not bus.publish(event)
         assert bus.metrics()["duplicates"] == 1
 
 
@@ -1164,7 +1166,7 @@ async def test_metrics_counters_and_depth() -> None:
 
 @pytest.mark.anyio
 async def test_latency_metrics_are_consistent() -> None:
-    async with EventBus() as bus:
+    async with EventBus(latency_every=1) as bus:
 
         def boom(event: Event) -> None:
             if n_of(event) == 0:
@@ -1205,7 +1207,7 @@ async def test_latency_from_a_controlled_clock(
     clock = [0]
     monkeypatch.setattr(bus_module, "_perf_ns", lambda: clock[0])
     gate = Gate()
-    async with EventBus(latency_samples=samples) as bus:
+    async with EventBus(latency_samples=samples, latency_every=1) as bus:
         with anyio.fail_after(TIMEOUT):
             await block_dispatcher(bus, gate)  # published and dispatched at 0: latency 0
             for i in (1, 2, 3):
@@ -1219,6 +1221,32 @@ async def test_latency_from_a_controlled_clock(
     assert latency["max"] == expected_max
     assert latency["p99"] == expected_max
     assert latency["p50"] in expected_p50
+
+
+@pytest.mark.anyio
+async def test_latency_is_measured_on_wake_ups_and_one_event_in_latency_every() -> None:
+    """Events that wake the dispatcher are all measured; in a burst, one in ``latency_every``."""
+    async with EventBus(latency_every=4) as bus:
+        with anyio.fail_after(TIMEOUT):
+            await bus.wait_idle()
+            for i in range(3):  # one at a time: each wakes the dispatcher
+                bus.publish(ev(i))
+                await bus.wait_idle()
+            assert bus.metrics()["latency_us"]["count"] == 3
+            for i in range(3, 19):  # a burst: the first wakes it, then published 4..19
+                bus.publish(ev(i))
+            await bus.wait_idle()
+            metrics = bus.metrics()
+    assert metrics["published"] == 19
+    # Measured in the burst: the first (a wake-up), then the 8th, 12th and 16th published.
+    assert metrics["latency_us"]["count"] == 3 + 1 + 3
+    assert sum(metrics["dispatched"].values()) == 19
+
+
+def test_latency_every_must_be_at_least_one() -> None:
+    for bad in (0, -4):
+        with pytest.raises(ValueError, match="latency_every"):
+            EventBus(latency_every=bad)
 
 
 @pytest.mark.anyio
@@ -1258,7 +1286,7 @@ async def test_publish_to_a_closed_bus_does_not_record_the_id() -> None:
             old.publish(event)
     assert event.id not in window
     async with EventBus(dedup=window) as new:
-        assert new.publish(event) is True
+        assert new.publish(event)
 
 
 @pytest.mark.anyio
@@ -1425,3 +1453,324 @@ async def test_a_bus_publishes_before_it_runs_and_dispatches_once_entered() -> N
         async with bus:
             await bus.wait_idle()
     assert seen == [4]
+
+
+# --- the Published handle ------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_awaiting_a_handle_waits_until_its_handlers_have_finished() -> None:
+    gate = Gate()
+    done: list[str] = []
+
+    async def slow(event: Event) -> None:
+        await gate.block()
+        done.append("slow")
+
+    async with EventBus() as bus:
+        bus.subscribe(USER, slow)
+        bus.subscribe(USER, lambda e: done.append("sync"))
+        with anyio.fail_after(TIMEOUT):
+            handle = bus.publish(ev(1))
+            assert isinstance(handle, Published)
+            assert handle
+            assert handle.accepted
+            assert handle.event.type == USER
+            assert not handle.done()
+            assert handle.outcome is None
+            outcomes: list[str] = []
+
+            async def waiter() -> None:
+                outcomes.append(await handle)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter)
+                await gate.entered.wait()
+                await anyio.wait_all_tasks_blocked()
+                assert outcomes == []  # the first handler is still running
+                gate.release.set()
+            assert outcomes == ["handled"]
+            assert done == ["slow", "sync"]  # both handlers ran before the await returned
+            assert handle.done()
+            assert handle.outcome == "handled"
+            assert await handle.handled() == "handled"  # again, at once
+
+
+@pytest.mark.anyio
+async def test_a_handle_awaited_after_its_dispatch_answers_at_once() -> None:
+    async with EventBus() as bus:
+        bus.subscribe(USER, lambda e: None)
+        with anyio.fail_after(TIMEOUT):
+            handle = bus.publish(ev(1))
+            await bus.wait_idle()
+            assert handle.done()
+            assert await handle == "handled"
+
+
+@pytest.mark.anyio
+async def test_a_duplicate_handle_is_falsy_and_answers_duplicate_at_once() -> None:
+    seen: list[int] = []
+    async with EventBus() as bus:
+        bus.subscribe(USER, lambda e: seen.append(n_of(e)))
+        with anyio.fail_after(TIMEOUT):
+            event = ev(1)
+            first = bus.publish(event)
+            again = bus.publish(event)
+            later = await bus.apublish(event)
+            for duplicate in (again, later):
+                assert not duplicate
+                assert duplicate.accepted is False
+                assert duplicate.done()
+                assert duplicate.outcome == "duplicate"
+                assert await duplicate == "duplicate"
+                assert duplicate.event is event
+            assert await first == "handled"
+    assert seen == [1]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("is_async", [False, True])
+async def test_a_handle_whose_handler_raised_answers_failed(is_async: bool) -> None:
+    after: list[int] = []
+    errors: list[Event] = []
+
+    def boom(event: Event) -> None:
+        raise ValueError("no")
+
+    async def aboom(event: Event) -> None:
+        raise ValueError("no")
+
+    async with EventBus() as bus:
+        bus.subscribe(USER, aboom if is_async else boom)
+        bus.subscribe(USER, lambda e: after.append(n_of(e)))
+        bus.subscribe(ERROR, errors.append)
+        with anyio.fail_after(TIMEOUT):
+            failing = bus.publish(ev(1))
+            assert await failing == "failed"
+            assert failing.outcome == "failed"
+            await bus.wait_idle()
+    assert after == [1]  # the next handler still ran
+    [error] = errors
+    assert error.parent_id == failing.event.id
+
+
+@pytest.mark.anyio
+async def test_a_handle_of_an_event_nobody_subscribed_to_answers_no_subscriber() -> None:
+    async with EventBus() as bus:
+        bus.subscribe("EXEC:*", lambda e: None)
+        with anyio.fail_after(TIMEOUT):
+            unrouted = bus.publish(ev(1))
+            routed = bus.publish(ev(2, type_="EXEC:TOOL_CALL"))
+            assert await unrouted == "no_subscriber"
+            assert await routed == "handled"
+
+
+@pytest.mark.anyio
+async def test_several_tasks_awaiting_one_handle_all_get_its_outcome() -> None:
+    gate = Gate()
+    outcomes: list[str] = []
+    async with EventBus() as bus:
+
+        async def blocked(event: Event) -> None:
+            await gate.block()
+
+        bus.subscribe(USER, blocked)
+        with anyio.fail_after(TIMEOUT):
+            handle = bus.publish(ev(1))
+
+            async def waiter() -> None:
+                outcomes.append(await handle.handled())
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(3):
+                    tg.start_soon(waiter)
+                await gate.entered.wait()
+                await anyio.wait_all_tasks_blocked()
+                assert outcomes == []
+                gate.release.set()
+    assert outcomes == ["handled"] * 3
+
+
+@pytest.mark.anyio
+async def test_the_bus_closing_dispatches_accepted_events_before_their_handles_answer() -> None:
+    outcomes: list[str] = []
+    seen: list[int] = []
+    async with anyio.create_task_group() as tg, EventBus() as bus:
+        bus.subscribe(USER, lambda e: seen.append(n_of(e)))
+        handles = [bus.publish(ev(i)) for i in range(3)]
+
+        async def waiter(handle: Published) -> None:
+            outcomes.append(await handle)
+
+        for handle in handles:
+            tg.start_soon(waiter, handle)
+        await anyio.wait_all_tasks_blocked()
+        # Left normally: aclose() dispatched everything accepted.
+    assert seen == [0, 1, 2]
+    assert outcomes == ["handled"] * 3
+
+
+@pytest.mark.anyio
+async def test_a_bus_left_on_an_error_answers_stopped_and_keeps_what_it_had_not_taken() -> None:
+    gate = Gate()
+    seen: list[int] = []
+    bus = EventBus()
+    bus.subscribe(USER, lambda e: seen.append(n_of(e)))
+    outcomes: dict[str, str] = {}
+
+    async def waiter(name: str, handle: Published) -> None:
+        outcomes[name] = await handle
+
+    async def run_and_fail(tg: anyio.abc.TaskGroup) -> Published:
+        async with bus:
+            await block_dispatcher(bus, gate)
+            queued = bus.publish(ev(1))
+            tg.start_soon(waiter, "queued", queued)
+            await anyio.wait_all_tasks_blocked()
+            raise LookupError(queued)  # the blocked handler is cancelled
+
+    with anyio.fail_after(TIMEOUT):
+        async with anyio.create_task_group() as tg:
+            with pytest.raises(LookupError) as failed:
+                await run_and_fail(tg)
+        queued = failed.value.args[0]
+        assert outcomes == {"queued": "stopped"}
+        assert not queued.done()  # still queued: the bus may run again
+        assert seen == []
+        assert bus.publish(ev(2))  # between runs: queued behind the one left
+        async with bus:
+            assert await queued == "handled"
+            await bus.wait_idle()
+    assert seen == [1, 2]
+
+
+@pytest.mark.anyio
+async def test_the_handle_of_an_event_whose_handlers_were_cancelled_answers_stopped() -> None:
+    gate = Gate()
+    bus = EventBus()
+
+    async def blocked(event: Event) -> None:
+        await gate.block()
+
+    bus.subscribe(USER, blocked)
+
+    async def run_and_fail() -> None:
+        async with bus:
+            await gate.entered.wait()
+            raise LookupError("the body failed")
+
+    handle = bus.publish(ev(1))
+    with anyio.fail_after(TIMEOUT):
+        with pytest.raises(LookupError):
+            await run_and_fail()
+        assert handle.done()
+        assert await handle == "stopped"
+
+
+@pytest.mark.anyio
+async def test_publish_and_apublish_return_handles_in_a_burst() -> None:
+    n = 600  # more than two dispatcher batches
+    seen: list[int] = []
+    async with EventBus() as bus:
+        bus.subscribe(USER, lambda e: seen.append(n_of(e)))
+        with anyio.fail_after(TIMEOUT):
+            handles = [bus.publish(ev(i)) for i in range(n)]
+            handles.append(await bus.apublish(ev(n)))
+            assert all(handles)
+            assert [await h for h in handles] == ["handled"] * (n + 1)
+    assert seen == list(range(n + 1))
+
+
+class _RecordingBackend:
+    """A remote backend that keeps what is sent (it never delivers)."""
+
+    def __init__(self) -> None:
+        self.sent: list[Event] = []
+
+    def send(self, event: Event, cause: Event | None = None) -> None:
+        self.sent.append(event)
+
+    async def asend(self, event: Event, cause: Event | None = None) -> bool:
+        self.sent.append(event)
+        return True
+
+    @contextlib.asynccontextmanager
+    async def running(self, bus: EventBus) -> AsyncIterator[None]:
+        yield
+
+    def done(self, event: Event, outcome: str) -> None:
+        pass
+
+    async def flush(self) -> None:
+        pass
+
+    def metrics(self) -> dict[str, Any]:
+        return {}
+
+
+@pytest.mark.anyio
+async def test_a_remote_handle_cannot_be_awaited_but_a_duplicate_can() -> None:
+    backend = _RecordingBackend()
+    async with EventBus(backend=backend) as bus:
+        event = ev(1)
+        sent = bus.publish(event)
+        asent = await bus.apublish(ev(2))
+        assert sent
+        assert asent
+        assert backend.sent == [event, asent.event]
+        for handle in (sent, asent):
+            assert handle.outcome is None
+            with pytest.raises(RuntimeError, match="remote backend"):
+                await handle
+        duplicate = bus.publish(event)
+        assert not duplicate
+        assert await duplicate == "duplicate"
+
+
+def test_a_handle_repr_names_the_event_and_its_state() -> None:
+    event = ev(1)
+    bus = EventBus()
+    handle = bus.publish(event)
+    assert repr(handle) == f"<Published {USER} {event.id} pending>"
+    assert repr(bus.publish(event)) == f"<Published {USER} {event.id} duplicate>"
+
+
+@pytest.mark.anyio
+async def test_events_fed_during_a_batch_overtake_its_less_urgent_rest() -> None:
+    order: list[int] = []
+    gate = Gate()
+    async with EventBus(backend=_RecordingBackend()) as bus:
+
+        async def handler(event: Event) -> None:
+            order.append(n_of(event))
+            if n_of(event) == 1:
+                await gate.block()
+
+        bus.subscribe(USER, handler)
+        with anyio.fail_after(TIMEOUT):
+            # One batch: the dispatcher takes all three, then blocks in the first.
+            bus.feed([ev(1, priority=3), ev(2, priority=3), ev(3, priority=4)])
+            await gate.entered.wait()
+            bus.feed([ev(4, priority=0), ev(5, priority=3)])
+            gate.release.set()
+            await bus.wait_idle()
+    assert order == [1, 4, 2, 5, 3]
+
+
+@pytest.mark.anyio
+async def test_events_ingested_by_a_handler_overtake_the_less_urgent_rest_of_its_batch() -> None:
+    order: list[int] = []
+    async with EventBus() as bus:
+
+        def handler(event: Event) -> None:
+            order.append(n_of(event))
+            if n_of(event) == 1:
+                bus.ingest(encode_event(ev(9, priority=0)) + b"\n")
+
+        bus.subscribe(USER, handler)
+        with anyio.fail_after(TIMEOUT):
+            await bus.wait_idle()
+            for i, priority in ((1, 2), (2, 2), (3, 5)):  # one burst: one batch
+                bus.publish(ev(i, priority=priority))
+            await bus.wait_idle()
+    assert order == [1, 9, 2, 3]

@@ -902,7 +902,7 @@ async def test_issue5_a_tools_call_event_delivered_twice_runs_the_tool_once() ->
                 assert result.is_error is False
                 await agent.bus.wait_idle()
                 [call] = calls
-                assert await agent.bus.apublish(call) is False  # the same event, again
+                assert not await agent.bus.apublish(call)  # the same event, again
                 await agent.bus.wait_idle()
                 again = await client.call_tool("count", {})  # a new call runs
                 await agent.bus.wait_idle()

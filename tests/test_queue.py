@@ -33,8 +33,10 @@ from openstarry._core import (
     DEFAULT_PRIORITY,
     PRIORITY_HIGHEST,
     PRIORITY_LOWEST,
+    DedupWindow,
     Event,
     EventQueue,
+    Published,
 )
 from openstarry.errors import OpenStarryError, QueueClosed, QueueFull
 
@@ -976,3 +978,153 @@ def test_threads_single_consumer_sees_each_producer_in_order() -> None:
 def test_queue_capacity_must_be_a_positive_int(capacity: Any) -> None:
     with pytest.raises(ValueError, match="capacity"):
         EventQueue(capacity=capacity)
+
+
+# --- push_unique: the publisher's one call -------------------------------------------------
+
+
+def _unique_event(n: int, priority: int = 2) -> Event:
+    return Event.new("INPUT:USER_MESSAGE", {"n": n}, source="t", session_id="s", priority=priority)
+
+
+def test_push_unique_queues_the_item_at_the_events_priority() -> None:
+    q = EventQueue()
+    window = DedupWindow()
+    low, high = _unique_event(1, priority=4), _unique_event(2, priority=0)
+    assert q.push_unique(("wrapped", low), low, window) == 1
+    assert q.push_unique(("wrapped", high), high, window) == 2
+    assert q.unique_pushed == 2
+    assert q.depths() == [1, 0, 0, 0, 1, 0]
+    assert q.pop_many(2) == [("wrapped", high), ("wrapped", low)]
+
+
+def test_push_unique_refuses_a_duplicate_without_queueing() -> None:
+    q = EventQueue()
+    window = DedupWindow()
+    event = _unique_event(1)
+    assert q.push_unique(event, event, window) == 1
+    assert q.push_unique(event, event, window) == 0
+    assert len(q) == 1
+    assert not window.check_and_insert(event.id)  # the window recorded it once
+
+
+def test_push_unique_without_a_window_queues_every_time() -> None:
+    q = EventQueue()
+    event = _unique_event(1)
+    assert q.push_unique(event, event) == 1
+    assert q.push_unique(event, event, None) == 2
+    assert len(q) == 2
+
+
+@pytest.mark.parametrize("overflow", ["reject", "shed"])
+def test_push_unique_refuses_at_capacity_before_recording_the_id(overflow: str) -> None:
+    q = EventQueue(1, overflow=overflow)  # type: ignore[arg-type]
+    window = DedupWindow()
+    first, second = _unique_event(1), _unique_event(2)
+    assert q.push_unique(first, first, window)
+    with pytest.raises(QueueFull):
+        q.push_unique(second, second, window)
+    assert q.pop() is first
+    assert q.push_unique(second, second, window)  # a retry is not a duplicate
+
+
+def test_push_unique_after_close_raises_and_records_nothing() -> None:
+    q = EventQueue()
+    window = DedupWindow()
+    event = _unique_event(1)
+    q.close()
+    with pytest.raises(QueueClosed):
+        q.push_unique(event, event, window)
+    assert window.check_and_insert(event.id)
+
+
+def test_push_unique_checks_its_arguments() -> None:
+    q = EventQueue()
+    event = _unique_event(1)
+    with pytest.raises(TypeError, match="push_unique takes an Event"):
+        q.push_unique(event, event.to_dict())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="None cannot be queued"):
+        q.push_unique(None, event)
+    with pytest.raises(TypeError):
+        q.push_unique(event, event, "not a window")  # type: ignore[arg-type]
+    assert len(q) == 0
+
+
+# --- publish: push_unique with a Published handle as the item -------------------------------
+
+
+def test_publish_queues_a_new_handle_at_the_events_priority() -> None:
+    import openstarry.bus  # noqa: F401 - installs the hooks a handle calls
+
+    q = EventQueue()
+    window = DedupWindow()
+    low, high = _unique_event(1, priority=5), _unique_event(2, priority=1)
+    first = q.publish(low, window)
+    second = q.publish(high, window)
+    assert isinstance(first, Published)
+    assert isinstance(second, Published)
+    assert first.event is low
+    assert q.unique_pushed == 2
+    assert q.pop_many(2) == [second, first]
+    assert q.publish(low, window) is None  # a duplicate: nothing queued
+    assert len(q) == 0
+
+
+def test_publish_reads_the_clock_for_one_handle_in_sample_every() -> None:
+    import openstarry.bus  # noqa: F401 - installs the clock
+
+    q = EventQueue()
+    handles = [q.publish(_unique_event(i), None, 3) for i in range(6)]
+    assert [h is not None and h._at is not None for h in handles] == [
+        False,
+        False,
+        True,
+        False,
+        False,
+        True,
+    ]
+    unsampled = q.publish(_unique_event(9))  # sample_every 0: none measured
+    assert unsampled is not None
+    assert unsampled._at is None
+
+
+def test_publish_refuses_like_push_unique() -> None:
+    q = EventQueue(1)
+    window = DedupWindow()
+    first, second = _unique_event(1), _unique_event(2)
+    assert q.publish(first, window) is not None
+    with pytest.raises(QueueFull):
+        q.publish(second, window)
+    assert window.check_and_insert(second.id)  # the refused id was not recorded
+    with pytest.raises(TypeError, match="publish takes an Event"):
+        q.publish(first.to_dict())  # type: ignore[arg-type]
+    q.close()
+    with pytest.raises(QueueClosed):
+        q.publish(_unique_event(3))
+
+
+def test_a_handle_is_untracked_by_the_collector_until_a_waiter_is_stored() -> None:
+    q = EventQueue()
+    handle = q.publish(_unique_event(1))
+    assert handle is not None
+    assert not gc.is_tracked(handle)
+    handle._state = "handled"  # a str cannot lead back to it
+    assert not gc.is_tracked(handle)
+    handle._state = threading.Event()  # a waiter may
+    assert gc.is_tracked(handle)
+    assert handle.outcome is None
+
+
+def test_a_handle_made_by_hand_takes_only_an_event() -> None:
+    event = _unique_event(1)
+    handle = Published(event)
+    assert handle.event is event
+    assert handle
+    assert handle.outcome is None
+    assert not handle.done()
+    handle._finish("duplicate")
+    assert not handle
+    assert handle.accepted is False
+    assert handle.outcome == "duplicate"
+    with pytest.raises(TypeError, match="Published takes an Event"):
+        Published(event.to_dict())  # type: ignore[arg-type]

@@ -1,6 +1,6 @@
 """The Rust core of openstarry. Import it as :mod:`openstarry.core`, not from here."""
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Sequence
 from typing import Any, ClassVar, Final, Literal, final
 
 __all__ = [
@@ -18,10 +18,12 @@ __all__ = [
     "Ingestor",
     "LatencyRecorder",
     "ProviderResponse",
+    "Published",
     "ToolCall",
     "ToolIndex",
     "__version__",
     "_event_from_wire",
+    "_install_published_hooks",
     "decode_event",
     "decode_response",
     "encode_event",
@@ -267,6 +269,9 @@ class EventQueue:
     @property
     def shed_count(self) -> int:
         """How many items the ``"shed"`` policy has dropped so far."""
+    @property
+    def unique_pushed(self) -> int:
+        """How many items ``push_unique`` has queued on this queue so far."""
 
     def push(self, item: Any, priority: int | None = None) -> Any:
         """Queue ``item``; an ``Event`` takes its own priority when ``priority`` is ``None``.
@@ -276,6 +281,45 @@ class EventQueue:
 
         Raises:
             QueueFull: at capacity under the ``"reject"`` policy.
+            QueueClosed: after ``close()``.
+        """
+
+    def push_unique(self, item: Any, event: Event, dedup: DedupWindow | None = None) -> int:
+        """Queue ``item`` at ``event``'s priority unless ``dedup`` has seen ``event``'s id.
+
+        What a publisher does per event, in one call: the queue refuses first
+        (closed, then at capacity, under either overflow policy), so a refused
+        event leaves no id in the window; then the window checks and records
+        the id (wall clock), and a duplicate is not queued; then ``item`` is
+        queued. ``item`` is what pops: the event itself, or a wrapper of it.
+        Another thread filling the queue between the check and the push makes
+        the push raise with the id already recorded.
+
+        Returns:
+            How many items ``push_unique`` has queued on this queue, this one
+            included (so a true value, counting from 1), or ``0`` for a
+            duplicate. A publisher counts its events and samples every n-th
+            one with it.
+
+        Raises:
+            TypeError: ``event`` is not an ``Event``, or ``item`` is ``None``.
+            QueueFull: at capacity.
+            QueueClosed: after ``close()``.
+        """
+
+    def publish(
+        self, event: Event, dedup: DedupWindow | None = None, sample_every: int = 0
+    ) -> Published | None:
+        """Publish ``event``: :meth:`push_unique` with a new ``Published`` handle as the item.
+
+        Returns the handle, or ``None`` for a duplicate (nothing queued). When
+        ``sample_every`` divides the count ``push_unique`` would return, the
+        handle's publish time is read from the clock the event bus installed
+        (``openstarry.bus`` measures the dispatch latency of those events).
+
+        Raises:
+            TypeError: ``event`` is not an ``Event``.
+            QueueFull: at capacity.
             QueueClosed: after ``close()``.
         """
 
@@ -311,6 +355,57 @@ class EventQueue:
 
     def __len__(self) -> int: ...
     def __bool__(self) -> bool: ...
+
+@final
+class Published:
+    """What ``EventBus.publish`` and ``EventBus.apublish`` return: a handle on one event.
+
+    Truthy when the bus accepted the event, falsy when it refused it as a
+    duplicate. ``await handle`` (or ``await handle.handled()``) waits until the
+    event's handlers have finished and answers the outcome: ``"handled"``
+    (every handler returned), ``"failed"`` (a handler raised; the others still
+    ran and the error became a ``KERNEL:ERROR``), ``"no_subscriber"`` (nothing
+    was subscribed to its type when its turn came), ``"duplicate"`` (refused
+    at publishing, answered at once) or ``"stopped"`` (the bus stopped
+    without dispatching it; see ``openstarry.bus``). On a bus with a remote
+    backend, awaiting an accepted event's handle raises ``RuntimeError``.
+
+    A handle is one small object, untracked by the cycle collector until
+    something awaits it; nothing is made for waiting until then.
+    """
+
+    def __new__(cls, event: Event) -> Published:
+        """A pending handle on ``event`` (the bus makes them; this is for a bus of your own)."""
+
+    @property
+    def event(self) -> Event:
+        """The event published."""
+    #: ``perf_counter_ns`` at publishing, for an event whose latency is measured.
+    _at: int | None
+    #: ``None`` (pending), the signal an awaiter sleeps on, or the outcome (a str).
+    _state: Any
+    def _finish(self, outcome: str) -> None:
+        """Set the outcome and wake the awaiters, if any (the dispatcher's one call per event)."""
+    def __bool__(self) -> bool:
+        """``True`` when the bus accepted the event, ``False`` for a duplicate."""
+    @property
+    def accepted(self) -> bool:
+        """Whether the bus accepted the event (``False`` for a duplicate)."""
+    @property
+    def outcome(self) -> str | None:
+        """The outcome once decided, else ``None`` (always ``None`` on a remote backend)."""
+    def done(self) -> bool:
+        """Whether :attr:`outcome` is decided: awaiting the handle now answers at once."""
+    def handled(self) -> Coroutine[Any, Any, str]:
+        """Wait until the event's handlers have finished; the outcome."""
+    def __await__(self) -> Generator[Any, None, str]: ...
+
+def _install_published_hooks(
+    wait: Callable[[Published], Awaitable[str]], clock: Callable[[], int]
+) -> None:
+    """Install what a ``Published`` handle calls: ``wait(handle)``, the coroutine
+    ``await handle`` runs, and ``clock()``, the ``perf_counter_ns`` of a measured
+    publish. ``openstarry.bus`` installs them when it is imported."""
 
 @final
 class DedupWindow:

@@ -1,12 +1,14 @@
 //! `EventQueue`: the thread-safe priority queue of [`crate::queue`] over Python objects.
 
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::{PyList, PyString, PyTuple};
 use pyo3::PyTraverseError;
 
+use super::dedup::PyDedupWindow;
 use super::errors::CoreError;
 use super::errors::{repr, strict_int, type_name};
 use super::event::{priority_arg, PyEvent};
@@ -25,6 +27,8 @@ const WAIT_SLICE: Duration = Duration::from_millis(50);
 pub struct PyEventQueue {
     /// Objects pushed from Python, and ingested lines that become `Event`s when popped.
     pub inner: PriorityQueue<Item>,
+    /// How many items `push_unique` has queued (its return value).
+    unique: AtomicU64,
 }
 
 /// The error of a refused push; the refused item(s) are dropped (the GIL is held).
@@ -95,6 +99,35 @@ fn wait_from(timeout: Option<f64>) -> Result<Wait, CoreError> {
 }
 
 impl PyEventQueue {
+    /// `push_unique`'s work: `item` at `event`'s priority unless `dedup` has seen its id.
+    fn push_unique_item(
+        &self,
+        item: Py<PyAny>,
+        event: &PyEvent,
+        dedup: Option<&Bound<'_, PyDedupWindow>>,
+    ) -> Result<u64, CoreError> {
+        let lane = event.priority();
+        // The window's lock, then the queue's: the order the ingestor takes them in.
+        let queued = match dedup {
+            Some(dedup) => {
+                let id = event.id_bytes(dedup.py());
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+                dedup.get().with_inner(|window| {
+                    self.inner.push_checked(Item::Object(item), lane, || {
+                        window.check_and_insert(&id, now)
+                    })
+                })
+            }
+            None => self.inner.push_checked(Item::Object(item), lane, || true),
+        };
+        if !queued.map_err(refused)? {
+            return Ok(0);
+        }
+        Ok(self.unique.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
     /// Run `take(wait)` until it yields something or the time is up, waiting in
     /// slices with the GIL released and checking for signals between slices.
     fn wait_for<R: Send>(
@@ -181,7 +214,14 @@ impl PyEventQueue {
             .transpose()?;
         Ok(PyEventQueue {
             inner: PriorityQueue::new(capacity, overflow, starvation_limit),
+            unique: AtomicU64::new(0),
         })
+    }
+
+    /// How many items ``push_unique`` has queued on this queue so far.
+    #[getter]
+    fn unique_pushed(&self) -> u64 {
+        self.unique.load(Ordering::Relaxed)
     }
 
     #[getter]
@@ -232,6 +272,82 @@ impl PyEventQueue {
         self.inner
             .push(Item::Object(item.clone().unbind()), lane)
             .map_err(refused)
+    }
+
+    /// Queue ``item`` at ``event``'s priority unless ``dedup`` has seen ``event``'s id.
+    ///
+    /// What a publisher does per event, in one call: the queue refuses first
+    /// (closed, then at capacity, under either overflow policy), so a refused
+    /// event leaves no id in the window; then the window checks and records
+    /// the id (wall clock), and a duplicate is not queued; then ``item`` is
+    /// queued. ``item`` is what pops: the event itself, or a wrapper of it.
+    /// Another thread filling the queue between the check and the push makes
+    /// the push raise with the id already recorded.
+    ///
+    /// Returns:
+    ///     How many items ``push_unique`` has queued on this queue, this one
+    ///     included (so a true value, counting from 1), or ``0`` for a
+    ///     duplicate. A publisher counts its events and samples every n-th
+    ///     one with it.
+    ///
+    /// Raises:
+    ///     TypeError: ``event`` is not an ``Event``, or ``item`` is ``None``.
+    ///     QueueFull: at capacity.
+    ///     QueueClosed: after ``close()``.
+    #[pyo3(signature = (item, event, dedup=None))]
+    fn push_unique(
+        &self,
+        item: &Bound<'_, PyAny>,
+        event: &Bound<'_, PyAny>,
+        dedup: Option<&Bound<'_, PyDedupWindow>>,
+    ) -> Result<u64, CoreError> {
+        let event = event.cast_exact::<PyEvent>().map_err(|_| {
+            CoreError::Type(format!(
+                "push_unique takes an Event, got a {}",
+                type_name(event)
+            ))
+        })?;
+        if item.is_none() {
+            return Err(unqueueable(item));
+        }
+        self.push_unique_item(item.clone().unbind(), event.get(), dedup)
+    }
+
+    /// Publish ``event``: :meth:`push_unique` with a new ``Published`` handle as the item.
+    ///
+    /// Returns the handle, or ``None`` for a duplicate (nothing queued). When
+    /// ``sample_every`` divides the count ``push_unique`` would return, the
+    /// handle's publish time is read from the clock the event bus installed
+    /// (``openstarry.bus`` measures the dispatch latency of those events).
+    ///
+    /// Raises:
+    ///     TypeError: ``event`` is not an ``Event``.
+    ///     QueueFull: at capacity.
+    ///     QueueClosed: after ``close()``.
+    #[pyo3(signature = (event, dedup=None, sample_every=0))]
+    fn publish(
+        &self,
+        event: &Bound<'_, PyAny>,
+        dedup: Option<&Bound<'_, PyDedupWindow>>,
+        sample_every: u64,
+    ) -> PyResult<Option<Py<PyPublished>>> {
+        let py = event.py();
+        let typed = event.cast_exact::<PyEvent>().map_err(|_| {
+            CoreError::Type(format!(
+                "publish takes an Event, got a {}",
+                type_name(event)
+            ))
+        })?;
+        let handle = PyPublished::untracked(py, event.clone().unbind(), None)?;
+        let count = self.push_unique_item(handle.clone_ref(py).into_any(), typed.get(), dedup)?;
+        if count == 0 {
+            return Ok(None);
+        }
+        if sample_every != 0 && count % sample_every == 0 {
+            let at: i64 = hook(py, |h| &h.clock)?.bind(py).call0()?.extract()?;
+            handle.get().slot.lock().at = Some(at);
+        }
+        Ok(Some(handle))
     }
 
     /// Queue every item in one call (all or nothing under ``"reject"``).
@@ -370,5 +486,238 @@ impl PyEventQueue {
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEventQueue>()?;
+    m.add_class::<PyPublished>()?;
+    m.add_function(wrap_pyfunction!(_install_published_hooks, m)?)?;
     Ok(())
+}
+
+/// What `Published` calls back into Python: the coroutine that awaits a handle
+/// (`openstarry.bus`) and the clock of its latency samples.
+struct Hooks {
+    wait: Py<PyAny>,
+    clock: Py<PyAny>,
+}
+
+static HOOKS: parking_lot::Mutex<Option<Hooks>> = parking_lot::Mutex::new(None);
+
+/// Install the functions a `Published` handle calls: ``wait(handle)`` returns
+/// the coroutine that ``await handle`` runs, and ``clock()`` the
+/// ``perf_counter_ns`` of a measured publish. The event bus installs them when
+/// it is imported.
+#[pyfunction]
+fn _install_published_hooks(wait: Py<PyAny>, clock: Py<PyAny>) {
+    *HOOKS.lock() = Some(Hooks { wait, clock });
+}
+
+fn hook(py: Python<'_>, which: fn(&Hooks) -> &Py<PyAny>) -> PyResult<Py<PyAny>> {
+    HOOKS
+        .lock()
+        .as_ref()
+        .map(|hooks| which(hooks).clone_ref(py))
+        .ok_or_else(|| {
+            pyo3::exceptions::PyRuntimeError::new_err(
+                "import openstarry.bus before awaiting a Published",
+            )
+        })
+}
+
+/// The mutable part of a handle.
+#[derive(Default)]
+struct Slot {
+    /// `perf_counter_ns` at publishing, for an event whose latency is measured.
+    at: Option<i64>,
+    /// `None` (pending, nobody waiting), the signal an awaiter sleeps on, or the outcome (a str).
+    state: Option<Py<PyAny>>,
+}
+
+/// What ``EventBus.publish`` and ``EventBus.apublish`` return: a handle on one event.
+///
+/// Truthy when the bus accepted the event, falsy when it refused it as a
+/// duplicate. ``await handle`` (or ``await handle.handled()``) waits until the
+/// event's handlers have finished and answers the outcome: ``"handled"``
+/// (every handler returned), ``"failed"`` (a handler raised; the others still
+/// ran and the error became a ``KERNEL:ERROR``), ``"no_subscriber"`` (nothing
+/// was subscribed to its type when its turn came), ``"duplicate"`` (refused
+/// at publishing, answered at once) or ``"stopped"`` (the bus stopped
+/// without dispatching it; see ``openstarry.bus``). On a bus with a remote
+/// backend, awaiting an accepted event's handle raises ``RuntimeError``.
+///
+/// A handle is one small object, untracked by the cycle collector until
+/// something awaits it; nothing is made for waiting until then.
+#[pyclass(frozen, name = "Published", module = "openstarry._core")]
+pub struct PyPublished {
+    event: Py<PyAny>,
+    slot: parking_lot::Mutex<Slot>,
+}
+
+impl PyPublished {
+    /// A pending handle on `event`, on the Python heap and untracked by the
+    /// cycle collector: it refers to an event and at most an int, none of
+    /// which can lead back to it, until an awaiter's signal is stored (then
+    /// it is tracked, see `_state`). Untracked, a burst of publishes makes
+    /// the collector run no more often than the events themselves do.
+    fn untracked(py: Python<'_>, event: Py<PyAny>, at: Option<i64>) -> PyResult<Py<PyPublished>> {
+        let obj = Py::new(
+            py,
+            PyPublished {
+                event,
+                slot: parking_lot::Mutex::new(Slot { at, state: None }),
+            },
+        )?;
+        // SAFETY: `obj` is a live object of a GC type, just created, and the
+        // GIL is held. CPython's untrack is a no-op for an untracked object,
+        // and PyO3's deallocator untracks only tracked objects.
+        #[allow(unsafe_code)]
+        unsafe {
+            pyo3::ffi::PyObject_GC_UnTrack(obj.as_ptr().cast());
+        }
+        Ok(obj)
+    }
+
+    /// The outcome string, if `state` holds one.
+    fn outcome_str(&self, py: Python<'_>) -> Option<String> {
+        let slot = self.slot.lock();
+        let state = slot.state.as_ref()?.bind(py);
+        let text = state.cast::<PyString>().ok()?;
+        text.to_str().ok().map(str::to_owned)
+    }
+}
+
+#[pymethods]
+impl PyPublished {
+    /// A pending handle on ``event`` (the bus makes them; this is for a bus of your own).
+    #[new]
+    fn new(event: &Bound<'_, PyAny>) -> Result<Self, CoreError> {
+        if event.cast_exact::<PyEvent>().is_err() {
+            return Err(CoreError::Type(format!(
+                "Published takes an Event, got a {}",
+                type_name(event)
+            )));
+        }
+        Ok(PyPublished {
+            event: event.clone().unbind(),
+            slot: parking_lot::Mutex::new(Slot::default()),
+        })
+    }
+
+    /// The event published.
+    #[getter]
+    fn event(&self, py: Python<'_>) -> Py<PyAny> {
+        self.event.clone_ref(py)
+    }
+
+    #[getter(_at)]
+    fn get_at(&self) -> Option<i64> {
+        self.slot.lock().at
+    }
+
+    #[setter(_at)]
+    fn set_at(&self, at: Option<i64>) {
+        self.slot.lock().at = at;
+    }
+
+    #[getter(_state)]
+    fn get_state(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.slot.lock().state.as_ref().map(|s| s.clone_ref(py))
+    }
+
+    #[setter(_state)]
+    fn set_state(slf: &Bound<'_, Self>, state: Option<Bound<'_, PyAny>>) {
+        let waiter = state
+            .as_ref()
+            .is_some_and(|s| !s.is_instance_of::<PyString>());
+        let old = std::mem::replace(&mut slf.get().slot.lock().state, state.map(Bound::unbind));
+        drop(old); // after the lock is released
+        if waiter {
+            // A signal may lead back to the handle (its waiters' tasks hold it).
+            // SAFETY: `slf` is a live object of a GC type whose `__traverse__`
+            // visits what it holds, and the GIL is held; tracking an object
+            // that is already tracked is an error, hence the check first.
+            #[allow(unsafe_code)]
+            unsafe {
+                if pyo3::ffi::PyObject_GC_IsTracked(slf.as_ptr()) == 0 {
+                    pyo3::ffi::PyObject_GC_Track(slf.as_ptr().cast());
+                }
+            }
+        }
+    }
+
+    /// Set the outcome and wake the awaiters, if any (the dispatcher's one call per event).
+    fn _finish(&self, outcome: &Bound<'_, PyString>) -> PyResult<()> {
+        let old = self
+            .slot
+            .lock()
+            .state
+            .replace(outcome.clone().into_any().unbind());
+        if let Some(old) = old {
+            let old = old.bind(outcome.py());
+            if !old.is_instance_of::<PyString>() {
+                old.call_method0(pyo3::intern!(outcome.py(), "set"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// ``True`` when the bus accepted the event, ``False`` for a duplicate.
+    fn __bool__(&self, py: Python<'_>) -> bool {
+        self.outcome_str(py).as_deref() != Some("duplicate")
+    }
+
+    /// Whether the bus accepted the event (``False`` for a duplicate).
+    #[getter]
+    fn accepted(&self, py: Python<'_>) -> bool {
+        self.__bool__(py)
+    }
+
+    /// The outcome once decided, else ``None`` (always ``None`` on a remote backend).
+    #[getter]
+    fn outcome(&self, py: Python<'_>) -> Option<String> {
+        self.outcome_str(py).filter(|s| s != "remote")
+    }
+
+    /// Whether :attr:`outcome` is decided: awaiting the handle now answers at once.
+    fn done(&self, py: Python<'_>) -> bool {
+        self.outcome(py).is_some()
+    }
+
+    /// Wait until the event's handlers have finished; the outcome (a coroutine).
+    fn handled(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        Ok(hook(py, |h| &h.wait)?.bind(py).call1((slf,))?.unbind())
+    }
+
+    fn __await__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let coroutine = hook(py, |h| &h.wait)?.bind(py).call1((slf,))?;
+        Ok(coroutine
+            .call_method0(pyo3::intern!(py, "__await__"))?
+            .unbind())
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let event = self.event.bind(py);
+        let shown = self.outcome_str(py).unwrap_or_else(|| "pending".to_owned());
+        Ok(format!(
+            "<Published {} {} {}>",
+            event.getattr(pyo3::intern!(py, "type"))?,
+            event.getattr(pyo3::intern!(py, "id"))?,
+            shown
+        ))
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.event)?;
+        // A handle busy in another thread reports nothing this round.
+        if let Some(slot) = self.slot.try_lock() {
+            if let Some(state) = &slot.state {
+                visit.call(state)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        let old = self.slot.lock().state.take();
+        drop(old);
+    }
 }

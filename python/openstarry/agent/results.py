@@ -182,7 +182,7 @@ class PendingRun:
         event: Event,
         done: Signal,
         waiters: Waiters,
-        publish: Callable[[Event], Awaitable[bool]],
+        publish: Callable[[Event], Awaitable[object]],
     ) -> None:
         self.event = event
         self.result = RunResult(event.trace_id)
