@@ -126,21 +126,31 @@ _RETRY = (
     OSError,
 )
 
-# One script per flush: publishes ("P"), commits ("C": a handled entry's effects,
-# its handled record and its XACK) and dead letters ("D"), in order, atomically.
+# One script per flush: publishes ("P"), commits ("C": a handled entry's XACK and
+# the effects of its handling), acknowledgements ("A": handled entries without
+# effects, one XACK per stream) and dead letters ("D"), in order, atomically.
 # Their fields travel in one length-prefixed blob (a few arguments per flush, not
 # thousands: the client's per-argument encoding dominated); every key shares the
 # hash tag of the one declared key, so a Redis Cluster keeps them on its node.
+#
+# The group's pending-entries list is the record of what is not yet handled: a
+# commit's XACK answers 0 when the entry was acknowledged before (by this
+# consumer's retried flush, or by another consumer that ran it too), and then
+# the commit publishes nothing.
+#
+# The duplicate window: the ids published in each `window` ms live in one hash
+# ({name}:ids:B, B = server time / window); an id is known while it is in the
+# current or the previous hash, so for at least `window` ms and less than twice
+# that. The whole flush looks its ids up in two HMGETs and records the new ones
+# in one HSET, instead of one SET NX PX per id.
 _FLUSH = r"""
 local window = tonumber(ARGV[1])
 local maxlen = tonumber(ARGV[2])
-local done_ttl = tonumber(ARGV[3])
-local token = ARGV[4]
-local group = ARGV[5]
-local ops = ARGV[6]
-local prefix = ARGV[7]
-local blob = ARGV[8]
-local done_prefix = prefix .. 'done:' .. group .. ':'
+local token = ARGV[3]
+local group = ARGV[4]
+local ops = ARGV[5]
+local prefix = ARGV[6]
+local blob = ARGV[7]
 local pos = 1
 local out = {}
 
@@ -150,6 +160,53 @@ local function field()
   local len = tonumber(string.sub(blob, pos, colon - 1))
   pos = colon + len + 1
   return string.sub(blob, colon + 1, colon + len)
+end
+
+-- Read every operation first, gathering the ids to look up.
+local parsed = {}
+local ids = {}
+local known = {}
+local function want(id)
+  if known[id] == nil then
+    known[id] = false
+    ids[#ids + 1] = id
+  end
+end
+for i = 1, #ops do
+  local op = string.sub(ops, i, i)
+  local rec
+  if op == 'P' then
+    rec = {op, field(), field(), field()} -- id, stream, wire
+    want(rec[2])
+  elseif op == 'C' then
+    local skey, entry, n = field(), field(), tonumber(field())
+    local effects = {}
+    for j = 1, n do
+      local e = {field(), field(), field()}
+      effects[j] = e
+      want(e[1])
+    end
+    rec = {op, skey, entry, effects}
+  elseif op == 'A' then
+    rec = {op, field(), field()} -- stream, entry ids joined by commas
+  else
+    rec = {op, field(), field(), field(), field()} -- stream, entry, wire, reason
+  end
+  parsed[i] = rec
+end
+
+local now = redis.call('TIME')
+local bucket = math.floor((tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)) / window)
+local current = prefix .. 'ids:' .. bucket
+local previous = prefix .. 'ids:' .. (bucket - 1)
+for c = 1, #ids, 1000 do
+  local last = math.min(c + 999, #ids)
+  local a = redis.call('HMGET', current, unpack(ids, c, last))
+  local b = redis.call('HMGET', previous, unpack(ids, c, last))
+  for j = 1, last - c + 1 do
+    local v = a[j] or b[j]
+    if v then known[ids[c + j - 1]] = v end
+  end
 end
 
 local function parse(id)
@@ -198,67 +255,76 @@ local function has_room(skey)
   return len < maxlen
 end
 
-for i = 1, #ops do
-  local op = string.sub(ops, i, i)
+local fresh = {}
+local function append(id, skey, wire)
+  redis.call('XADD', skey, '*', 'e', wire)
+  lens[skey] = lens[skey] + 1
+  known[id] = true -- a second time in this flush is a duplicate
+  fresh[#fresh + 1] = id
+  fresh[#fresh + 1] = token
+end
+
+for i = 1, #parsed do
+  local rec = parsed[i]
+  local op = rec[1]
   if op == 'P' then
-    local idkey, skey, wire = prefix .. 'id:' .. field(), field(), field()
-    local seen
-    if has_room(skey) then
-      seen = redis.call('SET', idkey, token, 'NX', 'PX', window, 'GET')
-      if not seen then
-        redis.call('XADD', skey, '*', 'e', wire)
-        lens[skey] = lens[skey] + 1
-      end
+    local seen = known[rec[2]]
+    if seen == token then
+      out[i] = 1 -- this producer's retried flush: accepted then
+    elseif seen then
+      out[i] = 0
+    elseif has_room(rec[3]) then
+      append(rec[2], rec[3], rec[4])
+      out[i] = 1
     else
-      seen = redis.call('GET', idkey)
-      if not seen then seen = -1 end
-    end
-    if not seen or seen == token then
-      out[#out + 1] = 1
-    elseif seen == -1 then
-      out[#out + 1] = -1
-    else
-      out[#out + 1] = 0
+      out[i] = -1
     end
   elseif op == 'C' then
-    -- Commit: a handled entry's effects (n publishes), its record, its XACK.
-    local donekey, skey, entry, n = done_prefix .. field(), field(), field(), tonumber(field())
-    local effects = {}
-    for j = 1, n do effects[j] = {prefix .. 'id:' .. field(), field(), field()} end
-    if redis.call('EXISTS', donekey) == 1 then
-      out[#out + 1] = -2 -- handled before: its effects were committed then
-      redis.call('XACK', skey, group, entry)
+    local effects = rec[4]
+    local room = true
+    for j = 1, #effects do
+      if not has_room(effects[j][2]) then room = false; break end
+    end
+    if not room then
+      out[i] = -1 -- refused whole: retried when the streams have room
+    elseif redis.call('XACK', rec[2], group, rec[3]) == 0 then
+      out[i] = -2 -- acknowledged before: its effects were committed then
     else
-      local room = true
-      for j = 1, n do
-        if not has_room(effects[j][2]) then room = false; break end
-      end
-      if room then
-        local fresh = 0
-        for j = 1, n do
-          local e = effects[j]
-          if redis.call('SET', e[1], token, 'NX', 'PX', window) then
-            redis.call('XADD', e[2], '*', 'e', e[3])
-            lens[e[2]] = lens[e[2]] + 1
-            fresh = fresh + 1
-          end
+      local n = 0
+      for j = 1, #effects do
+        local e = effects[j]
+        if not known[e[1]] then
+          append(e[1], e[2], e[3])
+          n = n + 1
         end
-        redis.call('SET', donekey, '1', 'PX', done_ttl)
-        redis.call('XACK', skey, group, entry)
-        out[#out + 1] = fresh
-      else
-        out[#out + 1] = -1 -- refused whole: retried when the streams have room
       end
+      out[i] = n
     end
-  else -- 'D': dead letter
-    local donekey, skey = done_prefix .. field(), field()
-    local entry, wire, reason = field(), field(), field()
-    local dead = prefix .. 'dead'
-    if redis.call('SET', donekey, 'dead', 'NX', 'PX', done_ttl) then
-      redis.call('XADD', dead, '*', 'e', wire, 'reason', reason, 'stream', skey, 'entry', entry)
+  elseif op == 'A' then
+    local entries = {}
+    for entry in string.gmatch(rec[3], '[^,]+') do entries[#entries + 1] = entry end
+    local n = 0
+    for c = 1, #entries, 1000 do
+      n = n + redis.call('XACK', rec[2], group, unpack(entries, c, math.min(c + 999, #entries)))
     end
-    redis.call('XACK', skey, group, entry)
+    out[i] = n
+  else -- 'D': dead letter, unless acknowledged before
+    if redis.call('XACK', rec[2], group, rec[3]) == 1 then
+      redis.call('XADD', prefix .. 'dead', '*', 'e', rec[4], 'reason', rec[5], 'stream', rec[2], 'entry', rec[3])
+      out[i] = 1
+    else
+      out[i] = 0
+    end
   end
+end
+
+for c = 1, #fresh, 1000 do
+  redis.call('HSET', current, unpack(fresh, c, math.min(c + 999, #fresh)))
+end
+if #fresh > 0 then
+  redis.call('PEXPIREAT', current, (bucket + 2) * window)
+  -- Freed in the background: a window's ids may be many.
+  redis.call('UNLINK', prefix .. 'ids:' .. (bucket - 2))
 end
 return out
 """
@@ -298,7 +364,7 @@ class _Delivery:
 
     __slots__ = ("attempts", "effects", "entry", "partition", "stream")
 
-    def __init__(self, stream: str, entry: str, partition: int, attempts: int) -> None:
+    def __init__(self, stream: bytes, entry: bytes, partition: int, attempts: int) -> None:
         self.stream = stream
         self.entry = entry
         self.partition = partition
@@ -310,13 +376,12 @@ class _Delivery:
 class _Outgoing:
     """One operation waiting for the next flush: its code and its fields, encoded."""
 
-    __slots__ = ("accepted", "blob", "effects", "event", "op", "waiter")
+    __slots__ = ("accepted", "blob", "effects", "op", "waiter")
 
-    def __init__(self, op: str, blob: bytes, event: Event | None, effects: int = 0) -> None:
+    def __init__(self, op: str, blob: bytes, effects: int = 0) -> None:
         self.op = op
         self.blob = blob
-        self.event = event
-        #: The publishes a commit carries.
+        #: The publishes a commit carries; the entries an acknowledgement carries.
         self.effects = effects
         #: Who awaits the answer of a publish, and the answer.
         self.waiter: _Answers | None = None
@@ -347,38 +412,60 @@ def _fields(*fields: bytes | str) -> bytes:
     return b"".join(out)
 
 
+#: Operations per flush script, at most (acknowledgements count one per stream).
+_FLUSH_OPS = 2048
+#: Events ``asend_many`` prepares before it lets a flush start on what it has.
+_PREPARE = 1024
+
+
 class _Outbox:
     """What this process sends, in order, until the flush script has answered for it.
 
-    Publishes, commits (a handled entry's effects, its handled record and its
-    XACK) and dead letters wait in one queue; one task runs them through the
-    flush script, up to 2,048 at a time. The counts are the backend's.
+    Publishes, commits (a handled entry's XACK with the effects of its handling)
+    and dead letters wait in one queue; handled entries without effects wait
+    by stream, to be acknowledged with one XACK per stream. One task runs them
+    through the flush script, up to 2,048 operations at a time. The counts are
+    the backend's.
     """
 
-    __slots__ = ("flushed", "in_flight", "queue", "streams", "wake")
+    __slots__ = ("acks", "flushed", "in_flight", "keys", "queue", "streams", "unacked", "wake")
 
     def __init__(self, streams: RedisStreams) -> None:
         self.streams = streams
         self.queue: deque[_Outgoing] = deque()
+        #: Handled entries without effects, by stream, waiting for their XACK.
+        self.acks: dict[bytes, list[bytes]] = {}
+        self.unacked = 0
         self.wake: anyio.Event = anyio.Event()
         self.flushed: anyio.Event = anyio.Event()
         self.in_flight = 0  # operations taken by the flush under way
+        #: The stream keys, by partition * 6 + priority, as the blob carries them.
+        self.keys = [
+            _fields(stream_key(streams.name, p, r))
+            for p in range(streams.partitions)
+            for r in PRIORITIES
+        ]
 
     def publish_op(self, event: Event) -> _Outgoing:
         streams = self.streams
-        partition = partition_of(event.session_id, streams.partitions)
-        stream = stream_key(streams.name, partition, event.priority).encode()
+        partition = zlib.crc32(event.session_id.encode("utf-8", "surrogatepass"))
+        stream = self.keys[(partition % streams.partitions) * 6 + event.priority]
         event_id = event.id.encode("utf-8", "surrogatepass")
         wire = encode_event(event)
-        blob = b"%d:%s%d:%s%d:%s" % (len(event_id), event_id, len(stream), stream, len(wire), wire)
-        return _Outgoing("P", blob, event)
+        blob = b"%d:%s%s%d:%s" % (len(event_id), event_id, stream, len(wire), wire)
+        return _Outgoing("P", blob)
+
+    def _wake(self) -> None:
+        wake = self.wake
+        if not wake.is_set():
+            wake.set()
 
     def send(self, event: Event) -> None:
         buffer = self.streams.buffer
         if len(self.queue) >= buffer:
             raise QueueFull(f"the Redis bus's outgoing buffer holds {buffer} events")
         self.queue.append(self.publish_op(event))
-        self.wake.set()
+        self._wake()
 
     async def asend(self, event: Event) -> bool:
         while len(self.queue) >= self.streams.buffer:
@@ -386,7 +473,7 @@ class _Outbox:
         op = self.publish_op(event)
         answers = op.waiter = _Answers(1)
         self.queue.append(op)
-        self.wake.set()
+        self._wake()
         await answers.signal.wait()
         return op.accepted
 
@@ -395,37 +482,46 @@ class _Outbox:
         ops = []
         outgoing = self.queue
         buffer = self.streams.buffer
-        for event in events:
+        publish_op = self.publish_op
+        for i, event in enumerate(events):
             if len(outgoing) >= buffer:
-                self.wake.set()
+                self._wake()
                 while len(outgoing) >= buffer:
                     await self.flush()
-            op = self.publish_op(event)
+            elif i and i % _PREPARE == 0:
+                # Let the flusher send what is ready while the rest is prepared.
+                self._wake()
+                await anyio.sleep(0)
+            op = publish_op(event)
             op.waiter = answers
             outgoing.append(op)
             ops.append(op)
-        self.wake.set()
+        self._wake()
         if ops:
             await answers.signal.wait()
         return [op.accepted for op in ops]
 
     async def flush(self) -> None:
-        while (self.queue or self.in_flight) and self.streams._client is not None:
+        while (self.queue or self.unacked or self.in_flight) and self.streams._client is not None:
             flushed = self.flushed
-            self.wake.set()
+            self._wake()
             await flushed.wait()
 
     async def run(self) -> None:
         """Flush what waits, whenever something does."""
+        outgoing = self.queue
         while True:
-            if not self.queue:
+            if not outgoing and not self.unacked:
                 self.wake = anyio.Event()
-                if not self.queue:
+                if not outgoing and not self.unacked:
                     await self.wake.wait()
             ops: list[_Outgoing] = []
-            outgoing = self.queue
-            while outgoing and len(ops) < 2048:
+            while outgoing and len(ops) < _FLUSH_OPS:
                 ops.append(outgoing.popleft())
+            if self.unacked:
+                acks, self.acks, self.unacked = self.acks, {}, 0
+                for stream, entries in acks.items():
+                    ops.append(_Outgoing("A", _fields(stream, b",".join(entries)), len(entries)))
             self.in_flight = len(ops)
             try:
                 full = await self.streams._retrying(functools.partial(self._flush, ops))
@@ -440,12 +536,11 @@ class _Outbox:
             flushed.set()
 
     async def _flush(self, ops: list[_Outgoing]) -> list[_Outgoing]:
-        """Run one flush script; returns the publishes refused because a stream was full."""
+        """Run one flush script; returns the operations refused because a stream was full."""
         streams = self.streams
         args: list[bytes | str | int] = [
             streams.window_ms,
             streams.maxlen,
-            streams.done_ttl_ms,
             streams.token,
             streams.group,
             "".join([op.op for op in ops]),
@@ -453,70 +548,69 @@ class _Outbox:
             b"".join([op.blob for op in ops]),
         ]
         results = await streams._scripts["flush"](keys=[streams._key("dead")], args=args)
-        answered = [op for op in ops if op.op != "D"]
         full: list[_Outgoing] = []
-        for op, result in zip(answered, results, strict=True):
-            if result == -1:
-                full.append(op)
-                continue
-            if op.op == "C":
+        for op, result in zip(ops, results, strict=True):
+            code = op.op
+            if code == "P":
+                if result == 1:
+                    streams.sent += 1
+                elif result == 0:
+                    streams.duplicates += 1
+                else:
+                    full.append(op)
+                    continue
+                if op.waiter is not None:
+                    op.accepted = result == 1
+                    op.waiter.answered()
+            elif code == "A":
+                streams.acked += op.effects
+                streams.skipped_handled += op.effects - result
+            elif code == "C":
+                if result == -1:
+                    full.append(op)
+                    continue
                 streams.acked += 1
                 if result == -2:
                     streams.skipped_handled += 1
                 else:
                     streams.sent += result
                     streams.duplicates += op.effects - result
-                continue
-            if result == 1:
-                streams.sent += 1
-            else:
-                streams.duplicates += 1
-            if op.waiter is not None:
-                op.accepted = result == 1
-                op.waiter.answered()
+            else:  # "D": 0 when the entry was acknowledged before
+                streams.dead_lettered += result
         return full
 
-    def commit(self, event: Event, delivery: _Delivery) -> None:
-        """Commit a handled delivery: its effects, its handled record and its XACK at once."""
+    def ack(self, delivery: _Delivery) -> None:
+        """Acknowledge a handled delivery without effects (one XACK per stream and flush)."""
+        entries = self.acks.get(delivery.stream)
+        if entries is None:
+            self.acks[delivery.stream] = [delivery.entry]
+        else:
+            entries.append(delivery.entry)
+        self.unacked += 1
+        self._wake()
+
+    def commit(self, delivery: _Delivery) -> None:
+        """Commit a handled delivery: its XACK and its effects at once."""
         effects = delivery.effects
-        event_id = event.id.encode("utf-8", "surrogatepass")
-        stream, entry = delivery.stream.encode(), delivery.entry.encode()
+        stream, entry = delivery.stream, delivery.entry
         count = b"%d" % len(effects)
-        blob = b"%d:%s%d:%s%d:%s%d:%s" % (
-            len(event_id),
-            event_id,
-            len(stream),
-            stream,
-            len(entry),
-            entry,
-            len(count),
-            count,
-        )
-        if effects:
-            blob = b"".join([blob, *[effect.blob for effect in effects]])
+        blob = b"%d:%s%d:%s%d:%s" % (len(stream), stream, len(entry), entry, len(count), count)
+        blob = b"".join([blob, *[effect.blob for effect in effects]])
         delivery.effects = []
-        self.queue.append(_Outgoing("C", blob, None, len(effects)))
-        self.wake.set()
+        self.queue.append(_Outgoing("C", blob, len(effects)))
+        self._wake()
 
     def dead_letter(
         self, event: Event | None, delivery: _Delivery, reason: str, wire: bytes = b""
     ) -> None:
-        self.streams.dead_lettered += 1
-        event_id = event.id if event is not None else f"entry:{delivery.stream}:{delivery.entry}"
-        self.queue.append(
-            _Outgoing(
-                "D",
-                _fields(
-                    event_id,
-                    delivery.stream,
-                    delivery.entry,
-                    encode_event(event) if event is not None else wire,
-                    reason,
-                ),
-                None,
-            )
+        fields = _fields(
+            delivery.stream,
+            delivery.entry,
+            encode_event(event) if event is not None else wire,
+            reason,
         )
-        self.wake.set()
+        self.queue.append(_Outgoing("D", fields))
+        self._wake()
 
 
 class _Leases:
@@ -644,7 +738,10 @@ class _Deliveries:
             return
         outbox = self.streams._outbox
         if outcome == "handled":
-            outbox.commit(event, delivery)
+            if delivery.effects:
+                outbox.commit(delivery)
+            else:
+                outbox.ack(delivery)
             return
         # A failed or handed-back attempt commits nothing: its effects go with it.
         delivery.effects = []
@@ -688,6 +785,8 @@ class _Deliveries:
         assert bus is not None
         leases = streams._leases
         low_water = streams.batch
+        command: tuple[Any, ...] = ()
+        reading: list[int] = []
         while not streams._stopping:
             if len(bus) >= low_water:
                 await anyio.sleep(0.001)
@@ -700,11 +799,18 @@ class _Deliveries:
             if not readable:
                 await anyio.sleep(0.05)
                 continue
-            keys = {key: ">" for p in readable for key in streams._streams_of(p)}
-            try:
-                reply = await streams._client.xreadgroup(
-                    streams.group, streams.consumer, keys, count=streams.batch, block=500
+            if readable != reading:
+                # The command's arguments, built again only when the leases change.
+                reading = readable
+                keys = [key for p in readable for key in streams._streams_of(p)]
+                command = (
+                    *("XREADGROUP", "GROUP", streams.group, streams.consumer),
+                    *("COUNT", streams.batch, "BLOCK", 500, "STREAMS"),
+                    *keys,
+                    *([">"] * len(keys)),
                 )
+            try:
+                reply = await streams._client.execute_command(*command)
             except redis_errors.ResponseError as exc:
                 if "NOGROUP" in str(exc):  # the streams were deleted under us
                     await streams._retrying(self.create_groups)
@@ -716,28 +822,37 @@ class _Deliveries:
                 await anyio.sleep(0.2)
                 continue
             if reply:
+                # The reply as hiredis gives it (no dict per entry): by stream
+                # (a map on RESP3, pairs on RESP2), [entry, [field, value, ...]]
+                # each; "e" is the only field openstarry writes.
                 entries = [
-                    (_text(stream), _text(entry), fields)
-                    for stream, stream_entries in reply
+                    (stream, entry, fields[1] if fields[0] == b"e" else _field(fields))
+                    for stream, stream_entries in (
+                        reply.items() if isinstance(reply, dict) else reply
+                    )
                     for entry, fields in stream_entries
                 ]
                 self.feed(self.deliver(entries, attempts=None))
 
     async def reclaim_partition(self, partition: int) -> None:
         """Take every entry still pending in a partition just acquired (its previous
-        owner died or stopped), skipping those already handled."""
+        owner died or stopped). What was handled is not pending: its XACK was
+        committed with its effects."""
         streams = self.streams
         client = streams._client
         group, consumer = streams.group, streams.consumer
         for key in streams._streams_of(partition):
+            stream = key.encode()
             cursor = "0-0"
             while True:
                 reply = await client.xautoclaim(
                     key, group, consumer, min_idle_time=0, start_id=cursor, count=1000
                 )
                 cursor = _text(reply[0])
-                entries = [(key, _text(entry), fields) for entry, fields in reply[1] if fields]
-                deleted = [_text(e) for e in (reply[2] if len(reply) > 2 else [])]
+                entries = [
+                    (stream, entry, fields.get(b"e", b"")) for entry, fields in reply[1] if fields
+                ]
+                deleted = reply[2] if len(reply) > 2 else []
                 if deleted:
                     await client.xack(key, group, *deleted)
                 if entries:
@@ -749,71 +864,59 @@ class _Deliveries:
                         count=len(entries) + 1,
                         consumername=consumer,
                     )
-                    counts = {_text(p["message_id"]): int(p["times_delivered"]) for p in pending}
-                    self.feed(await self.skip_handled(self.deliver(entries, attempts=counts)))
+                    counts = {p["message_id"]: int(p["times_delivered"]) for p in pending}
+                    self.feed(self.deliver(entries, attempts=counts))
                 if cursor == "0-0":
                     break
 
     def deliver(
         self,
-        entries: Sequence[tuple[str, str, dict[bytes, bytes]]],
-        attempts: dict[str, int] | None,
+        entries: Sequence[tuple[bytes, bytes, bytes]],
+        attempts: dict[bytes, int] | None,
     ) -> list[tuple[Event, _Delivery]]:
         """Decode, check and order a fetched batch in one Ingestor call.
 
-        ``attempts`` (deliveries so far, by entry) is given for reclaimed
-        entries. Invalid envelopes and events delivered too often go to the
-        dead-letter stream. Returns the events to dispatch, in dispatch order.
+        ``entries`` are ``(stream, entry id, wire bytes)``; ``attempts``
+        (deliveries so far, by entry) is given for reclaimed entries. Invalid
+        envelopes and events delivered too often go to the dead-letter stream.
+        Returns the events to dispatch, in dispatch order.
         """
         streams = self.streams
         outbox = streams._outbox
-        wires = [fields.get(b"e", b"") for _, _, fields in entries]
+        partition_of_key = streams._partition_of_key
+        wires = [wire for _, _, wire in entries]
         scratch = self.scratch
         result = self.ingestor.ingest(wires)
         invalid = {line for line, _ in result.invalid} if result.invalid else ()
-        # An event keeps the very bytes it was decoded from: they find its entry.
-        by_wire: dict[bytes, list[_Delivery]] = {}
-        for i, (stream, entry, _) in enumerate(entries):
-            delivery = _Delivery(stream, entry, int(stream.rsplit(":", 2)[1]), 0)
-            if i in invalid:
-                outbox.dead_letter(None, delivery, "invalid envelope", wires[i])
+        # An event keeps the very bytes it was decoded from: they find its entry
+        # (a list only where one batch holds the same bytes twice).
+        by_wire: dict[bytes, Any] = {}
+        for i, (stream, entry, wire) in enumerate(entries):
+            delivery = _Delivery(stream, entry, partition_of_key[stream], 0)
+            if invalid and i in invalid:
+                outbox.dead_letter(None, delivery, "invalid envelope", wire)
                 continue
             if attempts is not None:
                 delivery.attempts = max(0, attempts.get(entry, 1) - 1)
-            found = by_wire.get(wires[i])
+            found = by_wire.get(wire)
             if found is None:
-                by_wire[wires[i]] = [delivery]
-            else:
+                by_wire[wire] = delivery
+            elif type(found) is list:
                 found.append(delivery)
+            else:
+                by_wire[wire] = [found, delivery]
         events = scratch.pop_many(len(scratch))
         streams.delivered += len(events)
+        max_deliveries = streams.max_deliveries
         items: list[tuple[Event, _Delivery]] = []
         for event in events:
             found = by_wire[encode_event(event)]
-            delivery = found.pop(0) if len(found) > 1 else found[0]
-            if delivery.attempts >= streams.max_deliveries:
+            delivery = found.pop(0) if type(found) is list else found
+            if delivery.attempts >= max_deliveries:
                 outbox.dead_letter(event, delivery, "delivered too many times")
                 continue
             items.append((event, delivery))
         return items
-
-    async def skip_handled(
-        self, items: list[tuple[Event, _Delivery]]
-    ) -> list[tuple[Event, _Delivery]]:
-        """The reclaimed events not yet handled; the handled ones are acknowledged."""
-        if not items:
-            return items
-        streams = self.streams
-        keys = [streams._key(f"done:{streams.group}:{event.id}") for event, _ in items]
-        marks = await streams._client.mget(keys)
-        fresh = []
-        for (event, delivery), mark in zip(items, marks, strict=True):
-            if mark is None:
-                fresh.append((event, delivery))
-            else:
-                # Counted as skipped when the script answers.
-                streams._outbox.commit(event, delivery)
-        return fresh
 
 
 class RedisStreams:
@@ -832,8 +935,8 @@ class RedisStreams:
         name: The prefix of every key (the hash tag), to run several buses on one Redis.
         partitions: Partitions of the sessions (fixed for the life of the data).
         maxlen: Entries each stream holds at most.
-        dedup_window: Seconds an id stays known to every producer.
-        done_ttl: Seconds a handled id stays recorded (longer than any redelivery).
+        dedup_window: Seconds an id stays known to every producer, at least (and
+            less than twice that: ids are kept in one hash per window).
         claim_idle: Seconds after which the partitions of a consumer that stopped
             renewing its leases are taken over, and their entries reclaimed.
         max_deliveries: Deliveries of an event whose handler keeps failing before
@@ -853,7 +956,6 @@ class RedisStreams:
         partitions: int = 8,
         maxlen: int = 10_000,
         dedup_window: float = 60.0,
-        done_ttl: float = 86_400.0,
         claim_idle: float = 10.0,
         max_deliveries: int = 3,
         batch: int = 256,
@@ -863,6 +965,8 @@ class RedisStreams:
             raise ValueError("partitions, max_deliveries and batch must be >= 1, maxlen >= 10")
         if not 0 < claim_idle <= 3600:
             raise ValueError(f"claim_idle must be in (0, 3600] seconds, not {claim_idle}")
+        if not 0.001 <= dedup_window <= 86_400:
+            raise ValueError(f"dedup_window must be in [0.001, 86400] seconds, not {dedup_window}")
         self.url = url
         self.group = group or "openstarry"
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
@@ -871,11 +975,14 @@ class RedisStreams:
         self.partitions = partitions
         self.maxlen = maxlen
         self.window_ms = int(dedup_window * 1000)
-        self.done_ttl_ms = int(done_ttl * 1000)
         self.claim_idle = claim_idle
         self.max_deliveries = max_deliveries
         self.batch = batch
         self.buffer = buffer
+        #: The partition of each stream key, as Redis replies name them.
+        self._partition_of_key = {
+            key.encode(): p for p in range(partitions) for key in self._streams_of(p)
+        }
         #: Identifies this producer's publishes, so that a retried flush is not a duplicate.
         self.token = uuid.uuid4().hex
         self._client: Any = None
@@ -922,6 +1029,8 @@ class RedisStreams:
         client = aioredis.Redis.from_url(
             self.url, decode_responses=False, health_check_interval=0, socket_keepalive=True
         )
+        # Fetched batches are read as hiredis parses them, not as a dict per entry.
+        client.set_response_callback("XREADGROUP", _as_is)
         self._client = client
         try:
             self._scripts = {
@@ -1063,6 +1172,18 @@ class RedisStreams:
 def _order(entry_id: str) -> tuple[int, int]:
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
+
+
+def _as_is(response: Any, **options: Any) -> Any:
+    return response
+
+
+def _field(fields: Sequence[bytes]) -> bytes:
+    """The ``e`` field of an entry's ``[field, value, ...]`` list (empty if none)."""
+    for i in range(0, len(fields) - 1, 2):
+        if fields[i] == b"e":
+            return fields[i + 1]
+    return b""
 
 
 def _text(value: bytes | str) -> str:
