@@ -129,8 +129,9 @@ _RETRY = (
 # One script per flush: publishes ("P"), commits ("C": a handled entry's XACK and
 # the effects of its handling), acknowledgements ("A": handled entries without
 # effects, one XACK per stream) and dead letters ("D"), in order, atomically.
-# Their fields travel in one length-prefixed blob (a few arguments per flush, not
-# thousands: the client's per-argument encoding dominated); every key shares the
+# Their fields travel in one blob, a msgpack array of strings (a few arguments per
+# flush, not thousands: the client's per-argument encoding dominated; the script
+# reads it with one cmsgpack.unpack, not field by field); every key shares the
 # hash tag of the one declared key, so a Redis Cluster keeps them on its node.
 #
 # The group's pending-entries list is the record of what is not yet handled: a
@@ -150,20 +151,12 @@ local token = ARGV[3]
 local group = ARGV[4]
 local ops = ARGV[5]
 local prefix = ARGV[6]
-local blob = ARGV[7]
-local pos = 1
+-- Every operation's fields, one flat msgpack array of strings (one C call to read).
+local t = cmsgpack.unpack(ARGV[7])
 local out = {}
 
--- The next field of the blob: "<length>:<bytes>".
-local function field()
-  local colon = string.find(blob, ':', pos, true)
-  local len = tonumber(string.sub(blob, pos, colon - 1))
-  pos = colon + len + 1
-  return string.sub(blob, colon + 1, colon + len)
-end
-
--- Read every operation first, gathering the ids to look up.
-local parsed = {}
+-- Where each operation's fields start, gathering the ids to look up.
+local starts = {}
 local ids = {}
 local known = {}
 local function want(id)
@@ -172,27 +165,25 @@ local function want(id)
     ids[#ids + 1] = id
   end
 end
+local k = 1
 for i = 1, #ops do
   local op = string.sub(ops, i, i)
-  local rec
-  if op == 'P' then
-    rec = {op, field(), field(), field()} -- id, stream, wire
-    want(rec[2])
-  elseif op == 'C' then
-    local skey, entry, n = field(), field(), tonumber(field())
-    local effects = {}
+  starts[i] = k
+  if op == 'P' then -- id, stream, wire
+    want(t[k])
+    k = k + 3
+  elseif op == 'C' then -- stream, entry, n, then n times id, stream, wire
+    local n = tonumber(t[k + 2])
+    k = k + 3
     for j = 1, n do
-      local e = {field(), field(), field()}
-      effects[j] = e
-      want(e[1])
+      want(t[k])
+      k = k + 3
     end
-    rec = {op, skey, entry, effects}
-  elseif op == 'A' then
-    rec = {op, field(), field()} -- stream, entry ids joined by commas
-  else
-    rec = {op, field(), field(), field(), field()} -- stream, entry, wire, reason
+  elseif op == 'A' then -- stream, entry ids joined by commas
+    k = k + 2
+  else -- 'D': stream, entry, wire, reason
+    k = k + 4
   end
-  parsed[i] = rec
 end
 
 local now = redis.call('TIME')
@@ -264,53 +255,55 @@ local function append(id, skey, wire)
   fresh[#fresh + 1] = token
 end
 
-for i = 1, #parsed do
-  local rec = parsed[i]
-  local op = rec[1]
+for i = 1, #ops do
+  local op = string.sub(ops, i, i)
+  local f = starts[i]
   if op == 'P' then
-    local seen = known[rec[2]]
+    local id = t[f]
+    local seen = known[id]
     if seen == token then
       out[i] = 1 -- this producer's retried flush: accepted then
     elseif seen then
       out[i] = 0
-    elseif has_room(rec[3]) then
-      append(rec[2], rec[3], rec[4])
+    elseif has_room(t[f + 1]) then
+      append(id, t[f + 1], t[f + 2])
       out[i] = 1
     else
       out[i] = -1
     end
   elseif op == 'C' then
-    local effects = rec[4]
+    local n = tonumber(t[f + 2])
     local room = true
-    for j = 1, #effects do
-      if not has_room(effects[j][2]) then room = false; break end
+    for j = 1, n do
+      if not has_room(t[f + 3 * j + 1]) then room = false; break end
     end
     if not room then
       out[i] = -1 -- refused whole: retried when the streams have room
-    elseif redis.call('XACK', rec[2], group, rec[3]) == 0 then
+    elseif redis.call('XACK', t[f], group, t[f + 1]) == 0 then
       out[i] = -2 -- acknowledged before: its effects were committed then
     else
-      local n = 0
-      for j = 1, #effects do
-        local e = effects[j]
-        if not known[e[1]] then
-          append(e[1], e[2], e[3])
-          n = n + 1
+      local fresh_effects = 0
+      for j = 1, n do
+        local e = f + 3 * j
+        if not known[t[e]] then
+          append(t[e], t[e + 1], t[e + 2])
+          fresh_effects = fresh_effects + 1
         end
       end
-      out[i] = n
+      out[i] = fresh_effects
     end
   elseif op == 'A' then
     local entries = {}
-    for entry in string.gmatch(rec[3], '[^,]+') do entries[#entries + 1] = entry end
+    for entry in string.gmatch(t[f + 1], '[^,]+') do entries[#entries + 1] = entry end
     local n = 0
     for c = 1, #entries, 1000 do
-      n = n + redis.call('XACK', rec[2], group, unpack(entries, c, math.min(c + 999, #entries)))
+      n = n + redis.call('XACK', t[f], group, unpack(entries, c, math.min(c + 999, #entries)))
     end
     out[i] = n
   else -- 'D': dead letter, unless acknowledged before
-    if redis.call('XACK', rec[2], group, rec[3]) == 1 then
-      redis.call('XADD', prefix .. 'dead', '*', 'e', rec[4], 'reason', rec[5], 'stream', rec[2], 'entry', rec[3])
+    if redis.call('XACK', t[f], group, t[f + 1]) == 1 then
+      redis.call('XADD', prefix .. 'dead', '*', 'e', t[f + 2], 'reason', t[f + 3],
+        'stream', t[f], 'entry', t[f + 1])
       out[i] = 1
     else
       out[i] = 0
@@ -376,11 +369,13 @@ class _Delivery:
 class _Outgoing:
     """One operation waiting for the next flush: its code and its fields, encoded."""
 
-    __slots__ = ("accepted", "blob", "effects", "op", "waiter")
+    __slots__ = ("accepted", "blob", "effects", "fields", "op", "waiter")
 
-    def __init__(self, op: str, blob: bytes, effects: int = 0) -> None:
+    def __init__(self, op: str, blob: bytes, fields: int, effects: int = 0) -> None:
         self.op = op
         self.blob = blob
+        #: The fields the blob holds.
+        self.fields = fields
         #: The publishes a commit carries; the entries an acknowledgement carries.
         self.effects = effects
         #: Who awaits the answer of a publish, and the answer.
@@ -403,12 +398,31 @@ class _Answers:
             self.signal.set()
 
 
+#: msgpack's header of a string of each length up to 255 (fixstr, then str 8).
+_SHORT = [bytes((0xA0 | n,)) if n < 32 else bytes((0xD9, n)) for n in range(256)]
+
+
+def _head(n: int) -> bytes:
+    """msgpack's header of a string of ``n`` bytes."""
+    if n < 256:
+        return _SHORT[n]
+    if n < 65536:
+        return b"\xda" + n.to_bytes(2, "big")
+    return b"\xdb" + n.to_bytes(4, "big")
+
+
+def _array(n: int) -> bytes:
+    """msgpack's header of an array of ``n`` items."""
+    return bytes((0x90 | n,)) if n < 16 else b"\xdd" + n.to_bytes(4, "big")
+
+
 def _fields(*fields: bytes | str) -> bytes:
-    """Fields for the flush script's blob: ``<length>:<bytes>`` each."""
+    """Fields for the flush script's blob: a msgpack string each."""
     out = []
     for f in fields:
         b = f.encode("utf-8", "surrogatepass") if isinstance(f, str) else f
-        out.append(b"%d:%s" % (len(b), b))
+        out.append(_head(len(b)))
+        out.append(b)
     return b"".join(out)
 
 
@@ -452,8 +466,8 @@ class _Outbox:
         stream = self.keys[(partition % streams.partitions) * 6 + event.priority]
         event_id = event.id.encode("utf-8", "surrogatepass")
         wire = encode_event(event)
-        blob = b"%d:%s%s%d:%s" % (len(event_id), event_id, stream, len(wire), wire)
-        return _Outgoing("P", blob)
+        blob = b"".join((_head(len(event_id)), event_id, stream, _head(len(wire)), wire))
+        return _Outgoing("P", blob, 3)
 
     def _wake(self) -> None:
         wake = self.wake
@@ -521,7 +535,8 @@ class _Outbox:
             if self.unacked:
                 acks, self.acks, self.unacked = self.acks, {}, 0
                 for stream, entries in acks.items():
-                    ops.append(_Outgoing("A", _fields(stream, b",".join(entries)), len(entries)))
+                    blob = _fields(stream, b",".join(entries))
+                    ops.append(_Outgoing("A", blob, 2, len(entries)))
             self.in_flight = len(ops)
             try:
                 full = await self.streams._retrying(functools.partial(self._flush, ops))
@@ -545,7 +560,7 @@ class _Outbox:
             streams.group,
             "".join([op.op for op in ops]),
             streams._key(""),
-            b"".join([op.blob for op in ops]),
+            b"".join([_array(sum([op.fields for op in ops])), *[op.blob for op in ops]]),
         ]
         results = await streams._scripts["flush"](keys=[streams._key("dead")], args=args)
         full: list[_Outgoing] = []
@@ -587,17 +602,16 @@ class _Outbox:
         else:
             entries.append(delivery.entry)
         self.unacked += 1
-        self._wake()
+        if self.unacked == 1:  # else woken already: the flusher takes them all at once
+            self._wake()
 
     def commit(self, delivery: _Delivery) -> None:
         """Commit a handled delivery: its XACK and its effects at once."""
         effects = delivery.effects
-        stream, entry = delivery.stream, delivery.entry
-        count = b"%d" % len(effects)
-        blob = b"%d:%s%d:%s%d:%s" % (len(stream), stream, len(entry), entry, len(count), count)
+        blob = _fields(delivery.stream, delivery.entry, b"%d" % len(effects))
         blob = b"".join([blob, *[effect.blob for effect in effects]])
         delivery.effects = []
-        self.queue.append(_Outgoing("C", blob, len(effects)))
+        self.queue.append(_Outgoing("C", blob, 3 + 3 * len(effects), len(effects)))
         self._wake()
 
     def dead_letter(
@@ -609,7 +623,7 @@ class _Outbox:
             encode_event(event) if event is not None else wire,
             reason,
         )
-        self.queue.append(_Outgoing("D", fields))
+        self.queue.append(_Outgoing("D", fields, 4))
         self._wake()
 
 
