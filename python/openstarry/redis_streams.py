@@ -793,60 +793,74 @@ class _Deliveries:
                 await anyio.sleep(0.01)
 
     async def run(self) -> None:
-        """Fetch from the owned partitions whenever the bus runs low, reclaiming first."""
+        """Fetch from the owned partitions whenever the bus runs low, reclaiming first.
+
+        Reads go through a connection of their own, with the command packed
+        once for the partitions owned (a read names every stream of them).
+        """
         streams = self.streams
         bus = streams._bus
         assert bus is not None
         leases = streams._leases
         low_water = streams.batch
-        command: tuple[Any, ...] = ()
+        packed: Any = None
         reading: list[int] = []
-        while not streams._stopping:
-            if len(bus) >= low_water:
-                await anyio.sleep(0.001)
-                continue
-            if leases.reclaim:
-                await streams._retrying(lambda: self.reclaim_partition(leases.reclaim[0]))
-                leases.reclaim.popleft()
-                continue
-            readable = sorted(leases.owned - leases.draining)
-            if not readable:
-                await anyio.sleep(0.05)
-                continue
-            if readable != reading:
-                # The command's arguments, built again only when the leases change.
-                reading = readable
-                keys = [key for p in readable for key in streams._streams_of(p)]
-                command = (
-                    *("XREADGROUP", "GROUP", streams.group, streams.consumer),
-                    *("COUNT", streams.batch, "BLOCK", 500, "STREAMS"),
-                    *keys,
-                    *([">"] * len(keys)),
-                )
-            try:
-                reply = await streams._client.execute_command(*command)
-            except redis_errors.ResponseError as exc:
-                if "NOGROUP" in str(exc):  # the streams were deleted under us
-                    await streams._retrying(self.create_groups)
+        pool = streams._client.connection_pool
+        conn = await pool.get_connection()
+        try:
+            while not streams._stopping:
+                if len(bus) >= low_water:
+                    await anyio.sleep(0.001)
                     continue
-                raise
-            except _RETRY as exc:
-                streams.reconnects += 1
-                log.warning("redis: %s; reconnecting", exc)
-                await anyio.sleep(0.2)
-                continue
-            if reply:
-                # The reply as hiredis gives it (no dict per entry): by stream
-                # (a map on RESP3, pairs on RESP2), [entry, [field, value, ...]]
-                # each; "e" is the only field openstarry writes.
-                entries = [
-                    (stream, entry, fields[1] if fields[0] == b"e" else _field(fields))
-                    for stream, stream_entries in (
-                        reply.items() if isinstance(reply, dict) else reply
+                if leases.reclaim:
+                    await streams._retrying(lambda: self.reclaim_partition(leases.reclaim[0]))
+                    leases.reclaim.popleft()
+                    continue
+                readable = sorted(leases.owned - leases.draining)
+                if not readable:
+                    await anyio.sleep(0.05)
+                    continue
+                if readable != reading:
+                    reading = readable
+                    keys = [key for p in readable for key in streams._streams_of(p)]
+                    packed = conn.pack_command(
+                        *("XREADGROUP", "GROUP", streams.group, streams.consumer),
+                        *("COUNT", streams.batch, "BLOCK", 500, "STREAMS"),
+                        *keys,
+                        *([">"] * len(keys)),
                     )
-                    for entry, fields in stream_entries
-                ]
-                self.feed(self.deliver(entries, attempts=None))
+                try:
+                    await conn.send_packed_command(packed, check_health=False)
+                    reply = await conn.read_response()
+                except redis_errors.ResponseError as exc:
+                    if "NOGROUP" in str(exc):  # the streams were deleted under us
+                        await streams._retrying(self.create_groups)
+                        continue
+                    raise
+                except _RETRY as exc:
+                    await conn.disconnect()
+                    streams.reconnects += 1
+                    log.warning("redis: %s; reconnecting", exc)
+                    await anyio.sleep(0.2)
+                    continue
+                if reply:
+                    # The reply as hiredis gives it (no dict per entry): by stream
+                    # (a map on RESP3, pairs on RESP2), [entry, [field, value, ...]]
+                    # each; "e" is the only field openstarry writes.
+                    entries = [
+                        (stream, entry, fields[1] if fields[0] == b"e" else _field(fields))
+                        for stream, stream_entries in (
+                            reply.items() if isinstance(reply, dict) else reply
+                        )
+                        for entry, fields in stream_entries
+                    ]
+                    self.feed(self.deliver(entries, attempts=None))
+                    # The bus dispatches what came before this task reads again.
+                    await anyio.sleep(0)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await conn.disconnect()
+                await pool.release(conn)
 
     async def reclaim_partition(self, partition: int) -> None:
         """Take every entry still pending in a partition just acquired (its previous
@@ -1043,8 +1057,6 @@ class RedisStreams:
         client = aioredis.Redis.from_url(
             self.url, decode_responses=False, health_check_interval=0, socket_keepalive=True
         )
-        # Fetched batches are read as hiredis parses them, not as a dict per entry.
-        client.set_response_callback("XREADGROUP", _as_is)
         self._client = client
         try:
             self._scripts = {
@@ -1186,10 +1198,6 @@ class RedisStreams:
 def _order(entry_id: str) -> tuple[int, int]:
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
-
-
-def _as_is(response: Any, **options: Any) -> Any:
-    return response
 
 
 def _field(fields: Sequence[bytes]) -> bytes:
