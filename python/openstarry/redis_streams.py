@@ -14,8 +14,8 @@ on one node and the scripts stay atomic):
 - ``{name}:s:P:R``: the stream of partition ``P`` (``crc32(sessionId) % partitions``)
   at priority ``R`` (0..5); each entry holds one envelope, the spec 002 wire
   bytes, under the field ``e``;
-- ``{name}:id:ID``: an event id published within the dedup window;
-- ``{name}:done:GROUP:ID``: an event id the group has handled;
+- ``{name}:ids:B``: the event ids published in the ``B``-th dedup window of
+  the server's clock (a hash: id → the flush that published it);
 - ``{name}:lease:GROUP:P``: which consumer of the group owns partition ``P``;
 - ``{name}:consumers:GROUP``: the group's live consumers (a sorted set of heartbeats);
 - ``{name}:dead``: the dead-letter stream.
@@ -28,22 +28,26 @@ Rules it keeps (spec 002 across processes):
   it holds runs low, so a priority-0 event published behind a backlog
   overtakes the backlog still in Redis.
 - **Idempotency across producers.** Publishing runs one Lua script that checks
-  ``{name}:id:ID`` and appends the entry atomically (``SET NX PX`` and ``XADD``),
-  the way JetStream's duplicate window works; the bus's local
+  the ids and appends the entries atomically, the way JetStream's duplicate
+  window works: a batch's ids are looked up in the current and the previous
+  window's hash (two ``HMGET``), the new ones appended (``XADD``) and recorded
+  (one ``HSET``), so an id is refused for at least ``dedup_window`` seconds
+  after it was published, and less than twice that. The bus's local
   :class:`~openstarry.core.DedupWindow` is the cheap first filter.
 - **At-least-once delivery, exactly-once effects.** An entry is
   acknowledged only once its handlers returned and every
   :meth:`~openstarry.bus.EventBus.hold` was released. What its handling
   published (its handlers', and a run's events: see
   :meth:`~openstarry.bus.EventBus.effects_of`) is held back in this process
-  and committed by the same script that records the id as handled and
-  acknowledges the entry: all of it or none of it, whatever moment a
-  ``kill -9`` strikes. A redelivered entry whose id is already recorded is
-  acknowledged without being handled, and its effects are not published
-  again (they were, by that one script); if two consumers ever run the same
-  entry (a lease lost to a stalled process), the second commit finds the
-  record and publishes nothing. An attempt that failed (a handler raised) or
-  was handed back commits nothing: its effects are dropped with it.
+  and committed by the same script that acknowledges the entry: all of it or
+  none of it, whatever moment a ``kill -9`` strikes. The group's
+  pending-entries list is the record of what is not yet handled: a handled
+  entry is acknowledged, so it is never redelivered nor reclaimed; if two
+  consumers ever run the same entry (a lease lost to a stalled process), the
+  second commit's ``XACK`` answers that it was acknowledged before, and the
+  commit publishes nothing. Handled entries without effects are acknowledged
+  with one ``XACK`` per stream and flush. An attempt that failed (a handler
+  raised) or was handed back commits nothing: its effects are dropped with it.
 - **Per-session order.** A session's events live in one partition, and a
   partition is owned by one consumer of a group at a time (a lease renewed
   every third of ``claim_idle``): its events are handled in publish order (per
@@ -75,9 +79,9 @@ Rules it keeps (spec 002 across processes):
   prints, until this bound pushes them out.
 - **Reconnects.** A lost connection (a Redis restart) is retried with
   exponential backoff (50 ms to 2 s); a flush whose answer was lost is sent
-  again: the script's producer token makes a retried publish count as
-  accepted, not as a duplicate, and a retried commit finds its record and
-  publishes nothing twice.
+  again: the flush's token (the producer's and a sequence number) makes a retried publish count as
+  accepted, not as a duplicate, and a retried commit finds its entry
+  acknowledged already and publishes nothing twice.
 """
 
 from __future__ import annotations
@@ -262,7 +266,7 @@ for i = 1, #ops do
     local id = t[f]
     local seen = known[id]
     if seen == token then
-      out[i] = 1 -- this producer's retried flush: accepted then
+      out[i] = 1 -- this flush, sent again (its answer was lost): accepted then
     elseif seen then
       out[i] = 0
     elseif has_room(t[f + 1]) then
@@ -427,9 +431,9 @@ def _fields(*fields: bytes | str) -> bytes:
 
 
 #: Operations per flush script, at most (acknowledgements count one per stream).
-_FLUSH_OPS = 2048
+_FLUSH_OPS = 1024
 #: Events ``asend_many`` prepares before it lets a flush start on what it has.
-_PREPARE = 1024
+_PREPARE = 512
 
 
 class _Outbox:
@@ -438,11 +442,21 @@ class _Outbox:
     Publishes, commits (a handled entry's XACK with the effects of its handling)
     and dead letters wait in one queue; handled entries without effects wait
     by stream, to be acknowledged with one XACK per stream. One task runs them
-    through the flush script, up to 2,048 operations at a time. The counts are
+    through the flush script, up to 1,024 operations at a time. The counts are
     the backend's.
     """
 
-    __slots__ = ("acks", "flushed", "in_flight", "keys", "queue", "streams", "unacked", "wake")
+    __slots__ = (
+        "acks",
+        "flushed",
+        "flushes",
+        "in_flight",
+        "keys",
+        "queue",
+        "streams",
+        "unacked",
+        "wake",
+    )
 
     def __init__(self, streams: RedisStreams) -> None:
         self.streams = streams
@@ -453,6 +467,7 @@ class _Outbox:
         self.wake: anyio.Event = anyio.Event()
         self.flushed: anyio.Event = anyio.Event()
         self.in_flight = 0  # operations taken by the flush under way
+        self.flushes = 0
         #: The stream keys, by partition * 6 + priority, as the blob carries them.
         self.keys = [
             _fields(stream_key(streams.name, p, r))
@@ -538,8 +553,11 @@ class _Outbox:
                     blob = _fields(stream, b",".join(entries))
                     ops.append(_Outgoing("A", blob, 2, len(entries)))
             self.in_flight = len(ops)
+            self.flushes += 1
+            # Sent again as it is when its answer is lost: the same token.
+            token = f"{self.streams.token}:{self.flushes}"
             try:
-                full = await self.streams._retrying(functools.partial(self._flush, ops))
+                full = await self.streams._retrying(functools.partial(self._flush, ops, token))
             finally:
                 self.in_flight = 0
             if full:
@@ -550,13 +568,13 @@ class _Outbox:
             flushed, self.flushed = self.flushed, anyio.Event()
             flushed.set()
 
-    async def _flush(self, ops: list[_Outgoing]) -> list[_Outgoing]:
+    async def _flush(self, ops: list[_Outgoing], token: str) -> list[_Outgoing]:
         """Run one flush script; returns the operations refused because a stream was full."""
         streams = self.streams
         args: list[bytes | str | int] = [
             streams.window_ms,
             streams.maxlen,
-            streams.token,
+            token,
             streams.group,
             "".join([op.op for op in ops]),
             streams._key(""),
@@ -1011,8 +1029,8 @@ class RedisStreams:
         self._partition_of_key = {
             key.encode(): p for p in range(partitions) for key in self._streams_of(p)
         }
-        #: Identifies this producer's publishes, so that a retried flush is not a duplicate.
-        self.token = uuid.uuid4().hex
+        #: Identifies this producer's flushes, so that a retried flush is not a duplicate.
+        self.token = uuid.uuid4().hex[:16]
         self._client: Any = None
         self._bus: EventBus | None = None
         self._stopping = False
