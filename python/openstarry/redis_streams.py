@@ -815,6 +815,8 @@ class _Deliveries:
 
         Reads go through a connection of their own, with the command packed
         once for the partitions owned (a read names every stream of them).
+        When a read brings entries, the next read is sent before they are
+        dispatched (one read ahead): its answer travels while the bus works.
         """
         streams = self.streams
         bus = streams._bus
@@ -823,32 +825,36 @@ class _Deliveries:
         low_water = streams.batch
         packed: Any = None
         reading: list[int] = []
+        sent = False  # a read is on its way
         pool = streams._client.connection_pool
         conn = await pool.get_connection()
         try:
-            while not streams._stopping:
-                if len(bus) >= low_water:
-                    await anyio.sleep(0.001)
-                    continue
-                if leases.reclaim:
-                    await streams._retrying(lambda: self.reclaim_partition(leases.reclaim[0]))
-                    leases.reclaim.popleft()
-                    continue
-                readable = sorted(leases.owned - leases.draining)
-                if not readable:
-                    await anyio.sleep(0.05)
-                    continue
-                if readable != reading:
-                    reading = readable
-                    keys = [key for p in readable for key in streams._streams_of(p)]
-                    packed = conn.pack_command(
-                        *("XREADGROUP", "GROUP", streams.group, streams.consumer),
-                        *("COUNT", streams.batch, "BLOCK", 500, "STREAMS"),
-                        *keys,
-                        *([">"] * len(keys)),
-                    )
+            while sent or not streams._stopping:
+                if not sent:
+                    if len(bus) >= low_water:
+                        await anyio.sleep(0.001)
+                        continue
+                    if leases.reclaim:
+                        await streams._retrying(lambda: self.reclaim_partition(leases.reclaim[0]))
+                        leases.reclaim.popleft()
+                        continue
+                    readable = sorted(leases.owned - leases.draining)
+                    if not readable:
+                        await anyio.sleep(0.05)
+                        continue
+                    if readable != reading:
+                        reading = readable
+                        keys = [key for p in readable for key in streams._streams_of(p)]
+                        packed = conn.pack_command(
+                            *("XREADGROUP", "GROUP", streams.group, streams.consumer),
+                            *("COUNT", streams.batch, "BLOCK", 500, "STREAMS"),
+                            *keys,
+                            *([">"] * len(keys)),
+                        )
                 try:
-                    await conn.send_packed_command(packed, check_health=False)
+                    if not sent:
+                        await conn.send_packed_command(packed, check_health=False)
+                    sent = False
                     reply = await conn.read_response()
                 except redis_errors.ResponseError as exc:
                     if "NOGROUP" in str(exc):  # the streams were deleted under us
@@ -861,20 +867,32 @@ class _Deliveries:
                     log.warning("redis: %s; reconnecting", exc)
                     await anyio.sleep(0.2)
                     continue
-                if reply:
-                    # The reply as hiredis gives it (no dict per entry): by stream
-                    # (a map on RESP3, pairs on RESP2), [entry, [field, value, ...]]
-                    # each; "e" is the only field openstarry writes.
-                    entries = [
-                        (stream, entry, fields[1] if fields[0] == b"e" else _field(fields))
-                        for stream, stream_entries in (
-                            reply.items() if isinstance(reply, dict) else reply
-                        )
-                        for entry, fields in stream_entries
-                    ]
-                    self.feed(self.deliver(entries, attempts=None))
-                    # The bus dispatches what came before this task reads again.
-                    await anyio.sleep(0)
+                if not reply:
+                    continue
+                # The reply as hiredis gives it (no dict per entry): by stream (a
+                # map on RESP3, pairs on RESP2), [entry, [field, value, ...]] each;
+                # "e" is the only field openstarry writes.
+                entries = [
+                    (stream, entry, fields[1] if fields[0] == b"e" else _field(fields))
+                    for stream, stream_entries in (
+                        reply.items() if isinstance(reply, dict) else reply
+                    )
+                    for entry, fields in stream_entries
+                ]
+                if (
+                    not streams._stopping
+                    and not leases.reclaim
+                    and len(bus) < low_water
+                    and sorted(leases.owned - leases.draining) == reading
+                ):
+                    try:
+                        await conn.send_packed_command(packed, check_health=False)
+                        sent = True
+                    except _RETRY:
+                        await conn.disconnect()  # sent again, reconnected, next time
+                self.feed(self.deliver(entries, attempts=None))
+                # The bus dispatches what came before this task reads again.
+                await anyio.sleep(0)
         finally:
             with anyio.CancelScope(shield=True):
                 await conn.disconnect()
