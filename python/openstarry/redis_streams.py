@@ -155,6 +155,13 @@ local token = ARGV[3]
 local group = ARGV[4]
 local ops = ARGV[5]
 local prefix = ARGV[6]
+-- A flush sent before this producer heard that an earlier one was refused for a
+-- full stream is refused whole: publishes keep their order.
+local hold = prefix .. 'hold:' .. ARGV[8]
+local flush = tonumber(ARGV[9])
+local held = redis.call('GET', hold)
+local blocked = held and tonumber(held) > tonumber(ARGV[10])
+local refused = false
 -- Every operation's fields, one flat msgpack array of strings (one C call to read).
 local t = cmsgpack.unpack(ARGV[7])
 local out = {}
@@ -262,7 +269,9 @@ end
 for i = 1, #ops do
   local op = string.sub(ops, i, i)
   local f = starts[i]
-  if op == 'P' then
+  if blocked and (op == 'P' or op == 'C') then
+    out[i] = -1
+  elseif op == 'P' then
     local id = t[f]
     local seen = known[id]
     if seen == token then
@@ -274,6 +283,7 @@ for i = 1, #ops do
       out[i] = 1
     else
       out[i] = -1
+      refused = true
     end
   elseif op == 'C' then
     local n = tonumber(t[f + 2])
@@ -283,6 +293,7 @@ for i = 1, #ops do
     end
     if not room then
       out[i] = -1 -- refused whole: retried when the streams have room
+      refused = true
     elseif redis.call('XACK', t[f], group, t[f + 1]) == 0 then
       out[i] = -2 -- acknowledged before: its effects were committed then
     else
@@ -317,6 +328,9 @@ end
 
 for c = 1, #fresh, 1000 do
   redis.call('HSET', current, unpack(fresh, c, math.min(c + 999, #fresh)))
+end
+if refused then
+  redis.call('SET', hold, flush, 'PX', 600000)
 end
 if #fresh > 0 then
   redis.call('PEXPIREAT', current, (bucket + 2) * window)
@@ -536,51 +550,131 @@ class _Outbox:
             self._wake()
             await flushed.wait()
 
-    async def run(self) -> None:
-        """Flush what waits, whenever something does."""
+    def _take(self) -> list[_Outgoing]:
+        """The operations of the next flush: the oldest waiting, then the acknowledgements."""
         outgoing = self.queue
-        while True:
-            if not outgoing and not self.unacked:
-                self.wake = anyio.Event()
-                if not outgoing and not self.unacked:
-                    await self.wake.wait()
-            ops: list[_Outgoing] = []
-            while outgoing and len(ops) < _FLUSH_OPS:
-                ops.append(outgoing.popleft())
-            if self.unacked:
-                acks, self.acks, self.unacked = self.acks, {}, 0
-                for stream, entries in acks.items():
-                    blob = _fields(stream, b",".join(entries))
-                    ops.append(_Outgoing("A", blob, 2, len(entries)))
-            self.in_flight = len(ops)
-            self.flushes += 1
-            # Sent again as it is when its answer is lost: the same token.
-            token = f"{self.streams.token}:{self.flushes}"
-            try:
-                full = await self.streams._retrying(functools.partial(self._flush, ops, token))
-            finally:
-                self.in_flight = 0
-            if full:
-                # Refused (a stream at its bound): back at the front, retried after a pause.
-                outgoing.extendleft(reversed(full))
-                self.streams.refused_full += len(full)
-                await anyio.sleep(0.05)
-            flushed, self.flushed = self.flushed, anyio.Event()
-            flushed.set()
+        ops: list[_Outgoing] = []
+        while outgoing and len(ops) < _FLUSH_OPS:
+            ops.append(outgoing.popleft())
+        if self.unacked:
+            acks, self.acks, self.unacked = self.acks, {}, 0
+            for stream, entries in acks.items():
+                blob = _fields(stream, b",".join(entries))
+                ops.append(_Outgoing("A", blob, 2, len(entries)))
+        return ops
 
-    async def _flush(self, ops: list[_Outgoing], token: str) -> list[_Outgoing]:
-        """Run one flush script; returns the operations refused because a stream was full."""
+    async def run(self) -> None:
+        """Flush what waits, whenever something does.
+
+        Up to two flush scripts are in flight on a connection of their own:
+        Redis runs one while the next travels. A flush sent again (its answer
+        was lost, or Redis lost the script) keeps its token and its place.
+        When a flush is refused for a full stream, the flush sent behind it is
+        refused whole by the server too (this producer's hold key), and both go
+        back to the front of the queue in order: what is published keeps its
+        order.
+        """
         streams = self.streams
-        args: list[bytes | str | int] = [
+        outgoing = self.queue
+        client = streams._client
+        pool = client.connection_pool
+        sha = streams._scripts["flush"].sha
+        dead = streams._key("dead")
+        conn = await pool.get_connection()
+        in_flight: deque[tuple[list[_Outgoing], Any]] = deque()
+        refused: list[_Outgoing] = []
+        heard = 0  # the last flush whose refusal this process has heard of
+        broken = False
+        try:
+            while True:
+                while len(in_flight) < 2 and not refused and (outgoing or self.unacked):
+                    ops = self._take()
+                    self.flushes += 1
+                    args = self._args(ops, self.flushes, heard)
+                    packed = conn.pack_command("EVALSHA", sha, 1, dead, *args)
+                    in_flight.append((ops, packed))
+                    self.in_flight += len(ops)
+                    if not broken:
+                        try:
+                            await conn.send_packed_command(packed, check_health=False)
+                        except _RETRY:
+                            broken = True
+                if not in_flight:
+                    flushed, self.flushed = self.flushed, anyio.Event()
+                    flushed.set()
+                    self.wake = anyio.Event()
+                    if not outgoing and not self.unacked:
+                        await self.wake.wait()
+                    continue
+                ops, packed = in_flight[0]
+                try:
+                    if broken:
+                        raise redis_errors.ConnectionError("the flush connection was lost")
+                    results = await conn.read_response()
+                except (*_RETRY, redis_errors.NoScriptError) as exc:
+                    streams.reconnects += 1
+                    await self._send_again(conn, in_flight, exc)
+                    broken = False
+                    continue
+                in_flight.popleft()
+                self.in_flight -= len(ops)
+                full = self._answer(ops, results)
+                if full:
+                    refused.extend(full)
+                    heard = self.flushes  # every flush sent so far
+                if refused and not in_flight:
+                    # Back at the front, in order, retried after a pause.
+                    outgoing.extendleft(reversed(refused))
+                    streams.refused_full += len(refused)
+                    refused = []
+                    await anyio.sleep(0.05)
+                flushed, self.flushed = self.flushed, anyio.Event()
+                flushed.set()
+        finally:
+            self.in_flight = 0
+            with anyio.CancelScope(shield=True):
+                await conn.disconnect()
+                await pool.release(conn)
+
+    async def _send_again(
+        self, conn: Any, in_flight: deque[tuple[Any, Any]], exc: Exception
+    ) -> None:
+        """Reconnect (with backoff) and send the flushes in flight again, in order."""
+        streams = self.streams
+        delay = 0.05
+        while True:
+            log.warning("redis: %s; sending %d flushes again", exc, len(in_flight))
+            try:
+                await conn.disconnect()
+                if isinstance(exc, redis_errors.NoScriptError):
+                    await streams._client.script_load(_FLUSH)
+                for _, packed in in_flight:
+                    await conn.send_packed_command(packed, check_health=False)
+                return
+            except _RETRY as again:
+                exc = again
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _args(self, ops: list[_Outgoing], flush: int, heard: int) -> list[bytes | str | int]:
+        streams = self.streams
+        return [
             streams.window_ms,
             streams.maxlen,
-            token,
+            # Sent again as it is when its answer is lost: the same token.
+            f"{streams.token}:{flush}",
             streams.group,
             "".join([op.op for op in ops]),
             streams._key(""),
             b"".join([_array(sum([op.fields for op in ops])), *[op.blob for op in ops]]),
+            streams.token,
+            flush,
+            heard,
         ]
-        results = await streams._scripts["flush"](keys=[streams._key("dead")], args=args)
+
+    def _answer(self, ops: list[_Outgoing], results: list[int]) -> list[_Outgoing]:
+        """Count a flush's answers; returns the operations refused (a full stream)."""
+        streams = self.streams
         full: list[_Outgoing] = []
         for op, result in zip(ops, results, strict=True):
             code = op.op
@@ -1100,6 +1194,8 @@ class RedisStreams:
                 "renew": client.register_script(_RENEW),
                 "free": client.register_script(_FREE),
             }
+            # The flusher sends the script by its hash: loaded before it starts.
+            await self._retrying(functools.partial(client.script_load, _FLUSH))
             if self.consume:
                 await self._retrying(deliveries.create_groups)
             async with anyio.create_task_group() as tasks:
