@@ -448,6 +448,10 @@ def _fields(*fields: bytes | str) -> bytes:
 _FLUSH_OPS = 1024
 #: Events ``asend_many`` prepares before it lets a flush start on what it has.
 _PREPARE = 512
+#: Entries a read must bring for the next read to be sent before they are
+#: dispatched (a few are dispatched sooner than a read travels; reading ahead
+#: of them would only delay their handlers).
+_READ_AHEAD = 32
 
 
 class _Outbox:
@@ -909,8 +913,9 @@ class _Deliveries:
 
         Reads go through a connection of their own, with the command packed
         once for the partitions owned (a read names every stream of them).
-        When a read brings entries, the next read is sent before they are
-        dispatched (one read ahead): its answer travels while the bus works.
+        When a read brings a batch (32 entries or more), the next read is sent
+        before they are dispatched (one read ahead): its answer travels while
+        the bus works.
         """
         streams = self.streams
         bus = streams._bus
@@ -974,7 +979,8 @@ class _Deliveries:
                     for entry, fields in stream_entries
                 ]
                 if (
-                    not streams._stopping
+                    len(entries) >= _READ_AHEAD
+                    and not streams._stopping
                     and not leases.reclaim
                     and len(bus) < low_water
                     and sorted(leases.owned - leases.draining) == reading
