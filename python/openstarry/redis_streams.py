@@ -16,6 +16,8 @@ on one node and the scripts stay atomic):
   bytes, under the field ``e``;
 - ``{name}:ids:B``: the event ids published in the ``B``-th dedup window of
   the server's clock (a hash: id → the flush that published it);
+- ``{name}:hold:PRODUCER``: the last flush of a producer refused for a full
+  stream (the flushes it sent behind that one are refused too, to keep order);
 - ``{name}:lease:GROUP:P``: which consumer of the group owns partition ``P``;
 - ``{name}:consumers:GROUP``: the group's live consumers (a sorted set of heartbeats);
 - ``{name}:dead``: the dead-letter stream.
@@ -25,8 +27,9 @@ Rules it keeps (spec 002 across processes):
 - **Priority across the cluster.** A consumer reads every priority's stream
   in one ``XREADGROUP`` and the batch is decoded, checked and ordered by one
   Rust :class:`~openstarry.core.Ingestor` call; it fetches again only when what
-  it holds runs low, so a priority-0 event published behind a backlog
-  overtakes the backlog still in Redis.
+  it holds runs low (reading at most one batch ahead of the one being
+  dispatched), so a priority-0 event published behind a backlog overtakes
+  the backlog still in Redis.
 - **Idempotency across producers.** Publishing runs one Lua script that checks
   the ids and appends the entries atomically, the way JetStream's duplicate
   window works: a batch's ids are looked up in the current and the previous
@@ -147,7 +150,7 @@ _RETRY = (
 # ({name}:ids:B, B = server time / window); an id is known while it is in the
 # current or the previous hash, so for at least `window` ms and less than twice
 # that. The whole flush looks its ids up in two HMGETs and records the new ones
-# in one HSET, instead of one SET NX PX per id.
+# in one HSET (a key per id would cost a write and an expiry each).
 _FLUSH = r"""
 local window = tonumber(ARGV[1])
 local maxlen = tonumber(ARGV[2])
