@@ -224,7 +224,8 @@ local function less(x, y)
   return xm < ym or (xm == ym and xs < ys)
 end
 
--- Trim entries that every group has handled, oldest first, down to 90 % of maxlen.
+-- Trim entries that every group has handled, oldest first, down to 90 % of maxlen
+-- (or a little under: approximate trimming frees whole nodes of the stream).
 local function trim(skey, len)
   local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', skey)
   if not ok or #groups == 0 then return len end
@@ -243,6 +244,10 @@ local function trim(skey, len)
     if safe == nil or less(cand, safe) then safe = cand end
   end
   local need = len - math.floor(maxlen * 0.9)
+  -- Whole nodes of handled entries first (no entry read); exactly, entry by
+  -- entry, when that freed nothing (a short stream, or nodes not all handled).
+  local freed = redis.call('XTRIM', skey, 'MINID', '~', safe, 'LIMIT', need)
+  if freed > 0 then return len - freed end
   local r = redis.call('XRANGE', skey, '-', '+', 'COUNT', need + 1)
   local minid = safe
   if #r > need and less(r[need + 1][1], safe) then minid = r[need + 1][1] end
