@@ -327,6 +327,31 @@ async def test_a_full_stream_makes_the_producer_wait_and_loses_nothing(redis: Re
     assert [e.payload["text"] for e in seen] == [str(i) for i in range(60)]
 
 
+async def test_a_long_full_stream_is_trimmed_by_nodes_of_handled_entries(
+    redis: RedisServer,
+) -> None:
+    """Past maxlen, whole nodes of handled entries go first; an unhandled entry never."""
+    options: dict[str, Any] = {"maxlen": 1000, "partitions": 1}
+    seen: list[Event] = []
+    async with EventBus.from_url(redis.url, **options, **FAST) as bus:
+        bus.subscribe("*", seen.append)
+        backend: Any = bus.backend
+        assert all(await backend.asend_many([_input(f"a{i}") for i in range(1000)]))
+        await _until(lambda: backend.metrics()["acked"] == 1000)
+    async with EventBus.from_url(redis.url, consume=False, **options) as producer:
+        backend = producer.backend
+        later = [_input(f"b{i}") for i in range(300)]
+        assert all(await backend.asend_many(later))  # room made, nobody consuming
+        history = [decode_event(w).payload["text"] for _, w in await backend.history()]
+        metrics = backend.metrics()
+    assert metrics["refused_full"] == 0
+    assert len(history) <= 1000
+    assert history[-300:] == [f"b{i}" for i in range(300)]
+    # What went was the oldest handled entries, in whole nodes of the stream.
+    assert history[0] != "a0"
+    assert history[:-300] == [f"a{i}" for i in range(1300 - len(history), 1000)]
+
+
 # -- shared sessions ------------------------------------------------------------------
 
 
