@@ -72,9 +72,11 @@ Rules it keeps (spec 002 across processes):
 - **Back-pressure, never silent loss.** Each stream holds at most ``maxlen``
   entries (10,000: up to 480,000 events across the 8 partitions and 6
   priorities). When a stream is full, the script trims only entries every
-  group has handled (oldest first, down to 90 %); if none can go, the publish
-  is refused (a commit is refused whole while any stream it writes to is full,
-  and may then pass the bound by that one commit's events):
+  group has handled (oldest first, down to 90 %, or a little under when
+  whole nodes of the stream go at once); if none can go, the publish is
+  refused (a commit is refused whole while any stream it writes to is full,
+  and may then pass the bound by that one commit's events; the flush sent
+  behind a refused one is refused too, so publishes keep their order):
   :meth:`~openstarry.bus.EventBus.apublish` waits and retries,
   :meth:`~openstarry.bus.EventBus.publish` keeps the event in its bounded
   outgoing buffer and retries (raising ``QueueFull`` when that is full).
