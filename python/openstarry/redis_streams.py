@@ -154,6 +154,7 @@ _RETRY = (
 # that. The whole flush looks its ids up in two HMGETs and records the new ones
 # in one HSET (a key per id would cost a write and an expiry each).
 _FLUSH = r"""
+local call, sub = redis.call, string.sub
 local window = tonumber(ARGV[1])
 local maxlen = tonumber(ARGV[2])
 local token = ARGV[3]
@@ -164,7 +165,7 @@ local prefix = ARGV[6]
 -- full stream is refused whole: publishes keep their order.
 local hold = prefix .. 'hold:' .. ARGV[8]
 local flush = tonumber(ARGV[9])
-local held = redis.call('GET', hold)
+local held = call('GET', hold)
 local blocked = held and tonumber(held) > tonumber(ARGV[10])
 local refused = false
 -- Every operation's fields, one flat msgpack array of strings (one C call to read).
@@ -183,7 +184,7 @@ local function want(id)
 end
 local k = 1
 for i = 1, #ops do
-  local op = string.sub(ops, i, i)
+  local op = sub(ops, i, i)
   starts[i] = k
   if op == 'P' then -- id, stream, wire
     want(t[k])
@@ -202,14 +203,14 @@ for i = 1, #ops do
   end
 end
 
-local now = redis.call('TIME')
+local now = call('TIME')
 local bucket = math.floor((tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)) / window)
 local current = prefix .. 'ids:' .. bucket
 local previous = prefix .. 'ids:' .. (bucket - 1)
 for c = 1, #ids, 1000 do
   local last = math.min(c + 999, #ids)
-  local a = redis.call('HMGET', current, unpack(ids, c, last))
-  local b = redis.call('HMGET', previous, unpack(ids, c, last))
+  local a = call('HMGET', current, unpack(ids, c, last))
+  local b = call('HMGET', previous, unpack(ids, c, last))
   for j = 1, last - c + 1 do
     local v = a[j] or b[j]
     if v then known[ids[c + j - 1]] = v end
@@ -229,14 +230,14 @@ end
 -- Trim entries that every group has handled, oldest first, down to 90 % of maxlen
 -- (or a little under: approximate trimming frees whole nodes of the stream).
 local function trim(skey, len)
-  local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', skey)
+  local ok, groups = pcall(call, 'XINFO', 'GROUPS', skey)
   if not ok or #groups == 0 then return len end
   local safe = nil
   for _, g in ipairs(groups) do
     local f = {}
     for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
     local cand
-    local p = redis.call('XPENDING', skey, f['name'])
+    local p = call('XPENDING', skey, f['name'])
     if tonumber(p[1]) > 0 then
       cand = p[2]
     else
@@ -248,36 +249,37 @@ local function trim(skey, len)
   local need = len - math.floor(maxlen * 0.9)
   -- Whole nodes of handled entries first (no entry read); exactly, entry by
   -- entry, when that freed nothing (a short stream, or nodes not all handled).
-  local freed = redis.call('XTRIM', skey, 'MINID', '~', safe, 'LIMIT', need)
+  local freed = call('XTRIM', skey, 'MINID', '~', safe, 'LIMIT', need)
   if freed > 0 then return len - freed end
-  local r = redis.call('XRANGE', skey, '-', '+', 'COUNT', need + 1)
+  local r = call('XRANGE', skey, '-', '+', 'COUNT', need + 1)
   local minid = safe
   if #r > need and less(r[need + 1][1], safe) then minid = r[need + 1][1] end
-  redis.call('XTRIM', skey, 'MINID', minid)
-  return redis.call('XLEN', skey)
+  call('XTRIM', skey, 'MINID', minid)
+  return call('XLEN', skey)
 end
 
 -- Stream lengths, read once per script and kept up to date.
 local lens = {}
 local function has_room(skey)
   local len = lens[skey]
-  if len == nil then len = redis.call('XLEN', skey) end
+  if len == nil then len = call('XLEN', skey) end
   if len >= maxlen then len = trim(skey, len) end
   lens[skey] = len
   return len < maxlen
 end
 
-local fresh = {}
+local fresh, nfresh = {}, 0
 local function append(id, skey, wire)
-  redis.call('XADD', skey, '*', 'e', wire)
+  call('XADD', skey, '*', 'e', wire)
   lens[skey] = lens[skey] + 1
   known[id] = true -- a second time in this flush is a duplicate
-  fresh[#fresh + 1] = id
-  fresh[#fresh + 1] = token
+  nfresh = nfresh + 2
+  fresh[nfresh - 1] = id
+  fresh[nfresh] = token
 end
 
 for i = 1, #ops do
-  local op = string.sub(ops, i, i)
+  local op = sub(ops, i, i)
   local f = starts[i]
   if blocked and (op == 'P' or op == 'C') then
     out[i] = -1
@@ -304,7 +306,7 @@ for i = 1, #ops do
     if not room then
       out[i] = -1 -- refused whole: retried when the streams have room
       refused = true
-    elseif redis.call('XACK', t[f], group, t[f + 1]) == 0 then
+    elseif call('XACK', t[f], group, t[f + 1]) == 0 then
       out[i] = -2 -- acknowledged before: its effects were committed then
     else
       local fresh_effects = 0
@@ -322,12 +324,12 @@ for i = 1, #ops do
     for entry in string.gmatch(t[f + 1], '[^,]+') do entries[#entries + 1] = entry end
     local n = 0
     for c = 1, #entries, 1000 do
-      n = n + redis.call('XACK', t[f], group, unpack(entries, c, math.min(c + 999, #entries)))
+      n = n + call('XACK', t[f], group, unpack(entries, c, math.min(c + 999, #entries)))
     end
     out[i] = n
   else -- 'D': dead letter, unless acknowledged before
-    if redis.call('XACK', t[f], group, t[f + 1]) == 1 then
-      redis.call('XADD', prefix .. 'dead', '*', 'e', t[f + 2], 'reason', t[f + 3],
+    if call('XACK', t[f], group, t[f + 1]) == 1 then
+      call('XADD', prefix .. 'dead', '*', 'e', t[f + 2], 'reason', t[f + 3],
         'stream', t[f], 'entry', t[f + 1])
       out[i] = 1
     else
@@ -337,15 +339,15 @@ for i = 1, #ops do
 end
 
 for c = 1, #fresh, 1000 do
-  redis.call('HSET', current, unpack(fresh, c, math.min(c + 999, #fresh)))
+  call('HSET', current, unpack(fresh, c, math.min(c + 999, #fresh)))
 end
 if refused then
-  redis.call('SET', hold, flush, 'PX', 600000)
+  call('SET', hold, flush, 'PX', 600000)
 end
 if #fresh > 0 then
-  redis.call('PEXPIREAT', current, (bucket + 2) * window)
+  call('PEXPIREAT', current, (bucket + 2) * window)
   -- Freed in the background: a window's ids may be many.
-  redis.call('UNLINK', prefix .. 'ids:' .. (bucket - 2))
+  call('UNLINK', prefix .. 'ids:' .. (bucket - 2))
 end
 return out
 """
