@@ -5,8 +5,9 @@ so it shares nothing with the benchmark's), counting the events its no-op
 handler saw into a shared counter the benchmark reads:
 
 - ``openstarry``: an :class:`~openstarry.bus.EventBus` on the Redis backend
-  (partition leases, one ``Ingestor`` call per fetched batch, commits of
-  acknowledgements in one script per flush);
+  (partition leases, one ``Ingestor`` call per fetched batch, one read
+  ahead, the handled entries acknowledged with one ``XACK`` per stream in one
+  script per flush);
 - ``plain``: what one writes with redis-py alone: ``XREADGROUP`` over the same
   streams, ``json.loads`` per entry, ``XACK`` per entry.
 

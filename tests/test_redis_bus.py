@@ -111,6 +111,62 @@ async def test_idempotency_across_producers_is_atomic_on_the_server(redis: Redis
     assert [e.id for e in seen] == [event.id]
 
 
+async def test_the_servers_duplicate_window_lasts_between_one_and_two_windows(
+    redis: RedisServer,
+) -> None:
+    """An id is refused for at least ``dedup_window`` after its publish, and is
+    new again once twice that has passed (ids live in one hash per window)."""
+    event = _input("windowed")
+    options: dict[str, Any] = {"consume": False, "dedup": False, "dedup_window": 0.3}
+    async with EventBus.from_url(redis.url, **options) as bus:
+        backend: Any = bus.backend
+        assert await backend.asend_many([event, event]) == [True, False]  # one flush
+        published = time.monotonic()
+        refused = 0
+        while time.monotonic() - published < 0.25:
+            refused += not await bus.apublish(event)
+        assert refused > 0
+        assert backend.metrics()["sent"] == 1
+        await anyio.sleep(max(0.0, published + 0.65 - time.monotonic()))
+        assert await bus.apublish(event) is True
+        client: Any = backend._client
+        windows = await client.keys("{openstarry}:ids:*")
+    assert 1 <= len(windows) <= 2  # older windows are unlinked
+
+
+async def test_a_second_commit_of_an_acknowledged_entry_publishes_nothing(
+    redis: RedisServer,
+) -> None:
+    """Two consumers that both ran an entry (a lease lost to a stalled process):
+    the commit whose XACK finds the entry acknowledged publishes no effect."""
+    from openstarry.redis_streams import _Delivery
+
+    seen: list[Event] = []
+    async with EventBus.from_url(redis.url, **FAST) as bus:
+
+        def handle(event: Event) -> None:
+            seen.append(event)
+            bus.publish(event.child("OUTPUT:AGENT_MESSAGE", {"text": "first"}, source="t"))
+
+        bus.subscribe("INPUT:*", handle)
+        await bus.apublish(_input("twice"))
+        backend: Any = bus.backend
+        await _until(lambda: backend.metrics()["acked"] == 2)  # the input, its answer
+        (entry,) = [e for e, w in await backend.history() if decode_event(w).id == seen[0].id]
+        client: Any = backend._client
+        (stream,) = [k for k in backend._partition_of_key if await client.xrange(k, entry, entry)]
+        late = _Delivery(stream, entry.encode(), backend._partition_of_key[stream], 0)
+        answer = seen[0].child("OUTPUT:AGENT_MESSAGE", {"text": "second"}, source="t")
+        late.effects.append(backend._outbox.publish_op(answer))
+        backend._outbox.commit(late)
+        await backend.flush()
+        texts = [decode_event(w).payload.get("text") for _, w in await backend.history()]
+        metrics = backend.metrics()
+    assert texts.count("first") == 1
+    assert "second" not in texts
+    assert metrics["skipped_handled"] == 1
+
+
 async def test_trace_survives_the_trip(redis: RedisServer) -> None:
     parent = _input("parent")
     child = parent.child(
@@ -269,6 +325,31 @@ async def test_a_full_stream_makes_the_producer_wait_and_loses_nothing(redis: Re
             bus.subscribe("*", seen.append)
             await _until(lambda: len(seen) == 60)
     assert [e.payload["text"] for e in seen] == [str(i) for i in range(60)]
+
+
+async def test_a_long_full_stream_is_trimmed_by_nodes_of_handled_entries(
+    redis: RedisServer,
+) -> None:
+    """Past maxlen, whole nodes of handled entries go first; an unhandled entry never."""
+    options: dict[str, Any] = {"maxlen": 1000, "partitions": 1}
+    seen: list[Event] = []
+    async with EventBus.from_url(redis.url, **options, **FAST) as bus:
+        bus.subscribe("*", seen.append)
+        backend: Any = bus.backend
+        assert all(await backend.asend_many([_input(f"a{i}") for i in range(1000)]))
+        await _until(lambda: backend.metrics()["acked"] == 1000)
+    async with EventBus.from_url(redis.url, consume=False, **options) as producer:
+        backend = producer.backend
+        later = [_input(f"b{i}") for i in range(300)]
+        assert all(await backend.asend_many(later))  # room made, nobody consuming
+        history = [decode_event(w).payload["text"] for _, w in await backend.history()]
+        metrics = backend.metrics()
+    assert metrics["refused_full"] == 0
+    assert len(history) <= 1000
+    assert history[-300:] == [f"b{i}" for i in range(300)]
+    # What went was the oldest handled entries, in whole nodes of the stream.
+    assert history[0] != "a0"
+    assert history[:-300] == [f"a{i}" for i in range(1300 - len(history), 1000)]
 
 
 # -- shared sessions ------------------------------------------------------------------

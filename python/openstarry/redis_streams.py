@@ -14,8 +14,10 @@ on one node and the scripts stay atomic):
 - ``{name}:s:P:R``: the stream of partition ``P`` (``crc32(sessionId) % partitions``)
   at priority ``R`` (0..5); each entry holds one envelope, the spec 002 wire
   bytes, under the field ``e``;
-- ``{name}:id:ID``: an event id published within the dedup window;
-- ``{name}:done:GROUP:ID``: an event id the group has handled;
+- ``{name}:ids:B``: the event ids published in the ``B``-th dedup window of
+  the server's clock (a hash: id → the flush that published it);
+- ``{name}:hold:PRODUCER``: the last flush of a producer refused for a full
+  stream (the flushes it sent behind that one are refused too, to keep order);
 - ``{name}:lease:GROUP:P``: which consumer of the group owns partition ``P``;
 - ``{name}:consumers:GROUP``: the group's live consumers (a sorted set of heartbeats);
 - ``{name}:dead``: the dead-letter stream.
@@ -25,25 +27,30 @@ Rules it keeps (spec 002 across processes):
 - **Priority across the cluster.** A consumer reads every priority's stream
   in one ``XREADGROUP`` and the batch is decoded, checked and ordered by one
   Rust :class:`~openstarry.core.Ingestor` call; it fetches again only when what
-  it holds runs low, so a priority-0 event published behind a backlog
-  overtakes the backlog still in Redis.
+  it holds runs low (reading at most one batch ahead of the one being
+  dispatched), so a priority-0 event published behind a backlog overtakes
+  the backlog still in Redis.
 - **Idempotency across producers.** Publishing runs one Lua script that checks
-  ``{name}:id:ID`` and appends the entry atomically (``SET NX PX`` and ``XADD``),
-  the way JetStream's duplicate window works; the bus's local
+  the ids and appends the entries atomically, the way JetStream's duplicate
+  window works: a batch's ids are looked up in the current and the previous
+  window's hash (two ``HMGET``), the new ones appended (``XADD``) and recorded
+  (one ``HSET``), so an id is refused for at least ``dedup_window`` seconds
+  after it was published, and less than twice that. The bus's local
   :class:`~openstarry.core.DedupWindow` is the cheap first filter.
 - **At-least-once delivery, exactly-once effects.** An entry is
   acknowledged only once its handlers returned and every
   :meth:`~openstarry.bus.EventBus.hold` was released. What its handling
   published (its handlers', and a run's events: see
   :meth:`~openstarry.bus.EventBus.effects_of`) is held back in this process
-  and committed by the same script that records the id as handled and
-  acknowledges the entry: all of it or none of it, whatever moment a
-  ``kill -9`` strikes. A redelivered entry whose id is already recorded is
-  acknowledged without being handled, and its effects are not published
-  again (they were, by that one script); if two consumers ever run the same
-  entry (a lease lost to a stalled process), the second commit finds the
-  record and publishes nothing. An attempt that failed (a handler raised) or
-  was handed back commits nothing: its effects are dropped with it.
+  and committed by the same script that acknowledges the entry: all of it or
+  none of it, whatever moment a ``kill -9`` strikes. The group's
+  pending-entries list is the record of what is not yet handled: a handled
+  entry is acknowledged, so it is never redelivered nor reclaimed; if two
+  consumers ever run the same entry (a lease lost to a stalled process), the
+  second commit's ``XACK`` answers that it was acknowledged before, and the
+  commit publishes nothing. Handled entries without effects are acknowledged
+  with one ``XACK`` per stream and flush. An attempt that failed (a handler
+  raised) or was handed back commits nothing: its effects are dropped with it.
 - **Per-session order.** A session's events live in one partition, and a
   partition is owned by one consumer of a group at a time (a lease renewed
   every third of ``claim_idle``): its events are handled in publish order (per
@@ -65,9 +72,11 @@ Rules it keeps (spec 002 across processes):
 - **Back-pressure, never silent loss.** Each stream holds at most ``maxlen``
   entries (10,000: up to 480,000 events across the 8 partitions and 6
   priorities). When a stream is full, the script trims only entries every
-  group has handled (oldest first, down to 90 %); if none can go, the publish
-  is refused (a commit is refused whole while any stream it writes to is full,
-  and may then pass the bound by that one commit's events):
+  group has handled (oldest first, down to 90 %, or a little under when
+  whole nodes of the stream go at once); if none can go, the publish is
+  refused (a commit is refused whole while any stream it writes to is full,
+  and may then pass the bound by that one commit's events; the flush sent
+  behind a refused one is refused too, so publishes keep their order):
   :meth:`~openstarry.bus.EventBus.apublish` waits and retries,
   :meth:`~openstarry.bus.EventBus.publish` keeps the event in its bounded
   outgoing buffer and retries (raising ``QueueFull`` when that is full).
@@ -75,9 +84,9 @@ Rules it keeps (spec 002 across processes):
   prints, until this bound pushes them out.
 - **Reconnects.** A lost connection (a Redis restart) is retried with
   exponential backoff (50 ms to 2 s); a flush whose answer was lost is sent
-  again: the script's producer token makes a retried publish count as
-  accepted, not as a duplicate, and a retried commit finds its record and
-  publishes nothing twice.
+  again: the flush's token (the producer's and a sequence number) makes a retried publish count as
+  accepted, not as a duplicate, and a retried commit finds its entry
+  acknowledged already and publishes nothing twice.
 """
 
 from __future__ import annotations
@@ -126,30 +135,86 @@ _RETRY = (
     OSError,
 )
 
-# One script per flush: publishes ("P"), commits ("C": a handled entry's effects,
-# its handled record and its XACK) and dead letters ("D"), in order, atomically.
-# Their fields travel in one length-prefixed blob (a few arguments per flush, not
-# thousands: the client's per-argument encoding dominated); every key shares the
+# One script per flush: publishes ("P"), commits ("C": a handled entry's XACK and
+# the effects of its handling), acknowledgements ("A": handled entries without
+# effects, one XACK per stream) and dead letters ("D"), in order, atomically.
+# Their fields travel in one blob, a msgpack array of strings (a few arguments per
+# flush, not thousands: the client's per-argument encoding dominated; the script
+# reads it with one cmsgpack.unpack, not field by field); every key shares the
 # hash tag of the one declared key, so a Redis Cluster keeps them on its node.
+#
+# The group's pending-entries list is the record of what is not yet handled: a
+# commit's XACK answers 0 when the entry was acknowledged before (by this
+# consumer's retried flush, or by another consumer that ran it too), and then
+# the commit publishes nothing.
+#
+# The duplicate window: the ids published in each `window` ms live in one hash
+# ({name}:ids:B, B = server time / window); an id is known while it is in the
+# current or the previous hash, so for at least `window` ms and less than twice
+# that. The whole flush looks its ids up in two HMGETs and records the new ones
+# in one HSET (a key per id would cost a write and an expiry each).
 _FLUSH = r"""
+local call, sub = redis.call, string.sub
 local window = tonumber(ARGV[1])
 local maxlen = tonumber(ARGV[2])
-local done_ttl = tonumber(ARGV[3])
-local token = ARGV[4]
-local group = ARGV[5]
-local ops = ARGV[6]
-local prefix = ARGV[7]
-local blob = ARGV[8]
-local done_prefix = prefix .. 'done:' .. group .. ':'
-local pos = 1
+local token = ARGV[3]
+local group = ARGV[4]
+local ops = ARGV[5]
+local prefix = ARGV[6]
+-- A flush sent before this producer heard that an earlier one was refused for a
+-- full stream is refused whole: publishes keep their order.
+local hold = prefix .. 'hold:' .. ARGV[8]
+local flush = tonumber(ARGV[9])
+local held = call('GET', hold)
+local blocked = held and tonumber(held) > tonumber(ARGV[10])
+local refused = false
+-- Every operation's fields, one flat msgpack array of strings (one C call to read).
+local t = cmsgpack.unpack(ARGV[7])
 local out = {}
 
--- The next field of the blob: "<length>:<bytes>".
-local function field()
-  local colon = string.find(blob, ':', pos, true)
-  local len = tonumber(string.sub(blob, pos, colon - 1))
-  pos = colon + len + 1
-  return string.sub(blob, colon + 1, colon + len)
+-- Where each operation's fields start, gathering the ids to look up.
+local starts = {}
+local ids = {}
+local known = {}
+local function want(id)
+  if known[id] == nil then
+    known[id] = false
+    ids[#ids + 1] = id
+  end
+end
+local k = 1
+for i = 1, #ops do
+  local op = sub(ops, i, i)
+  starts[i] = k
+  if op == 'P' then -- id, stream, wire
+    want(t[k])
+    k = k + 3
+  elseif op == 'C' then -- stream, entry, n, then n times id, stream, wire
+    local n = tonumber(t[k + 2])
+    k = k + 3
+    for j = 1, n do
+      want(t[k])
+      k = k + 3
+    end
+  elseif op == 'A' then -- stream, entry ids joined by commas
+    k = k + 2
+  else -- 'D': stream, entry, wire, reason
+    k = k + 4
+  end
+end
+
+local now = call('TIME')
+local bucket = math.floor((tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)) / window)
+local current = prefix .. 'ids:' .. bucket
+local previous = prefix .. 'ids:' .. (bucket - 1)
+for c = 1, #ids, 1000 do
+  local last = math.min(c + 999, #ids)
+  local a = call('HMGET', current, unpack(ids, c, last))
+  local b = call('HMGET', previous, unpack(ids, c, last))
+  for j = 1, last - c + 1 do
+    local v = a[j] or b[j]
+    if v then known[ids[c + j - 1]] = v end
+  end
 end
 
 local function parse(id)
@@ -162,16 +227,17 @@ local function less(x, y)
   return xm < ym or (xm == ym and xs < ys)
 end
 
--- Trim entries that every group has handled, oldest first, down to 90 % of maxlen.
+-- Trim entries that every group has handled, oldest first, down to 90 % of maxlen
+-- (or a little under: approximate trimming frees whole nodes of the stream).
 local function trim(skey, len)
-  local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', skey)
+  local ok, groups = pcall(call, 'XINFO', 'GROUPS', skey)
   if not ok or #groups == 0 then return len end
   local safe = nil
   for _, g in ipairs(groups) do
     local f = {}
     for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
     local cand
-    local p = redis.call('XPENDING', skey, f['name'])
+    local p = call('XPENDING', skey, f['name'])
     if tonumber(p[1]) > 0 then
       cand = p[2]
     else
@@ -181,84 +247,107 @@ local function trim(skey, len)
     if safe == nil or less(cand, safe) then safe = cand end
   end
   local need = len - math.floor(maxlen * 0.9)
-  local r = redis.call('XRANGE', skey, '-', '+', 'COUNT', need + 1)
+  -- Whole nodes of handled entries first (no entry read); exactly, entry by
+  -- entry, when that freed nothing (a short stream, or nodes not all handled).
+  local freed = call('XTRIM', skey, 'MINID', '~', safe, 'LIMIT', need)
+  if freed > 0 then return len - freed end
+  local r = call('XRANGE', skey, '-', '+', 'COUNT', need + 1)
   local minid = safe
   if #r > need and less(r[need + 1][1], safe) then minid = r[need + 1][1] end
-  redis.call('XTRIM', skey, 'MINID', minid)
-  return redis.call('XLEN', skey)
+  call('XTRIM', skey, 'MINID', minid)
+  return call('XLEN', skey)
 end
 
 -- Stream lengths, read once per script and kept up to date.
 local lens = {}
 local function has_room(skey)
   local len = lens[skey]
-  if len == nil then len = redis.call('XLEN', skey) end
+  if len == nil then len = call('XLEN', skey) end
   if len >= maxlen then len = trim(skey, len) end
   lens[skey] = len
   return len < maxlen
 end
 
+local fresh, nfresh = {}, 0
+local function append(id, skey, wire)
+  call('XADD', skey, '*', 'e', wire)
+  lens[skey] = lens[skey] + 1
+  known[id] = true -- a second time in this flush is a duplicate
+  nfresh = nfresh + 2
+  fresh[nfresh - 1] = id
+  fresh[nfresh] = token
+end
+
 for i = 1, #ops do
-  local op = string.sub(ops, i, i)
-  if op == 'P' then
-    local idkey, skey, wire = prefix .. 'id:' .. field(), field(), field()
-    local seen
-    if has_room(skey) then
-      seen = redis.call('SET', idkey, token, 'NX', 'PX', window, 'GET')
-      if not seen then
-        redis.call('XADD', skey, '*', 'e', wire)
-        lens[skey] = lens[skey] + 1
-      end
+  local op = sub(ops, i, i)
+  local f = starts[i]
+  if blocked and (op == 'P' or op == 'C') then
+    out[i] = -1
+  elseif op == 'P' then
+    local id = t[f]
+    local seen = known[id]
+    if seen == token then
+      out[i] = 1 -- this flush, sent again (its answer was lost): accepted then
+    elseif seen then
+      out[i] = 0
+    elseif has_room(t[f + 1]) then
+      append(id, t[f + 1], t[f + 2])
+      out[i] = 1
     else
-      seen = redis.call('GET', idkey)
-      if not seen then seen = -1 end
-    end
-    if not seen or seen == token then
-      out[#out + 1] = 1
-    elseif seen == -1 then
-      out[#out + 1] = -1
-    else
-      out[#out + 1] = 0
+      out[i] = -1
+      refused = true
     end
   elseif op == 'C' then
-    -- Commit: a handled entry's effects (n publishes), its record, its XACK.
-    local donekey, skey, entry, n = done_prefix .. field(), field(), field(), tonumber(field())
-    local effects = {}
-    for j = 1, n do effects[j] = {prefix .. 'id:' .. field(), field(), field()} end
-    if redis.call('EXISTS', donekey) == 1 then
-      out[#out + 1] = -2 -- handled before: its effects were committed then
-      redis.call('XACK', skey, group, entry)
+    local n = tonumber(t[f + 2])
+    local room = true
+    for j = 1, n do
+      if not has_room(t[f + 3 * j + 1]) then room = false; break end
+    end
+    if not room then
+      out[i] = -1 -- refused whole: retried when the streams have room
+      refused = true
+    elseif call('XACK', t[f], group, t[f + 1]) == 0 then
+      out[i] = -2 -- acknowledged before: its effects were committed then
     else
-      local room = true
+      local fresh_effects = 0
       for j = 1, n do
-        if not has_room(effects[j][2]) then room = false; break end
-      end
-      if room then
-        local fresh = 0
-        for j = 1, n do
-          local e = effects[j]
-          if redis.call('SET', e[1], token, 'NX', 'PX', window) then
-            redis.call('XADD', e[2], '*', 'e', e[3])
-            lens[e[2]] = lens[e[2]] + 1
-            fresh = fresh + 1
-          end
+        local e = f + 3 * j
+        if not known[t[e]] then
+          append(t[e], t[e + 1], t[e + 2])
+          fresh_effects = fresh_effects + 1
         end
-        redis.call('SET', donekey, '1', 'PX', done_ttl)
-        redis.call('XACK', skey, group, entry)
-        out[#out + 1] = fresh
-      else
-        out[#out + 1] = -1 -- refused whole: retried when the streams have room
       end
+      out[i] = fresh_effects
     end
-  else -- 'D': dead letter
-    local donekey, skey = done_prefix .. field(), field()
-    local entry, wire, reason = field(), field(), field()
-    local dead = prefix .. 'dead'
-    if redis.call('SET', donekey, 'dead', 'NX', 'PX', done_ttl) then
-      redis.call('XADD', dead, '*', 'e', wire, 'reason', reason, 'stream', skey, 'entry', entry)
+  elseif op == 'A' then
+    local entries = {}
+    for entry in string.gmatch(t[f + 1], '[^,]+') do entries[#entries + 1] = entry end
+    local n = 0
+    for c = 1, #entries, 1000 do
+      n = n + call('XACK', t[f], group, unpack(entries, c, math.min(c + 999, #entries)))
     end
-    redis.call('XACK', skey, group, entry)
+    out[i] = n
+  else -- 'D': dead letter, unless acknowledged before
+    if call('XACK', t[f], group, t[f + 1]) == 1 then
+      call('XADD', prefix .. 'dead', '*', 'e', t[f + 2], 'reason', t[f + 3],
+        'stream', t[f], 'entry', t[f + 1])
+      out[i] = 1
+    else
+      out[i] = 0
+    end
   end
+end
+
+for c = 1, #fresh, 1000 do
+  call('HSET', current, unpack(fresh, c, math.min(c + 999, #fresh)))
+end
+if refused then
+  call('SET', hold, flush, 'PX', 600000)
+end
+if #fresh > 0 then
+  call('PEXPIREAT', current, (bucket + 2) * window)
+  -- Freed in the background: a window's ids may be many.
+  call('UNLINK', prefix .. 'ids:' .. (bucket - 2))
 end
 return out
 """
@@ -298,7 +387,7 @@ class _Delivery:
 
     __slots__ = ("attempts", "effects", "entry", "partition", "stream")
 
-    def __init__(self, stream: str, entry: str, partition: int, attempts: int) -> None:
+    def __init__(self, stream: bytes, entry: bytes, partition: int, attempts: int) -> None:
         self.stream = stream
         self.entry = entry
         self.partition = partition
@@ -310,13 +399,14 @@ class _Delivery:
 class _Outgoing:
     """One operation waiting for the next flush: its code and its fields, encoded."""
 
-    __slots__ = ("accepted", "blob", "effects", "event", "op", "waiter")
+    __slots__ = ("accepted", "blob", "effects", "fields", "op", "waiter")
 
-    def __init__(self, op: str, blob: bytes, event: Event | None, effects: int = 0) -> None:
+    def __init__(self, op: str, blob: bytes, fields: int, effects: int = 0) -> None:
         self.op = op
         self.blob = blob
-        self.event = event
-        #: The publishes a commit carries.
+        #: The fields the blob holds.
+        self.fields = fields
+        #: The publishes a commit carries; the entries an acknowledgement carries.
         self.effects = effects
         #: Who awaits the answer of a publish, and the answer.
         self.waiter: _Answers | None = None
@@ -338,47 +428,103 @@ class _Answers:
             self.signal.set()
 
 
+#: msgpack's header of a string of each length up to 255 (fixstr, then str 8).
+_SHORT = [bytes((0xA0 | n,)) if n < 32 else bytes((0xD9, n)) for n in range(256)]
+
+
+def _head(n: int) -> bytes:
+    """msgpack's header of a string of ``n`` bytes."""
+    if n < 256:
+        return _SHORT[n]
+    if n < 65536:
+        return b"\xda" + n.to_bytes(2, "big")
+    return b"\xdb" + n.to_bytes(4, "big")
+
+
+def _array(n: int) -> bytes:
+    """msgpack's header of an array of ``n`` items."""
+    return bytes((0x90 | n,)) if n < 16 else b"\xdd" + n.to_bytes(4, "big")
+
+
 def _fields(*fields: bytes | str) -> bytes:
-    """Fields for the flush script's blob: ``<length>:<bytes>`` each."""
+    """Fields for the flush script's blob: a msgpack string each."""
     out = []
     for f in fields:
         b = f.encode("utf-8", "surrogatepass") if isinstance(f, str) else f
-        out.append(b"%d:%s" % (len(b), b))
+        out.append(_head(len(b)))
+        out.append(b)
     return b"".join(out)
+
+
+#: Operations per flush script, at most (acknowledgements count one per stream).
+_FLUSH_OPS = 1024
+#: Events ``asend_many`` prepares before it lets a flush start on what it has.
+_PREPARE = 512
+#: Entries a read must bring for the next read to be sent before they are
+#: dispatched (a few are dispatched sooner than a read travels; reading ahead
+#: of them would only delay their handlers).
+_READ_AHEAD = 32
 
 
 class _Outbox:
     """What this process sends, in order, until the flush script has answered for it.
 
-    Publishes, commits (a handled entry's effects, its handled record and its
-    XACK) and dead letters wait in one queue; one task runs them through the
-    flush script, up to 2,048 at a time. The counts are the backend's.
+    Publishes, commits (a handled entry's XACK with the effects of its handling)
+    and dead letters wait in one queue; handled entries without effects wait
+    by stream, to be acknowledged with one XACK per stream. One task runs them
+    through the flush script, up to 1,024 operations at a time. The counts are
+    the backend's.
     """
 
-    __slots__ = ("flushed", "in_flight", "queue", "streams", "wake")
+    __slots__ = (
+        "acks",
+        "flushed",
+        "flushes",
+        "in_flight",
+        "keys",
+        "queue",
+        "streams",
+        "unacked",
+        "wake",
+    )
 
     def __init__(self, streams: RedisStreams) -> None:
         self.streams = streams
         self.queue: deque[_Outgoing] = deque()
+        #: Handled entries without effects, by stream, waiting for their XACK.
+        self.acks: dict[bytes, list[bytes]] = {}
+        self.unacked = 0
         self.wake: anyio.Event = anyio.Event()
         self.flushed: anyio.Event = anyio.Event()
         self.in_flight = 0  # operations taken by the flush under way
+        self.flushes = 0
+        #: The stream keys, by partition * 6 + priority, as the blob carries them.
+        self.keys = [
+            _fields(stream_key(streams.name, p, r))
+            for p in range(streams.partitions)
+            for r in PRIORITIES
+        ]
 
     def publish_op(self, event: Event) -> _Outgoing:
         streams = self.streams
-        partition = partition_of(event.session_id, streams.partitions)
-        stream = stream_key(streams.name, partition, event.priority).encode()
+        partition = zlib.crc32(event.session_id.encode("utf-8", "surrogatepass"))
+        stream = self.keys[(partition % streams.partitions) * 6 + event.priority]
         event_id = event.id.encode("utf-8", "surrogatepass")
         wire = encode_event(event)
-        blob = b"%d:%s%d:%s%d:%s" % (len(event_id), event_id, len(stream), stream, len(wire), wire)
-        return _Outgoing("P", blob, event)
+        blob = b"".join((_head(len(event_id)), event_id, stream, _head(len(wire)), wire))
+        return _Outgoing("P", blob, 3)
+
+    def _wake(self) -> None:
+        wake = self.wake
+        if not wake.is_set():
+            wake.set()
 
     def send(self, event: Event) -> None:
         buffer = self.streams.buffer
         if len(self.queue) >= buffer:
             raise QueueFull(f"the Redis bus's outgoing buffer holds {buffer} events")
         self.queue.append(self.publish_op(event))
-        self.wake.set()
+        self._wake()
 
     async def asend(self, event: Event) -> bool:
         while len(self.queue) >= self.streams.buffer:
@@ -386,7 +532,7 @@ class _Outbox:
         op = self.publish_op(event)
         answers = op.waiter = _Answers(1)
         self.queue.append(op)
-        self.wake.set()
+        self._wake()
         await answers.signal.wait()
         return op.accepted
 
@@ -395,128 +541,218 @@ class _Outbox:
         ops = []
         outgoing = self.queue
         buffer = self.streams.buffer
-        for event in events:
+        publish_op = self.publish_op
+        for i, event in enumerate(events):
             if len(outgoing) >= buffer:
-                self.wake.set()
+                self._wake()
                 while len(outgoing) >= buffer:
                     await self.flush()
-            op = self.publish_op(event)
+            elif i and i % _PREPARE == 0:
+                # Let the flusher send what is ready while the rest is prepared.
+                self._wake()
+                await anyio.sleep(0)
+            op = publish_op(event)
             op.waiter = answers
             outgoing.append(op)
             ops.append(op)
-        self.wake.set()
+        self._wake()
         if ops:
             await answers.signal.wait()
         return [op.accepted for op in ops]
 
     async def flush(self) -> None:
-        while (self.queue or self.in_flight) and self.streams._client is not None:
+        while (self.queue or self.unacked or self.in_flight) and self.streams._client is not None:
             flushed = self.flushed
-            self.wake.set()
+            self._wake()
             await flushed.wait()
 
-    async def run(self) -> None:
-        """Flush what waits, whenever something does."""
-        while True:
-            if not self.queue:
-                self.wake = anyio.Event()
-                if not self.queue:
-                    await self.wake.wait()
-            ops: list[_Outgoing] = []
-            outgoing = self.queue
-            while outgoing and len(ops) < 2048:
-                ops.append(outgoing.popleft())
-            self.in_flight = len(ops)
-            try:
-                full = await self.streams._retrying(functools.partial(self._flush, ops))
-            finally:
-                self.in_flight = 0
-            if full:
-                # Refused (a stream at its bound): back at the front, retried after a pause.
-                outgoing.extendleft(reversed(full))
-                self.streams.refused_full += len(full)
-                await anyio.sleep(0.05)
-            flushed, self.flushed = self.flushed, anyio.Event()
-            flushed.set()
+    def _take(self) -> list[_Outgoing]:
+        """The operations of the next flush: the oldest waiting, then the acknowledgements."""
+        outgoing = self.queue
+        ops: list[_Outgoing] = []
+        while outgoing and len(ops) < _FLUSH_OPS:
+            ops.append(outgoing.popleft())
+        if self.unacked:
+            acks, self.acks, self.unacked = self.acks, {}, 0
+            for stream, entries in acks.items():
+                blob = _fields(stream, b",".join(entries))
+                ops.append(_Outgoing("A", blob, 2, len(entries)))
+        return ops
 
-    async def _flush(self, ops: list[_Outgoing]) -> list[_Outgoing]:
-        """Run one flush script; returns the publishes refused because a stream was full."""
+    async def run(self) -> None:
+        """Flush what waits, whenever something does.
+
+        Up to two flush scripts are in flight on a connection of their own:
+        Redis runs one while the next travels. A flush sent again (its answer
+        was lost, or Redis lost the script) keeps its token and its place.
+        When a flush is refused for a full stream, the flush sent behind it is
+        refused whole by the server too (this producer's hold key), and both go
+        back to the front of the queue in order: what is published keeps its
+        order.
+        """
         streams = self.streams
-        args: list[bytes | str | int] = [
+        outgoing = self.queue
+        client = streams._client
+        pool = client.connection_pool
+        sha = streams._scripts["flush"].sha
+        dead = streams._key("dead")
+        conn = await pool.get_connection()
+        in_flight: deque[tuple[list[_Outgoing], Any]] = deque()
+        refused: list[_Outgoing] = []
+        heard = 0  # the last flush whose refusal this process has heard of
+        broken = False
+        try:
+            while True:
+                while len(in_flight) < 2 and not refused and (outgoing or self.unacked):
+                    ops = self._take()
+                    self.flushes += 1
+                    args = self._args(ops, self.flushes, heard)
+                    packed = conn.pack_command("EVALSHA", sha, 1, dead, *args)
+                    in_flight.append((ops, packed))
+                    self.in_flight += len(ops)
+                    if not broken:
+                        try:
+                            await conn.send_packed_command(packed, check_health=False)
+                        except _RETRY:
+                            broken = True
+                if not in_flight:
+                    flushed, self.flushed = self.flushed, anyio.Event()
+                    flushed.set()
+                    self.wake = anyio.Event()
+                    if not outgoing and not self.unacked:
+                        await self.wake.wait()
+                    continue
+                ops, packed = in_flight[0]
+                try:
+                    if broken:
+                        raise redis_errors.ConnectionError("the flush connection was lost")
+                    results = await conn.read_response()
+                except (*_RETRY, redis_errors.NoScriptError) as exc:
+                    streams.reconnects += 1
+                    await self._send_again(conn, in_flight, exc)
+                    broken = False
+                    continue
+                in_flight.popleft()
+                self.in_flight -= len(ops)
+                full = self._answer(ops, results)
+                if full:
+                    refused.extend(full)
+                    heard = self.flushes  # every flush sent so far
+                if refused and not in_flight:
+                    # Back at the front, in order, retried after a pause.
+                    outgoing.extendleft(reversed(refused))
+                    streams.refused_full += len(refused)
+                    refused = []
+                    await anyio.sleep(0.05)
+                flushed, self.flushed = self.flushed, anyio.Event()
+                flushed.set()
+        finally:
+            self.in_flight = 0
+            with anyio.CancelScope(shield=True):
+                await conn.disconnect()
+                await pool.release(conn)
+
+    async def _send_again(
+        self, conn: Any, in_flight: deque[tuple[Any, Any]], exc: Exception
+    ) -> None:
+        """Reconnect (with backoff) and send the flushes in flight again, in order."""
+        streams = self.streams
+        delay = 0.05
+        while True:
+            log.warning("redis: %s; sending %d flushes again", exc, len(in_flight))
+            try:
+                await conn.disconnect()
+                if isinstance(exc, redis_errors.NoScriptError):
+                    await streams._client.script_load(_FLUSH)
+                for _, packed in in_flight:
+                    await conn.send_packed_command(packed, check_health=False)
+                return
+            except _RETRY as again:
+                exc = again
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _args(self, ops: list[_Outgoing], flush: int, heard: int) -> list[bytes | str | int]:
+        streams = self.streams
+        return [
             streams.window_ms,
             streams.maxlen,
-            streams.done_ttl_ms,
-            streams.token,
+            # Sent again as it is when its answer is lost: the same token.
+            f"{streams.token}:{flush}",
             streams.group,
             "".join([op.op for op in ops]),
             streams._key(""),
-            b"".join([op.blob for op in ops]),
+            b"".join([_array(sum([op.fields for op in ops])), *[op.blob for op in ops]]),
+            streams.token,
+            flush,
+            heard,
         ]
-        results = await streams._scripts["flush"](keys=[streams._key("dead")], args=args)
-        answered = [op for op in ops if op.op != "D"]
+
+    def _answer(self, ops: list[_Outgoing], results: list[int]) -> list[_Outgoing]:
+        """Count a flush's answers; returns the operations refused (a full stream)."""
+        streams = self.streams
         full: list[_Outgoing] = []
-        for op, result in zip(answered, results, strict=True):
-            if result == -1:
-                full.append(op)
-                continue
-            if op.op == "C":
+        for op, result in zip(ops, results, strict=True):
+            code = op.op
+            if code == "P":
+                if result == 1:
+                    streams.sent += 1
+                elif result == 0:
+                    streams.duplicates += 1
+                else:
+                    full.append(op)
+                    continue
+                if op.waiter is not None:
+                    op.accepted = result == 1
+                    op.waiter.answered()
+            elif code == "A":
+                streams.acked += op.effects
+                streams.skipped_handled += op.effects - result
+            elif code == "C":
+                if result == -1:
+                    full.append(op)
+                    continue
                 streams.acked += 1
                 if result == -2:
                     streams.skipped_handled += 1
                 else:
                     streams.sent += result
                     streams.duplicates += op.effects - result
-                continue
-            if result == 1:
-                streams.sent += 1
-            else:
-                streams.duplicates += 1
-            if op.waiter is not None:
-                op.accepted = result == 1
-                op.waiter.answered()
+            else:  # "D": 0 when the entry was acknowledged before
+                streams.dead_lettered += result
         return full
 
-    def commit(self, event: Event, delivery: _Delivery) -> None:
-        """Commit a handled delivery: its effects, its handled record and its XACK at once."""
+    def ack(self, delivery: _Delivery) -> None:
+        """Acknowledge a handled delivery without effects (one XACK per stream and flush)."""
+        entries = self.acks.get(delivery.stream)
+        if entries is None:
+            self.acks[delivery.stream] = [delivery.entry]
+        else:
+            entries.append(delivery.entry)
+        self.unacked += 1
+        if self.unacked == 1:  # else woken already: the flusher takes them all at once
+            self._wake()
+
+    def commit(self, delivery: _Delivery) -> None:
+        """Commit a handled delivery: its XACK and its effects at once."""
         effects = delivery.effects
-        event_id = event.id.encode("utf-8", "surrogatepass")
-        stream, entry = delivery.stream.encode(), delivery.entry.encode()
-        count = b"%d" % len(effects)
-        blob = b"%d:%s%d:%s%d:%s%d:%s" % (
-            len(event_id),
-            event_id,
-            len(stream),
-            stream,
-            len(entry),
-            entry,
-            len(count),
-            count,
-        )
-        if effects:
-            blob = b"".join([blob, *[effect.blob for effect in effects]])
+        blob = _fields(delivery.stream, delivery.entry, b"%d" % len(effects))
+        blob = b"".join([blob, *[effect.blob for effect in effects]])
         delivery.effects = []
-        self.queue.append(_Outgoing("C", blob, None, len(effects)))
-        self.wake.set()
+        self.queue.append(_Outgoing("C", blob, 3 + 3 * len(effects), len(effects)))
+        self._wake()
 
     def dead_letter(
         self, event: Event | None, delivery: _Delivery, reason: str, wire: bytes = b""
     ) -> None:
-        self.streams.dead_lettered += 1
-        event_id = event.id if event is not None else f"entry:{delivery.stream}:{delivery.entry}"
-        self.queue.append(
-            _Outgoing(
-                "D",
-                _fields(
-                    event_id,
-                    delivery.stream,
-                    delivery.entry,
-                    encode_event(event) if event is not None else wire,
-                    reason,
-                ),
-                None,
-            )
+        fields = _fields(
+            delivery.stream,
+            delivery.entry,
+            encode_event(event) if event is not None else wire,
+            reason,
         )
-        self.wake.set()
+        self.queue.append(_Outgoing("D", fields, 4))
+        self._wake()
 
 
 class _Leases:
@@ -644,7 +880,10 @@ class _Deliveries:
             return
         outbox = self.streams._outbox
         if outcome == "handled":
-            outbox.commit(event, delivery)
+            if delivery.effects:
+                outbox.commit(delivery)
+            else:
+                outbox.ack(delivery)
             return
         # A failed or handed-back attempt commits nothing: its effects go with it.
         delivery.effects = []
@@ -682,62 +921,114 @@ class _Deliveries:
                 await anyio.sleep(0.01)
 
     async def run(self) -> None:
-        """Fetch from the owned partitions whenever the bus runs low, reclaiming first."""
+        """Fetch from the owned partitions whenever the bus runs low, reclaiming first.
+
+        Reads go through a connection of their own, with the command packed
+        once for the partitions owned (a read names every stream of them).
+        When a read brings a batch (32 entries or more), the next read is sent
+        before they are dispatched (one read ahead): its answer travels while
+        the bus works.
+        """
         streams = self.streams
         bus = streams._bus
         assert bus is not None
         leases = streams._leases
         low_water = streams.batch
-        while not streams._stopping:
-            if len(bus) >= low_water:
-                await anyio.sleep(0.001)
-                continue
-            if leases.reclaim:
-                await streams._retrying(lambda: self.reclaim_partition(leases.reclaim[0]))
-                leases.reclaim.popleft()
-                continue
-            readable = sorted(leases.owned - leases.draining)
-            if not readable:
-                await anyio.sleep(0.05)
-                continue
-            keys = {key: ">" for p in readable for key in streams._streams_of(p)}
-            try:
-                reply = await streams._client.xreadgroup(
-                    streams.group, streams.consumer, keys, count=streams.batch, block=500
-                )
-            except redis_errors.ResponseError as exc:
-                if "NOGROUP" in str(exc):  # the streams were deleted under us
-                    await streams._retrying(self.create_groups)
+        packed: Any = None
+        reading: list[int] = []
+        sent = False  # a read is on its way
+        pool = streams._client.connection_pool
+        conn = await pool.get_connection()
+        try:
+            while sent or not streams._stopping:
+                if not sent:
+                    if len(bus) >= low_water:
+                        await anyio.sleep(0.001)
+                        continue
+                    if leases.reclaim:
+                        await streams._retrying(lambda: self.reclaim_partition(leases.reclaim[0]))
+                        leases.reclaim.popleft()
+                        continue
+                    readable = sorted(leases.owned - leases.draining)
+                    if not readable:
+                        await anyio.sleep(0.05)
+                        continue
+                    if readable != reading:
+                        reading = readable
+                        keys = [key for p in readable for key in streams._streams_of(p)]
+                        packed = conn.pack_command(
+                            *("XREADGROUP", "GROUP", streams.group, streams.consumer),
+                            *("COUNT", streams.batch, "BLOCK", 500, "STREAMS"),
+                            *keys,
+                            *([">"] * len(keys)),
+                        )
+                try:
+                    if not sent:
+                        await conn.send_packed_command(packed, check_health=False)
+                    sent = False
+                    reply = await conn.read_response()
+                except redis_errors.ResponseError as exc:
+                    if "NOGROUP" in str(exc):  # the streams were deleted under us
+                        await streams._retrying(self.create_groups)
+                        continue
+                    raise
+                except _RETRY as exc:
+                    await conn.disconnect()
+                    streams.reconnects += 1
+                    log.warning("redis: %s; reconnecting", exc)
+                    await anyio.sleep(0.2)
                     continue
-                raise
-            except _RETRY as exc:
-                streams.reconnects += 1
-                log.warning("redis: %s; reconnecting", exc)
-                await anyio.sleep(0.2)
-                continue
-            if reply:
+                if not reply:
+                    continue
+                # The reply as hiredis gives it (no dict per entry): by stream (a
+                # map on RESP3, pairs on RESP2), [entry, [field, value, ...]] each;
+                # "e" is the only field openstarry writes.
                 entries = [
-                    (_text(stream), _text(entry), fields)
-                    for stream, stream_entries in reply
+                    (stream, entry, fields[1] if fields[0] == b"e" else _field(fields))
+                    for stream, stream_entries in (
+                        reply.items() if isinstance(reply, dict) else reply
+                    )
                     for entry, fields in stream_entries
                 ]
+                if (
+                    len(entries) >= _READ_AHEAD
+                    and not streams._stopping
+                    and not leases.reclaim
+                    and len(bus) < low_water
+                    and sorted(leases.owned - leases.draining) == reading
+                ):
+                    try:
+                        await conn.send_packed_command(packed, check_health=False)
+                        sent = True
+                    except _RETRY:
+                        await conn.disconnect()  # sent again, reconnected, next time
                 self.feed(self.deliver(entries, attempts=None))
+                # The bus dispatches what came before this task reads again.
+                await anyio.sleep(0)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await conn.disconnect()
+                await pool.release(conn)
 
     async def reclaim_partition(self, partition: int) -> None:
         """Take every entry still pending in a partition just acquired (its previous
-        owner died or stopped), skipping those already handled."""
+        owner died or stopped). What was handled is not pending: its XACK was
+        committed with its effects."""
         streams = self.streams
         client = streams._client
         group, consumer = streams.group, streams.consumer
         for key in streams._streams_of(partition):
+            stream = key.encode()
             cursor = "0-0"
             while True:
                 reply = await client.xautoclaim(
                     key, group, consumer, min_idle_time=0, start_id=cursor, count=1000
                 )
                 cursor = _text(reply[0])
-                entries = [(key, _text(entry), fields) for entry, fields in reply[1] if fields]
-                deleted = [_text(e) for e in (reply[2] if len(reply) > 2 else [])]
+                entries = [
+                    (stream, entry, fields.get(b"e", b"")) for entry, fields in reply[1] if fields
+                ]
+                deleted = reply[2] if len(reply) > 2 else []
                 if deleted:
                     await client.xack(key, group, *deleted)
                 if entries:
@@ -749,71 +1040,59 @@ class _Deliveries:
                         count=len(entries) + 1,
                         consumername=consumer,
                     )
-                    counts = {_text(p["message_id"]): int(p["times_delivered"]) for p in pending}
-                    self.feed(await self.skip_handled(self.deliver(entries, attempts=counts)))
+                    counts = {p["message_id"]: int(p["times_delivered"]) for p in pending}
+                    self.feed(self.deliver(entries, attempts=counts))
                 if cursor == "0-0":
                     break
 
     def deliver(
         self,
-        entries: Sequence[tuple[str, str, dict[bytes, bytes]]],
-        attempts: dict[str, int] | None,
+        entries: Sequence[tuple[bytes, bytes, bytes]],
+        attempts: dict[bytes, int] | None,
     ) -> list[tuple[Event, _Delivery]]:
         """Decode, check and order a fetched batch in one Ingestor call.
 
-        ``attempts`` (deliveries so far, by entry) is given for reclaimed
-        entries. Invalid envelopes and events delivered too often go to the
-        dead-letter stream. Returns the events to dispatch, in dispatch order.
+        ``entries`` are ``(stream, entry id, wire bytes)``; ``attempts``
+        (deliveries so far, by entry) is given for reclaimed entries. Invalid
+        envelopes and events delivered too often go to the dead-letter stream.
+        Returns the events to dispatch, in dispatch order.
         """
         streams = self.streams
         outbox = streams._outbox
-        wires = [fields.get(b"e", b"") for _, _, fields in entries]
+        partition_of_key = streams._partition_of_key
+        wires = [wire for _, _, wire in entries]
         scratch = self.scratch
         result = self.ingestor.ingest(wires)
         invalid = {line for line, _ in result.invalid} if result.invalid else ()
-        # An event keeps the very bytes it was decoded from: they find its entry.
-        by_wire: dict[bytes, list[_Delivery]] = {}
-        for i, (stream, entry, _) in enumerate(entries):
-            delivery = _Delivery(stream, entry, int(stream.rsplit(":", 2)[1]), 0)
-            if i in invalid:
-                outbox.dead_letter(None, delivery, "invalid envelope", wires[i])
+        # An event keeps the very bytes it was decoded from: they find its entry
+        # (a list only where one batch holds the same bytes twice).
+        by_wire: dict[bytes, Any] = {}
+        for i, (stream, entry, wire) in enumerate(entries):
+            delivery = _Delivery(stream, entry, partition_of_key[stream], 0)
+            if invalid and i in invalid:
+                outbox.dead_letter(None, delivery, "invalid envelope", wire)
                 continue
             if attempts is not None:
                 delivery.attempts = max(0, attempts.get(entry, 1) - 1)
-            found = by_wire.get(wires[i])
+            found = by_wire.get(wire)
             if found is None:
-                by_wire[wires[i]] = [delivery]
-            else:
+                by_wire[wire] = delivery
+            elif type(found) is list:
                 found.append(delivery)
+            else:
+                by_wire[wire] = [found, delivery]
         events = scratch.pop_many(len(scratch))
         streams.delivered += len(events)
+        max_deliveries = streams.max_deliveries
         items: list[tuple[Event, _Delivery]] = []
         for event in events:
             found = by_wire[encode_event(event)]
-            delivery = found.pop(0) if len(found) > 1 else found[0]
-            if delivery.attempts >= streams.max_deliveries:
+            delivery = found.pop(0) if type(found) is list else found
+            if delivery.attempts >= max_deliveries:
                 outbox.dead_letter(event, delivery, "delivered too many times")
                 continue
             items.append((event, delivery))
         return items
-
-    async def skip_handled(
-        self, items: list[tuple[Event, _Delivery]]
-    ) -> list[tuple[Event, _Delivery]]:
-        """The reclaimed events not yet handled; the handled ones are acknowledged."""
-        if not items:
-            return items
-        streams = self.streams
-        keys = [streams._key(f"done:{streams.group}:{event.id}") for event, _ in items]
-        marks = await streams._client.mget(keys)
-        fresh = []
-        for (event, delivery), mark in zip(items, marks, strict=True):
-            if mark is None:
-                fresh.append((event, delivery))
-            else:
-                # Counted as skipped when the script answers.
-                streams._outbox.commit(event, delivery)
-        return fresh
 
 
 class RedisStreams:
@@ -832,8 +1111,8 @@ class RedisStreams:
         name: The prefix of every key (the hash tag), to run several buses on one Redis.
         partitions: Partitions of the sessions (fixed for the life of the data).
         maxlen: Entries each stream holds at most.
-        dedup_window: Seconds an id stays known to every producer.
-        done_ttl: Seconds a handled id stays recorded (longer than any redelivery).
+        dedup_window: Seconds an id stays known to every producer, at least (and
+            less than twice that: ids are kept in one hash per window).
         claim_idle: Seconds after which the partitions of a consumer that stopped
             renewing its leases are taken over, and their entries reclaimed.
         max_deliveries: Deliveries of an event whose handler keeps failing before
@@ -853,7 +1132,6 @@ class RedisStreams:
         partitions: int = 8,
         maxlen: int = 10_000,
         dedup_window: float = 60.0,
-        done_ttl: float = 86_400.0,
         claim_idle: float = 10.0,
         max_deliveries: int = 3,
         batch: int = 256,
@@ -863,6 +1141,8 @@ class RedisStreams:
             raise ValueError("partitions, max_deliveries and batch must be >= 1, maxlen >= 10")
         if not 0 < claim_idle <= 3600:
             raise ValueError(f"claim_idle must be in (0, 3600] seconds, not {claim_idle}")
+        if not 0.001 <= dedup_window <= 86_400:
+            raise ValueError(f"dedup_window must be in [0.001, 86400] seconds, not {dedup_window}")
         self.url = url
         self.group = group or "openstarry"
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
@@ -871,13 +1151,16 @@ class RedisStreams:
         self.partitions = partitions
         self.maxlen = maxlen
         self.window_ms = int(dedup_window * 1000)
-        self.done_ttl_ms = int(done_ttl * 1000)
         self.claim_idle = claim_idle
         self.max_deliveries = max_deliveries
         self.batch = batch
         self.buffer = buffer
-        #: Identifies this producer's publishes, so that a retried flush is not a duplicate.
-        self.token = uuid.uuid4().hex
+        #: The partition of each stream key, as Redis replies name them.
+        self._partition_of_key = {
+            key.encode(): p for p in range(partitions) for key in self._streams_of(p)
+        }
+        #: Identifies this producer's flushes, so that a retried flush is not a duplicate.
+        self.token = uuid.uuid4().hex[:16]
         self._client: Any = None
         self._bus: EventBus | None = None
         self._stopping = False
@@ -929,6 +1212,8 @@ class RedisStreams:
                 "renew": client.register_script(_RENEW),
                 "free": client.register_script(_FREE),
             }
+            # The flusher sends the script by its hash: loaded before it starts.
+            await self._retrying(functools.partial(client.script_load, _FLUSH))
             if self.consume:
                 await self._retrying(deliveries.create_groups)
             async with anyio.create_task_group() as tasks:
@@ -1063,6 +1348,14 @@ class RedisStreams:
 def _order(entry_id: str) -> tuple[int, int]:
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
+
+
+def _field(fields: Sequence[bytes]) -> bytes:
+    """The ``e`` field of an entry's ``[field, value, ...]`` list (empty if none)."""
+    for i in range(0, len(fields) - 1, 2):
+        if fields[i] == b"e":
+            return fields[i + 1]
+    return b""
 
 
 def _text(value: bytes | str) -> str:
