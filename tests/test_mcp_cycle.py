@@ -61,6 +61,13 @@ class AgentProcess:
     def log(self) -> str:
         return "".join(self.stderr)
 
+    async def logged(self, text: str) -> str:
+        """The log once it holds ``text``: a thread reads stderr, so a line can lag the reply."""
+        with anyio.move_on_after(HANG):
+            while text not in self.log():
+                await anyio.sleep(0.01)
+        return self.log()
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -211,7 +218,7 @@ async def test_a_call_cycle_stops_at_depth_6_and_every_agent_stays_responsive(
             assert f"(trace {stopped.trace_id})" in message
             # B refused the sixth hop (A -> B), and logged it; A refused nothing of this trace.
             refusal = f"{_REFUSAL} (trace {stopped.trace_id})"
-            assert refusal in b.log()
+            assert refusal in await b.logged(refusal)
             assert refusal not in a.log()
 
             # Each agent answers a fresh request, in a trace of its own, at depth 1.
@@ -234,7 +241,9 @@ async def test_a_call_cycle_stops_at_depth_6_and_every_agent_stays_responsive(
             assert again.replies == ["stopped again"]
             assert seen[-1]["error"]["code"] == "RECURSION_LIMIT"
             assert f"{_REFUSAL} (trace {again.trace_id})" in seen[-1]["error"]["message"]
-            assert f"{_REFUSAL} (trace {again.trace_id})" in a.log()
+            assert f"{_REFUSAL} (trace {again.trace_id})" in await a.logged(
+                f"{_REFUSAL} (trace {again.trace_id})"
+            )
             assert f"{_REFUSAL} (trace {again.trace_id})" not in b.log()
 
             # And C, the first caller, answers its next input.
