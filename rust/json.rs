@@ -672,7 +672,7 @@ impl<'a> Scanner<'a> {
     /// and UTF-8 checks as [`Scanner::string`]; structure is one loop over
     /// the bytes with the open containers in a 64-bit stack, instead of a call
     /// per token each skipping whitespace and building a `Result`.
-    fn skip_fast(&self, start: usize, depth: usize) -> Option<usize> {
+    pub(crate) fn skip_fast(&self, start: usize, depth: usize) -> Option<usize> {
         let buf = self.buf;
         let mut i = start;
         // Bit n is set when the container open at level n is an object.
@@ -924,7 +924,7 @@ static NEEDS_CARE: [bool; 256] = {
 /// so is a first pass over the line to learn it is printable ASCII, which would
 /// leave only `"` and `\\` to look for.)
 #[inline]
-fn find_special(buf: &[u8], mut i: usize) -> usize {
+pub(crate) fn find_special(buf: &[u8], mut i: usize) -> usize {
     while let Some(chunk) = buf.get(i..i + 8) {
         let flags = special_flags(word(chunk));
         if flags != 0 {
