@@ -923,7 +923,7 @@ static NEEDS_CARE: [bool; 256] = {
 /// sixteen at a time, two words a branch, is slower, most strings being short;
 /// so is a first pass over the line to learn it is printable ASCII, which would
 /// leave only `"` and `\\` to look for.)
-#[inline]
+#[inline(always)]
 pub(crate) fn find_special(buf: &[u8], mut i: usize) -> usize {
     while let Some(chunk) = buf.get(i..i + 8) {
         let flags = special_flags(word(chunk));
