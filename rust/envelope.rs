@@ -5,7 +5,9 @@
 //! copied or decoded until asked for, and an envelope that was not changed
 //! encodes to the very bytes it came from.
 
-use crate::json::{find_special, write_str, JsonError, KeySet, Kind, Limits, Scanner, Span};
+use crate::json::{
+    find_special, write_str, JsonError, KeySet, Kind, Limits, Scanner, Span, MAX_INPUT,
+};
 
 /// The eight event types of spec 002.
 pub const SPEC_TYPES: [&str; 8] = [
@@ -97,6 +99,37 @@ const COMPACT: [KeyLiteral; 9] = [
 #[inline]
 fn decode_compact(buf: &[u8], limits: &Limits) -> Option<EnvelopeIndex> {
     let s = Scanner::new(buf, limits).ok()?;
+    let (idx, end) = compact_prefix::<false>(buf, &s)?;
+    (end == buf.len()).then_some(idx)
+}
+
+/// The compact envelope (as [`decode_compact`] takes it) that starts `rest`,
+/// a line of NDJSON and what follows it, and where it ends (after its closing
+/// brace); `None` if there is none, if it holds a newline, or if it is longer
+/// than `limits.max_bytes`.
+///
+/// A line that is exactly that envelope (the next byte ends the line)
+/// decodes to the same index by [`decode`]: NDJSON is then split and decoded
+/// in one pass. For any other line, split it and [`decode`] it.
+#[inline]
+#[must_use]
+pub fn decode_line_prefix(rest: &[u8], limits: &Limits) -> Option<(EnvelopeIndex, usize)> {
+    let unbounded = Limits {
+        max_bytes: MAX_INPUT,
+        max_depth: limits.max_depth,
+    };
+    let s = Scanner::new(rest, &unbounded).ok()?;
+    let (idx, end) = compact_prefix::<true>(rest, &s)?;
+    (end <= limits.max_bytes.min(MAX_INPUT)).then_some((idx, end))
+}
+
+/// The compact envelope at the start of `buf` and the index after its
+/// closing brace; with `IN_LINE`, none that holds a newline.
+#[inline(always)]
+fn compact_prefix<const IN_LINE: bool>(
+    buf: &[u8],
+    s: &Scanner<'_>,
+) -> Option<(EnvelopeIndex, usize)> {
     let mut pos = 0;
     let key = |pos: &mut usize, n: usize| -> Option<()> {
         let lit = &COMPACT[n];
@@ -124,7 +157,7 @@ fn decode_compact(buf: &[u8], limits: &Limits) -> Option<EnvelopeIndex> {
         return None;
     }
     key(&mut pos, 7)?;
-    let end = s.skip_fast(pos, PAYLOAD_DEPTH)?;
+    let end = s.skip_fast_in::<IN_LINE>(pos, PAYLOAD_DEPTH)?;
     let payload = Span::new(pos, end, false);
     pos = end;
     let parent_id = if key(&mut pos, 8).is_some() {
@@ -132,11 +165,10 @@ fn decode_compact(buf: &[u8], limits: &Limits) -> Option<EnvelopeIndex> {
     } else {
         None
     };
-    // The closing brace ends the line.
-    if pos + 1 != buf.len() || buf[pos] != b'}' {
+    if buf.get(pos) != Some(&b'}') {
         return None;
     }
-    Some(EnvelopeIndex {
+    let idx = EnvelopeIndex {
         id,
         timestamp,
         trace_id,
@@ -147,7 +179,8 @@ fn decode_compact(buf: &[u8], limits: &Limits) -> Option<EnvelopeIndex> {
         payload,
         parent_id,
         extra: Vec::new(),
-    })
+    };
+    Some((idx, pos + 1))
 }
 
 /// For [`decode_compact`]: the non-empty string at `pos` (its opening quote)
