@@ -318,17 +318,15 @@ fn estimate_lines(reader: &NdjsonLines<'_>) -> usize {
 fn queue_items(input: &Arc<Input>, decoded: &[Decoded<'_>], base: &[u8]) -> Vec<Option<Item>> {
     let owned = decoded
         .iter()
-        .map(|d| Line {
-            index: d.index,
+        .map(|d| {
             // An NDJSON line lies within the input; a part is its own object
             // (and `base` is empty).
-            start: if base.is_empty() {
-                0
+            let start = if base.is_empty() {
+                d.index
             } else {
                 d.bytes.as_ptr() as usize - base.as_ptr() as usize
-            },
-            len: u32::try_from(d.bytes.len()).expect("a line is shorter than 4 GiB"),
-            envelope: d.envelope.clone(),
+            };
+            Line::new(start, d.bytes, &d.envelope)
         })
         .collect();
     let batch = Arc::new(Batch {
