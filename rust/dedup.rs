@@ -405,6 +405,8 @@ impl DedupWindow {
         let ring = &self.ring;
         let head = self.head_seq;
         self.table.reserve(want - len, |&s| ring[pos(s, head)].hash);
+        // The time ring grows with the table, once.
+        self.ring.reserve(want - len);
         self.table_capacity = self.table.capacity();
     }
 

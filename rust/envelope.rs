@@ -5,7 +5,9 @@
 //! copied or decoded until asked for, and an envelope that was not changed
 //! encodes to the very bytes it came from.
 
-use crate::json::{write_str, JsonError, KeySet, Kind, Limits, Scanner, Span};
+use crate::json::{
+    find_special, write_str, JsonError, KeySet, Kind, Limits, Scanner, Span, MAX_INPUT,
+};
 
 /// The eight event types of spec 002.
 pub const SPEC_TYPES: [&str; 8] = [
@@ -64,6 +66,164 @@ const REQUIRED: [(u16, &str); 8] = [
 
 /// Decode and validate one envelope.
 pub fn decode(buf: &[u8], limits: &Limits) -> Result<EnvelopeIndex, JsonError> {
+    if let Some(idx) = decode_compact(buf, limits) {
+        return Ok(idx);
+    }
+    decode_general(buf, limits)
+}
+
+/// The key literals of a compact envelope in the spec's order, each with the
+/// byte before it (`{` or `,`), for [`decode_compact`].
+const COMPACT: [KeyLiteral; 9] = [
+    KeyLiteral::new(b"{\"id\":", F_ID),
+    KeyLiteral::new(b",\"timestamp\":", F_TIMESTAMP),
+    KeyLiteral::new(b",\"traceId\":", F_TRACE),
+    KeyLiteral::new(b",\"source\":", F_SOURCE),
+    KeyLiteral::new(b",\"sessionId\":", F_SESSION),
+    KeyLiteral::new(b",\"priority\":", F_PRIORITY),
+    KeyLiteral::new(b",\"type\":", F_TYPE),
+    KeyLiteral::new(b",\"payload\":", F_PAYLOAD),
+    KeyLiteral::new(b",\"parentId\":", F_PARENT),
+];
+
+/// The fast path of [`decode`]: a compact envelope (no whitespace outside the
+/// payload) with its fields in the spec's order, `parentId` last if present,
+/// no other field, and header strings without escapes or non-ASCII bytes, as
+/// [`encode`] and most producers write it. Anything else, every invalid
+/// envelope included, is `None`, and [`decode_general`] decodes it (and gives
+/// the error).
+///
+/// It checks what [`decode_general`] checks and builds the same index (tested
+/// against it below), in one pass with no per-token calls; the payload goes
+/// through the scanner's own fast skip.
+#[inline]
+fn decode_compact(buf: &[u8], limits: &Limits) -> Option<EnvelopeIndex> {
+    let s = Scanner::new(buf, limits).ok()?;
+    let (idx, end) = compact_prefix::<false>(buf, &s)?;
+    (end == buf.len()).then_some(idx)
+}
+
+/// The compact envelope (as [`decode_compact`] takes it) that starts `rest`,
+/// a line of NDJSON and what follows it, and where it ends (after its closing
+/// brace); `None` if there is none, if it holds a newline, or if it is longer
+/// than `limits.max_bytes`.
+///
+/// A line that is exactly that envelope (the next byte ends the line)
+/// decodes to the same index by [`decode`]: NDJSON is then split and decoded
+/// in one pass. For any other line, split it and [`decode`] it.
+#[inline]
+#[must_use]
+pub fn decode_line_prefix(rest: &[u8], limits: &Limits) -> Option<(EnvelopeIndex, usize)> {
+    let unbounded = Limits {
+        max_bytes: MAX_INPUT,
+        max_depth: limits.max_depth,
+    };
+    let s = Scanner::new(rest, &unbounded).ok()?;
+    let (idx, end) = compact_prefix::<true>(rest, &s)?;
+    (end <= limits.max_bytes.min(MAX_INPUT)).then_some((idx, end))
+}
+
+/// The compact envelope at the start of `buf` and the index after its
+/// closing brace; with `IN_LINE`, none that holds a newline.
+#[inline(always)]
+fn compact_prefix<const IN_LINE: bool>(
+    buf: &[u8],
+    s: &Scanner<'_>,
+) -> Option<(EnvelopeIndex, usize)> {
+    let mut pos = 0;
+    let key = |pos: &mut usize, n: usize| -> Option<()> {
+        let lit = &COMPACT[n];
+        lit.matches(buf, *pos).then(|| *pos += lit.len)
+    };
+    key(&mut pos, 0)?;
+    let id = plain_string(buf, &mut pos)?;
+    key(&mut pos, 1)?;
+    let timestamp = plain_timestamp(buf, &mut pos)?;
+    key(&mut pos, 2)?;
+    let trace_id = plain_string(buf, &mut pos)?;
+    key(&mut pos, 3)?;
+    let source = plain_string(buf, &mut pos)?;
+    key(&mut pos, 4)?;
+    let session_id = plain_string(buf, &mut pos)?;
+    key(&mut pos, 5)?;
+    let priority = match buf.get(pos..pos + 2)? {
+        &[d @ b'0'..=b'5', b','] => d - b'0',
+        _ => return None,
+    };
+    pos += 1;
+    key(&mut pos, 6)?;
+    let type_ = plain_string(buf, &mut pos)?;
+    if !is_event_type_bytes(type_.raw(buf)) {
+        return None;
+    }
+    key(&mut pos, 7)?;
+    let end = s.skip_fast_in::<IN_LINE>(pos, PAYLOAD_DEPTH)?;
+    let payload = Span::new(pos, end, false);
+    pos = end;
+    let parent_id = if key(&mut pos, 8).is_some() {
+        Some(plain_string(buf, &mut pos)?)
+    } else {
+        None
+    };
+    if buf.get(pos) != Some(&b'}') {
+        return None;
+    }
+    let idx = EnvelopeIndex {
+        id,
+        timestamp,
+        trace_id,
+        source,
+        session_id,
+        priority,
+        type_,
+        payload,
+        parent_id,
+        extra: Vec::new(),
+    };
+    Some((idx, pos + 1))
+}
+
+/// For [`decode_compact`]: the non-empty string at `pos` (its opening quote)
+/// when it holds only printable ASCII without escapes; `pos` moves past it.
+#[inline(always)]
+fn plain_string(buf: &[u8], pos: &mut usize) -> Option<Span> {
+    if buf.get(*pos) != Some(&b'"') {
+        return None;
+    }
+    let start = *pos + 1;
+    let end = find_special(buf, start);
+    if end == start || buf.get(end) != Some(&b'"') {
+        return None;
+    }
+    *pos = end + 1;
+    Some(Span::new(start, end, false))
+}
+
+/// For [`decode_compact`]: the timestamp at `pos`, 1 to 18 digits without a
+/// leading zero (or `0`) followed by `,`; `pos` moves to the comma.
+#[inline(always)]
+fn plain_timestamp(buf: &[u8], pos: &mut usize) -> Option<i64> {
+    let start = *pos;
+    let mut i = start;
+    let mut value = 0i64;
+    while let Some(&d @ b'0'..=b'9') = buf.get(i) {
+        if i - start == 18 {
+            return None;
+        }
+        value = value * 10 + i64::from(d - b'0');
+        i += 1;
+    }
+    let digits = i - start;
+    if digits == 0 || (buf[start] == b'0' && digits > 1) || buf.get(i) != Some(&b',') {
+        return None;
+    }
+    *pos = i;
+    Some(value)
+}
+
+/// [`decode`] for any layout: whitespace, fields in any order, unknown
+/// fields, escapes; and every error.
+fn decode_general(buf: &[u8], limits: &Limits) -> Result<EnvelopeIndex, JsonError> {
     let mut s = Scanner::new(buf, limits)?;
     let kind = s.peek_kind()?;
     if kind != Kind::Object {
@@ -700,6 +860,89 @@ mod tests {
 
     /// Random edits of a valid envelope: every result is an error or an
     /// envelope whose spans lie inside the input; nothing panics.
+    /// The compact fast path takes the envelopes it is for, and whatever it
+    /// takes the general decoder decodes to the same index; everything it
+    /// leaves (every invalid envelope among them) keeps the general errors.
+    #[test]
+    fn the_compact_path_agrees_with_the_general_decoder() {
+        let with_parent = GOOD[..GOOD.len() - 1].to_string() + r#","parentId":"p-1"}"#;
+        let zero = GOOD.replace("1730000000000", "0");
+        for good in [GOOD, with_parent.as_str(), zero.as_str()] {
+            let fast = decode_compact(good.as_bytes(), &Limits::default());
+            assert!(fast.is_some(), "{good}");
+            assert_eq!(
+                fast,
+                decode_general(good.as_bytes(), &Limits::default()).ok()
+            );
+        }
+        // Layouts it leaves to the general decoder, which accepts them.
+        for other in [
+            GOOD.replace(",\"timestamp\"", ", \"timestamp\""),
+            GOOD.replace("\"t-1\"", "\"t-\\u0031\""),
+            GOOD.replace("\"s-1\"", "\"s-\u{e9}\""),
+            GOOD.replace("}}}", "}}} "),
+            GOOD[..GOOD.len() - 1].to_string() + r#","x":1}"#,
+        ] {
+            assert!(decode_compact(other.as_bytes(), &Limits::default()).is_none());
+            assert!(
+                decode(other.as_bytes(), &Limits::default()).is_ok(),
+                "{other}"
+            );
+        }
+        // Limits apply on both paths.
+        let small = Limits {
+            max_bytes: GOOD.len() - 1,
+            ..Limits::default()
+        };
+        assert!(decode_compact(GOOD.as_bytes(), &small).is_none());
+        let shallow = Limits {
+            max_depth: 2,
+            ..Limits::default()
+        };
+        assert!(decode_compact(GOOD.as_bytes(), &shallow).is_none());
+        assert!(decode(GOOD.as_bytes(), &shallow).is_err());
+        // Mutations: one to four bytes changed, inserted or removed.
+        let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let alphabet = b"{}[]:,\"\\ 0123456789-+.eEtrufalsn\x00\x1f\x80\xc3\xa9\xffIA";
+        let limits = Limits::default();
+        let (mut taken, mut left) = (0, 0);
+        for n in 0..60_000 {
+            let base = if n % 2 == 0 { GOOD } else { &with_parent };
+            let mut buf = base.as_bytes().to_vec();
+            for _ in 0..=(next() % 4) {
+                let at = (next() as usize) % (buf.len() + 1);
+                let byte = alphabet[(next() as usize) % alphabet.len()];
+                match next() % 3 {
+                    0 if at < buf.len() => buf[at] = byte,
+                    1 if at < buf.len() => {
+                        buf.remove(at);
+                    }
+                    _ => buf.insert(at, byte),
+                }
+            }
+            match decode_compact(&buf, &limits) {
+                Some(fast) => {
+                    taken += 1;
+                    assert_eq!(
+                        Ok(fast),
+                        decode_general(&buf, &limits).map_err(|e| e.to_string()),
+                        "{}",
+                        String::from_utf8_lossy(&buf)
+                    );
+                }
+                None => left += 1,
+            }
+        }
+        // Both paths were exercised.
+        assert!(taken > 1_000 && left > 1_000, "{taken} {left}");
+    }
+
     #[test]
     fn mutated_input_never_panics() {
         let mut rng = 0x2545_f491_4f6c_dd1d_u64;

@@ -66,22 +66,121 @@ pub fn decode_lines<'a>(
     let lines = lines.into_iter();
     let mut out = Vec::with_capacity(lines.size_hint().0);
     for (n, bytes) in lines.enumerate() {
-        let index = first_index + n;
-        let result = if bytes.iter().all(u8::is_ascii_whitespace) {
-            Err(JsonError::at(0, "empty line"))
-        } else {
-            envelope::decode(bytes, limits)
-        };
-        match result {
-            Ok(envelope) => out.push(Decoded {
-                index,
-                bytes,
-                envelope,
-            }),
-            Err(e) => invalid.push((index, e.to_string())),
-        }
+        decode_line(bytes, first_index + n, limits, &mut out, invalid);
     }
     out
+}
+
+/// Decode line `index` onto `out`, or its error onto `invalid`.
+#[inline]
+fn decode_line<'a>(
+    bytes: &'a [u8],
+    index: usize,
+    limits: &Limits,
+    out: &mut Vec<Decoded<'a>>,
+    invalid: &mut Vec<(usize, String)>,
+) {
+    let result = if bytes.iter().all(u8::is_ascii_whitespace) {
+        Err(JsonError::at(0, "empty line"))
+    } else {
+        envelope::decode(bytes, limits)
+    };
+    match result {
+        Ok(envelope) => out.push(Decoded {
+            index,
+            bytes,
+            envelope,
+        }),
+        Err(e) => invalid.push((index, e.to_string())),
+    }
+}
+
+/// NDJSON split and decoded in one pass, some lines at a time: the lines of
+/// [`split_lines`], each decoded as [`decode_lines`] decodes it.
+///
+/// A line holding a compact envelope (see [`envelope::decode_line_prefix`])
+/// is decoded from where it starts, and ends where the envelope does; any
+/// other line is found by searching for its newline, then decoded.
+pub struct NdjsonLines<'a> {
+    /// The input without its final newline.
+    body: &'a [u8],
+    /// Where the next line starts in `body`; `None` when no line is left.
+    next: Option<usize>,
+    /// The next line's number.
+    index: usize,
+}
+
+impl<'a> NdjsonLines<'a> {
+    #[must_use]
+    pub fn new(data: &'a [u8]) -> Self {
+        NdjsonLines {
+            body: data.strip_suffix(b"\n").unwrap_or(data),
+            next: (!data.is_empty()).then_some(0),
+            index: 0,
+        }
+    }
+
+    /// How many lines have been read.
+    #[must_use]
+    pub fn lines_read(&self) -> usize {
+        self.index
+    }
+
+    /// How many bytes have been read, and how many are left.
+    #[must_use]
+    pub fn bytes(&self) -> (usize, usize) {
+        let read = self.next.unwrap_or(self.body.len());
+        (read, self.body.len() - read)
+    }
+
+    /// Read up to `max` more lines: the valid ones onto `out`, the errors of
+    /// the others onto `invalid`. Returns how many lines were read (0 once
+    /// none is left).
+    pub fn read(
+        &mut self,
+        max: usize,
+        limits: &Limits,
+        out: &mut Vec<Decoded<'a>>,
+        invalid: &mut Vec<(usize, String)>,
+    ) -> usize {
+        let body = self.body;
+        let mut n = 0;
+        while n < max {
+            let Some(start) = self.next else { break };
+            let rest = &body[start..];
+            let index = self.index;
+            self.index += 1;
+            n += 1;
+            if let Some((envelope, end)) = envelope::decode_line_prefix(rest, limits) {
+                // The envelope is the line when the line ends right after it.
+                let next = match &rest[end..] {
+                    [] | [b'\r'] => Some(None),
+                    [b'\n', ..] => Some(Some(start + end + 1)),
+                    [b'\r', b'\n', ..] => Some(Some(start + end + 2)),
+                    _ => None,
+                };
+                if let Some(next) = next {
+                    self.next = next;
+                    out.push(Decoded {
+                        index,
+                        bytes: &rest[..end],
+                        envelope,
+                    });
+                    continue;
+                }
+            }
+            let line = if let Some(i) = memchr::memchr(b'\n', rest) {
+                self.next = Some(start + i + 1);
+                &rest[..i]
+            } else {
+                self.next = None;
+                rest
+            };
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            decode_line(line, index, limits, out, invalid);
+        }
+        n
+    }
 }
 
 /// The valid lines of a batch, sorted by the dedup window: indexes into the
@@ -440,6 +539,88 @@ mod tests {
             let mut expected = own.clone();
             expected.sort_by_key(|&i| (i % 6, i));
             assert_eq!(own, expected);
+        }
+    }
+
+    /// Splitting and decoding in one pass reads what splitting then
+    /// decoding reads, line for line, error for error, whatever the lines
+    /// and their endings, a chunk at a time.
+    #[test]
+    fn one_pass_reading_agrees_with_splitting_then_decoding() {
+        // The one pass takes the lines below as they start (no search for
+        // their end); the lines that it leaves are split first.
+        let two = format!("{}\n{}", line("a", 1), line("b", 2));
+        let first = envelope::decode_line_prefix(two.as_bytes(), &Limits::default());
+        assert_eq!(first.map(|(_, end)| end), Some(line("a", 1).len()));
+        let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let alphabet = b"{}[]:,\"\\ \r\n\n\n0123456789-.etrufalsn\x00\xc3\xa9";
+        let payloads = [
+            r#"{"a":[1,2.5,{"b":null}],"c":"d"}"#,
+            "[\n]",
+            "{ \"x\" :\r\ttrue }",
+        ];
+        let small = Limits {
+            max_bytes: 220,
+            max_depth: 3,
+        };
+        for round in 0..3_000 {
+            let mut data = Vec::new();
+            for k in 0..(next() % 5) {
+                let mut l = line(&format!("id-{round}-{k}"), (next() % 6) as u8).into_bytes();
+                if next() % 2 == 0 {
+                    let p = payloads[(next() % 3) as usize];
+                    let text = String::from_utf8(l).unwrap().replace("null", p);
+                    l = text.into_bytes();
+                }
+                if next() % 3 == 0 {
+                    l.truncate(l.len() - 1);
+                    l.extend_from_slice(br#","parentId":"p"}"#);
+                }
+                data.extend_from_slice(&l);
+                data.extend_from_slice(
+                    [&b"\n"[..], b"\r\n", b"\r", b" \n", b"\n\n"][(next() % 5) as usize],
+                );
+            }
+            for _ in 0..(next() % 4) {
+                if data.is_empty() {
+                    break;
+                }
+                let at = (next() as usize) % data.len();
+                data[at] = alphabet[(next() as usize) % alphabet.len()];
+            }
+            if next() % 4 == 0 {
+                data.pop();
+            }
+            for limits in [Limits::default(), small] {
+                let mut want_invalid = Vec::new();
+                let want = decode_lines(split_lines(&data), 0, &limits, &mut want_invalid);
+                let mut reader = NdjsonLines::new(&data);
+                let (mut got, mut got_invalid) = (Vec::new(), Vec::new());
+                let chunk = 1 + (next() % 3) as usize;
+                while reader.read(chunk, &limits, &mut got, &mut got_invalid) > 0 {}
+                assert_eq!(reader.lines_read(), split_lines(&data).count());
+                assert_eq!(reader.bytes().1, 0);
+                assert_eq!(
+                    got_invalid,
+                    want_invalid,
+                    "{}",
+                    String::from_utf8_lossy(&data)
+                );
+                assert_eq!(got.len(), want.len());
+                for (g, w) in got.iter().zip(&want) {
+                    assert_eq!(
+                        (g.index, g.bytes, &g.envelope),
+                        (w.index, w.bytes, &w.envelope)
+                    );
+                    assert_eq!(g.bytes.as_ptr(), w.bytes.as_ptr());
+                }
+            }
         }
     }
 

@@ -672,7 +672,19 @@ impl<'a> Scanner<'a> {
     /// and UTF-8 checks as [`Scanner::string`]; structure is one loop over
     /// the bytes with the open containers in a 64-bit stack, instead of a call
     /// per token each skipping whitespace and building a `Result`.
-    fn skip_fast(&self, start: usize, depth: usize) -> Option<usize> {
+    pub(crate) fn skip_fast(&self, start: usize, depth: usize) -> Option<usize> {
+        self.skip_fast_in::<false>(start, depth)
+    }
+
+    /// [`Scanner::skip_fast`] that also leaves (`None`) any value with a
+    /// newline in it, when `IN_LINE`: for a value read out of NDJSON before
+    /// the line's end is known, where a newline ends the line.
+    #[inline(always)]
+    pub(crate) fn skip_fast_in<const IN_LINE: bool>(
+        &self,
+        start: usize,
+        depth: usize,
+    ) -> Option<usize> {
         let buf = self.buf;
         let mut i = start;
         // Bit n is set when the container open at level n is an object.
@@ -686,7 +698,7 @@ impl<'a> Scanner<'a> {
                     if level >= 64 || depth + level >= self.max_depth {
                         return None;
                     }
-                    i = skip_ws_at(buf, i + 1);
+                    i = skip_ws_at::<IN_LINE>(buf, i + 1);
                     let object = open == b'{';
                     let close = if object { b'}' } else { b']' };
                     if buf.get(i) == Some(&close) {
@@ -694,7 +706,7 @@ impl<'a> Scanner<'a> {
                     } else {
                         if object {
                             objects |= 1 << level;
-                            i = self.member_key(i)?;
+                            i = self.member_key::<IN_LINE>(i)?;
                         } else {
                             objects &= !(1 << level);
                         }
@@ -712,13 +724,13 @@ impl<'a> Scanner<'a> {
                 if level == 0 {
                     return Some(i);
                 }
-                i = skip_ws_at(buf, i);
+                i = skip_ws_at::<IN_LINE>(buf, i);
                 let object = objects & (1 << (level - 1)) != 0;
                 match *buf.get(i)? {
                     b',' => {
-                        i = skip_ws_at(buf, i + 1);
+                        i = skip_ws_at::<IN_LINE>(buf, i + 1);
                         if object {
-                            i = self.member_key(i)?;
+                            i = self.member_key::<IN_LINE>(i)?;
                         }
                         continue 'value;
                     }
@@ -735,16 +747,16 @@ impl<'a> Scanner<'a> {
     /// For [`Scanner::skip_fast`]: the key at `i`, its `:` and the whitespace
     /// around it; returns where the member's value starts.
     #[inline(always)]
-    fn member_key(&self, i: usize) -> Option<usize> {
+    fn member_key<const IN_LINE: bool>(&self, i: usize) -> Option<usize> {
         let buf = self.buf;
         if buf.get(i) != Some(&b'"') {
             return None;
         }
-        let i = skip_ws_at(buf, self.string_end(i + 1)?);
+        let i = skip_ws_at::<IN_LINE>(buf, self.string_end(i + 1)?);
         if buf.get(i) != Some(&b':') {
             return None;
         }
-        Some(skip_ws_at(buf, i + 1))
+        Some(skip_ws_at::<IN_LINE>(buf, i + 1))
     }
 
     /// For [`Scanner::skip_fast`]: the index after the closing quote of the
@@ -852,9 +864,14 @@ impl<'a> Scanner<'a> {
 }
 
 /// The index of the first byte at or after `i` that is not JSON whitespace.
+///
+/// With `IN_LINE`, a newline is not skipped (it ends an NDJSON line).
 #[inline(always)]
-fn skip_ws_at(buf: &[u8], mut i: usize) -> usize {
-    while let Some(b' ' | b'\t' | b'\n' | b'\r') = buf.get(i) {
+fn skip_ws_at<const IN_LINE: bool>(buf: &[u8], mut i: usize) -> usize {
+    while let Some(&b @ (b' ' | b'\t' | b'\n' | b'\r')) = buf.get(i) {
+        if IN_LINE && b == b'\n' {
+            break;
+        }
         i += 1;
     }
     i
@@ -923,8 +940,8 @@ static NEEDS_CARE: [bool; 256] = {
 /// sixteen at a time, two words a branch, is slower, most strings being short;
 /// so is a first pass over the line to learn it is printable ASCII, which would
 /// leave only `"` and `\\` to look for.)
-#[inline]
-fn find_special(buf: &[u8], mut i: usize) -> usize {
+#[inline(always)]
+pub(crate) fn find_special(buf: &[u8], mut i: usize) -> usize {
     while let Some(chunk) = buf.get(i..i + 8) {
         let flags = special_flags(word(chunk));
         if flags != 0 {

@@ -36,7 +36,7 @@ pub use envelope::{
 // `ingest` in one call, or its phases for a host that builds its own items
 // between them (as the Python bindings do).
 pub use ingest::{
-    admit, decode_lines, ingest, split_lines, Admitted, Decoded, Report, CHUNK_LINES,
+    admit, decode_lines, ingest, split_lines, Admitted, Decoded, NdjsonLines, Report, CHUNK_LINES,
 };
 pub use json::{
     validate as validate_json, JsonError, Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, MAX_DEPTH,

@@ -973,3 +973,46 @@ def test_shed_events_leave_the_window_so_a_redelivery_gets_in() -> None:
     assert queue.pop().id == "top"
     again = ingestor.ingest([envelope_line(id="mid", priority=3)], now_ms=2)
     assert (again.accepted, again.duplicates) == (1, 0)
+
+
+# --- compact lines, as encoders write them ----------------------------------------------------
+
+
+def _fields(event: Event) -> tuple[Any, ...]:
+    return (
+        event.id,
+        event.timestamp,
+        event.trace_id,
+        event.source,
+        event.session_id,
+        event.priority,
+        event.type,
+        event.payload,
+        event.parent_id,
+        event.extra,
+        encode_event(event),
+    )
+
+
+@pytest.mark.parametrize("as_parts", [False, True], ids=["ndjson", "parts"])
+def test_compact_lines_pop_as_the_events_they_decode_to(as_parts: bool) -> None:
+    def compact(**overrides: Any) -> bytes:
+        return json.dumps(json.loads(line(**overrides)), separators=(",", ":")).encode()
+
+    lines = [
+        compact(),
+        compact(parentId="parent-1"),
+        # Escaped strings, an unknown field, a line over 64 KiB: each held in full.
+        compact(source="transport-\u00e9").replace(b"\xc3\xa9", b"\\u00e9"),
+        compact(event_id="\u0061bc").replace(b'"abc"', b'"\\u0061bc"'),
+        compact(x_extra={"k": [1, 2]}),
+        compact(payload={"text": "x" * 70_000}),
+        compact(payload={"text": "y" * 70_000}, parentId="parent-2"),
+    ]
+    ingestor = make()
+    result = ingestor.ingest(lines if as_parts else ndjson(*lines), now_ms=T0)
+    assert (result.accepted, result.invalid) == (len(lines), [])
+    popped = sorted(drain(ingestor.queue), key=lambda e: lines.index(encode_event(e)))
+    assert [_fields(e) for e in popped] == [_fields(decode_event(b)) for b in lines]
+    assert popped[3].id == "abc"
+    assert popped[2].source == "transport-\u00e9"

@@ -13,7 +13,7 @@ use super::event::{as_bytes_object, limits_arg};
 use super::queue::PyEventQueue;
 use super::record::{into_objects, Batch, Input, Item, Line};
 use crate::envelope;
-use crate::ingest::{admit, decode_lines, split_lines, Admitted, Decoded, CHUNK_LINES};
+use crate::ingest::{admit, decode_lines, Admitted, Decoded, NdjsonLines, CHUNK_LINES};
 use crate::json::{Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
 use crate::queue::{Overflow, PriorityQueue};
 
@@ -173,8 +173,7 @@ impl PyIngestor {
                 Input::Whole(as_bytes_object(data)?)
             },
         );
-        // NDJSON is split into lines without the interpreter; byte strings
-        // are read with it.
+        // Byte strings are read with the interpreter; NDJSON without it.
         let (parts, whole): (Vec<&[u8]>, &[u8]) = match &*input {
             Input::Parts(parts) => (parts.iter().map(|b| b.as_bytes(py)).collect(), &[]),
             Input::Whole(whole) => (Vec::new(), whole.as_bytes(py)),
@@ -191,23 +190,45 @@ impl PyIngestor {
         // whole call after reading the input runs without it.
         let shed = queue.overflow() == Overflow::Shed;
         let (invalid, mut total, pending) = without_gil(py, detach, || {
-            let lines: Vec<&[u8]> = match &*input {
-                Input::Parts(_) => parts,
-                Input::Whole(_) => split_lines(whole).collect(),
-            };
-            if let Some(d) = dedup {
-                // The window's table grows once for the whole call, not by
-                // doublings chunk after chunk (profiled: a tenth of its work).
-                d.with_inner(|w| w.reserve(lines.len()));
-            }
             let mut invalid = Vec::new();
             let mut total = Totals::default();
             let mut pending = Vec::new();
+            // NDJSON is split as it is decoded, in one pass; byte strings
+            // are lines already.
+            let mut reader = match &*input {
+                Input::Whole(_) => Some(NdjsonLines::new(whole)),
+                Input::Parts(_) => {
+                    reserve(dedup, parts.len());
+                    None
+                }
+            };
+            let mut parts = parts.chunks(CHUNK_LINES);
+            let mut first = 0;
             // A chunk at a time, decoded then admitted at once: its lines are
             // still in cache when their ids are looked up.
-            for (n, chunk) in lines.chunks(CHUNK_LINES).enumerate() {
-                let (decoded, mut items) =
-                    decode_chunk(&input, chunk, n * CHUNK_LINES, whole, limits, &mut invalid);
+            loop {
+                let (read, decoded) = match &mut reader {
+                    Some(reader) => {
+                        let mut decoded = Vec::with_capacity(CHUNK_LINES);
+                        let read = reader.read(CHUNK_LINES, limits, &mut decoded, &mut invalid);
+                        if first == 0 {
+                            reserve(dedup, estimate_lines(reader));
+                        }
+                        (read, decoded)
+                    }
+                    None => match parts.next() {
+                        Some(chunk) => (
+                            chunk.len(),
+                            decode_lines(chunk.iter().copied(), first, limits, &mut invalid),
+                        ),
+                        None => (0, Vec::new()),
+                    },
+                };
+                if read == 0 {
+                    break;
+                }
+                first += read;
+                let mut items = queue_items(&input, &decoded, whole);
                 if shed {
                     pending.push((decoded, items));
                 } else {
@@ -274,43 +295,47 @@ impl Totals {
     }
 }
 
-/// Decode and validate a chunk of lines numbered from `first` (slices of
-/// `base` for NDJSON input), and make each valid line's queue item, which
-/// owns its decoded index; invalid lines go to `invalid`.
+/// The window's table grows once for the whole call, not by doublings chunk
+/// after chunk (profiled: a tenth of its work).
+fn reserve(dedup: Option<&PyDedupWindow>, lines: usize) {
+    if let Some(d) = dedup {
+        d.with_inner(|w| w.reserve(lines));
+    }
+}
+
+/// How many lines NDJSON holds in all, judged by the lines read so far (only
+/// the window's capacity depends on it).
+fn estimate_lines(reader: &NdjsonLines<'_>) -> usize {
+    let lines = reader.lines_read();
+    let (read, left) = reader.bytes();
+    lines + (left as u128 * lines as u128).div_ceil(read.max(1) as u128) as usize
+}
+
+/// The queue item of each decoded line (slices of `base` for NDJSON input),
+/// which owns its decoded index.
 ///
 /// Runs without the interpreter: it reads the input's bytes and nothing else.
-fn decode_chunk<'a>(
-    input: &Arc<Input>,
-    lines: &[&'a [u8]],
-    first: usize,
-    base: &[u8],
-    limits: &Limits,
-    invalid: &mut Vec<(usize, String)>,
-) -> (Vec<Decoded<'a>>, Vec<Option<Item>>) {
-    let decoded = decode_lines(lines.iter().copied(), first, limits, invalid);
+fn queue_items(input: &Arc<Input>, decoded: &[Decoded<'_>], base: &[u8]) -> Vec<Option<Item>> {
     let owned = decoded
         .iter()
-        .map(|d| Line {
-            index: d.index,
+        .map(|d| {
             // An NDJSON line lies within the input; a part is its own object
             // (and `base` is empty).
-            start: if base.is_empty() {
-                0
+            let start = if base.is_empty() {
+                d.index
             } else {
                 d.bytes.as_ptr() as usize - base.as_ptr() as usize
-            },
-            len: u32::try_from(d.bytes.len()).expect("a line is shorter than 4 GiB"),
-            envelope: d.envelope.clone(),
+            };
+            Line::new(start, d.bytes, &d.envelope)
         })
         .collect();
     let batch = Arc::new(Batch {
         input: Arc::clone(input),
         lines: owned,
     });
-    let items = (0..decoded.len() as u32)
+    (0..decoded.len() as u32)
         .map(|i| Some(Item::Line(Arc::clone(&batch), i)))
-        .collect();
-    (decoded, items)
+        .collect()
 }
 
 /// Screen, enqueue and record a chunk under one hold of the window's lock and

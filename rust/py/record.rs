@@ -12,6 +12,7 @@ use pyo3::types::PyBytes;
 
 use super::event::{PyEvent, Wire};
 use crate::envelope::EnvelopeIndex;
+use crate::json::Span;
 
 /// The input of one `Ingestor.ingest` call, kept alive by its queued lines.
 pub enum Input {
@@ -22,23 +23,113 @@ pub enum Input {
 }
 
 impl Input {
-    /// The bytes of line `line` (`line.index` for parts, the range for NDJSON).
+    /// The bytes of `line` (a range for NDJSON, a part otherwise).
     fn bytes<'a>(&'a self, py: Python<'a>, line: &Line) -> &'a [u8] {
         match self {
             Input::Whole(whole) => &whole.as_bytes(py)[line.start..line.start + line.len as usize],
-            Input::Parts(parts) => parts[line.index].as_bytes(py),
+            Input::Parts(parts) => parts[line.start].as_bytes(py),
         }
     }
 }
 
-/// One decoded line of a [`Batch`].
+/// One decoded line of a [`Batch`], in one cache line: popping it reads
+/// nothing else of the batch.
+#[repr(align(64))]
 pub struct Line {
-    /// The line's number in the input (its index among the parts).
-    pub index: usize,
-    /// Where the line starts in an NDJSON input (0 for parts).
-    pub start: usize,
-    pub len: u32,
-    pub envelope: EnvelopeIndex,
+    /// Where the line starts in an NDJSON input; its index among the parts otherwise.
+    start: usize,
+    len: u32,
+    fields: Fields,
+}
+
+impl Line {
+    /// Line `bytes` (its index among the parts, or where it starts in an
+    /// NDJSON input), decoded to `envelope`.
+    pub fn new(start: usize, bytes: &[u8], envelope: &EnvelopeIndex) -> Self {
+        Line {
+            start,
+            len: u32::try_from(bytes.len()).expect("a line is shorter than 4 GiB"),
+            fields: Fields::of(envelope, bytes.len()),
+        }
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<Line>() == 64);
+
+/// A line's decoded index: packed when it fits (the common case), boxed otherwise.
+enum Fields {
+    Packed(Packed),
+    Boxed(Box<EnvelopeIndex>),
+}
+
+/// An [`EnvelopeIndex`] of a line shorter than 64 KiB, without escapes in
+/// its strings and without unknown fields: its spans as 16-bit offsets.
+struct Packed {
+    timestamp: i64,
+    /// id, traceId, source, sessionId, type, payload, parentId: (start, end).
+    spans: [(u16, u16); 7],
+    priority: u8,
+    parent: bool,
+}
+
+impl Fields {
+    fn of(idx: &EnvelopeIndex, len: usize) -> Self {
+        let spans = [
+            idx.id,
+            idx.trace_id,
+            idx.source,
+            idx.session_id,
+            idx.type_,
+            idx.payload,
+            idx.parent_id.unwrap_or_default(),
+        ];
+        if len > usize::from(u16::MAX) || !idx.extra.is_empty() || spans.iter().any(|s| s.escaped())
+        {
+            return Fields::Boxed(Box::new(idx.clone()));
+        }
+        Fields::Packed(Packed {
+            timestamp: idx.timestamp,
+            spans: spans.map(|s| (s.start() as u16, s.end() as u16)),
+            priority: idx.priority,
+            parent: idx.parent_id.is_some(),
+        })
+    }
+
+    /// The index back.
+    #[inline]
+    fn index(&self) -> EnvelopeIndex {
+        match self {
+            Fields::Packed(p) => {
+                let span = |i: usize| {
+                    let (a, b) = p.spans[i];
+                    Span::new(usize::from(a), usize::from(b), false)
+                };
+                EnvelopeIndex {
+                    id: span(0),
+                    timestamp: p.timestamp,
+                    trace_id: span(1),
+                    source: span(2),
+                    session_id: span(3),
+                    priority: p.priority,
+                    type_: span(4),
+                    payload: span(5),
+                    parent_id: p.parent.then(|| span(6)),
+                    extra: Vec::new(),
+                }
+            }
+            Fields::Boxed(idx) => (**idx).clone(),
+        }
+    }
+
+    /// The event's id span.
+    fn id(&self) -> Span {
+        match self {
+            Fields::Packed(p) => {
+                Span::new(usize::from(p.spans[0].0), usize::from(p.spans[0].1), false)
+            }
+            Fields::Boxed(idx) => idx.id,
+        }
+    }
 }
 
 /// The decoded lines of one ingest call over its input.
@@ -51,8 +142,8 @@ impl Batch {
     /// The id of line `i` as bytes.
     fn id_bytes(&self, py: Python<'_>, i: usize) -> Vec<u8> {
         let line = &self.lines[i];
-        line.envelope
-            .id
+        line.fields
+            .id()
             .as_bytes(self.input.bytes(py, line))
             .into_owned()
     }
@@ -66,9 +157,9 @@ impl Batch {
                 start: line.start,
                 len: line.len,
             },
-            Input::Parts(parts) => Wire::Shared(parts[line.index].clone_ref(py)),
+            Input::Parts(parts) => Wire::Shared(parts[line.start].clone_ref(py)),
         };
-        Ok(PyEvent::from_index(wire, line.envelope.clone())
+        Ok(PyEvent::from_index(wire, line.fields.index())
             .into_py(py)?
             .into_any())
     }
