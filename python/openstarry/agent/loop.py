@@ -164,7 +164,9 @@ class ExecutionLoop(Lifecycle):
         #: ``bus.publish`` where a run may use it for its events instead of
         #: awaiting ``apublish`` (on the local bus they differ only when it is
         #: full); ``None`` on a remote bus.
-        self._publish: Callable[[Event], object] | None = bus.publish if bus.backend is None else None
+        self._publish: Callable[[Event], object] | None = (
+            bus.publish if bus.backend is None else None
+        )
         self._outbox = Outbox(bus, source, self._waiters)
         self._executor = ToolExecutor(
             bus, _tools_by_name(tools), limits, source, approval_tools=frozenset(approval_tools)
