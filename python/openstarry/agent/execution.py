@@ -215,7 +215,8 @@ class ToolExecutor:
                 # A remote MCP server's tool: the Agent API shows an mcp_call.
                 payload["serverLabel"] = label
             if tool is not None and not waiting:
-                waiting = isinstance(tool, ClientTool) or self.needs_approval(tool)
+                # (ClientTool is final: a type check spares the ABC's isinstance.)
+                waiting = type(tool) is ClientTool or self.needs_approval(tool)
             call_event = parent.child(_TOOL_CALL, payload, source=self.source)
             call_events.append(call_event)
             if publish is None:
@@ -283,7 +284,7 @@ class ToolExecutor:
             tool = tools.get(call.name)
             if tool is None:
                 continue
-            if isinstance(tool, ClientTool):
+            if type(tool) is ClientTool:
                 waits[i] = self.waits.open(CLIENT_CALL, context, call.id, call.name, call.args)
             elif self.needs_approval(tool) and _valid(tool, call):
                 label = getattr(tool, "server_label", None)

@@ -223,21 +223,7 @@ class AgentContext:
 
         A failed call is here too (``success`` is false, ``error`` says why).
         """
-        memory = self.session.memory
-        found: list[ToolOutcome] = []
-        for i in range(len(memory) - 1, -1, -1):
-            entry = memory[i]
-            kind = type(entry)
-            if kind is ToolOutcome:
-                found.append(entry)
-            elif kind is AssistantTurn:
-                break
-            elif kind is not Observation:
-                return ()  # the user's turn: no round of this run has called tools yet
-        else:
-            return ()
-        found.reverse()
-        return tuple(found)
+        return self.session.memory.tool_results()
 
     @property
     def session_id(self) -> str:

@@ -125,6 +125,27 @@ class Memory(Sequence[MemoryEntry]):
         self._entries.clear()
         self._turn_starts.clear()
 
+    def tool_results(self) -> tuple[ToolOutcome, ...]:
+        """The outcomes that follow the last assistant turn, in order.
+
+        Empty when the entries since the latest user turn hold no assistant
+        turn followed by outcomes (what :attr:`AgentContext.tool_results
+        <openstarry.agent.interfaces.AgentContext.tool_results>` reads).
+        """
+        entries = self._entries
+        i = len(entries) - 1
+        end = i + 1
+        while i >= 0:
+            kind = type(entries[i])
+            if kind is AssistantTurn:
+                break
+            if kind is not ToolOutcome and kind is not Observation:
+                return ()  # the user's turn: no round of this run has called tools yet
+            i -= 1
+        else:
+            return ()
+        return tuple(e for e in entries[i + 1 : end] if type(e) is ToolOutcome)
+
     def current_turn(self) -> Sequence[MemoryEntry]:
         """The entries from the latest user turn on (all of them when there is none)."""
         start = self._turn_starts[-1] if self._turn_starts else 0

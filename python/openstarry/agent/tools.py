@@ -106,6 +106,11 @@ class FunctionTool(Tool, Generic[P, R]):
             self._no_default,
         ) = _build_model(tool_name, func, arg_docs)
         self.parameters = _json_schema(tool_name, self._model, arg_docs, self._fields)
+        #: Every field is named as its parameter: a model with all of them
+        #: given is its ``__dict__``.
+        self._same_names = all(field == name for field, name in self._fields.items())
+        #: Nothing to add or reorder for a call: ``func(**args)`` does.
+        self._plain_call = self.context_parameter is None and not self._positional_only
         #: The model's validator (what ``model_validate`` calls), looked up once.
         self._validate: Callable[[dict[str, Any]], pydantic.BaseModel] = (
             self._model.__pydantic_validator__.validate_python
@@ -139,6 +144,8 @@ class FunctionTool(Tool, Generic[P, R]):
         # What was given, and what the model filled in for a parameter the
         # function has no default of its own for (Field(default_factory=...)).
         given = model.__pydantic_fields_set__
+        if self._same_names and len(given) == len(self._fields):
+            return dict(model.__dict__)
         no_default = self._no_default
         return {
             name: getattr(model, field)
@@ -148,6 +155,8 @@ class FunctionTool(Tool, Generic[P, R]):
 
     def run(self, args: dict[str, Any], context: AgentContext) -> Any:
         """Call the function with the validated ``args``, and ``context`` if it takes it."""
+        if self._plain_call:
+            return self.func(**args)  # type: ignore[arg-type]
         positional, keywords = self._call_arguments(args, context)
         return self.func(*positional, **keywords)
 
@@ -175,6 +184,8 @@ class AsyncFunctionTool(FunctionTool[P, R]):
     """A :class:`FunctionTool` of an ``async def`` function: its :meth:`run` is a coroutine."""
 
     async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        if self._plain_call:
+            return await self.func(**args)  # type: ignore[misc]
         positional, keywords = self._call_arguments(args, context)
         return await self.func(*positional, **keywords)  # type: ignore[misc]
 
