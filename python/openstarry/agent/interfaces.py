@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from openstarry.agent.memory import AssistantTurn, Memory, Observation, Session, ToolOutcome
+from openstarry.agent.memory import Memory, Session, ToolOutcome
 from openstarry.errors import ToolArgumentsError
 
 if TYPE_CHECKING:
@@ -143,6 +143,18 @@ class Tool(abc.ABC):
         if own and "run" in own:  # a run set on the instance itself
             return inspect.iscoroutinefunction(own["run"])
         return self._run_is_async
+
+    @property
+    def completes_at_once(self) -> bool:
+        """Whether :meth:`run` is a coroutine that never waits for anything.
+
+        Such a call finishes in the step that starts it: nothing can cancel it
+        or time it out meanwhile, so the loop runs it without the cancel scope
+        and deadline of the tool timeout. False unless a subclass knows better
+        (an ``@tool`` ``async def`` with no ``await``, ``async with`` or
+        ``async for`` in its body says true).
+        """
+        return False
 
     def describe(self) -> dict[str, Any]:
         """``{"name", "description", "parameters"}``: what providers translate for their API."""

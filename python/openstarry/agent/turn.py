@@ -76,9 +76,7 @@ _VALUE = {state: state.value for state in AgentState}
 #: The ``KERNEL:STATE_CHANGE`` payload of each change that gives no reason (an
 #: event encodes its payload when it is made: one dict serves every event).
 _CHANGE = {
-    (old, new): {"from": _VALUE[old], "to": _VALUE[new]}
-    for old in AgentState
-    for new in AgentState
+    (old, new): {"from": _VALUE[old], "to": _VALUE[new]} for old in AgentState for new in AgentState
 }
 
 
@@ -464,9 +462,7 @@ class Turn:
                 text = said[0].text or ""
             else:
                 text = "".join(s.text for s in said if s.text is not None and s.type != "reasoning")
-            memory.append(
-                AssistantTurn(text, tuple(calls), tuple(thought) if thought else ())
-            )
+            memory.append(AssistantTurn(text, tuple(calls), tuple(thought) if thought else ()))
             self.open_calls = calls
             if said:
                 payload: dict[str, Any] = {
