@@ -420,7 +420,7 @@ class ExecutionLoop(Lifecycle):
     def _context(self, session: Session, trace_id: str, call_depth: int = 0) -> AgentContext:
         """What a provider and the tools see of one run (or one call from another agent)."""
         return AgentContext(
-            self.tools,
+            self._executor.tools,
             session,
             self.agent_name,
             trace_id,

@@ -111,9 +111,13 @@ class Memory(Sequence[MemoryEntry]):
                 # Keep the last window - 1 turns; the new one makes window.
                 keep = self.window - 1
                 starts = self._turn_starts
-                cut = starts[len(starts) - keep] if keep else len(self._entries)
-                del self._entries[:cut]
-                self._turn_starts = [i - cut for i in starts if i >= cut]
+                if keep:
+                    cut = starts[len(starts) - keep]
+                    del self._entries[:cut]
+                    self._turn_starts = [i - cut for i in starts if i >= cut]
+                else:
+                    self._entries.clear()
+                    starts.clear()
             self._turn_starts.append(len(self._entries))
         self._entries.append(entry)
 

@@ -145,7 +145,7 @@ class FunctionTool(Tool, Generic[P, R]):
             ToolArgumentsError: ``"<tool>: argument '<name>': <why>"`` for each
                 missing, unknown or invalid argument, joined by ``"; "``.
         """
-        if not isinstance(args, Mapping):
+        if type(args) is not dict and not isinstance(args, Mapping):
             raise ToolArgumentsError(
                 f"{self.name}: arguments must be an object, not {type(args).__name__}"
             )

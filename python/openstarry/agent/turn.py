@@ -370,14 +370,18 @@ class Turn:
         )
         locked = executor.count_failures(self.rt, outcomes, calls, self.observations)
         if locked:
-            session = self.rt.session
-            await self.fail(
-                self.tick,
-                "SESSION_LOCKED",
-                f"{session.failure_streak} tool calls failed in a row; "
-                f"session {session.id!r} is locked until /reset",
-            )
+            await self.report_locked()
         return outcomes, locked
+
+    async def report_locked(self) -> None:
+        """The session has just been locked by its failure streak: say so."""
+        session = self.rt.session
+        await self.fail(
+            self.tick,
+            "SESSION_LOCKED",
+            f"{session.failure_streak} tool calls failed in a row; "
+            f"session {session.id!r} is locked until /reset",
+        )
 
     async def think_act(self, prompt: str) -> None:
         loop = self.loop
@@ -386,7 +390,7 @@ class Turn:
         memory = self.rt.session.memory
         memory.append(UserTurn(prompt))
         context = self.context
-        tools = loop.tools
+        tools = context.tools
         limit = loop.max_tools
         context.tools = (
             tools if limit is None or len(tools) <= limit else await self.select_tools(prompt)
@@ -396,6 +400,7 @@ class Turn:
         event = self.input
         result = self.result
         deadlines = loop._deadlines
+        executor = loop._executor
         provider = loop.provider
         publish = self.publish
         apublish = loop.bus.apublish
@@ -504,13 +509,24 @@ class Turn:
             tool_rounds += 1
             if not self.state_now(_EXECUTING):
                 await self.set_state(_EXECUTING)
-            outcomes, locked = await self.execute(calls)
+            # (What execute() does, without its coroutine.)
+            observations = self.observations
+            outcomes = await executor.execute(
+                tick,
+                calls,
+                context,
+                observations,
+                None,
+                {**executor.tools, **self.client_tools} if self.client_tools else None,
+            )
+            locked = executor.count_failures(rt, outcomes, calls, observations)
+            if locked:
+                await self.report_locked()
             if scope is not None and scope.cancel_called:
                 await anyio.lowlevel.checkpoint()
             # Each call's outcome right after the call, then what the core observed.
             memory.extend(outcomes)
             self.open_calls = ()
-            observations = self.observations
             if observations:
                 memory.extend(observations)
                 observations.clear()
