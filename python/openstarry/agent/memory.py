@@ -137,18 +137,20 @@ class Memory(Sequence[MemoryEntry]):
         <openstarry.agent.interfaces.AgentContext.tool_results>` reads).
         """
         entries = self._entries
-        i = len(entries) - 1
-        end = i + 1
-        while i >= 0:
-            kind = type(entries[i])
-            if kind is AssistantTurn:
+        found: list[ToolOutcome] = []
+        for i in range(len(entries) - 1, -1, -1):
+            entry = entries[i]
+            kind = type(entry)
+            if kind is ToolOutcome:
+                found.append(entry)  # type: ignore[arg-type]
+            elif kind is AssistantTurn:
                 break
-            if kind is not ToolOutcome and kind is not Observation:
+            elif kind is not Observation:
                 return ()  # the user's turn: no round of this run has called tools yet
-            i -= 1
         else:
             return ()
-        return tuple(e for e in entries[i + 1 : end] if type(e) is ToolOutcome)
+        found.reverse()
+        return tuple(found)
 
     def current_turn(self) -> Sequence[MemoryEntry]:
         """The entries from the latest user turn on (all of them when there is none)."""
