@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -89,11 +90,14 @@ _IDLE, _THINKING, _EXECUTING = AgentState.IDLE, AgentState.THINKING, AgentState.
 def _clock_of_backend() -> Callable[[], float]:
     """The clock cancel-scope deadlines are read on: ``anyio.current_time``, looked up once."""
     try:
-        return asyncio.get_running_loop().time  # what anyio's asyncio backend reads
+        loop = asyncio.get_running_loop()
     except RuntimeError:
         import trio  # only when running on trio
 
         return trio.current_time  # what anyio's trio backend reads
+    if type(loop).time is asyncio.BaseEventLoop.time:
+        return time.monotonic  # what that loop's time() returns, without its frame
+    return loop.time  # what anyio's asyncio backend reads
 
 
 class ExecutionLoop(Lifecycle):
