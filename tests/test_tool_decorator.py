@@ -423,3 +423,80 @@ def test_tool_keeps_the_promise_of_its_schema_for_an_annotated_default_factory()
             wrapped.validate({})
     else:
         assert wrapped.run(wrapped.validate({}), context()) == 0
+
+
+def test_an_async_tool_that_cannot_wait_says_it_completes_at_once() -> None:
+    @tool
+    async def add(x: int) -> int:
+        """Adds one."""
+        return x + 1
+
+    @tool
+    async def naps(x: int) -> int:
+        """Awaits."""
+        await anyio.sleep(0)
+        return x
+
+    @tool
+    async def locks(x: int) -> int:
+        """Enters an async context."""
+        async with anyio.Lock():
+            return x
+
+    async def numbers() -> Any:
+        yield 1
+
+    @tool
+    async def iterates(x: int) -> int:
+        """Iterates asynchronously."""
+        async for n in numbers():
+            x += n
+        return x
+
+    @tool
+    def sync(x: int) -> int:
+        """Runs in a thread."""
+        return x
+
+    assert add.completes_at_once is True
+    assert [t.completes_at_once for t in (naps, locks, iterates, sync)] == [False] * 4
+    # A run set on the instance is not the function that was read.
+    add.run = naps.run  # type: ignore[method-assign]
+    assert add.completes_at_once is False
+
+
+@pytest.mark.anyio
+async def test_a_tool_that_completes_at_once_runs_and_fails_as_any_other() -> None:
+    from openstarry import Agent
+    from openstarry.agent.memory import ToolOutcome
+    from openstarry.testing import ScriptedProvider, tool_call
+
+    @tool
+    async def add(x: int) -> int:
+        """Adds one."""
+        return x + 1
+
+    @tool
+    async def broken(x: int) -> int:
+        """Raises."""
+        raise ToolError(f"no {x}", code="EBROKEN")
+
+    assert add.completes_at_once
+    assert broken.completes_at_once
+    provider = ScriptedProvider(
+        [
+            tool_call("add", {"x": 1}),
+            tool_call("broken", {"x": 2}),
+            tool_call("add", {"x": "z"}),
+            "done",
+        ]
+    )
+    async with Agent(provider, [add, broken]) as agent:
+        result = await agent.ask("go")
+    assert result.replies == ["done"]
+    outcomes = [e for e in provider.calls[-1].memory if isinstance(e, ToolOutcome)]
+    assert [(o.success, o.result, o.error and o.error.code) for o in outcomes] == [
+        (True, 2, None),
+        (False, None, "EBROKEN"),
+        (False, None, "INVALID_ARGUMENTS"),
+    ]

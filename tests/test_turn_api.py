@@ -366,3 +366,33 @@ async def test_a_tool_past_its_timeout_fails_and_the_run_goes_on() -> None:
     [outcome] = [c for c in provider.calls[1].memory if isinstance(c, ToolOutcome)]
     assert outcome.error is not None
     assert outcome.error.code == "TIMEOUT"
+
+
+@pytest.mark.anyio
+async def test_a_loop_signal_wakes_its_waiters_after_cancelled_waits() -> None:
+    from openstarry.agent.results import wakeup_factory
+
+    signal = wakeup_factory()()
+    for _ in range(20):  # waits given up: they must not keep the next one from waking
+        with anyio.move_on_after(0):
+            await signal.wait()
+    assert not signal.is_set()
+    # The futures of waits given up are dropped as more pile up (asyncio's signal).
+    assert len(getattr(signal, "_waiters", None) or ()) <= 8
+    woken: list[int] = []
+
+    async def waiter(n: int) -> None:
+        await signal.wait()
+        woken.append(n)
+
+    with anyio.fail_after(HANG):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter, 1)
+            tg.start_soon(waiter, 2)
+            await anyio.sleep(0.01)
+            signal.set()
+        await signal.wait()  # set: returns at once
+    assert sorted(woken) == [1, 2]
+    assert signal.is_set()
+    pending = getattr(signal, "_waiters", None)
+    assert not pending  # nothing kept once set

@@ -322,7 +322,9 @@ class FunctionProvider(_RecordingProvider):
 
     async def generate(self, prompt: str, context: AgentContext) -> ProviderResponse:
         """What ``fn(prompt, context)`` returns, as a response."""
-        self._record(prompt, context)
+        self.call_count += 1
+        if self._keep != 0:
+            self.calls.append(ProviderCall(prompt, tuple(context.memory), context.round))
         answer = self.fn(prompt, context)
         if type(answer) is ProviderResponse:
             return answer

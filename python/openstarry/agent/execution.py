@@ -12,7 +12,10 @@ Rules the executor keeps:
   each a child of its call, whatever order the tools finished in. They are
   published waiting for room on the bus: a run's events are never dropped.
 - **At most ``max_concurrent_tools`` at once**, each under the tool timeout;
-  sync tools run in worker threads.
+  sync tools run in worker threads. A tool whose call cannot wait
+  (:attr:`Tool.completes_at_once <openstarry.agent.interfaces.Tool.completes_at_once>`:
+  an ``async def`` with no ``await``) runs without the timeout's cancel
+  scope, which could never fire before it returns.
 - **One builder for result events** (:meth:`ToolExecutor.result_event`): a
   result that JSON (or an event's nesting) cannot carry becomes an
   ``INVALID_RESULT`` failure, for the provider's calls and for other agents' alike.
@@ -215,7 +218,8 @@ class ToolExecutor:
                 # A remote MCP server's tool: the Agent API shows an mcp_call.
                 payload["serverLabel"] = label
             if tool is not None and not waiting:
-                waiting = isinstance(tool, ClientTool) or self.needs_approval(tool)
+                # (ClientTool is final: a type check spares the ABC's isinstance.)
+                waiting = type(tool) is ClientTool or self.needs_approval(tool)
             call_event = parent.child(_TOOL_CALL, payload, source=self.source)
             call_events.append(call_event)
             if publish is None:
@@ -283,7 +287,7 @@ class ToolExecutor:
             tool = tools.get(call.name)
             if tool is None:
                 continue
-            if isinstance(tool, ClientTool):
+            if type(tool) is ClientTool:
                 waits[i] = self.waits.open(CLIENT_CALL, context, call.id, call.name, call.args)
             elif self.needs_approval(tool) and _valid(tool, call):
                 label = getattr(tool, "server_label", None)
@@ -400,24 +404,30 @@ class ToolExecutor:
                 return refused
         timeout = self.limits.tool_timeout
         result: Any = None
-        # The tool timeout cancels the scope (the loop's watcher does, at the
-        # deadline), which then reports it: a TimeoutError the tool raises
-        # itself (a socket timeout) is the tool's failure, not the limit.
-        scope = self.new_scope()
-        watch = ToolCallWatch(scope)
-        deadlines = self.deadlines
+        scope: CancelScopeLike | None = None
         try:
-            deadlines.begin(watch, timeout)
-            try:
-                with scope:
-                    if tool.is_async:
-                        result = await tool.run(args, context)
-                    else:
-                        result = await anyio.to_thread.run_sync(
-                            tool.run, args, context, abandon_on_cancel=True
-                        )
-            finally:
-                deadlines.end(watch)
+            if tool.completes_at_once:
+                # It cannot wait: nothing could cancel it or time it out.
+                result = await tool.run(args, context)
+            else:
+                # The tool timeout cancels the scope (the loop's watcher does,
+                # at the deadline), which then reports it: a TimeoutError the
+                # tool raises itself (a socket timeout) is the tool's failure,
+                # not the limit.
+                scope = self.new_scope()
+                watch = ToolCallWatch(scope)
+                deadlines = self.deadlines
+                deadlines.begin(watch, timeout)
+                try:
+                    with scope:
+                        if tool.is_async:
+                            result = await tool.run(args, context)
+                        else:
+                            result = await anyio.to_thread.run_sync(
+                                tool.run, args, context, abandon_on_cancel=True
+                            )
+                finally:
+                    deadlines.end(watch)
         except Exception as exc:
             return ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
         except anyio.get_cancelled_exc_class() as exc:
@@ -426,7 +436,7 @@ class ToolExecutor:
             # asyncio: a CancelledError nobody asked for (the tool awaited a
             # future someone else cancelled) is the tool's failure.
             return ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
-        if scope.cancelled_caught:
+        if scope is not None and scope.cancelled_caught:
             message = f"{call.name} did not finish within {timeout:g} s and was cancelled"
             return ToolOutcome(
                 call.id, call.name, False, error=ToolFailure("TIMEOUT", message, "core")

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from openstarry.agent.memory import AssistantTurn, Memory, Observation, Session, ToolOutcome
+from openstarry.agent.memory import Memory, Session, ToolOutcome
 from openstarry.errors import ToolArgumentsError
 
 if TYPE_CHECKING:
@@ -144,6 +144,18 @@ class Tool(abc.ABC):
             return inspect.iscoroutinefunction(own["run"])
         return self._run_is_async
 
+    @property
+    def completes_at_once(self) -> bool:
+        """Whether :meth:`run` is a coroutine that never waits for anything.
+
+        Such a call finishes in the step that starts it: nothing can cancel it
+        or time it out meanwhile, so the loop runs it without the cancel scope
+        and deadline of the tool timeout. False unless a subclass knows better
+        (an ``@tool`` ``async def`` with no ``await``, ``async with`` or
+        ``async for`` in its body says true).
+        """
+        return False
+
     def describe(self) -> dict[str, Any]:
         """``{"name", "description", "parameters"}``: what providers translate for their API."""
         return {
@@ -223,21 +235,7 @@ class AgentContext:
 
         A failed call is here too (``success`` is false, ``error`` says why).
         """
-        memory = self.session.memory
-        found: list[ToolOutcome] = []
-        for i in range(len(memory) - 1, -1, -1):
-            entry = memory[i]
-            kind = type(entry)
-            if kind is ToolOutcome:
-                found.append(entry)
-            elif kind is AssistantTurn:
-                break
-            elif kind is not Observation:
-                return ()  # the user's turn: no round of this run has called tools yet
-        else:
-            return ()
-        found.reverse()
-        return tuple(found)
+        return self.session.memory.tool_results()
 
     @property
     def session_id(self) -> str:

@@ -29,8 +29,9 @@ import asyncio
 import contextlib
 import json
 import threading
+import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -89,11 +90,14 @@ _IDLE, _THINKING, _EXECUTING = AgentState.IDLE, AgentState.THINKING, AgentState.
 def _clock_of_backend() -> Callable[[], float]:
     """The clock cancel-scope deadlines are read on: ``anyio.current_time``, looked up once."""
     try:
-        return asyncio.get_running_loop().time  # what anyio's asyncio backend reads
+        loop = asyncio.get_running_loop()
     except RuntimeError:
         import trio  # only when running on trio
 
         return trio.current_time  # what anyio's trio backend reads
+    if type(loop).time is asyncio.BaseEventLoop.time:
+        return time.monotonic  # what that loop's time() returns, without its frame
+    return loop.time  # what anyio's asyncio backend reads
 
 
 class ExecutionLoop(Lifecycle):
@@ -422,7 +426,7 @@ class ExecutionLoop(Lifecycle):
     def _context(self, session: Session, trace_id: str, call_depth: int = 0) -> AgentContext:
         """What a provider and the tools see of one run (or one call from another agent)."""
         return AgentContext(
-            self.tools,
+            self._executor.tools,
             session,
             self.agent_name,
             trace_id,
@@ -514,39 +518,15 @@ class ExecutionLoop(Lifecycle):
                 lines += [f"  /{t.name:<8} {t.description}" for t in self.tools.values()]
             say(event, "\n".join(lines), command=name)
 
-    async def _run(self, rt: SessionRuntime, event: Event) -> None:
-        """Serve one input of a session to its end (the session's worker calls it)."""
-        bus = self.bus
-        store = None if rt.ephemeral else self.store
-        if bus.backend is None:
+    def _run(self, rt: SessionRuntime, event: Event) -> Awaitable[None]:
+        """Serve one input of a session to its end (the session's worker awaits it)."""
+        if self.bus.backend is None:
             # The local bus: no acknowledgement, no effects held back.
+            store = None if rt.ephemeral else self.store
             if store is None:
-                await Turn(self, rt, event).run()
-            else:
-                await self._run_stored(store, rt, event)
-            return
-        try:
-            # On a remote bus the run's events are the input's effects: they
-            # are published with its acknowledgement, atomically. So a run
-            # stopped or timed out is finished here, inside them, in a scope
-            # of its own rather than in the worker's.
-            with bus.effects_of(event):
-                worker_scope = rt.live_scope
-                try:
-                    with self._new_scope() as rt.live_scope:
-                        if store is None:
-                            await Turn(self, rt, event).run()
-                        else:
-                            await self._run_stored(store, rt, event)
-                finally:
-                    rt.live_scope = worker_scope
-                stopped, rt.stopped_turn = rt.stopped_turn, None
-                if stopped is not None:
-                    await stopped.finish_stopped()
-        finally:
-            # A run cut short by the agent stopping is handed back (another
-            # worker runs it); a run that ended, or was /stop-ped, is handled.
-            bus.release(event, handled=self._open)
+                return Turn(self, rt, event).run()
+            return self._run_stored(store, rt, event)
+        return _run_remote(self, rt, event)
 
     async def _run_stored(self, store: SessionStore, rt: SessionRuntime, event: Event) -> None:
         """A run between loading its session from the store and saving it back."""
@@ -581,6 +561,34 @@ class ExecutionLoop(Lifecycle):
                 "events_dropped": self._outbox.dropped,
             },
         }
+
+
+async def _run_remote(loop: ExecutionLoop, rt: SessionRuntime, event: Event) -> None:
+    """A run on a remote bus, whose events are the effects of its input."""
+    bus = loop.bus
+    store = None if rt.ephemeral else loop.store
+    try:
+        # On a remote bus the run's events are the input's effects: they
+        # are published with its acknowledgement, atomically. So a run
+        # stopped or timed out is finished here, inside them, in a scope
+        # of its own rather than in the worker's.
+        with bus.effects_of(event):
+            worker_scope = rt.live_scope
+            try:
+                with loop._new_scope() as rt.live_scope:
+                    if store is None:
+                        await Turn(loop, rt, event).run()
+                    else:
+                        await loop._run_stored(store, rt, event)
+            finally:
+                rt.live_scope = worker_scope
+            stopped, rt.stopped_turn = rt.stopped_turn, None
+            if stopped is not None:
+                await stopped.finish_stopped()
+    finally:
+        # A run cut short by the agent stopping is handed back (another
+        # worker runs it); a run that ended, or was /stop-ped, is handled.
+        bus.release(event, handled=loop._open)
 
 
 #: Published when the agent's tools change while the loop runs: ``{"tools": [names]}``.

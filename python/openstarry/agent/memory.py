@@ -111,9 +111,13 @@ class Memory(Sequence[MemoryEntry]):
                 # Keep the last window - 1 turns; the new one makes window.
                 keep = self.window - 1
                 starts = self._turn_starts
-                cut = starts[len(starts) - keep] if keep else len(self._entries)
-                del self._entries[:cut]
-                self._turn_starts = [i - cut for i in starts if i >= cut]
+                if keep:
+                    cut = starts[len(starts) - keep]
+                    del self._entries[:cut]
+                    self._turn_starts = [i - cut for i in starts if i >= cut]
+                else:
+                    self._entries.clear()
+                    starts.clear()
             self._turn_starts.append(len(self._entries))
         self._entries.append(entry)
 
@@ -124,6 +128,29 @@ class Memory(Sequence[MemoryEntry]):
     def clear(self) -> None:
         self._entries.clear()
         self._turn_starts.clear()
+
+    def tool_results(self) -> tuple[ToolOutcome, ...]:
+        """The outcomes that follow the last assistant turn, in order.
+
+        Empty when the entries since the latest user turn hold no assistant
+        turn followed by outcomes (what :attr:`AgentContext.tool_results
+        <openstarry.agent.interfaces.AgentContext.tool_results>` reads).
+        """
+        entries = self._entries
+        found: list[ToolOutcome] = []
+        for i in range(len(entries) - 1, -1, -1):
+            entry = entries[i]
+            kind = type(entry)
+            if kind is ToolOutcome:
+                found.append(entry)  # type: ignore[arg-type]
+            elif kind is AssistantTurn:
+                break
+            elif kind is not Observation:
+                return ()  # the user's turn: no round of this run has called tools yet
+        else:
+            return ()
+        found.reverse()
+        return tuple(found)
 
     def current_turn(self) -> Sequence[MemoryEntry]:
         """The entries from the latest user turn on (all of them when there is none)."""

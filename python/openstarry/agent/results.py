@@ -12,7 +12,7 @@ kept after the wait.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,12 +24,29 @@ from openstarry.core import Event
 __all__ = ["PendingRun", "RunResult", "Waiters", "add_usage", "wakeup_factory"]
 
 
+class _Done:
+    """An awaitable that is done at once: the wait for a signal already set."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield  # a generator that yields nothing
+
+
+_DONE = _Done()
+#: Waits a signal keeps before it drops the cancelled ones.
+_PRUNE_AT = 8
+
+
 class _Wakeup:
     """A one-shot signal on asyncio: ``asyncio.Event`` without its lock and deque.
 
     ``asyncio.Event`` takes a global lock the first time each event is waited
-    for; a turn makes two (the ask's, the session worker's). Waiting again
-    after a cancelled wait works, as with any event.
+    for; a turn makes two (the ask's, the session worker's). :meth:`wait`
+    hands out the future itself, without a coroutine around it: a wait that is
+    cancelled leaves its cancelled future behind, which :meth:`set` skips and
+    the next wait drops once a few have piled up.
     """
 
     __slots__ = ("_flag", "_waiters")
@@ -42,25 +59,28 @@ class _Wakeup:
         if self._flag:
             return
         self._flag = True
-        for waiter in self._waiters or ():
-            if not waiter.done():
-                waiter.set_result(None)
+        waiters = self._waiters
+        if waiters:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            waiters.clear()
 
     def is_set(self) -> bool:
         return self._flag
 
-    async def wait(self) -> None:
+    def wait(self) -> Awaitable[None]:
         if self._flag:
-            return
+            return _DONE
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         waiters = self._waiters
         if waiters is None:
-            waiters = self._waiters = []
-        waiters.append(waiter)
-        try:
-            await waiter
-        finally:
-            waiters.remove(waiter)
+            self._waiters = [waiter]
+        else:
+            if len(waiters) >= _PRUNE_AT:
+                waiters[:] = [w for w in waiters if not w.done()]
+            waiters.append(waiter)
+        return waiter
 
 
 def wakeup_factory() -> Callable[[], Signal]:

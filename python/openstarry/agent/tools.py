@@ -106,6 +106,14 @@ class FunctionTool(Tool, Generic[P, R]):
             self._no_default,
         ) = _build_model(tool_name, func, arg_docs)
         self.parameters = _json_schema(tool_name, self._model, arg_docs, self._fields)
+        #: Every field is named as its parameter: a model with all of them
+        #: given is its ``__dict__``.
+        self._same_names = all(field == name for field, name in self._fields.items())
+        #: Nothing to add or reorder for a call: ``func(**args)`` does.
+        self._plain_call = self.context_parameter is None and not self._positional_only
+        #: The function is a coroutine function that cannot wait (see
+        #: :attr:`completes_at_once`).
+        self._at_once = _cannot_wait(func)
         #: The model's validator (what ``model_validate`` calls), looked up once.
         self._validate: Callable[[dict[str, Any]], pydantic.BaseModel] = (
             self._model.__pydantic_validator__.validate_python
@@ -115,6 +123,15 @@ class FunctionTool(Tool, Generic[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
+
+    @property
+    def completes_at_once(self) -> bool:
+        """True for an ``async def`` whose body has no ``await``, ``async with`` nor ``async for``.
+
+        Its call cannot wait for anything, so it finishes in one step: the loop
+        runs it without the tool timeout's cancel scope, which could never fire.
+        """
+        return self._at_once and "run" not in self.__dict__
 
     def validate(self, args: Any) -> dict[str, Any]:
         """The arguments given, validated and converted by pydantic (lax mode).
@@ -128,7 +145,7 @@ class FunctionTool(Tool, Generic[P, R]):
             ToolArgumentsError: ``"<tool>: argument '<name>': <why>"`` for each
                 missing, unknown or invalid argument, joined by ``"; "``.
         """
-        if not isinstance(args, Mapping):
+        if type(args) is not dict and not isinstance(args, Mapping):
             raise ToolArgumentsError(
                 f"{self.name}: arguments must be an object, not {type(args).__name__}"
             )
@@ -139,6 +156,8 @@ class FunctionTool(Tool, Generic[P, R]):
         # What was given, and what the model filled in for a parameter the
         # function has no default of its own for (Field(default_factory=...)).
         given = model.__pydantic_fields_set__
+        if self._same_names and len(given) == len(self._fields):
+            return dict(model.__dict__)
         no_default = self._no_default
         return {
             name: getattr(model, field)
@@ -148,6 +167,8 @@ class FunctionTool(Tool, Generic[P, R]):
 
     def run(self, args: dict[str, Any], context: AgentContext) -> Any:
         """Call the function with the validated ``args``, and ``context`` if it takes it."""
+        if self._plain_call:
+            return self.func(**args)  # type: ignore[call-arg]
         positional, keywords = self._call_arguments(args, context)
         return self.func(*positional, **keywords)
 
@@ -175,6 +196,8 @@ class AsyncFunctionTool(FunctionTool[P, R]):
     """A :class:`FunctionTool` of an ``async def`` function: its :meth:`run` is a coroutine."""
 
     async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
+        if self._plain_call:
+            return await self.func(**args)  # type: ignore[call-arg, misc]
         positional, keywords = self._call_arguments(args, context)
         return await self.func(*positional, **keywords)  # type: ignore[misc]
 
@@ -224,6 +247,33 @@ def tool(
     if func is None:
         return decorate
     return decorate(func)
+
+
+#: The instructions of an ``await``, ``async with`` or ``async for`` (Python 3.10 to 3.13).
+_WAITING_OPS = frozenset(
+    {
+        "GET_AWAITABLE",
+        "YIELD_VALUE",
+        "YIELD_FROM",
+        "SEND",
+        "BEFORE_ASYNC_WITH",
+        "GET_AITER",
+        "GET_ANEXT",
+    }
+)
+
+
+def _cannot_wait(function: Callable[..., Any]) -> bool:
+    """Whether ``function`` is an ``async def`` whose own code never suspends.
+
+    Only a plain function is judged (its code is read once); a wrapper, a
+    partial or a callable object is taken as able to wait.
+    """
+    if type(function) is not types.FunctionType or not inspect.iscoroutinefunction(function):
+        return False
+    import dis  # only when a tool is made
+
+    return not any(i.opname in _WAITING_OPS for i in dis.get_instructions(function))
 
 
 def _is_async(function: Callable[..., Any]) -> bool:

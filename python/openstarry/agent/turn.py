@@ -73,6 +73,11 @@ _AGENT_DELTA = OUTPUT_AGENT_MESSAGE_DELTA
 _IDLE, _THINKING, _EXECUTING = AgentState.IDLE, AgentState.THINKING, AgentState.EXECUTING
 #: Each state's wire name (an enum's ``.value`` is a descriptor call).
 _VALUE = {state: state.value for state in AgentState}
+#: The ``KERNEL:STATE_CHANGE`` payload of each change that gives no reason (an
+#: event encodes its payload when it is made: one dict serves every event).
+_CHANGE = {
+    (old, new): {"from": _VALUE[old], "to": _VALUE[new]} for old in AgentState for new in AgentState
+}
 
 
 def _segment_dict(segment: ContentSegment) -> dict[str, Any]:
@@ -262,12 +267,35 @@ class Turn:
     async def fail(self, parent: Event, code: str, message: str) -> None:
         await self.loop._outbox.fail(parent, code, message, self.result)
 
+    def state_now(self, state: AgentState) -> bool:
+        """Change to ``state`` without waiting; False when that needs :meth:`set_state`.
+
+        It does on a remote bus, and when the local bus is full (the change
+        then waits for room: a run's events are never dropped).
+        """
+        old = self.state
+        if old is state:
+            return True
+        publish = self.publish
+        if publish is None:
+            return False
+        try:
+            publish(self.tick.child(_STATE_CHANGE, _CHANGE[old, state], source=self.loop.source))
+        except QueueFull:
+            return False
+        self.state = state
+        self.rt.session.state = state
+        return True
+
     async def set_state(self, state: AgentState, *, reason: str | None = None) -> None:
         if self.state is state:
             return
-        payload: dict[str, Any] = {"from": _VALUE[self.state], "to": _VALUE[state]}
-        if reason is not None:
-            payload["reason"] = reason
+        if reason is None:
+            if self.state_now(state):
+                return
+            payload: dict[str, Any] = _CHANGE[self.state, state]
+        else:
+            payload = {"from": _VALUE[self.state], "to": _VALUE[state], "reason": reason}
         loop = self.loop
         event = self.tick.child(_STATE_CHANGE, payload, source=loop.source)
         publish = self.publish
@@ -342,14 +370,18 @@ class Turn:
         )
         locked = executor.count_failures(self.rt, outcomes, calls, self.observations)
         if locked:
-            session = self.rt.session
-            await self.fail(
-                self.tick,
-                "SESSION_LOCKED",
-                f"{session.failure_streak} tool calls failed in a row; "
-                f"session {session.id!r} is locked until /reset",
-            )
+            await self.report_locked()
         return outcomes, locked
+
+    async def report_locked(self) -> None:
+        """The session has just been locked by its failure streak: say so."""
+        session = self.rt.session
+        await self.fail(
+            self.tick,
+            "SESSION_LOCKED",
+            f"{session.failure_streak} tool calls failed in a row; "
+            f"session {session.id!r} is locked until /reset",
+        )
 
     async def think_act(self, prompt: str) -> None:
         loop = self.loop
@@ -358,7 +390,7 @@ class Turn:
         memory = self.rt.session.memory
         memory.append(UserTurn(prompt))
         context = self.context
-        tools = loop.tools
+        tools = context.tools
         limit = loop.max_tools
         context.tools = (
             tools if limit is None or len(tools) <= limit else await self.select_tools(prompt)
@@ -368,9 +400,11 @@ class Turn:
         event = self.input
         result = self.result
         deadlines = loop._deadlines
+        executor = loop._executor
         provider = loop.provider
         publish = self.publish
         apublish = loop.bus.apublish
+        sink = self.emit_delta
         tool_rounds = 0
         round_no = 0
         while True:
@@ -384,7 +418,8 @@ class Turn:
                 except QueueFull:
                     await apublish(tick)
             self.tick = tick  # once published: later events may name it as parent
-            await self.set_state(_THINKING)
+            if not self.state_now(_THINKING):
+                await self.set_state(_THINKING)
             context.round = round_no
             rt = self.rt
             scope = rt.scope
@@ -392,7 +427,7 @@ class Turn:
                 # The provider deadline: when it passes, the loop's watcher
                 # cancels the run's scope and the run ends (see run()).
                 deadlines.begin(rt, limits.provider_timeout)
-                context.text_sink = self.emit_delta
+                context.text_sink = sink
                 try:
                     raw = await provider.generate(prompt, context)
                 finally:
@@ -426,11 +461,13 @@ class Turn:
                     said.append(segment)
                     if segment.type == "reasoning":
                         thought.append(segment)
-            if len(said) == 1 and said[0].type == "text":
+            if not said:
+                text = ""
+            elif len(said) == 1 and said[0].type == "text":
                 text = said[0].text or ""
             else:
                 text = "".join(s.text for s in said if s.text is not None and s.type != "reasoning")
-            memory.append(AssistantTurn(text, tuple(calls), tuple(thought)))
+            memory.append(AssistantTurn(text, tuple(calls), tuple(thought) if thought else ()))
             self.open_calls = calls
             if said:
                 payload: dict[str, Any] = {
@@ -470,18 +507,33 @@ class Turn:
                 await self.fail(tick, "TOOL_ROUND_LIMIT", message)
                 break
             tool_rounds += 1
-            await self.set_state(_EXECUTING)
-            outcomes, locked = await self.execute(calls)
+            if not self.state_now(_EXECUTING):
+                await self.set_state(_EXECUTING)
+            # (What execute() does, without its coroutine.)
+            observations = self.observations
+            outcomes = await executor.execute(
+                tick,
+                calls,
+                context,
+                observations,
+                None,
+                {**executor.tools, **self.client_tools} if self.client_tools else None,
+            )
+            locked = executor.count_failures(rt, outcomes, calls, observations)
+            if locked:
+                await self.report_locked()
             if scope is not None and scope.cancel_called:
                 await anyio.lowlevel.checkpoint()
             # Each call's outcome right after the call, then what the core observed.
             memory.extend(outcomes)
             self.open_calls = ()
-            memory.extend(self.observations)
-            self.observations.clear()
+            if observations:
+                memory.extend(observations)
+                observations.clear()
             if locked:
                 break
-        await self.set_state(_IDLE)
+        if not self.state_now(_IDLE):
+            await self.set_state(_IDLE)
 
     async def select_tools(self, prompt: str) -> Mapping[str, Tool]:
         """The tools the provider sees for this input (spec 000 section 6B).

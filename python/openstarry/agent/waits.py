@@ -31,7 +31,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, final
 
 import anyio
 
@@ -52,6 +52,7 @@ CLIENT_CALL = "function_call"
 APPROVAL = "approval"
 
 
+@final
 class ClientTool(Tool):
     """A function the client of a request declared; the client runs it, not the agent.
 
