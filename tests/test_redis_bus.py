@@ -155,9 +155,9 @@ async def test_a_second_commit_of_an_acknowledged_entry_publishes_nothing(
         (entry,) = [e for e, w in await backend.history() if decode_event(w).id == seen[0].id]
         client: Any = backend._client
         (stream,) = [k for k in backend._partition_of_key if await client.xrange(k, entry, entry)]
-        late = _Delivery(stream, entry.encode(), backend._partition_of_key[stream], 0)
+        late = _Delivery(stream, entry.encode())
         answer = seen[0].child("OUTPUT:AGENT_MESSAGE", {"text": "second"}, source="t")
-        late.effects.append(backend._outbox.publish_op(answer))
+        late.effects = [backend._outbox.publish_op(answer)]
         backend._outbox.commit(late)
         await backend.flush()
         texts = [decode_event(w).payload.get("text") for _, w in await backend.history()]

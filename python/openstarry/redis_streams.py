@@ -94,6 +94,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import operator
 import os
 import socket
 import time
@@ -385,15 +386,14 @@ def stream_key(name: str, partition: int, priority: int) -> str:
 class _Delivery:
     """One stream entry delivered to this consumer, until it is done."""
 
-    __slots__ = ("attempts", "effects", "entry", "partition", "stream")
+    __slots__ = ("attempts", "effects", "entry", "stream")
 
-    def __init__(self, stream: bytes, entry: bytes, partition: int, attempts: int) -> None:
+    def __init__(self, stream: bytes, entry: bytes) -> None:
         self.stream = stream
         self.entry = entry
-        self.partition = partition
-        self.attempts = attempts
-        #: What its handling published, held back until its commit.
-        self.effects: list[_Outgoing] = []
+        self.attempts = 0
+        #: What its handling published, held back until its commit (made on the first).
+        self.effects: list[_Outgoing] | None = None
 
 
 class _Outgoing:
@@ -455,6 +455,9 @@ def _fields(*fields: bytes | str) -> bytes:
         out.append(b)
     return b"".join(out)
 
+
+#: The wire bytes of a fetched entry ``(stream, entry id, wire)``.
+_WIRE = operator.itemgetter(2)
 
 #: Operations per flush script, at most (acknowledgements count one per stream).
 _FLUSH_OPS = 1024
@@ -735,10 +738,10 @@ class _Outbox:
 
     def commit(self, delivery: _Delivery) -> None:
         """Commit a handled delivery: its XACK and its effects at once."""
-        effects = delivery.effects
+        effects = delivery.effects or []
         blob = _fields(delivery.stream, delivery.entry, b"%d" % len(effects))
         blob = b"".join([blob, *[effect.blob for effect in effects]])
-        delivery.effects = []
+        delivery.effects = None
         self.queue.append(_Outgoing("C", blob, 3 + 3 * len(effects), len(effects)))
         self._wake()
 
@@ -821,8 +824,9 @@ class _Leases:
             for p in sorted(self.owned)[share:]:
                 self.draining.add(p)
         held = streams._deliveries.held
+        partition_of_key = streams._partition_of_key
         for p in list(self.draining):
-            if not any(d.partition == p for d in held.values()):
+            if not any(partition_of_key[d.stream] == p for d in held.values()):
                 await scripts["free"](keys=[self.key(p)], args=[consumer])
                 self.owned.discard(p)
                 self.draining.discard(p)
@@ -871,13 +875,20 @@ class _Deliveries:
         delivery = self.held.get(cause)
         if delivery is None:
             return False
-        delivery.effects.append(self.streams._outbox.publish_op(event))
+        op = self.streams._outbox.publish_op(event)
+        if delivery.effects is None:
+            delivery.effects = [op]
+        else:
+            delivery.effects.append(op)
         return True
 
     def done(self, event: Event, outcome: str) -> None:
         delivery = self.held.pop(event, None)
-        if delivery is None:
-            return
+        if delivery is not None:
+            self.settle(event, delivery, outcome)
+
+    def settle(self, event: Event, delivery: _Delivery, outcome: str) -> None:
+        """What becomes of a delivery the bus is done with."""
         outbox = self.streams._outbox
         if outcome == "handled":
             if delivery.effects:
@@ -886,7 +897,7 @@ class _Deliveries:
                 outbox.ack(delivery)
             return
         # A failed or handed-back attempt commits nothing: its effects go with it.
-        delivery.effects = []
+        delivery.effects = None
         if outcome == "failed":
             if delivery.attempts + 1 >= self.streams.max_deliveries:
                 outbox.dead_letter(event, delivery, "handler failed")
@@ -955,7 +966,9 @@ class _Deliveries:
                         continue
                     if readable != reading:
                         reading = readable
-                        keys = [key for p in readable for key in streams._streams_of(p)]
+                        # Priority first: a reply lists the streams in this order, so
+                        # a batch arrives as the Ingestor orders it (see deliver).
+                        keys = [stream_key(streams.name, p, r) for r in PRIORITIES for p in readable]
                         packed = conn.pack_command(
                             *("XREADGROUP", "GROUP", streams.group, streams.consumer),
                             *("COUNT", streams.batch, "BLOCK", 500, "STREAMS"),
@@ -1058,17 +1071,41 @@ class _Deliveries:
         Returns the events to dispatch, in dispatch order.
         """
         streams = self.streams
-        outbox = streams._outbox
-        partition_of_key = streams._partition_of_key
-        wires = [wire for _, _, wire in entries]
         scratch = self.scratch
-        result = self.ingestor.ingest(wires)
-        invalid = {line for line, _ in result.invalid} if result.invalid else ()
+        result = self.ingestor.ingest([wire for _, _, wire in entries])
+        events = scratch.pop_many(len(scratch))
+        streams.delivered += len(events)
+        if (
+            attempts is None
+            and not result.invalid
+            and len(events) == len(entries)
+            # An event keeps the very bytes object it was decoded from.
+            and all(map(operator.is_, map(encode_event, events), map(_WIRE, entries)))
+        ):
+            # A fresh read, in the order the Ingestor dispatches (priority first,
+            # then as read): event i is entry i; first deliveries all.
+            return [
+                (event, _Delivery(stream, entry))
+                for event, (stream, entry, _) in zip(events, entries, strict=True)
+            ]
+        return self._match(entries, attempts, result.invalid, events)
+
+    def _match(
+        self,
+        entries: Sequence[tuple[bytes, bytes, bytes]],
+        attempts: dict[bytes, int] | None,
+        invalid_lines: Sequence[tuple[int, str]],
+        events: list[Event],
+    ) -> list[tuple[Event, _Delivery]]:
+        """:meth:`deliver`'s general case: each event found by its bytes."""
+        streams = self.streams
+        outbox = streams._outbox
+        invalid = {line for line, _ in invalid_lines} if invalid_lines else ()
         # An event keeps the very bytes it was decoded from: they find its entry
         # (a list only where one batch holds the same bytes twice).
         by_wire: dict[bytes, Any] = {}
         for i, (stream, entry, wire) in enumerate(entries):
-            delivery = _Delivery(stream, entry, partition_of_key[stream], 0)
+            delivery = _Delivery(stream, entry)
             if invalid and i in invalid:
                 outbox.dead_letter(None, delivery, "invalid envelope", wire)
                 continue
@@ -1081,8 +1118,6 @@ class _Deliveries:
                 found.append(delivery)
             else:
                 by_wire[wire] = [found, delivery]
-        events = scratch.pop_many(len(scratch))
-        streams.delivered += len(events)
         max_deliveries = streams.max_deliveries
         items: list[tuple[Event, _Delivery]] = []
         for event in events:
@@ -1281,7 +1316,22 @@ class RedisStreams:
     # -- deliveries ------------------------------------------------------
 
     def done(self, event: Event, outcome: str) -> None:
-        self._deliveries.done(event, outcome)
+        delivery = self._deliveries.held.pop(event, None)
+        if delivery is None:
+            return
+        if outcome == "handled" and delivery.effects is None:
+            # The common case, inline: handled without effects, acknowledged by stream.
+            outbox = self._outbox
+            entries = outbox.acks.get(delivery.stream)
+            if entries is None:
+                outbox.acks[delivery.stream] = [delivery.entry]
+            else:
+                entries.append(delivery.entry)
+            outbox.unacked += 1
+            if outbox.unacked == 1:  # else woken already: the flusher takes them all at once
+                outbox._wake()
+            return
+        self._deliveries.settle(event, delivery, outcome)
 
     # -- reading the streams (openstarry tail) ---------------------------
 
