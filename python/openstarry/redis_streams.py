@@ -155,7 +155,7 @@ _RETRY = (
 # that. The whole flush looks its ids up in two HMGETs and records the new ones
 # in one HSET (a key per id would cost a write and an expiry each).
 _FLUSH = r"""
-local call, sub = redis.call, string.sub
+local call, byte = redis.call, string.byte
 local window = tonumber(ARGV[1])
 local maxlen = tonumber(ARGV[2])
 local token = ARGV[3]
@@ -173,31 +173,37 @@ local refused = false
 local t = cmsgpack.unpack(ARGV[7])
 local out = {}
 
--- Where each operation's fields start, gathering the ids to look up.
+-- Each operation's code and where its fields start, gathering the ids to look up.
+local codes = {byte(ops, 1, -1)}
 local starts = {}
-local ids = {}
+local ids, nids = {}, 0
 local known = {}
-local function want(id)
-  if known[id] == nil then
-    known[id] = false
-    ids[#ids + 1] = id
-  end
-end
+local P, C, A = byte('P'), byte('C'), byte('A')
 local k = 1
-for i = 1, #ops do
-  local op = sub(ops, i, i)
+for i = 1, #codes do
+  local op = codes[i]
   starts[i] = k
-  if op == 'P' then -- id, stream, wire
-    want(t[k])
+  if op == P then -- id, stream, wire
+    local id = t[k]
+    if known[id] == nil then
+      known[id] = false
+      nids = nids + 1
+      ids[nids] = id
+    end
     k = k + 3
-  elseif op == 'C' then -- stream, entry, n, then n times id, stream, wire
+  elseif op == C then -- stream, entry, n, then n times id, stream, wire
     local n = tonumber(t[k + 2])
     k = k + 3
     for j = 1, n do
-      want(t[k])
+      local id = t[k]
+      if known[id] == nil then
+        known[id] = false
+        nids = nids + 1
+        ids[nids] = id
+      end
       k = k + 3
     end
-  elseif op == 'A' then -- stream, entry ids joined by commas
+  elseif op == A then -- stream, entry ids joined by commas
     k = k + 2
   else -- 'D': stream, entry, wire, reason
     k = k + 4
@@ -208,8 +214,8 @@ local now = call('TIME')
 local bucket = math.floor((tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)) / window)
 local current = prefix .. 'ids:' .. bucket
 local previous = prefix .. 'ids:' .. (bucket - 1)
-for c = 1, #ids, 1000 do
-  local last = math.min(c + 999, #ids)
+for c = 1, nids, 1000 do
+  local last = math.min(c + 999, nids)
   local a = call('HMGET', current, unpack(ids, c, last))
   local b = call('HMGET', previous, unpack(ids, c, last))
   for j = 1, last - c + 1 do
@@ -279,26 +285,34 @@ local function append(id, skey, wire)
   fresh[nfresh] = token
 end
 
-for i = 1, #ops do
-  local op = sub(ops, i, i)
+for i = 1, #codes do
+  local op = codes[i]
   local f = starts[i]
-  if blocked and (op == 'P' or op == 'C') then
+  if blocked and (op == P or op == C) then
     out[i] = -1
-  elseif op == 'P' then
+  elseif op == P then
     local id = t[f]
     local seen = known[id]
+    local skey = t[f + 1]
+    local len = lens[skey]
     if seen == token then
       out[i] = 1 -- this flush, sent again (its answer was lost): accepted then
     elseif seen then
       out[i] = 0
-    elseif has_room(t[f + 1]) then
-      append(id, t[f + 1], t[f + 2])
+    elseif (len and len < maxlen) or has_room(skey) then
+      -- append(id, skey, wire), inline
+      call('XADD', skey, '*', 'e', t[f + 2])
+      lens[skey] = lens[skey] + 1
+      known[id] = true
+      nfresh = nfresh + 2
+      fresh[nfresh - 1] = id
+      fresh[nfresh] = token
       out[i] = 1
     else
       out[i] = -1
       refused = true
     end
-  elseif op == 'C' then
+  elseif op == C then
     local n = tonumber(t[f + 2])
     local room = true
     for j = 1, n do
@@ -320,7 +334,7 @@ for i = 1, #ops do
       end
       out[i] = fresh_effects
     end
-  elseif op == 'A' then
+  elseif op == A then
     local entries = {}
     for entry in string.gmatch(t[f + 1], '[^,]+') do entries[#entries + 1] = entry end
     local n = 0
@@ -459,6 +473,9 @@ def _fields(*fields: bytes | str) -> bytes:
 #: The wire bytes of a fetched entry ``(stream, entry id, wire)``.
 _WIRE = operator.itemgetter(2)
 
+#: Sessions whose partition the outbox remembers, at most.
+_SESSIONS = 4096
+
 #: Operations per flush script, at most (acknowledgements count one per stream).
 _FLUSH_OPS = 1024
 #: Events ``asend_many`` prepares before it lets a flush start on what it has.
@@ -481,6 +498,7 @@ class _Outbox:
 
     __slots__ = (
         "acks",
+        "bases",
         "flushed",
         "flushes",
         "in_flight",
@@ -507,15 +525,36 @@ class _Outbox:
             for p in range(streams.partitions)
             for r in PRIORITIES
         ]
+        #: The first of each recent session's stream keys in :attr:`keys`.
+        self.bases: dict[str, int] = {}
 
     def publish_op(self, event: Event) -> _Outgoing:
-        streams = self.streams
-        partition = zlib.crc32(event.session_id.encode("utf-8", "surrogatepass"))
-        stream = self.keys[(partition % streams.partitions) * 6 + event.priority]
+        session = event.session_id
+        base = self.bases.get(session)
+        if base is None:
+            base = self._base(session)
         event_id = event.id.encode("utf-8", "surrogatepass")
         wire = encode_event(event)
-        blob = b"".join((_head(len(event_id)), event_id, stream, _head(len(wire)), wire))
+        n, m = len(event_id), len(wire)
+        blob = b"".join(
+            (
+                _SHORT[n] if n < 256 else _head(n),
+                event_id,
+                self.keys[base + event.priority],
+                _SHORT[m] if m < 256 else _head(m),
+                wire,
+            )
+        )
         return _Outgoing("P", blob, 3)
+
+    def _base(self, session: str) -> int:
+        """Where a session's streams start in :attr:`keys` (remembered for the next)."""
+        partition = zlib.crc32(session.encode("utf-8", "surrogatepass")) % self.streams.partitions
+        bases = self.bases
+        if len(bases) >= _SESSIONS:
+            bases.clear()  # a bound, not a cache policy: recomputing is cheap
+        base = bases[session] = partition * 6
+        return base
 
     def _wake(self) -> None:
         wake = self.wake
