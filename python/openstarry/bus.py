@@ -1009,10 +1009,10 @@ class EventBus(Lifecycle):
                 if cause is not None:
                     _CAUSE.reset(cause)
                     # release(event), inline: the dispatch's hold.
-                    count = holds.get(event)
-                    if count is not None:
-                        if count > 1:
-                            holds[event] = count - 1
+                    held = holds.get(event)
+                    if held is not None:
+                        if held > 1:
+                            holds[event] = held - 1
                         else:
                             del holds[event]
                             backend_done(

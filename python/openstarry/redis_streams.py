@@ -472,6 +472,8 @@ def _fields(*fields: bytes | str) -> bytes:
 
 #: The wire bytes of a fetched entry ``(stream, entry id, wire)``.
 _WIRE = operator.itemgetter(2)
+#: The event of a delivered ``(event, delivery)``.
+_EVENT = operator.itemgetter(0)
 
 #: Sessions whose partition the outbox remembers, at most.
 _SESSIONS = 4096
@@ -952,14 +954,22 @@ class _Deliveries:
         if bus is None or not items or bus.closed:
             return  # not fed: left pending, reclaimed by the partition's next owner
         held = self.held
-        fresh = []
-        for event, delivery in items:
-            if event in held:
-                # Already held here (a reclaim of our own pending entry): one
-                # delivery at a time, or its hold and effects would be lost.
-                continue
-            held[event] = delivery
-            fresh.append(event)
+        fresh = list(map(_EVENT, items))
+        size = len(held)
+        if held.keys().isdisjoint(fresh):  # the common case, without a Python loop
+            held.update(items)
+            if len(held) != size + len(fresh):  # the batch holds one event twice
+                for event in fresh:
+                    held.pop(event, None)
+        if len(held) != size + len(fresh):
+            fresh = []
+            for event, delivery in items:
+                if event in held:
+                    # Already held here (a reclaim of our own pending entry): one
+                    # delivery at a time, or its hold and effects would be lost.
+                    continue
+                held[event] = delivery
+                fresh.append(event)
         if fresh:
             bus.feed(fresh)
 
@@ -1007,7 +1017,8 @@ class _Deliveries:
                         reading = readable
                         # Priority first: a reply lists the streams in this order, so
                         # a batch arrives as the Ingestor orders it (see deliver).
-                        keys = [stream_key(streams.name, p, r) for r in PRIORITIES for p in readable]
+                        name = streams.name
+                        keys = [stream_key(name, p, r) for r in PRIORITIES for p in readable]
                         packed = conn.pack_command(
                             *("XREADGROUP", "GROUP", streams.group, streams.consumer),
                             *("COUNT", streams.batch, "BLOCK", 500, "STREAMS"),
