@@ -155,9 +155,9 @@ async def test_a_second_commit_of_an_acknowledged_entry_publishes_nothing(
         (entry,) = [e for e, w in await backend.history() if decode_event(w).id == seen[0].id]
         client: Any = backend._client
         (stream,) = [k for k in backend._partition_of_key if await client.xrange(k, entry, entry)]
-        late = _Delivery(stream, entry.encode(), backend._partition_of_key[stream], 0)
+        late = _Delivery(stream, entry.encode())
         answer = seen[0].child("OUTPUT:AGENT_MESSAGE", {"text": "second"}, source="t")
-        late.effects.append(backend._outbox.publish_op(answer))
+        late.effects = [backend._outbox.publish_op(answer)]
         backend._outbox.commit(late)
         await backend.flush()
         texts = [decode_event(w).payload.get("text") for _, w in await backend.history()]
@@ -279,6 +279,56 @@ def test_from_url_local_and_errors() -> None:
 
 
 # -- poison and bounds -----------------------------------------------------------------
+
+
+async def test_one_read_of_many_streams_matches_each_event_to_its_entry(
+    redis: RedisServer,
+) -> None:
+    """Entries written before the worker starts, over two partitions and three
+    priorities, with an invalid envelope and one envelope written twice: every
+    valid entry is handled in priority order and acknowledged, the invalid one
+    goes to the dead-letter stream, and the repeated bytes run once at a time."""
+    import redis.asyncio as aioredis
+
+    from openstarry.redis_streams import partition_of, stream_key
+
+    events = [
+        _input(f"{session}-{priority}", session=session, priority=priority)
+        for priority in (4, 1, 3)
+        for session in ("left", "right")
+    ]
+    twice = events[0]
+    client = aioredis.Redis.from_url(redis.url)
+    for p in range(8):
+        for r in range(6):
+            await client.xgroup_create(stream_key("openstarry", p, r), "g", id="0", mkstream=True)
+    for event in [*events, twice]:
+        key = stream_key("openstarry", partition_of(event.session_id, 8), event.priority)
+        await client.xadd(key, {"e": encode_event(event)})
+    bad = stream_key("openstarry", partition_of("left", 8), 1)
+    await client.xadd(bad, {"e": b'{"not": "an envelope"}'})
+    seen: list[tuple[int, str]] = []
+    async with EventBus.from_url(redis.url, group="g", **FAST) as bus:
+        bus.subscribe("INPUT:*", lambda event: seen.append((event.priority, event.payload["text"])))
+        backend: Any = bus.backend
+        await _until(lambda: len(seen) >= len(events) and backend.metrics()["dead_lettered"] == 1)
+        await bus.wait_idle()
+        await backend.flush()
+        pending = [
+            (await client.xpending(stream_key("openstarry", p, r), "g"))["pending"]
+            for p in range(8)
+            for r in range(6)
+        ]
+    dead: Any = await client.xrange("{openstarry}:dead")
+    await client.aclose()
+    priorities = [priority for priority, _ in seen[: len(events)]]
+    assert priorities == sorted(priorities)  # one read: priority first
+    assert sorted(text for _, text in seen) == sorted(
+        [e.payload["text"] for e in events] + [twice.payload["text"]] * (len(seen) - len(events))
+    )
+    assert seen.count((twice.priority, twice.payload["text"])) >= 1
+    assert sum(pending) == (len(events) + 1 - len(seen))  # a repeat not yet run stays pending
+    assert [entry[1][b"reason"] for entry in dead] == [b"invalid envelope"]
 
 
 async def test_poison_goes_to_dead_letter_and_the_session_goes_on(redis: RedisServer) -> None:

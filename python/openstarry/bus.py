@@ -447,6 +447,11 @@ def _fold(counts: dict[str, int], entries: dict[str, list[Any]]) -> dict[str, in
     return counts
 
 
+def _no_backend(event: Event, outcome: str) -> None:
+    """Where a hold's end goes on the local bus: it takes none (holds are a backend's)."""
+    raise AssertionError("a hold on a bus without a backend")
+
+
 class _RemotePublisher:
     """The publishing side of a bus on a remote backend: the local window, then the backend.
 
@@ -561,7 +566,9 @@ class EventBus(Lifecycle):
         self._remote = None if backend is None else _RemotePublisher(self, backend)
         #: Holds on delivered events (a remote backend's): the dispatch is one,
         #: each :meth:`hold` another; the event is done when they are all released.
-        self._holds: dict[Event, list[Any]] = {}
+        self._holds: dict[Event, int] = {}
+        #: How a held event ends when not "handled": "failed" or "returned".
+        self._outcomes: dict[Event, str] = {}
         self.source = source
         #: The ExecutionLoop that serves this bus's INPUT events, while one runs:
         #: a second would answer every input again.
@@ -674,6 +681,7 @@ class EventBus(Lifecycle):
             self._task_group = None
             self._dispatcher = None
             self._holds.clear()
+            self._outcomes.clear()
 
     async def aclose(self) -> None:
         """Refuse new events, dispatch every event already accepted, then stop the dispatcher.
@@ -798,9 +806,7 @@ class EventBus(Lifecycle):
         """
         if self._closing:
             raise QueueClosed("the bus is closed")
-        holds = self._holds
-        for event in events:
-            holds[event] = [1, "handled"]
+        self._holds.update(dict.fromkeys(events, 1))
         self._queue.push_many(events)
         if events and self._watch:
             _notice(self, None, min(event.priority for event in events))
@@ -814,10 +820,11 @@ class EventBus(Lifecycle):
         was taken (``False`` on the local bus, or for an event that was not
         delivered by the backend): release only what was held.
         """
-        hold = self._holds.get(event)
-        if hold is None:
+        holds = self._holds
+        count = holds.get(event)
+        if count is None:
             return False
-        hold[0] += 1
+        holds[event] = count + 1
         return True
 
     @contextmanager
@@ -841,16 +848,19 @@ class EventBus(Lifecycle):
         """Release a :meth:`hold`; ``handled=False`` hands the event back to the backend
         (it is delivered again, here or to another consumer), unless something
         else already failed it."""
-        hold = self._holds.get(event)
-        if hold is None:
+        holds = self._holds
+        count = holds.get(event)
+        if count is None:
             return
-        if not handled and hold[1] == "handled":
-            hold[1] = "returned"
-        hold[0] -= 1
-        if hold[0] <= 0:
-            del self._holds[event]
+        outcomes = self._outcomes
+        if not handled and event not in outcomes:
+            outcomes[event] = "returned"
+        if count > 1:
+            holds[event] = count - 1
+        else:
+            del holds[event]
             assert self.backend is not None
-            self.backend.done(event, hold[1])
+            self.backend.done(event, outcomes.pop(event, "handled"))
 
     async def wait_idle(self) -> None:
         """Wait until every event published so far has been dispatched.
@@ -920,9 +930,11 @@ class EventBus(Lifecycle):
         size = len(latency)
         new_signal = self.new_signal
         holds = self._holds
+        outcomes = self._outcomes
         handle_type = Published
         # A remote bus publishes through its backend: always the careful way.
         careful = self._remote is not None
+        backend_done = self.backend.done if self.backend is not None else _no_backend
         self._dispatcher = anyio.get_current_task().id
         batch: list[Any] = self._batch
         item: Any = None
@@ -974,9 +986,8 @@ class EventBus(Lifecycle):
                     except Exception as exc:
                         outcome = "failed"
                         self._handler_failed(event, route[0], exc)
-                        hold = holds.get(event)
-                        if hold is not None:
-                            hold[1] = "failed"
+                        if event in holds:
+                            outcomes[event] = "failed"
                 else:
                     for subscription in route:
                         if subscription._routes is None:  # cancelled during this dispatch
@@ -993,12 +1004,20 @@ class EventBus(Lifecycle):
                         except Exception as exc:
                             outcome = "failed"
                             self._handler_failed(event, subscription, exc)
-                            hold = holds.get(event)
-                            if hold is not None:
-                                hold[1] = "failed"
+                            if event in holds:
+                                outcomes[event] = "failed"
                 if cause is not None:
                     _CAUSE.reset(cause)
-                    self.release(event)
+                    # release(event), inline: the dispatch's hold.
+                    held = holds.get(event)
+                    if held is not None:
+                        if held > 1:
+                            holds[event] = held - 1
+                        else:
+                            del holds[event]
+                            backend_done(
+                                event, outcomes.pop(event, "handled") if outcomes else "handled"
+                            )
                 if item is not event:
                     item._finish(outcome)  # and wakes its awaiters, if any
         finally:

@@ -94,6 +94,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import operator
 import os
 import socket
 import time
@@ -154,7 +155,7 @@ _RETRY = (
 # that. The whole flush looks its ids up in two HMGETs and records the new ones
 # in one HSET (a key per id would cost a write and an expiry each).
 _FLUSH = r"""
-local call, sub = redis.call, string.sub
+local call, byte = redis.call, string.byte
 local window = tonumber(ARGV[1])
 local maxlen = tonumber(ARGV[2])
 local token = ARGV[3]
@@ -172,31 +173,37 @@ local refused = false
 local t = cmsgpack.unpack(ARGV[7])
 local out = {}
 
--- Where each operation's fields start, gathering the ids to look up.
+-- Each operation's code and where its fields start, gathering the ids to look up.
+local codes = {byte(ops, 1, -1)}
 local starts = {}
-local ids = {}
+local ids, nids = {}, 0
 local known = {}
-local function want(id)
-  if known[id] == nil then
-    known[id] = false
-    ids[#ids + 1] = id
-  end
-end
+local P, C, A = byte('P'), byte('C'), byte('A')
 local k = 1
-for i = 1, #ops do
-  local op = sub(ops, i, i)
+for i = 1, #codes do
+  local op = codes[i]
   starts[i] = k
-  if op == 'P' then -- id, stream, wire
-    want(t[k])
+  if op == P then -- id, stream, wire
+    local id = t[k]
+    if known[id] == nil then
+      known[id] = false
+      nids = nids + 1
+      ids[nids] = id
+    end
     k = k + 3
-  elseif op == 'C' then -- stream, entry, n, then n times id, stream, wire
+  elseif op == C then -- stream, entry, n, then n times id, stream, wire
     local n = tonumber(t[k + 2])
     k = k + 3
     for j = 1, n do
-      want(t[k])
+      local id = t[k]
+      if known[id] == nil then
+        known[id] = false
+        nids = nids + 1
+        ids[nids] = id
+      end
       k = k + 3
     end
-  elseif op == 'A' then -- stream, entry ids joined by commas
+  elseif op == A then -- stream, entry ids joined by commas
     k = k + 2
   else -- 'D': stream, entry, wire, reason
     k = k + 4
@@ -207,8 +214,8 @@ local now = call('TIME')
 local bucket = math.floor((tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)) / window)
 local current = prefix .. 'ids:' .. bucket
 local previous = prefix .. 'ids:' .. (bucket - 1)
-for c = 1, #ids, 1000 do
-  local last = math.min(c + 999, #ids)
+for c = 1, nids, 1000 do
+  local last = math.min(c + 999, nids)
   local a = call('HMGET', current, unpack(ids, c, last))
   local b = call('HMGET', previous, unpack(ids, c, last))
   for j = 1, last - c + 1 do
@@ -278,26 +285,34 @@ local function append(id, skey, wire)
   fresh[nfresh] = token
 end
 
-for i = 1, #ops do
-  local op = sub(ops, i, i)
+for i = 1, #codes do
+  local op = codes[i]
   local f = starts[i]
-  if blocked and (op == 'P' or op == 'C') then
+  if blocked and (op == P or op == C) then
     out[i] = -1
-  elseif op == 'P' then
+  elseif op == P then
     local id = t[f]
     local seen = known[id]
+    local skey = t[f + 1]
+    local len = lens[skey]
     if seen == token then
       out[i] = 1 -- this flush, sent again (its answer was lost): accepted then
     elseif seen then
       out[i] = 0
-    elseif has_room(t[f + 1]) then
-      append(id, t[f + 1], t[f + 2])
+    elseif (len and len < maxlen) or has_room(skey) then
+      -- append(id, skey, wire), inline
+      call('XADD', skey, '*', 'e', t[f + 2])
+      lens[skey] = lens[skey] + 1
+      known[id] = true
+      nfresh = nfresh + 2
+      fresh[nfresh - 1] = id
+      fresh[nfresh] = token
       out[i] = 1
     else
       out[i] = -1
       refused = true
     end
-  elseif op == 'C' then
+  elseif op == C then
     local n = tonumber(t[f + 2])
     local room = true
     for j = 1, n do
@@ -319,7 +334,7 @@ for i = 1, #ops do
       end
       out[i] = fresh_effects
     end
-  elseif op == 'A' then
+  elseif op == A then
     local entries = {}
     for entry in string.gmatch(t[f + 1], '[^,]+') do entries[#entries + 1] = entry end
     local n = 0
@@ -385,15 +400,14 @@ def stream_key(name: str, partition: int, priority: int) -> str:
 class _Delivery:
     """One stream entry delivered to this consumer, until it is done."""
 
-    __slots__ = ("attempts", "effects", "entry", "partition", "stream")
+    __slots__ = ("attempts", "effects", "entry", "stream")
 
-    def __init__(self, stream: bytes, entry: bytes, partition: int, attempts: int) -> None:
+    def __init__(self, stream: bytes, entry: bytes) -> None:
         self.stream = stream
         self.entry = entry
-        self.partition = partition
-        self.attempts = attempts
-        #: What its handling published, held back until its commit.
-        self.effects: list[_Outgoing] = []
+        self.attempts = 0
+        #: What its handling published, held back until its commit (made on the first).
+        self.effects: list[_Outgoing] | None = None
 
 
 class _Outgoing:
@@ -456,6 +470,14 @@ def _fields(*fields: bytes | str) -> bytes:
     return b"".join(out)
 
 
+#: The wire bytes of a fetched entry ``(stream, entry id, wire)``.
+_WIRE = operator.itemgetter(2)
+#: The event of a delivered ``(event, delivery)``.
+_EVENT = operator.itemgetter(0)
+
+#: Sessions whose partition the outbox remembers, at most.
+_SESSIONS = 4096
+
 #: Operations per flush script, at most (acknowledgements count one per stream).
 _FLUSH_OPS = 1024
 #: Events ``asend_many`` prepares before it lets a flush start on what it has.
@@ -478,6 +500,7 @@ class _Outbox:
 
     __slots__ = (
         "acks",
+        "bases",
         "flushed",
         "flushes",
         "in_flight",
@@ -504,15 +527,36 @@ class _Outbox:
             for p in range(streams.partitions)
             for r in PRIORITIES
         ]
+        #: The first of each recent session's stream keys in :attr:`keys`.
+        self.bases: dict[str, int] = {}
 
     def publish_op(self, event: Event) -> _Outgoing:
-        streams = self.streams
-        partition = zlib.crc32(event.session_id.encode("utf-8", "surrogatepass"))
-        stream = self.keys[(partition % streams.partitions) * 6 + event.priority]
+        session = event.session_id
+        base = self.bases.get(session)
+        if base is None:
+            base = self._base(session)
         event_id = event.id.encode("utf-8", "surrogatepass")
         wire = encode_event(event)
-        blob = b"".join((_head(len(event_id)), event_id, stream, _head(len(wire)), wire))
+        n, m = len(event_id), len(wire)
+        blob = b"".join(
+            (
+                _SHORT[n] if n < 256 else _head(n),
+                event_id,
+                self.keys[base + event.priority],
+                _SHORT[m] if m < 256 else _head(m),
+                wire,
+            )
+        )
         return _Outgoing("P", blob, 3)
+
+    def _base(self, session: str) -> int:
+        """Where a session's streams start in :attr:`keys` (remembered for the next)."""
+        partition = zlib.crc32(session.encode("utf-8", "surrogatepass")) % self.streams.partitions
+        bases = self.bases
+        if len(bases) >= _SESSIONS:
+            bases.clear()  # a bound, not a cache policy: recomputing is cheap
+        base = bases[session] = partition * 6
+        return base
 
     def _wake(self) -> None:
         wake = self.wake
@@ -735,10 +779,10 @@ class _Outbox:
 
     def commit(self, delivery: _Delivery) -> None:
         """Commit a handled delivery: its XACK and its effects at once."""
-        effects = delivery.effects
+        effects = delivery.effects or []
         blob = _fields(delivery.stream, delivery.entry, b"%d" % len(effects))
         blob = b"".join([blob, *[effect.blob for effect in effects]])
-        delivery.effects = []
+        delivery.effects = None
         self.queue.append(_Outgoing("C", blob, 3 + 3 * len(effects), len(effects)))
         self._wake()
 
@@ -821,8 +865,9 @@ class _Leases:
             for p in sorted(self.owned)[share:]:
                 self.draining.add(p)
         held = streams._deliveries.held
+        partition_of_key = streams._partition_of_key
         for p in list(self.draining):
-            if not any(d.partition == p for d in held.values()):
+            if not any(partition_of_key[d.stream] == p for d in held.values()):
                 await scripts["free"](keys=[self.key(p)], args=[consumer])
                 self.owned.discard(p)
                 self.draining.discard(p)
@@ -871,13 +916,20 @@ class _Deliveries:
         delivery = self.held.get(cause)
         if delivery is None:
             return False
-        delivery.effects.append(self.streams._outbox.publish_op(event))
+        op = self.streams._outbox.publish_op(event)
+        if delivery.effects is None:
+            delivery.effects = [op]
+        else:
+            delivery.effects.append(op)
         return True
 
     def done(self, event: Event, outcome: str) -> None:
         delivery = self.held.pop(event, None)
-        if delivery is None:
-            return
+        if delivery is not None:
+            self.settle(event, delivery, outcome)
+
+    def settle(self, event: Event, delivery: _Delivery, outcome: str) -> None:
+        """What becomes of a delivery the bus is done with."""
         outbox = self.streams._outbox
         if outcome == "handled":
             if delivery.effects:
@@ -886,7 +938,7 @@ class _Deliveries:
                 outbox.ack(delivery)
             return
         # A failed or handed-back attempt commits nothing: its effects go with it.
-        delivery.effects = []
+        delivery.effects = None
         if outcome == "failed":
             if delivery.attempts + 1 >= self.streams.max_deliveries:
                 outbox.dead_letter(event, delivery, "handler failed")
@@ -902,14 +954,22 @@ class _Deliveries:
         if bus is None or not items or bus.closed:
             return  # not fed: left pending, reclaimed by the partition's next owner
         held = self.held
-        fresh = []
-        for event, delivery in items:
-            if event in held:
-                # Already held here (a reclaim of our own pending entry): one
-                # delivery at a time, or its hold and effects would be lost.
-                continue
-            held[event] = delivery
-            fresh.append(event)
+        fresh = list(map(_EVENT, items))
+        size = len(held)
+        if held.keys().isdisjoint(fresh):  # the common case, without a Python loop
+            held.update(items)
+            if len(held) != size + len(fresh):  # the batch holds one event twice
+                for event in fresh:
+                    held.pop(event, None)
+        if len(held) != size + len(fresh):
+            fresh = []
+            for event, delivery in items:
+                if event in held:
+                    # Already held here (a reclaim of our own pending entry): one
+                    # delivery at a time, or its hold and effects would be lost.
+                    continue
+                held[event] = delivery
+                fresh.append(event)
         if fresh:
             bus.feed(fresh)
 
@@ -955,7 +1015,10 @@ class _Deliveries:
                         continue
                     if readable != reading:
                         reading = readable
-                        keys = [key for p in readable for key in streams._streams_of(p)]
+                        # Priority first: a reply lists the streams in this order, so
+                        # a batch arrives as the Ingestor orders it (see deliver).
+                        name = streams.name
+                        keys = [stream_key(name, p, r) for r in PRIORITIES for p in readable]
                         packed = conn.pack_command(
                             *("XREADGROUP", "GROUP", streams.group, streams.consumer),
                             *("COUNT", streams.batch, "BLOCK", 500, "STREAMS"),
@@ -1058,17 +1121,41 @@ class _Deliveries:
         Returns the events to dispatch, in dispatch order.
         """
         streams = self.streams
-        outbox = streams._outbox
-        partition_of_key = streams._partition_of_key
-        wires = [wire for _, _, wire in entries]
         scratch = self.scratch
-        result = self.ingestor.ingest(wires)
-        invalid = {line for line, _ in result.invalid} if result.invalid else ()
+        result = self.ingestor.ingest([wire for _, _, wire in entries])
+        events = scratch.pop_many(len(scratch))
+        streams.delivered += len(events)
+        if (
+            attempts is None
+            and not result.invalid
+            and len(events) == len(entries)
+            # An event keeps the very bytes object it was decoded from.
+            and all(map(operator.is_, map(encode_event, events), map(_WIRE, entries)))
+        ):
+            # A fresh read, in the order the Ingestor dispatches (priority first,
+            # then as read): event i is entry i; first deliveries all.
+            return [
+                (event, _Delivery(stream, entry))
+                for event, (stream, entry, _) in zip(events, entries, strict=True)
+            ]
+        return self._match(entries, attempts, result.invalid, events)
+
+    def _match(
+        self,
+        entries: Sequence[tuple[bytes, bytes, bytes]],
+        attempts: dict[bytes, int] | None,
+        invalid_lines: Sequence[tuple[int, str]],
+        events: list[Event],
+    ) -> list[tuple[Event, _Delivery]]:
+        """:meth:`deliver`'s general case: each event found by its bytes."""
+        streams = self.streams
+        outbox = streams._outbox
+        invalid = {line for line, _ in invalid_lines} if invalid_lines else ()
         # An event keeps the very bytes it was decoded from: they find its entry
         # (a list only where one batch holds the same bytes twice).
         by_wire: dict[bytes, Any] = {}
         for i, (stream, entry, wire) in enumerate(entries):
-            delivery = _Delivery(stream, entry, partition_of_key[stream], 0)
+            delivery = _Delivery(stream, entry)
             if invalid and i in invalid:
                 outbox.dead_letter(None, delivery, "invalid envelope", wire)
                 continue
@@ -1081,8 +1168,6 @@ class _Deliveries:
                 found.append(delivery)
             else:
                 by_wire[wire] = [found, delivery]
-        events = scratch.pop_many(len(scratch))
-        streams.delivered += len(events)
         max_deliveries = streams.max_deliveries
         items: list[tuple[Event, _Delivery]] = []
         for event in events:
@@ -1281,7 +1366,22 @@ class RedisStreams:
     # -- deliveries ------------------------------------------------------
 
     def done(self, event: Event, outcome: str) -> None:
-        self._deliveries.done(event, outcome)
+        delivery = self._deliveries.held.pop(event, None)
+        if delivery is None:
+            return
+        if outcome == "handled" and delivery.effects is None:
+            # The common case, inline: handled without effects, acknowledged by stream.
+            outbox = self._outbox
+            entries = outbox.acks.get(delivery.stream)
+            if entries is None:
+                outbox.acks[delivery.stream] = [delivery.entry]
+            else:
+                entries.append(delivery.entry)
+            outbox.unacked += 1
+            if outbox.unacked == 1:  # else woken already: the flusher takes them all at once
+                outbox._wake()
+            return
+        self._deliveries.settle(event, delivery, outcome)
 
     # -- reading the streams (openstarry tail) ---------------------------
 
