@@ -70,6 +70,14 @@ impl<T> PushError<T> {
         }
     }
 
+    /// The same refusal over other item(s).
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> PushError<U> {
+        match self {
+            PushError::Full(item) => PushError::Full(f(item)),
+            PushError::Closed(item) => PushError::Closed(f(item)),
+        }
+    }
+
     /// Whether the push was refused because the queue is closed.
     pub fn is_closed(&self) -> bool {
         matches!(self, PushError::Closed(_))
@@ -421,38 +429,183 @@ impl<T> PriorityQueue<T> {
     pub fn push_many(&self, items: Vec<(T, u8)>) -> Result<Vec<T>, PushError<Vec<(T, u8)>>> {
         let per_lane = lane_counts(items.iter().map(|&(_, priority)| priority));
         let mut state = self.state.lock();
-        if state.closed {
-            return Err(PushError::Closed(items));
+        if let Err(err) = self.check_batch(&state, items.len()) {
+            return Err(err.map(|()| items));
         }
-        if self.overflow == Overflow::Reject {
-            if let Some(cap) = self.capacity {
-                if items.len() > cap.saturating_sub(state.len) {
-                    return Err(PushError::Full(items));
+        let count = items.len();
+        let dropped = self.queue_batch(&mut state, per_lane, count, items.into_iter());
+        drop(state);
+        self.notify(count);
+        Ok(dropped)
+    }
+
+    /// [`push_many`](Self::push_many) for items whose lanes are known apart:
+    /// item `i` of `items` goes to lane `lanes[i]`.
+    ///
+    /// `items` runs under the queue's lock, so it must only hand over items
+    /// made beforehand (it must not touch this queue); nothing goes through an
+    /// intermediate vector. It is read for at most `lanes.len()` items; if it
+    /// ends early, the items it gave are queued. A refused batch leaves
+    /// `items` unread.
+    ///
+    /// # Panics
+    ///
+    /// If a lane is above 5 (before anything is queued).
+    pub fn push_many_in_lanes(
+        &self,
+        lanes: &[u8],
+        items: impl IntoIterator<Item = T>,
+    ) -> Result<Vec<T>, PushError<()>> {
+        let per_lane = lane_counts(lanes.iter().copied());
+        let mut state = self.state.lock();
+        self.check_batch(&state, lanes.len())?;
+        let mut count = 0usize;
+        let items = items.into_iter().zip(lanes.iter().copied()).inspect(|_| {
+            count += 1;
+        });
+        let dropped = self.queue_batch(&mut state, per_lane, lanes.len(), items);
+        drop(state);
+        self.notify(count);
+        Ok(dropped)
+    }
+
+    /// Queue a batch that fits, made item by item under the lock: all or nothing.
+    ///
+    /// When the queue is open and has room for `count` more items (under
+    /// either policy: nothing is shed), the first `count` items of `items`
+    /// are queued and `Ok(true)` returned; otherwise `Ok(false)` and `items`
+    /// is left unread, for the caller to take [`push_many`](Self::push_many)
+    /// or [`push_many_in_lanes`](Self::push_many_in_lanes). An item that is
+    /// an `Err` stops the batch: the items queued before it are taken out
+    /// again and the error is returned. `items` runs under the queue's lock,
+    /// so it must only check and hand over items (it must not touch this
+    /// queue); the items taken out are dropped after the lock is released.
+    ///
+    /// # Panics
+    ///
+    /// If a priority is above 5 (after the batch is taken out again).
+    pub fn push_many_fitting<E>(
+        &self,
+        count: usize,
+        items: impl IntoIterator<Item = Result<(T, u8), E>>,
+    ) -> Result<bool, E> {
+        let mut state = self.state.lock();
+        if state.closed
+            || self
+                .capacity
+                .is_some_and(|cap| count > cap.saturating_sub(state.len))
+        {
+            return Ok(false);
+        }
+        let st = &mut *state;
+        let before: [usize; LANES] = std::array::from_fn(|p| st.lanes[p].len());
+        let mut stop = None;
+        for (i, item) in items.into_iter().take(count).enumerate() {
+            match item {
+                Ok((item, priority)) if usize::from(priority) < LANES => {
+                    let queue = &mut st.lanes[usize::from(priority)];
+                    if queue.len() == queue.capacity() {
+                        // Grow once for whatever is left of the batch rather than doubling.
+                        queue.reserve(count - i);
+                    }
+                    queue.push_back(item);
+                }
+                Ok((item, priority)) => {
+                    stop = Some(Err((item, priority)));
+                    break;
+                }
+                Err(err) => {
+                    stop = Some(Ok(err));
+                    break;
                 }
             }
         }
-        let count = items.len();
+        if let Some(stop) = stop {
+            let taken_out: Vec<VecDeque<T>> = st
+                .lanes
+                .iter_mut()
+                .zip(before)
+                .map(|(queue, len)| queue.split_off(len))
+                .collect();
+            drop(state);
+            drop(taken_out);
+            return match stop {
+                Ok(err) => Err(err),
+                Err((item, priority)) => {
+                    drop(item);
+                    check_priority(priority);
+                    unreachable!("priority {priority} passed the range check")
+                }
+            };
+        }
+        let mut queued = 0;
+        for (lane, (queue, len)) in st.lanes.iter().zip(before).enumerate() {
+            if queue.len() > len {
+                st.mask |= 1 << lane;
+                queued += queue.len() - len;
+            }
+        }
+        st.len += queued;
+        drop(state);
+        self.notify(queued);
+        Ok(true)
+    }
+
+    /// Whether a batch of `count` items may go in: the queue is open and,
+    /// under [`Overflow::Reject`], has room for all of them.
+    #[inline]
+    fn check_batch(&self, state: &State<T>, count: usize) -> Result<(), PushError<()>> {
+        if state.closed {
+            return Err(PushError::Closed(()));
+        }
+        if self.overflow == Overflow::Reject
+            && self
+                .capacity
+                .is_some_and(|cap| count > cap.saturating_sub(state.len))
+        {
+            return Err(PushError::Full(()));
+        }
+        Ok(())
+    }
+
+    /// Queue a checked batch of (at most) `count` items, `per_lane` of them in
+    /// each lane; the items shed, in the order they were dropped.
+    #[inline]
+    fn queue_batch(
+        &self,
+        state: &mut State<T>,
+        per_lane: [usize; LANES],
+        count: usize,
+        items: impl Iterator<Item = (T, u8)>,
+    ) -> Vec<T> {
         let mut dropped = Vec::new();
         if self
             .capacity
             .is_none_or(|cap| count <= cap.saturating_sub(state.len))
         {
-            // Room for the whole batch: no admission decision per item, each
-            // lane grows once, and the mask and length are set once.
-            let st = &mut *state;
-            for (lane, (queue, extra)) in st.lanes.iter_mut().zip(per_lane).enumerate() {
+            // Room for the whole batch: no admission decision per item, and
+            // each lane grows once.
+            for (queue, extra) in state.lanes.iter_mut().zip(per_lane) {
                 if extra > 0 {
                     queue.reserve(extra);
-                    st.mask |= 1 << lane;
                 }
             }
+            let before: usize = state.lanes.iter().map(VecDeque::len).sum();
             for (item, priority) in items {
-                st.lanes[usize::from(priority)].push_back(item);
+                state.lanes[usize::from(priority)].push_back(item);
             }
-            st.len += count;
-            drop(state);
-            self.notify(count);
-            return Ok(dropped);
+            // The mask and length from the lanes, once: right even for fewer items than counted.
+            let mut mask = 0u8;
+            let mut after = 0usize;
+            for (lane, queue) in state.lanes.iter().enumerate() {
+                if !queue.is_empty() {
+                    mask |= 1 << lane;
+                }
+                after += queue.len();
+            }
+            state.mask = mask;
+            state.len += after - before;
+            return dropped;
         }
         for (item, priority) in items {
             match state.admit(item, priority, self.capacity, self.overflow) {
@@ -461,9 +614,7 @@ impl<T> PriorityQueue<T> {
                 Admit::Refused(_) => unreachable!("checked above: open, and room under reject"),
             }
         }
-        drop(state);
-        self.notify(count);
-        Ok(dropped)
+        dropped
     }
 
     /// Queue several items under one lock, admitting each on its own (the ingestor's call).
