@@ -964,6 +964,99 @@ mod tests {
     }
 
     #[test]
+    fn push_many_fitting_queues_in_priority_order() {
+        let q = unbounded();
+        q.push(100, 3).unwrap();
+        let items = (0..60u32).map(|i| Ok::<_, ()>((i, (i % 6) as u8)));
+        assert_eq!(q.push_many_fitting(60, items), Ok(true));
+        assert_eq!(q.len(), 61);
+        assert_eq!(q.depths(), [10, 10, 10, 11, 10, 10]);
+        let out = q.try_pop_many(100);
+        let mut expected: Vec<u32> = Vec::new();
+        for p in 0..6 {
+            if p == 3 {
+                expected.push(100);
+            }
+            expected.extend((0..10).map(|k| p + 6 * k));
+        }
+        assert_eq!(out, expected);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn push_many_fitting_takes_the_batch_out_on_an_error() {
+        let q = unbounded();
+        q.push_many(vec![(1, 0), (2, 4)]).unwrap();
+        let items = [Ok((3, 0)), Ok((4, 4)), Ok((5, 2)), Err("bad"), Ok((6, 1))];
+        assert_eq!(q.push_many_fitting(5, items), Err("bad"));
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.depths(), [1, 0, 0, 0, 1, 0]);
+        assert_eq!(drain(&q), vec![1, 2]);
+        // The mask was left as it was: an emptied queue reports nothing.
+        assert_eq!(q.try_pop(), None);
+    }
+
+    #[test]
+    fn push_many_fitting_drops_what_it_takes_out() {
+        let q: PriorityQueue<Arc<u32>> = PriorityQueue::new(None, Overflow::Reject, None);
+        let item = Arc::new(7);
+        let items = [Ok((Arc::clone(&item), 1)), Err(())];
+        assert_eq!(q.push_many_fitting(2, items), Err(()));
+        assert_eq!(Arc::strong_count(&item), 1);
+    }
+
+    #[test]
+    fn push_many_fitting_leaves_a_batch_that_does_not_fit_unread() {
+        for overflow in [Overflow::Reject, Overflow::Shed] {
+            let q = PriorityQueue::new(Some(3), overflow, None);
+            q.push(1, 0).unwrap();
+            let mut read = 0;
+            let items = (0..3).map(|i| {
+                read += 1;
+                Ok::<_, ()>((i, 0))
+            });
+            assert_eq!(q.push_many_fitting(3, items), Ok(false));
+            assert_eq!(read, 0);
+            assert_eq!(q.push_many_fitting(2, [Ok::<_, ()>((2, 1)), Ok((3, 0))]), Ok(true));
+            assert_eq!(drain(&q), vec![1, 3, 2]);
+        }
+        let q = unbounded();
+        q.close();
+        assert_eq!(q.push_many_fitting(1, [Ok::<_, ()>((1, 0))]), Ok(false));
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "out of range")]
+    fn push_many_fitting_checks_priorities() {
+        let q = unbounded();
+        let _ = q.push_many_fitting(2, [Ok::<_, ()>((1, 0)), Ok((2, 6))]);
+    }
+
+    #[test]
+    fn push_many_in_lanes_applies_the_policy() {
+        let q = PriorityQueue::new(Some(3), Overflow::Shed, None);
+        q.push_many_in_lanes(&[5, 5], [1, 2]).unwrap();
+        assert_eq!(q.push_many_in_lanes(&[1, 0, 5], [3, 4, 5]).unwrap(), vec![2, 5]);
+        assert_eq!(drain(&q), vec![4, 3, 1]);
+        let q = PriorityQueue::new(Some(2), Overflow::Reject, None);
+        assert!(matches!(
+            q.push_many_in_lanes(&[0, 0, 0], [1, 2, 3]),
+            Err(PushError::Full(()))
+        ));
+        assert!(q.is_empty());
+        // Fewer items than lanes: what came is queued, and counted right.
+        assert!(q.push_many_in_lanes(&[2, 1], [1]).unwrap().is_empty());
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.depths(), [0, 0, 1, 0, 0, 0]);
+        q.close();
+        assert!(matches!(
+            q.push_many_in_lanes(&[], std::iter::empty()),
+            Err(PushError::Closed(()))
+        ));
+    }
+
+    #[test]
     fn push_many_unbounded() {
         let q = unbounded();
         let items: Vec<(u32, u8)> = (0..60).map(|i| (i, (i % 6) as u8)).collect();
