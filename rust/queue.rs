@@ -1017,7 +1017,10 @@ mod tests {
             });
             assert_eq!(q.push_many_fitting(3, items), Ok(false));
             assert_eq!(read, 0);
-            assert_eq!(q.push_many_fitting(2, [Ok::<_, ()>((2, 1)), Ok((3, 0))]), Ok(true));
+            assert_eq!(
+                q.push_many_fitting(2, [Ok::<_, ()>((2, 1)), Ok((3, 0))]),
+                Ok(true)
+            );
             assert_eq!(drain(&q), vec![1, 3, 2]);
         }
         let q = unbounded();
@@ -1037,7 +1040,10 @@ mod tests {
     fn push_many_in_lanes_applies_the_policy() {
         let q = PriorityQueue::new(Some(3), Overflow::Shed, None);
         q.push_many_in_lanes(&[5, 5], [1, 2]).unwrap();
-        assert_eq!(q.push_many_in_lanes(&[1, 0, 5], [3, 4, 5]).unwrap(), vec![2, 5]);
+        assert_eq!(
+            q.push_many_in_lanes(&[1, 0, 5], [3, 4, 5]).unwrap(),
+            vec![2, 5]
+        );
         assert_eq!(drain(&q), vec![4, 3, 1]);
         let q = PriorityQueue::new(Some(2), Overflow::Reject, None);
         assert!(matches!(
