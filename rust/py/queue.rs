@@ -124,7 +124,9 @@ impl PyEventQueue {
     /// every item is checked and queued in one pass under the lock (checking
     /// runs no Python code), and an item that cannot be queued takes the
     /// batch out again. Otherwise (closed, or not enough room) every item is
-    /// checked first, then the queue's policy applies to the batch.
+    /// checked first, then the queue's policy applies to the batch. (The
+    /// check under the lock compares types with `Event`'s, which exists since
+    /// the module's import: nothing is created there.)
     fn push_sequence<'py, I>(
         &self,
         items: impl Fn() -> I,
@@ -421,10 +423,9 @@ impl PyEventQueue {
         priority: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<Item>> {
         let priority = priority.map(priority_arg).transpose()?;
-        // Every item is checked before any is queued; the iterable runs
-        // outside the lock. Only the lanes are collected: a list or tuple is
-        // read again under the lock, where no Python code runs, so it cannot
-        // change in between (the GIL is held throughout).
+        // Nothing is queued unless every item can be. A list or tuple is
+        // checked as it is queued (`push_sequence`); any other iterable runs
+        // outside the lock, into a vector first.
         if let Ok(list) = items.cast::<PyList>() {
             // Lists, the common case, without the iterator protocol (PyO3's
             // list iterator reads the items inline outside the stable ABI).
