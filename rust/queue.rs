@@ -70,6 +70,14 @@ impl<T> PushError<T> {
         }
     }
 
+    /// The same refusal over other item(s).
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> PushError<U> {
+        match self {
+            PushError::Full(item) => PushError::Full(f(item)),
+            PushError::Closed(item) => PushError::Closed(f(item)),
+        }
+    }
+
     /// Whether the push was refused because the queue is closed.
     pub fn is_closed(&self) -> bool {
         matches!(self, PushError::Closed(_))
@@ -421,38 +429,183 @@ impl<T> PriorityQueue<T> {
     pub fn push_many(&self, items: Vec<(T, u8)>) -> Result<Vec<T>, PushError<Vec<(T, u8)>>> {
         let per_lane = lane_counts(items.iter().map(|&(_, priority)| priority));
         let mut state = self.state.lock();
-        if state.closed {
-            return Err(PushError::Closed(items));
+        if let Err(err) = self.check_batch(&state, items.len()) {
+            return Err(err.map(|()| items));
         }
-        if self.overflow == Overflow::Reject {
-            if let Some(cap) = self.capacity {
-                if items.len() > cap.saturating_sub(state.len) {
-                    return Err(PushError::Full(items));
+        let count = items.len();
+        let dropped = self.queue_batch(&mut state, per_lane, count, items.into_iter());
+        drop(state);
+        self.notify(count);
+        Ok(dropped)
+    }
+
+    /// [`push_many`](Self::push_many) for items whose lanes are known apart:
+    /// item `i` of `items` goes to lane `lanes[i]`.
+    ///
+    /// `items` runs under the queue's lock, so it must only hand over items
+    /// made beforehand (it must not touch this queue); nothing goes through an
+    /// intermediate vector. It is read for at most `lanes.len()` items; if it
+    /// ends early, the items it gave are queued. A refused batch leaves
+    /// `items` unread.
+    ///
+    /// # Panics
+    ///
+    /// If a lane is above 5 (before anything is queued).
+    pub fn push_many_in_lanes(
+        &self,
+        lanes: &[u8],
+        items: impl IntoIterator<Item = T>,
+    ) -> Result<Vec<T>, PushError<()>> {
+        let per_lane = lane_counts(lanes.iter().copied());
+        let mut state = self.state.lock();
+        self.check_batch(&state, lanes.len())?;
+        let mut count = 0usize;
+        let items = items.into_iter().zip(lanes.iter().copied()).inspect(|_| {
+            count += 1;
+        });
+        let dropped = self.queue_batch(&mut state, per_lane, lanes.len(), items);
+        drop(state);
+        self.notify(count);
+        Ok(dropped)
+    }
+
+    /// Queue a batch that fits, made item by item under the lock: all or nothing.
+    ///
+    /// When the queue is open and has room for `count` more items (under
+    /// either policy: nothing is shed), the first `count` items of `items`
+    /// are queued and `Ok(true)` returned; otherwise `Ok(false)` and `items`
+    /// is left unread, for the caller to take [`push_many`](Self::push_many)
+    /// or [`push_many_in_lanes`](Self::push_many_in_lanes). An item that is
+    /// an `Err` stops the batch: the items queued before it are taken out
+    /// again and the error is returned. `items` runs under the queue's lock,
+    /// so it must only check and hand over items (it must not touch this
+    /// queue); the items taken out are dropped after the lock is released.
+    ///
+    /// # Panics
+    ///
+    /// If a priority is above 5 (after the batch is taken out again).
+    pub fn push_many_fitting<E>(
+        &self,
+        count: usize,
+        items: impl IntoIterator<Item = Result<(T, u8), E>>,
+    ) -> Result<bool, E> {
+        let mut state = self.state.lock();
+        if state.closed
+            || self
+                .capacity
+                .is_some_and(|cap| count > cap.saturating_sub(state.len))
+        {
+            return Ok(false);
+        }
+        let st = &mut *state;
+        let before: [usize; LANES] = std::array::from_fn(|p| st.lanes[p].len());
+        let mut stop = None;
+        for (i, item) in items.into_iter().take(count).enumerate() {
+            match item {
+                Ok((item, priority)) if usize::from(priority) < LANES => {
+                    let queue = &mut st.lanes[usize::from(priority)];
+                    if queue.len() == queue.capacity() {
+                        // Grow once for whatever is left of the batch rather than doubling.
+                        queue.reserve(count - i);
+                    }
+                    queue.push_back(item);
+                }
+                Ok((item, priority)) => {
+                    stop = Some(Err((item, priority)));
+                    break;
+                }
+                Err(err) => {
+                    stop = Some(Ok(err));
+                    break;
                 }
             }
         }
-        let count = items.len();
+        if let Some(stop) = stop {
+            let taken_out: Vec<VecDeque<T>> = st
+                .lanes
+                .iter_mut()
+                .zip(before)
+                .map(|(queue, len)| queue.split_off(len))
+                .collect();
+            drop(state);
+            drop(taken_out);
+            return match stop {
+                Ok(err) => Err(err),
+                Err((item, priority)) => {
+                    drop(item);
+                    check_priority(priority);
+                    unreachable!("priority {priority} passed the range check")
+                }
+            };
+        }
+        let mut queued = 0;
+        for (lane, (queue, len)) in st.lanes.iter().zip(before).enumerate() {
+            if queue.len() > len {
+                st.mask |= 1 << lane;
+                queued += queue.len() - len;
+            }
+        }
+        st.len += queued;
+        drop(state);
+        self.notify(queued);
+        Ok(true)
+    }
+
+    /// Whether a batch of `count` items may go in: the queue is open and,
+    /// under [`Overflow::Reject`], has room for all of them.
+    #[inline]
+    fn check_batch(&self, state: &State<T>, count: usize) -> Result<(), PushError<()>> {
+        if state.closed {
+            return Err(PushError::Closed(()));
+        }
+        if self.overflow == Overflow::Reject
+            && self
+                .capacity
+                .is_some_and(|cap| count > cap.saturating_sub(state.len))
+        {
+            return Err(PushError::Full(()));
+        }
+        Ok(())
+    }
+
+    /// Queue a checked batch of (at most) `count` items, `per_lane` of them in
+    /// each lane; the items shed, in the order they were dropped.
+    #[inline]
+    fn queue_batch(
+        &self,
+        state: &mut State<T>,
+        per_lane: [usize; LANES],
+        count: usize,
+        items: impl Iterator<Item = (T, u8)>,
+    ) -> Vec<T> {
         let mut dropped = Vec::new();
         if self
             .capacity
             .is_none_or(|cap| count <= cap.saturating_sub(state.len))
         {
-            // Room for the whole batch: no admission decision per item, each
-            // lane grows once, and the mask and length are set once.
-            let st = &mut *state;
-            for (lane, (queue, extra)) in st.lanes.iter_mut().zip(per_lane).enumerate() {
+            // Room for the whole batch: no admission decision per item, and
+            // each lane grows once.
+            for (queue, extra) in state.lanes.iter_mut().zip(per_lane) {
                 if extra > 0 {
                     queue.reserve(extra);
-                    st.mask |= 1 << lane;
                 }
             }
+            let before: usize = state.lanes.iter().map(VecDeque::len).sum();
             for (item, priority) in items {
-                st.lanes[usize::from(priority)].push_back(item);
+                state.lanes[usize::from(priority)].push_back(item);
             }
-            st.len += count;
-            drop(state);
-            self.notify(count);
-            return Ok(dropped);
+            // The mask and length from the lanes, once: right even for fewer items than counted.
+            let mut mask = 0u8;
+            let mut after = 0usize;
+            for (lane, queue) in state.lanes.iter().enumerate() {
+                if !queue.is_empty() {
+                    mask |= 1 << lane;
+                }
+                after += queue.len();
+            }
+            state.mask = mask;
+            state.len += after - before;
+            return dropped;
         }
         for (item, priority) in items {
             match state.admit(item, priority, self.capacity, self.overflow) {
@@ -461,9 +614,7 @@ impl<T> PriorityQueue<T> {
                 Admit::Refused(_) => unreachable!("checked above: open, and room under reject"),
             }
         }
-        drop(state);
-        self.notify(count);
-        Ok(dropped)
+        dropped
     }
 
     /// Queue several items under one lock, admitting each on its own (the ingestor's call).
@@ -810,6 +961,105 @@ mod tests {
         assert_eq!(dropped, vec![2, 4, 1, 6]);
         assert_eq!(q.shed_count(), 4);
         assert_eq!(drain(&q), vec![3, 5]);
+    }
+
+    #[test]
+    fn push_many_fitting_queues_in_priority_order() {
+        let q = unbounded();
+        q.push(100, 3).unwrap();
+        let items = (0..60u32).map(|i| Ok::<_, ()>((i, (i % 6) as u8)));
+        assert_eq!(q.push_many_fitting(60, items), Ok(true));
+        assert_eq!(q.len(), 61);
+        assert_eq!(q.depths(), [10, 10, 10, 11, 10, 10]);
+        let out = q.try_pop_many(100);
+        let mut expected: Vec<u32> = Vec::new();
+        for p in 0..6 {
+            if p == 3 {
+                expected.push(100);
+            }
+            expected.extend((0..10).map(|k| p + 6 * k));
+        }
+        assert_eq!(out, expected);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn push_many_fitting_takes_the_batch_out_on_an_error() {
+        let q = unbounded();
+        q.push_many(vec![(1, 0), (2, 4)]).unwrap();
+        let items = [Ok((3, 0)), Ok((4, 4)), Ok((5, 2)), Err("bad"), Ok((6, 1))];
+        assert_eq!(q.push_many_fitting(5, items), Err("bad"));
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.depths(), [1, 0, 0, 0, 1, 0]);
+        assert_eq!(drain(&q), vec![1, 2]);
+        // The mask was left as it was: an emptied queue reports nothing.
+        assert_eq!(q.try_pop(), None);
+    }
+
+    #[test]
+    fn push_many_fitting_drops_what_it_takes_out() {
+        let q: PriorityQueue<Arc<u32>> = PriorityQueue::new(None, Overflow::Reject, None);
+        let item = Arc::new(7);
+        let items = [Ok((Arc::clone(&item), 1)), Err(())];
+        assert_eq!(q.push_many_fitting(2, items), Err(()));
+        assert_eq!(Arc::strong_count(&item), 1);
+    }
+
+    #[test]
+    fn push_many_fitting_leaves_a_batch_that_does_not_fit_unread() {
+        for overflow in [Overflow::Reject, Overflow::Shed] {
+            let q = PriorityQueue::new(Some(3), overflow, None);
+            q.push(1, 0).unwrap();
+            let mut read = 0;
+            let items = (0..3).map(|i| {
+                read += 1;
+                Ok::<_, ()>((i, 0))
+            });
+            assert_eq!(q.push_many_fitting(3, items), Ok(false));
+            assert_eq!(read, 0);
+            assert_eq!(
+                q.push_many_fitting(2, [Ok::<_, ()>((2, 1)), Ok((3, 0))]),
+                Ok(true)
+            );
+            assert_eq!(drain(&q), vec![1, 3, 2]);
+        }
+        let q = unbounded();
+        q.close();
+        assert_eq!(q.push_many_fitting(1, [Ok::<_, ()>((1, 0))]), Ok(false));
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "out of range")]
+    fn push_many_fitting_checks_priorities() {
+        let q = unbounded();
+        let _ = q.push_many_fitting(2, [Ok::<_, ()>((1, 0)), Ok((2, 6))]);
+    }
+
+    #[test]
+    fn push_many_in_lanes_applies_the_policy() {
+        let q = PriorityQueue::new(Some(3), Overflow::Shed, None);
+        q.push_many_in_lanes(&[5, 5], [1, 2]).unwrap();
+        assert_eq!(
+            q.push_many_in_lanes(&[1, 0, 5], [3, 4, 5]).unwrap(),
+            vec![2, 5]
+        );
+        assert_eq!(drain(&q), vec![4, 3, 1]);
+        let q = PriorityQueue::new(Some(2), Overflow::Reject, None);
+        assert!(matches!(
+            q.push_many_in_lanes(&[0, 0, 0], [1, 2, 3]),
+            Err(PushError::Full(()))
+        ));
+        assert!(q.is_empty());
+        // Fewer items than lanes: what came is queued, and counted right.
+        assert!(q.push_many_in_lanes(&[2, 1], [1]).unwrap().is_empty());
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.depths(), [0, 0, 1, 0, 0, 0]);
+        q.close();
+        assert!(matches!(
+            q.push_many_in_lanes(&[], std::iter::empty()),
+            Err(PushError::Closed(()))
+        ));
     }
 
     #[test]

@@ -242,6 +242,25 @@ def test_a_failed_push_many_pushes_nothing() -> None:
     assert q.depths() == [0] * 6
 
 
+def test_a_failed_push_many_leaves_a_queue_as_it_was() -> None:
+    q = EventQueue()
+    first, last = event(4), event(0)
+    q.push_many([first, last])
+    items = [event(1), event(5), event(0), event(3)]
+    before = [sys.getrefcount(item) for item in items]
+    for bad in ([*items, "no priority"], (*items, None)):
+        with pytest.raises(TypeError):
+            q.push_many(bad)
+        assert q.depths() == [1, 0, 0, 0, 1, 0]
+        assert len(q) == 2
+    del bad
+    # Every item queued before the bad one was taken out and released.
+    assert [sys.getrefcount(item) for item in items] == before
+    assert q.pop_many(5) == [last, first]
+    assert not q
+    assert q.pop() is None
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [

@@ -43,7 +43,13 @@ fn refused<T>(err: PushError<T>) -> CoreError {
 // Inlined into the batch loops: as a call, its large `Result` went through the stack.
 #[inline(always)]
 fn item_priority(item: &Bound<'_, PyAny>, priority: Option<u8>) -> Result<u8, CoreError> {
-    let lane = if item.is_none() {
+    item_lane(item, priority).ok_or_else(|| unqueueable(item))
+}
+
+/// [`item_priority`] without the error: `None` when `item` cannot be queued.
+#[inline(always)]
+fn item_lane(item: &Bound<'_, PyAny>, priority: Option<u8>) -> Option<u8> {
+    if item.is_none() {
         None
     } else if priority.is_some() {
         priority
@@ -52,8 +58,20 @@ fn item_priority(item: &Bound<'_, PyAny>, priority: Option<u8>) -> Result<u8, Co
         item.cast_exact::<PyEvent>()
             .ok()
             .map(|event| event.get().priority())
-    };
-    lane.ok_or_else(|| unqueueable(item))
+    }
+}
+
+/// The lane of every item of a list or tuple (see [`item_priority`]).
+#[inline(always)]
+fn lanes_of<'py>(
+    items: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
+    priority: Option<u8>,
+) -> Result<Vec<u8>, CoreError> {
+    let mut lanes = Vec::with_capacity(items.len());
+    for item in items {
+        lanes.push(item_priority(&item, priority)?);
+    }
+    Ok(lanes)
 }
 
 #[cold]
@@ -99,6 +117,46 @@ fn wait_from(timeout: Option<f64>) -> Result<Wait, CoreError> {
 }
 
 impl PyEventQueue {
+    /// `push_many` of a list or tuple, read by `items()` (as often as needed).
+    ///
+    /// No Python code runs until the items are queued, so the sequence cannot
+    /// change in between (the GIL is held throughout). When the batch fits,
+    /// every item is checked and queued in one pass under the lock (checking
+    /// runs no Python code), and an item that cannot be queued takes the
+    /// batch out again. Otherwise (closed, or not enough room) every item is
+    /// checked first, then the queue's policy applies to the batch. (The
+    /// check under the lock compares types with `Event`'s, which exists since
+    /// the module's import: nothing is created there.)
+    fn push_sequence<'py, I>(
+        &self,
+        items: impl Fn() -> I,
+        priority: Option<u8>,
+    ) -> PyResult<Vec<Item>>
+    where
+        I: ExactSizeIterator<Item = Bound<'py, PyAny>>,
+    {
+        let checked = items().enumerate().map(|(i, item)| {
+            item_lane(&item, priority)
+                .map(|lane| (Item::Object(item.unbind()), lane))
+                .ok_or(i)
+        });
+        match self.inner.push_many_fitting(items().len(), checked) {
+            Ok(true) => return Ok(Vec::new()),
+            Ok(false) => {}
+            Err(i) => {
+                if let Some(item) = items().nth(i) {
+                    return Err(unqueueable(&item).into());
+                }
+            }
+        }
+        let lanes = lanes_of(items(), priority)?;
+        let objects = items().map(|item| Item::Object(item.unbind()));
+        Ok(self
+            .inner
+            .push_many_in_lanes(&lanes, objects)
+            .map_err(refused)?)
+    }
+
     /// `push_unique`'s work: `item` at `event`'s priority unless `dedup` has seen its id.
     fn push_unique_item(
         &self,
@@ -365,34 +423,25 @@ impl PyEventQueue {
         priority: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<Item>> {
         let priority = priority.map(priority_arg).transpose()?;
-        // Every item is checked before any is queued; the iterable runs outside the lock.
-        let batch = if let Ok(list) = items.cast::<PyList>() {
+        // Nothing is queued unless every item can be. A list or tuple is
+        // checked as it is queued (`push_sequence`); any other iterable runs
+        // outside the lock, into a vector first.
+        if let Ok(list) = items.cast::<PyList>() {
             // Lists, the common case, without the iterator protocol (PyO3's
             // list iterator reads the items inline outside the stable ABI).
-            // No user code runs in this loop, so the list cannot change size.
-            let mut batch = Vec::with_capacity(list.len());
-            for item in list.iter() {
+            return self.push_sequence(|| list.iter(), priority);
+        }
+        if let Ok(tuple) = items.cast::<PyTuple>() {
+            return self.push_sequence(|| tuple.iter(), priority);
+        }
+        let batch = items
+            .try_iter()?
+            .map(|item| {
+                let item = item?;
                 let lane = item_priority(&item, priority)?;
-                batch.push((Item::Object(item.unbind()), lane));
-            }
-            batch
-        } else if let Ok(tuple) = items.cast::<PyTuple>() {
-            let mut batch = Vec::with_capacity(tuple.len());
-            for item in tuple.iter() {
-                let lane = item_priority(&item, priority)?;
-                batch.push((Item::Object(item.unbind()), lane));
-            }
-            batch
-        } else {
-            items
-                .try_iter()?
-                .map(|item| {
-                    let item = item?;
-                    let lane = item_priority(&item, priority)?;
-                    Ok((Item::Object(item.unbind()), lane))
-                })
-                .collect::<PyResult<Vec<_>>>()?
-        };
+                Ok((Item::Object(item.unbind()), lane))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
         Ok(self.inner.push_many(batch).map_err(refused)?)
     }
 
