@@ -10,10 +10,12 @@
 //! shared state under their own locks and build its objects outside them; see
 //! [`ingest`] for the whole pipeline in plain Rust.
 
+use std::borrow::Cow;
+
 use foldhash::HashSet;
 use hashbrown::hash_table::{Entry, HashTable};
 
-use crate::dedup::{DedupWindow, IdKey, OwnedIdKey};
+use crate::dedup::{DedupWindow, IdKey, KeyHasher, OwnedIdKey};
 use crate::envelope::{self, EnvelopeIndex};
 use crate::json::{JsonError, Limits};
 use crate::queue::PriorityQueue;
@@ -204,35 +206,83 @@ impl Screened {
     }
 }
 
-/// Phase 2: screen the lines against the window (expired to `now_ms` first)
-/// and against each other, recording nothing yet.
+/// A chunk's ids parsed and hashed for one window, and each line's first
+/// sighting within the chunk: the part of screening that reads nothing of the
+/// window's state, so threads sharing a window do it before taking its lock.
+pub struct ChunkKeys<'k> {
+    /// Each line's key and the window's hash of it.
+    keys: Vec<(IdKey<'k>, u64)>,
+    /// For each line, the earlier line of the chunk with the same id, if any.
+    first: Vec<Option<u32>>,
+}
+
+impl<'k> ChunkKeys<'k> {
+    /// The keys of `ids` (one per line, from [`chunk_ids`]) hashed with
+    /// `hasher`, which must be the [`DedupWindow::key_hasher`] of the window
+    /// they are then admitted to.
+    #[must_use]
+    pub fn new(ids: &'k [Cow<'_, [u8]>], hasher: &KeyHasher) -> Self {
+        let keys: Vec<(IdKey<'k>, u64)> = ids
+            .iter()
+            .map(|id| {
+                let key = IdKey::of(id);
+                (key, hasher.hash(key))
+            })
+            .collect();
+        // The chunk's own first sightings, filed under the window's hashes.
+        let mut first_of: HashTable<u32> = HashTable::with_capacity(keys.len());
+        let first = keys
+            .iter()
+            .enumerate()
+            .map(|(line, &(key, hash))| {
+                match first_of.entry(
+                    hash,
+                    |&i| keys[i as usize].0 == key,
+                    |&i| keys[i as usize].1,
+                ) {
+                    Entry::Occupied(earlier) => Some(*earlier.get()),
+                    Entry::Vacant(slot) => {
+                        slot.insert(line as u32);
+                        None
+                    }
+                }
+            })
+            .collect();
+        ChunkKeys { keys, first }
+    }
+}
+
+/// Each decoded line's id (borrowed from its line unless it was escaped on
+/// the wire), for [`ChunkKeys::new`].
+#[must_use]
+pub fn chunk_ids<'a>(decoded: &[Decoded<'a>]) -> Vec<Cow<'a, [u8]>> {
+    decoded.iter().map(Decoded::id).collect()
+}
+
+/// Phase 2: screen the lines against the window (expired to `now_ms` first),
+/// recording nothing yet; a line that repeats an earlier one of the chunk
+/// takes that line's answer without a look at the window.
 ///
 /// Nothing is recorded until the queue has taken the lines (phase 4,
 /// [`record`]): a line the queue refuses must leave the window as it was,
 /// without an id of its own and without having evicted an older one.
-fn screen(keys: &[(IdKey<'_>, u64)], window: &mut DedupWindow, now_ms: i64) -> Screened {
+fn screen(keys: &ChunkKeys<'_>, window: &mut DedupWindow, now_ms: i64) -> Screened {
     window.expire(now_ms);
-    // The batch's own first sightings, filed under the window's hashes: each
-    // id is hashed once for the whole call.
-    let mut first_of: HashTable<usize> = HashTable::with_capacity(keys.len());
+    let lines = keys.keys.len();
     let mut screened = Screened {
-        fresh: Vec::with_capacity(keys.len()),
+        fresh: Vec::with_capacity(lines),
         repeats: Vec::new(),
     };
-    for (line, &(key, hash)) in keys.iter().enumerate() {
-        if window.contains_hashed(key, hash) {
+    // Each first sighting's place in `fresh`, when it is fresh.
+    let mut fresh_at: Vec<Option<usize>> = vec![None; lines];
+    for (line, (&(key, hash), first)) in keys.keys.iter().zip(&keys.first).enumerate() {
+        if let Some(first) = *first {
+            screened.repeats.push((line, fresh_at[first as usize]));
+        } else if window.contains_hashed(key, hash) {
             screened.repeats.push((line, None));
-            continue;
-        }
-        let fresh = &screened.fresh;
-        match first_of.entry(hash, |&i| keys[fresh[i]].0 == key, |&i| keys[fresh[i]].1) {
-            Entry::Occupied(first) => {
-                screened.repeats.push((line, Some(*first.get())));
-            }
-            Entry::Vacant(slot) => {
-                slot.insert(fresh.len());
-                screened.fresh.push(line);
-            }
+        } else {
+            fresh_at[line] = Some(screened.fresh.len());
+            screened.fresh.push(line);
         }
     }
     screened
@@ -315,29 +365,38 @@ pub struct Admitted<T> {
 pub fn admit<T>(
     decoded: &[Decoded<'_>],
     items: &mut [Option<T>],
-    mut window: Option<&mut DedupWindow>,
+    window: Option<&mut DedupWindow>,
     now_ms: i64,
     queue: &PriorityQueue<T>,
     id_of: impl Fn(&T) -> Option<Vec<u8>>,
 ) -> Admitted<T> {
-    // Each id parsed once; borrowed from the lines, but for the rare escaped id.
-    let ids: Vec<std::borrow::Cow<'_, [u8]>> = match window {
-        Some(_) => decoded.iter().map(Decoded::id).collect(),
-        None => Vec::new(),
-    };
-    let keys: Vec<(IdKey<'_>, u64)> = match window.as_deref() {
-        Some(w) => ids
-            .iter()
-            .map(|id| {
-                let key = IdKey::of(id);
-                (key, w.hash_key(key))
-            })
-            .collect(),
-        None => Vec::new(),
-    };
-    let mut screened = match window.as_deref_mut() {
-        Some(w) => screen(&keys, w, now_ms),
-        None => Screened::all(decoded.len()),
+    match window {
+        Some(w) => {
+            let ids = chunk_ids(decoded);
+            let keys = ChunkKeys::new(&ids, &w.key_hasher());
+            admit_keyed(decoded, items, Some((w, &keys)), now_ms, queue, id_of)
+        }
+        None => admit_keyed(decoded, items, None, now_ms, queue, id_of),
+    }
+}
+
+/// [`admit`] with the chunk's keys made beforehand ([`ChunkKeys::new`], with
+/// the window's [`DedupWindow::key_hasher`]), so that a caller holding the
+/// window under a lock holds it only to look the keys up and record them.
+pub fn admit_keyed<T>(
+    decoded: &[Decoded<'_>],
+    items: &mut [Option<T>],
+    window: Option<(&mut DedupWindow, &ChunkKeys<'_>)>,
+    now_ms: i64,
+    queue: &PriorityQueue<T>,
+    id_of: impl Fn(&T) -> Option<Vec<u8>>,
+) -> Admitted<T> {
+    let (mut screened, window) = match window {
+        Some((w, keys)) => {
+            assert_eq!(keys.keys.len(), decoded.len(), "one key a line");
+            (screen(keys, w, now_ms), Some((w, &keys.keys[..])))
+        }
+        None => (Screened::all(decoded.len()), None),
     };
     let batch: Vec<(T, u8)> = screened
         .fresh
@@ -350,11 +409,11 @@ pub fn admit<T>(
         refused.push(i);
         refused_items.push(err.into_inner());
     });
-    if let Some(w) = window {
+    if let Some((w, keys)) = window {
         let dropped: Vec<Vec<u8>> = shed.iter().filter_map(&id_of).collect();
         let dropped_keys: HashSet<OwnedIdKey> =
             dropped.iter().map(|id| IdKey::of(id).into()).collect();
-        record(&keys, &screened.fresh, &refused, &dropped_keys, w, now_ms);
+        record(keys, &screened.fresh, &refused, &dropped_keys, w, now_ms);
         for id in &dropped {
             w.forget(id);
         }

@@ -13,7 +13,9 @@ use super::event::{as_bytes_object, limits_arg};
 use super::queue::PyEventQueue;
 use super::record::{into_objects, Batch, Input, Item, Line};
 use crate::envelope;
-use crate::ingest::{admit, decode_lines, Admitted, Decoded, NdjsonLines, CHUNK_LINES};
+use crate::ingest::{
+    admit_keyed, chunk_ids, decode_lines, Admitted, ChunkKeys, Decoded, NdjsonLines, CHUNK_LINES,
+};
 use crate::json::{Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
 use crate::queue::{Overflow, PriorityQueue};
 
@@ -340,8 +342,10 @@ fn queue_items(input: &Arc<Input>, decoded: &[Decoded<'_>], base: &[u8]) -> Vec<
 
 /// Screen, enqueue and record a chunk under one hold of the window's lock and
 /// one of the queue's: two ingestors sharing the window cannot both take an
-/// id, and other threads get the locks between chunks. No Python code runs
-/// in here.
+/// id, and other threads get the locks between chunks. The ids are parsed,
+/// hashed and checked against each other before the lock is taken, so threads
+/// sharing a window hold it only to look them up and record them. No Python
+/// code runs in here.
 fn admit_chunk(
     decoded: &[Decoded<'_>],
     items: &mut [Option<Item>],
@@ -351,8 +355,12 @@ fn admit_chunk(
     id_of: impl Fn(&Item) -> Option<Vec<u8>>,
 ) -> Admitted<Item> {
     match dedup {
-        Some(d) => d.with_inner(|w| admit(decoded, items, Some(w), now, queue, id_of)),
-        None => admit(decoded, items, None, now, queue, id_of),
+        Some(d) => {
+            let ids = chunk_ids(decoded);
+            let keys = ChunkKeys::new(&ids, d.hasher());
+            d.with_inner(|w| admit_keyed(decoded, items, Some((w, &keys)), now, queue, id_of))
+        }
+        None => admit_keyed(decoded, items, None, now, queue, id_of),
     }
 }
 
