@@ -518,11 +518,23 @@ mod tests {
     }
 
     /// Two threads ingest at once, a chunk at a time, sharing one window (held
-    /// for each chunk's admission, as the Python bindings hold it) and one
-    /// queue: every id gets in once, wherever it was sent from, and each
-    /// thread's lines keep their order within a priority.
+    /// for each chunk's admission) and one queue: every id gets in once,
+    /// wherever it was sent from, and each thread's lines keep their order
+    /// within a priority.
     #[test]
     fn two_threads_sharing_a_window_take_each_id_once() {
+        two_threads_share_a_window(false);
+    }
+
+    /// The same with each chunk's keys made before the window's lock is taken,
+    /// as the Python bindings make them; the ids both threads send are UUIDs,
+    /// in lower case from one thread and upper case from the other.
+    #[test]
+    fn two_threads_keying_outside_the_lock_take_each_id_once() {
+        two_threads_share_a_window(true);
+    }
+
+    fn two_threads_share_a_window(keyed: bool) {
         let queue = PriorityQueue::new(None, Overflow::Reject, None);
         let window = parking_lot::Mutex::new(DedupWindow::new(60_000, 100_000));
         let blob = |tag: &str| -> String {
@@ -530,7 +542,8 @@ mod tests {
                 .map(|i| {
                     // A quarter of the ids are sent by both threads.
                     let id = if i % 4 == 0 {
-                        format!("both-{i}")
+                        let first = if tag == "a" { "0000000a" } else { "0000000A" };
+                        format!("{first}-0000-4000-8000-{i:012}")
                     } else {
                         format!("{tag}-{i}")
                     };
@@ -561,14 +574,29 @@ mod tests {
                                 .iter()
                                 .map(|d| Some(d.envelope.id.as_str(d.bytes).into_owned()))
                                 .collect();
-                            let admitted = admit(
-                                &decoded,
-                                &mut items,
-                                Some(&mut window.lock()),
-                                0,
-                                queue,
-                                |id: &String| Some(id.clone().into_bytes()),
-                            );
+                            let id_of = |id: &String| Some(id.clone().into_bytes());
+                            let admitted = if keyed {
+                                let ids = chunk_ids(&decoded);
+                                let hasher = window.lock().key_hasher();
+                                let keys = ChunkKeys::new(&ids, &hasher);
+                                admit_keyed(
+                                    &decoded,
+                                    &mut items,
+                                    Some((&mut window.lock(), &keys)),
+                                    0,
+                                    queue,
+                                    id_of,
+                                )
+                            } else {
+                                admit(
+                                    &decoded,
+                                    &mut items,
+                                    Some(&mut window.lock()),
+                                    0,
+                                    queue,
+                                    id_of,
+                                )
+                            };
                             accepted += admitted.accepted;
                             duplicates += admitted.duplicates;
                         }
