@@ -509,6 +509,19 @@ impl DedupWindow {
         true
     }
 
+    /// Record `key`, which the caller found absent with
+    /// [`DedupWindow::contains_hashed`] after [`DedupWindow::expire`] at
+    /// `now_ms`, the window unchanged since but for other such inserts of
+    /// distinct keys: [`DedupWindow::check_and_insert_hashed`] without looking
+    /// the key up again.
+    #[inline]
+    pub(crate) fn insert_absent_hashed(&mut self, key: IdKey<'_>, hash: u64, now_ms: i64) {
+        debug_assert!(self.find(key, hash).is_none(), "the key is held already");
+        let now = self.advance(now_ms);
+        self.insert(key, hash, now);
+        self.enforce_count();
+    }
+
     /// [`DedupWindow::check_and_insert_key`] for each key in order, all at time
     /// `now_ms`, the answers pushed onto `out`.
     // Probing the table a few keys ahead (a prefetch in safe code) was tried

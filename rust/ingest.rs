@@ -306,7 +306,9 @@ fn record(
         }
         let (key, hash) = keys[line];
         if dropped.is_empty() || !dropped.contains(&OwnedIdKey::from(key)) {
-            window.check_and_insert_hashed(key, hash, now_ms);
+            // Screened absent under the same hold of the window, and the
+            // fresh lines' keys are distinct.
+            window.insert_absent_hashed(key, hash, now_ms);
         }
     }
 }
