@@ -209,37 +209,42 @@ impl Screened {
 /// A chunk's ids parsed and hashed for one window, and each line's first
 /// sighting within the chunk: the part of screening that reads nothing of the
 /// window's state, so threads sharing a window do it before taking its lock.
-pub struct ChunkKeys<'k> {
-    /// Each line's key and the window's hash of it.
-    keys: Vec<(IdKey<'k>, u64)>,
+pub struct ChunkKeys<'a> {
+    /// Each line's id (borrowed from its line unless it was escaped on the wire).
+    ids: Vec<Cow<'a, [u8]>>,
+    /// Each line's UUID value (`None`: the id is held whole) and the window's hash of its key.
+    keys: Vec<(Option<u128>, u64)>,
     /// For each line, the earlier line of the chunk with the same id, if any.
     first: Vec<Option<u32>>,
 }
 
-impl<'k> ChunkKeys<'k> {
-    /// The keys of `ids` (one per line, from [`chunk_ids`]) hashed with
-    /// `hasher`, which must be the [`DedupWindow::key_hasher`] of the window
-    /// they are then admitted to.
+impl<'a> ChunkKeys<'a> {
+    /// The keys of `decoded`'s ids hashed with `hasher`, which must be the
+    /// [`DedupWindow::key_hasher`] of the window they are then admitted to.
     #[must_use]
-    pub fn new(ids: &'k [Cow<'_, [u8]>], hasher: &KeyHasher) -> Self {
-        let keys: Vec<(IdKey<'k>, u64)> = ids
+    pub fn new(decoded: &[Decoded<'a>], hasher: &KeyHasher) -> Self {
+        let ids: Vec<Cow<'a, [u8]>> = decoded.iter().map(Decoded::id).collect();
+        let keys: Vec<(Option<u128>, u64)> = ids
             .iter()
             .map(|id| {
                 let key = IdKey::of(id);
-                (key, hasher.hash(key))
+                let uuid = match key {
+                    IdKey::Uuid(value) => Some(value),
+                    IdKey::Other(_) => None,
+                };
+                (uuid, hasher.hash(key))
             })
             .collect();
+        let key = |line: usize| match keys[line].0 {
+            Some(value) => IdKey::Uuid(value),
+            None => IdKey::Other(&ids[line]),
+        };
         // The chunk's own first sightings, filed under the window's hashes.
         let mut first_of: HashTable<u32> = HashTable::with_capacity(keys.len());
-        let first = keys
-            .iter()
-            .enumerate()
-            .map(|(line, &(key, hash))| {
-                match first_of.entry(
-                    hash,
-                    |&i| keys[i as usize].0 == key,
-                    |&i| keys[i as usize].1,
-                ) {
+        let first = (0..keys.len())
+            .map(|line| {
+                let (this, hash) = (key(line), keys[line].1);
+                match first_of.entry(hash, |&i| key(i as usize) == this, |&i| keys[i as usize].1) {
                     Entry::Occupied(earlier) => Some(*earlier.get()),
                     Entry::Vacant(slot) => {
                         slot.insert(line as u32);
@@ -248,15 +253,31 @@ impl<'k> ChunkKeys<'k> {
                 }
             })
             .collect();
-        ChunkKeys { keys, first }
+        ChunkKeys { ids, keys, first }
     }
-}
 
-/// Each decoded line's id (borrowed from its line unless it was escaped on
-/// the wire), for [`ChunkKeys::new`].
-#[must_use]
-pub fn chunk_ids<'a>(decoded: &[Decoded<'a>]) -> Vec<Cow<'a, [u8]>> {
-    decoded.iter().map(Decoded::id).collect()
+    /// The lines' count.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether the chunk has no lines.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Line `line`'s key and hash.
+    #[inline]
+    fn key(&self, line: usize) -> (IdKey<'_>, u64) {
+        let (uuid, hash) = self.keys[line];
+        let key = match uuid {
+            Some(value) => IdKey::Uuid(value),
+            None => IdKey::Other(&self.ids[line]),
+        };
+        (key, hash)
+    }
 }
 
 /// Phase 2: screen the lines against the window (expired to `now_ms` first),
@@ -268,14 +289,15 @@ pub fn chunk_ids<'a>(decoded: &[Decoded<'a>]) -> Vec<Cow<'a, [u8]>> {
 /// without an id of its own and without having evicted an older one.
 fn screen(keys: &ChunkKeys<'_>, window: &mut DedupWindow, now_ms: i64) -> Screened {
     window.expire(now_ms);
-    let lines = keys.keys.len();
+    let lines = keys.len();
     let mut screened = Screened {
         fresh: Vec::with_capacity(lines),
         repeats: Vec::new(),
     };
     // Each first sighting's place in `fresh`, when it is fresh.
     let mut fresh_at: Vec<Option<usize>> = vec![None; lines];
-    for (line, (&(key, hash), first)) in keys.keys.iter().zip(&keys.first).enumerate() {
+    for (line, first) in keys.first.iter().enumerate() {
+        let (key, hash) = keys.key(line);
         if let Some(first) = *first {
             screened.repeats.push((line, fresh_at[first as usize]));
         } else if window.contains_hashed(key, hash) {
@@ -292,7 +314,7 @@ fn screen(keys: &ChunkKeys<'_>, window: &mut DedupWindow, now_ms: i64) -> Screen
 /// refused (`refused` holds their positions in `fresh`, in order), nor those
 /// whose id is in `dropped` (shed by the queue in the same call).
 fn record(
-    keys: &[(IdKey<'_>, u64)],
+    keys: &ChunkKeys<'_>,
     fresh: &[usize],
     refused: &[usize],
     dropped: &HashSet<OwnedIdKey>,
@@ -304,7 +326,7 @@ fn record(
         if refused.next_if_eq(&&i).is_some() {
             continue;
         }
-        let (key, hash) = keys[line];
+        let (key, hash) = keys.key(line);
         if dropped.is_empty() || !dropped.contains(&OwnedIdKey::from(key)) {
             // Screened absent under the same hold of the window, and the
             // fresh lines' keys are distinct.
@@ -374,8 +396,7 @@ pub fn admit<T>(
 ) -> Admitted<T> {
     match window {
         Some(w) => {
-            let ids = chunk_ids(decoded);
-            let keys = ChunkKeys::new(&ids, &w.key_hasher());
+            let keys = ChunkKeys::new(decoded, &w.key_hasher());
             admit_keyed(decoded, items, Some((w, &keys)), now_ms, queue, id_of)
         }
         None => admit_keyed(decoded, items, None, now_ms, queue, id_of),
@@ -395,8 +416,8 @@ pub fn admit_keyed<T>(
 ) -> Admitted<T> {
     let (mut screened, window) = match window {
         Some((w, keys)) => {
-            assert_eq!(keys.keys.len(), decoded.len(), "one key a line");
-            (screen(keys, w, now_ms), Some((w, &keys.keys[..])))
+            assert_eq!(keys.len(), decoded.len(), "one key a line");
+            (screen(keys, w, now_ms), Some((w, keys)))
         }
         None => (Screened::all(decoded.len()), None),
     };
@@ -578,9 +599,8 @@ mod tests {
                                 .collect();
                             let id_of = |id: &String| Some(id.clone().into_bytes());
                             let admitted = if keyed {
-                                let ids = chunk_ids(&decoded);
                                 let hasher = window.lock().key_hasher();
-                                let keys = ChunkKeys::new(&ids, &hasher);
+                                let keys = ChunkKeys::new(&decoded, &hasher);
                                 admit_keyed(
                                     &decoded,
                                     &mut items,

@@ -77,6 +77,12 @@ impl PyDedupWindow {
     pub fn with_inner<R>(&self, f: impl FnOnce(&mut DedupWindow) -> R) -> R {
         f(&mut self.inner.lock())
     }
+
+    /// [`PyDedupWindow::with_inner`] if the lock is free now, else `None`
+    /// without waiting.
+    pub fn try_with_inner<R>(&self, f: impl FnOnce(&mut DedupWindow) -> R) -> Option<R> {
+        self.inner.try_lock().map(|mut w| f(&mut w))
+    }
 }
 
 // The doc comments below are the Python docstrings, not rustdoc.
