@@ -238,13 +238,11 @@ impl PyIngestor {
                     _ if shed => pending.push((decoded, items)),
                     // Refused and duplicate lines are this call's own: they
                     // are dropped here, without the interpreter.
-                    None => total.add(admit_keyed(&decoded, &mut items, None, now, queue, |_| {
+                    None => total.add(admit_chunk(&decoded, &mut items, None, now, queue, |_| {
                         None
                     })),
                     Some(d) => {
-                        let keys = ChunkKeys::new(&decoded, d.hasher());
-                        waiting.push((decoded, items, keys));
-                        admit_waiting(&mut waiting, d, now, queue, &mut total);
+                        admit_waiting(&mut waiting, (decoded, items), d, now, queue, &mut total);
                     }
                 }
             }
@@ -380,16 +378,20 @@ type Waiting<'a> = (Vec<Decoded<'a>>, Vec<Option<Item>>, ChunkKeys<'a>);
 /// window, before it waits for the window's lock.
 const MOST_WAITING: usize = 4;
 
-/// Admit the waiting chunks, in order, if the window's lock is free or too
-/// many wait; otherwise leave them waiting. A thread that finds the window
-/// held by another decodes its next chunk instead of sleeping on the lock.
-fn admit_waiting(
-    waiting: &mut Vec<Waiting<'_>>,
+/// Key a chunk and add it to the waiting ones, then admit them all, in
+/// order, if the window's lock is free or too many wait; otherwise leave them
+/// waiting. A thread that finds the window held by another decodes its next
+/// chunk instead of sleeping on the lock.
+fn admit_waiting<'a>(
+    waiting: &mut Vec<Waiting<'a>>,
+    (decoded, items): (Vec<Decoded<'a>>, Vec<Option<Item>>),
     dedup: &PyDedupWindow,
     now: i64,
     queue: &PriorityQueue<Item>,
     total: &mut Totals,
 ) {
+    let keys = ChunkKeys::new(&decoded, dedup.hasher());
+    waiting.push((decoded, items, keys));
     let full = waiting.len() >= MOST_WAITING;
     let admit = |w: &mut DedupWindow| admit_all(waiting, w, now, queue, total);
     if full {
