@@ -199,11 +199,40 @@ pub struct DedupWindow {
     live: usize,
     /// Heap bytes of the non-UUID keys held by the ring.
     other_key_bytes: usize,
-    hasher: foldhash::fast::RandomState,
+    hasher: KeyHasher,
     /// The table's capacity after its last growth or rehash.
     table_capacity: usize,
+}
+
+/// How one window hashes ids (each window has its own seed, kept for its
+/// whole life, through [`DedupWindow::clear`] too): a host sharing the window
+/// between threads hashes a batch's ids with a copy of it before it takes the
+/// window's lock.
+#[derive(Clone, Debug)]
+pub struct KeyHasher {
+    state: foldhash::fast::RandomState,
     /// Every hash is AND-ed with this: all ones, or few bits in the tests that force collisions.
-    hash_mask: u64,
+    mask: u64,
+}
+
+impl KeyHasher {
+    fn new() -> Self {
+        KeyHasher {
+            state: foldhash::fast::RandomState::default(),
+            mask: u64::MAX,
+        }
+    }
+
+    /// The hash the window files `key` under (a UUID by its value, so letter case does not matter).
+    #[must_use]
+    #[inline]
+    pub fn hash(&self, key: IdKey<'_>) -> u64 {
+        let h = match key {
+            IdKey::Uuid(k) => self.state.hash_one(k),
+            IdKey::Other(id) => self.state.hash_one(id),
+        };
+        h & self.mask
+    }
 }
 
 /// Whether an entry recorded at `ts` has left the window at `now` (`ts <= now`).
@@ -248,20 +277,22 @@ impl DedupWindow {
             head_seq: 0,
             live: 0,
             other_key_bytes: 0,
-            hasher: foldhash::fast::RandomState::default(),
+            hasher: KeyHasher::new(),
             table_capacity: 0,
-            hash_mask: u64::MAX,
         }
     }
 
     /// The hash of `key` (a UUID by its value, so letter case does not matter).
     #[inline]
     fn hash(&self, key: IdKey<'_>) -> u64 {
-        let h = match key {
-            IdKey::Uuid(k) => self.hasher.hash_one(k),
-            IdKey::Other(id) => self.hasher.hash_one(id),
-        };
-        h & self.hash_mask
+        self.hasher.hash(key)
+    }
+
+    /// A copy of how this window hashes ids, for hashing them before taking
+    /// a lock around the window (the `_hashed` methods take its hashes).
+    #[must_use]
+    pub fn key_hasher(&self) -> KeyHasher {
+        self.hasher.clone()
     }
 
     /// Move the clock to `max(now_ms, last_now)` and return it.
@@ -448,14 +479,7 @@ impl DedupWindow {
         self.check_and_insert_hashed(key, self.hash(key), now_ms)
     }
 
-    /// The hash this window files `key` under (each window has its own seed),
-    /// for a caller that looks the same id up more than once.
-    #[inline]
-    pub(crate) fn hash_key(&self, key: IdKey<'_>) -> u64 {
-        self.hash(key)
-    }
-
-    /// [`DedupWindow::check_and_insert_key`] with `hash` from [`DedupWindow::hash_key`].
+    /// [`DedupWindow::check_and_insert_key`] with `hash` from [`KeyHasher::hash`] of [`DedupWindow::key_hasher`].
     #[inline]
     pub(crate) fn check_and_insert_hashed(
         &mut self,
@@ -483,6 +507,19 @@ impl DedupWindow {
         self.push_entry(key, hash, now);
         self.enforce_count();
         true
+    }
+
+    /// Record `key`, which the caller found absent with
+    /// [`DedupWindow::contains_hashed`] after [`DedupWindow::expire`] at
+    /// `now_ms`, the window unchanged since but for other such inserts of
+    /// distinct keys: [`DedupWindow::check_and_insert_hashed`] without looking
+    /// the key up again.
+    #[inline]
+    pub(crate) fn insert_absent_hashed(&mut self, key: IdKey<'_>, hash: u64, now_ms: i64) {
+        debug_assert!(self.find(key, hash).is_none(), "the key is held already");
+        let now = self.advance(now_ms);
+        self.insert(key, hash, now);
+        self.enforce_count();
     }
 
     /// [`DedupWindow::check_and_insert_key`] for each key in order, all at time
@@ -515,7 +552,7 @@ impl DedupWindow {
         self.contains_hashed(key, self.hash(key))
     }
 
-    /// [`DedupWindow::contains_key`] with `hash` from [`DedupWindow::hash_key`].
+    /// [`DedupWindow::contains_key`] with `hash` from [`KeyHasher::hash`] of [`DedupWindow::key_hasher`].
     #[must_use]
     #[inline]
     pub(crate) fn contains_hashed(&self, key: IdKey<'_>, hash: u64) -> bool {
@@ -1437,7 +1474,7 @@ mod tests {
             (u64::MAX, u32::MAX - 7),
         ] {
             let mut w = DedupWindow::new(60, 25);
-            w.hash_mask = mask;
+            w.hasher.mask = mask;
             // Sequence numbers wrap around u32::MAX within the run.
             w.head_seq = head;
             let mut m = Model {

@@ -10,10 +10,12 @@
 //! shared state under their own locks and build its objects outside them; see
 //! [`ingest`] for the whole pipeline in plain Rust.
 
+use std::borrow::Cow;
+
 use foldhash::HashSet;
 use hashbrown::hash_table::{Entry, HashTable};
 
-use crate::dedup::{DedupWindow, IdKey, OwnedIdKey};
+use crate::dedup::{DedupWindow, IdKey, KeyHasher, OwnedIdKey};
 use crate::envelope::{self, EnvelopeIndex};
 use crate::json::{JsonError, Limits};
 use crate::queue::PriorityQueue;
@@ -204,35 +206,105 @@ impl Screened {
     }
 }
 
-/// Phase 2: screen the lines against the window (expired to `now_ms` first)
-/// and against each other, recording nothing yet.
+/// A chunk's ids parsed and hashed for one window, and each line's first
+/// sighting within the chunk: the part of screening that reads nothing of the
+/// window's state, so threads sharing a window do it before taking its lock.
+pub struct ChunkKeys<'a> {
+    /// Each line's id (borrowed from its line unless it was escaped on the wire).
+    ids: Vec<Cow<'a, [u8]>>,
+    /// Each line's UUID value (`None`: the id is held whole) and the window's hash of its key.
+    keys: Vec<(Option<u128>, u64)>,
+    /// For each line, the earlier line of the chunk with the same id, if any.
+    first: Vec<Option<u32>>,
+}
+
+impl<'a> ChunkKeys<'a> {
+    /// The keys of `decoded`'s ids hashed with `hasher`, which must be the
+    /// [`DedupWindow::key_hasher`] of the window they are then admitted to.
+    #[must_use]
+    pub fn new(decoded: &[Decoded<'a>], hasher: &KeyHasher) -> Self {
+        let ids: Vec<Cow<'a, [u8]>> = decoded.iter().map(Decoded::id).collect();
+        let keys: Vec<(Option<u128>, u64)> = ids
+            .iter()
+            .map(|id| {
+                let key = IdKey::of(id);
+                let uuid = match key {
+                    IdKey::Uuid(value) => Some(value),
+                    IdKey::Other(_) => None,
+                };
+                (uuid, hasher.hash(key))
+            })
+            .collect();
+        let key = |line: usize| match keys[line].0 {
+            Some(value) => IdKey::Uuid(value),
+            None => IdKey::Other(&ids[line]),
+        };
+        // The chunk's own first sightings, filed under the window's hashes.
+        let mut first_of: HashTable<u32> = HashTable::with_capacity(keys.len());
+        let first = (0..keys.len())
+            .map(|line| {
+                let (this, hash) = (key(line), keys[line].1);
+                match first_of.entry(hash, |&i| key(i as usize) == this, |&i| keys[i as usize].1) {
+                    Entry::Occupied(earlier) => Some(*earlier.get()),
+                    Entry::Vacant(slot) => {
+                        slot.insert(line as u32);
+                        None
+                    }
+                }
+            })
+            .collect();
+        ChunkKeys { ids, keys, first }
+    }
+
+    /// The lines' count.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether the chunk has no lines.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Line `line`'s key and hash.
+    #[inline]
+    fn key(&self, line: usize) -> (IdKey<'_>, u64) {
+        let (uuid, hash) = self.keys[line];
+        let key = match uuid {
+            Some(value) => IdKey::Uuid(value),
+            None => IdKey::Other(&self.ids[line]),
+        };
+        (key, hash)
+    }
+}
+
+/// Phase 2: screen the lines against the window (expired to `now_ms` first),
+/// recording nothing yet; a line that repeats an earlier one of the chunk
+/// takes that line's answer without a look at the window.
 ///
 /// Nothing is recorded until the queue has taken the lines (phase 4,
 /// [`record`]): a line the queue refuses must leave the window as it was,
 /// without an id of its own and without having evicted an older one.
-fn screen(keys: &[(IdKey<'_>, u64)], window: &mut DedupWindow, now_ms: i64) -> Screened {
+fn screen(keys: &ChunkKeys<'_>, window: &mut DedupWindow, now_ms: i64) -> Screened {
     window.expire(now_ms);
-    // The batch's own first sightings, filed under the window's hashes: each
-    // id is hashed once for the whole call.
-    let mut first_of: HashTable<usize> = HashTable::with_capacity(keys.len());
+    let lines = keys.len();
     let mut screened = Screened {
-        fresh: Vec::with_capacity(keys.len()),
+        fresh: Vec::with_capacity(lines),
         repeats: Vec::new(),
     };
-    for (line, &(key, hash)) in keys.iter().enumerate() {
-        if window.contains_hashed(key, hash) {
+    // Each first sighting's place in `fresh`, when it is fresh.
+    let mut fresh_at: Vec<Option<usize>> = vec![None; lines];
+    for (line, first) in keys.first.iter().enumerate() {
+        let (key, hash) = keys.key(line);
+        if let Some(first) = *first {
+            screened.repeats.push((line, fresh_at[first as usize]));
+        } else if window.contains_hashed(key, hash) {
             screened.repeats.push((line, None));
-            continue;
-        }
-        let fresh = &screened.fresh;
-        match first_of.entry(hash, |&i| keys[fresh[i]].0 == key, |&i| keys[fresh[i]].1) {
-            Entry::Occupied(first) => {
-                screened.repeats.push((line, Some(*first.get())));
-            }
-            Entry::Vacant(slot) => {
-                slot.insert(fresh.len());
-                screened.fresh.push(line);
-            }
+        } else {
+            fresh_at[line] = Some(screened.fresh.len());
+            screened.fresh.push(line);
         }
     }
     screened
@@ -242,7 +314,7 @@ fn screen(keys: &[(IdKey<'_>, u64)], window: &mut DedupWindow, now_ms: i64) -> S
 /// refused (`refused` holds their positions in `fresh`, in order), nor those
 /// whose id is in `dropped` (shed by the queue in the same call).
 fn record(
-    keys: &[(IdKey<'_>, u64)],
+    keys: &ChunkKeys<'_>,
     fresh: &[usize],
     refused: &[usize],
     dropped: &HashSet<OwnedIdKey>,
@@ -254,9 +326,11 @@ fn record(
         if refused.next_if_eq(&&i).is_some() {
             continue;
         }
-        let (key, hash) = keys[line];
+        let (key, hash) = keys.key(line);
         if dropped.is_empty() || !dropped.contains(&OwnedIdKey::from(key)) {
-            window.check_and_insert_hashed(key, hash, now_ms);
+            // Screened absent under the same hold of the window, and the
+            // fresh lines' keys are distinct.
+            window.insert_absent_hashed(key, hash, now_ms);
         }
     }
 }
@@ -315,29 +389,37 @@ pub struct Admitted<T> {
 pub fn admit<T>(
     decoded: &[Decoded<'_>],
     items: &mut [Option<T>],
-    mut window: Option<&mut DedupWindow>,
+    window: Option<&mut DedupWindow>,
     now_ms: i64,
     queue: &PriorityQueue<T>,
     id_of: impl Fn(&T) -> Option<Vec<u8>>,
 ) -> Admitted<T> {
-    // Each id parsed once; borrowed from the lines, but for the rare escaped id.
-    let ids: Vec<std::borrow::Cow<'_, [u8]>> = match window {
-        Some(_) => decoded.iter().map(Decoded::id).collect(),
-        None => Vec::new(),
-    };
-    let keys: Vec<(IdKey<'_>, u64)> = match window.as_deref() {
-        Some(w) => ids
-            .iter()
-            .map(|id| {
-                let key = IdKey::of(id);
-                (key, w.hash_key(key))
-            })
-            .collect(),
-        None => Vec::new(),
-    };
-    let mut screened = match window.as_deref_mut() {
-        Some(w) => screen(&keys, w, now_ms),
-        None => Screened::all(decoded.len()),
+    match window {
+        Some(w) => {
+            let keys = ChunkKeys::new(decoded, &w.key_hasher());
+            admit_keyed(decoded, items, Some((w, &keys)), now_ms, queue, id_of)
+        }
+        None => admit_keyed(decoded, items, None, now_ms, queue, id_of),
+    }
+}
+
+/// [`admit`] with the chunk's keys made beforehand ([`ChunkKeys::new`], with
+/// the window's [`DedupWindow::key_hasher`]), so that a caller holding the
+/// window under a lock holds it only to look the keys up and record them.
+pub fn admit_keyed<T>(
+    decoded: &[Decoded<'_>],
+    items: &mut [Option<T>],
+    window: Option<(&mut DedupWindow, &ChunkKeys<'_>)>,
+    now_ms: i64,
+    queue: &PriorityQueue<T>,
+    id_of: impl Fn(&T) -> Option<Vec<u8>>,
+) -> Admitted<T> {
+    let (mut screened, window) = match window {
+        Some((w, keys)) => {
+            assert_eq!(keys.len(), decoded.len(), "one key a line");
+            (screen(keys, w, now_ms), Some((w, keys)))
+        }
+        None => (Screened::all(decoded.len()), None),
     };
     let batch: Vec<(T, u8)> = screened
         .fresh
@@ -350,11 +432,11 @@ pub fn admit<T>(
         refused.push(i);
         refused_items.push(err.into_inner());
     });
-    if let Some(w) = window {
+    if let Some((w, keys)) = window {
         let dropped: Vec<Vec<u8>> = shed.iter().filter_map(&id_of).collect();
         let dropped_keys: HashSet<OwnedIdKey> =
             dropped.iter().map(|id| IdKey::of(id).into()).collect();
-        record(&keys, &screened.fresh, &refused, &dropped_keys, w, now_ms);
+        record(keys, &screened.fresh, &refused, &dropped_keys, w, now_ms);
         for id in &dropped {
             w.forget(id);
         }
@@ -459,11 +541,23 @@ mod tests {
     }
 
     /// Two threads ingest at once, a chunk at a time, sharing one window (held
-    /// for each chunk's admission, as the Python bindings hold it) and one
-    /// queue: every id gets in once, wherever it was sent from, and each
-    /// thread's lines keep their order within a priority.
+    /// for each chunk's admission) and one queue: every id gets in once,
+    /// wherever it was sent from, and each thread's lines keep their order
+    /// within a priority.
     #[test]
     fn two_threads_sharing_a_window_take_each_id_once() {
+        two_threads_share_a_window(false);
+    }
+
+    /// The same with each chunk's keys made before the window's lock is taken,
+    /// as the Python bindings make them; the ids both threads send are UUIDs,
+    /// in lower case from one thread and upper case from the other.
+    #[test]
+    fn two_threads_keying_outside_the_lock_take_each_id_once() {
+        two_threads_share_a_window(true);
+    }
+
+    fn two_threads_share_a_window(keyed: bool) {
         let queue = PriorityQueue::new(None, Overflow::Reject, None);
         let window = parking_lot::Mutex::new(DedupWindow::new(60_000, 100_000));
         let blob = |tag: &str| -> String {
@@ -471,7 +565,8 @@ mod tests {
                 .map(|i| {
                     // A quarter of the ids are sent by both threads.
                     let id = if i % 4 == 0 {
-                        format!("both-{i}")
+                        let first = if tag == "a" { "0000000a" } else { "0000000A" };
+                        format!("{first}-0000-4000-8000-{i:012}")
                     } else {
                         format!("{tag}-{i}")
                     };
@@ -502,14 +597,28 @@ mod tests {
                                 .iter()
                                 .map(|d| Some(d.envelope.id.as_str(d.bytes).into_owned()))
                                 .collect();
-                            let admitted = admit(
-                                &decoded,
-                                &mut items,
-                                Some(&mut window.lock()),
-                                0,
-                                queue,
-                                |id: &String| Some(id.clone().into_bytes()),
-                            );
+                            let id_of = |id: &String| Some(id.clone().into_bytes());
+                            let admitted = if keyed {
+                                let hasher = window.lock().key_hasher();
+                                let keys = ChunkKeys::new(&decoded, &hasher);
+                                admit_keyed(
+                                    &decoded,
+                                    &mut items,
+                                    Some((&mut window.lock(), &keys)),
+                                    0,
+                                    queue,
+                                    id_of,
+                                )
+                            } else {
+                                admit(
+                                    &decoded,
+                                    &mut items,
+                                    Some(&mut window.lock()),
+                                    0,
+                                    queue,
+                                    id_of,
+                                )
+                            };
                             accepted += admitted.accepted;
                             duplicates += admitted.duplicates;
                         }

@@ -28,7 +28,7 @@ pub mod segment;
 #[cfg(feature = "python")]
 mod py;
 
-pub use dedup::{uuid_key, DedupWindow, IdKey, OwnedIdKey, MAX_LIVE};
+pub use dedup::{uuid_key, DedupWindow, IdKey, KeyHasher, OwnedIdKey, MAX_LIVE};
 pub use envelope::{
     decode as decode_envelope, encode as encode_envelope, is_event_type, new_uuid, now_ms,
     EnvelopeIndex, Header, LOWEST_PRIORITY, SPEC_TYPES,
@@ -36,7 +36,8 @@ pub use envelope::{
 // `ingest` in one call, or its phases for a host that builds its own items
 // between them (as the Python bindings do).
 pub use ingest::{
-    admit, decode_lines, ingest, split_lines, Admitted, Decoded, NdjsonLines, Report, CHUNK_LINES,
+    admit, admit_keyed, decode_lines, ingest, split_lines, Admitted, ChunkKeys, Decoded,
+    NdjsonLines, Report, CHUNK_LINES,
 };
 pub use json::{
     validate as validate_json, JsonError, Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, MAX_DEPTH,

@@ -800,6 +800,36 @@ def test_two_threads_sharing_one_ingestor_take_each_id_once_in_order() -> None:
         assert own == order
 
 
+def test_threads_sharing_a_full_queue_report_each_refusal_once() -> None:
+    # Four threads share one Ingestor whose queue holds 3,000 events and
+    # rejects the rest: a thread that finds the window busy decodes ahead and
+    # admits its chunks later, in order. Every line ends up accepted, a
+    # duplicate, or rejected (sorted, by its index); rejected ids stay out of
+    # the window, so a retry after draining is not a duplicate.
+    lines = [line(f"evt-{i}", priority=i % 6) for i in range(6_000)]
+    ingestor = make(capacity=3_000, overflow="reject")
+    results: dict[int, IngestResult] = {}
+
+    def task(k: int) -> Any:
+        def ingest() -> None:
+            results[k] = ingestor.ingest(ndjson(*lines), now_ms=T0)
+
+        return ingest
+
+    _run_threads([task(k) for k in range(4)])
+    assert sum(r.accepted for r in results.values()) == 3_000
+    for r in results.values():
+        assert r.invalid == []
+        assert r.rejected == sorted(r.rejected)
+        assert r.accepted + r.duplicates + len(r.rejected) == 6_000
+    accepted = {e.id for e in drain(ingestor.queue)}
+    assert len(accepted) == 3_000
+    refused = {f"evt-{i}" for r in results.values() for i in r.rejected}
+    assert refused == {f"evt-{i}" for i in range(6_000)} - accepted
+    retry = ingestor.ingest(ndjson(*(line(i) for i in sorted(refused))), now_ms=T0)
+    assert (retry.accepted, retry.duplicates) == (3_000, 0)
+
+
 def test_ingested_lines_and_pushed_events_share_the_fifo_of_a_priority() -> None:
     queue = EventQueue()
     ingestor = Ingestor(queue, DedupWindow())

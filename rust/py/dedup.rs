@@ -12,7 +12,7 @@ use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBool, PyBytes, PyList, PyString, PyTuple};
 
 use super::errors::{type_name, CoreError};
-use crate::dedup::{DedupWindow, IdKey};
+use crate::dedup::{DedupWindow, IdKey, KeyHasher};
 
 /// Every item of `ids` as a str, in order; a `TypeError` for the first that is not one.
 fn collect_strs<'py>(ids: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyString>>> {
@@ -53,14 +53,35 @@ fn wall_clock_ms() -> i64 {
 #[pyclass(frozen, name = "DedupWindow", module = "openstarry._core")]
 pub struct PyDedupWindow {
     inner: Mutex<DedupWindow>,
+    /// The window's hasher (fixed for its life), to hash ids outside the lock.
+    hasher: KeyHasher,
 }
 
 impl PyDedupWindow {
+    fn wrap(window: DedupWindow) -> Self {
+        PyDedupWindow {
+            hasher: window.key_hasher(),
+            inner: Mutex::new(window),
+        }
+    }
+
+    /// How the window hashes ids, read without its lock: an ingestor hashes
+    /// a chunk's ids before it takes the lock.
+    pub fn hasher(&self) -> &KeyHasher {
+        &self.hasher
+    }
+
     /// Run `f` on the window under its lock (the ingestor's access).
     ///
     /// `f` must not call back into Python code that could use this window.
     pub fn with_inner<R>(&self, f: impl FnOnce(&mut DedupWindow) -> R) -> R {
         f(&mut self.inner.lock())
+    }
+
+    /// [`PyDedupWindow::with_inner`] if the lock is free now, else `None`
+    /// without waiting.
+    pub fn try_with_inner<R>(&self, f: impl FnOnce(&mut DedupWindow) -> R) -> Option<R> {
+        self.inner.try_lock().map(|mut w| f(&mut w))
     }
 }
 
@@ -83,9 +104,7 @@ impl PyDedupWindow {
             .ok_or_else(|| {
                 CoreError::Value(format!("max_entries must be at least 1, got {max_entries}"))
             })?;
-        Ok(PyDedupWindow {
-            inner: Mutex::new(DedupWindow::new(window, max)),
-        })
+        Ok(PyDedupWindow::wrap(DedupWindow::new(window, max)))
     }
 
     #[getter]
@@ -181,9 +200,7 @@ impl PyDedupWindow {
     #[staticmethod]
     fn restore(data: PyBackedBytes) -> Result<Self, CoreError> {
         let window = DedupWindow::restore(&data)?;
-        Ok(PyDedupWindow {
-            inner: Mutex::new(window),
-        })
+        Ok(PyDedupWindow::wrap(window))
     }
 
     fn __len__(&self) -> usize {

@@ -12,8 +12,11 @@ use super::errors::CoreError;
 use super::event::{as_bytes_object, limits_arg};
 use super::queue::PyEventQueue;
 use super::record::{into_objects, Batch, Input, Item, Line};
+use crate::dedup::DedupWindow;
 use crate::envelope;
-use crate::ingest::{admit, decode_lines, Admitted, Decoded, NdjsonLines, CHUNK_LINES};
+use crate::ingest::{
+    admit_keyed, decode_lines, Admitted, ChunkKeys, Decoded, NdjsonLines, CHUNK_LINES,
+};
 use crate::json::{Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
 use crate::queue::{Overflow, PriorityQueue};
 
@@ -204,6 +207,8 @@ impl PyIngestor {
             };
             let mut parts = parts.chunks(CHUNK_LINES);
             let mut first = 0;
+            // Chunks keyed and waiting for the window's lock, in order.
+            let mut waiting = Vec::new();
             // A chunk at a time, decoded then admitted at once: its lines are
             // still in cache when their ids are looked up.
             loop {
@@ -229,15 +234,20 @@ impl PyIngestor {
                 }
                 first += read;
                 let mut items = queue_items(&input, &decoded, whole);
-                if shed {
-                    pending.push((decoded, items));
-                } else {
+                match dedup {
+                    _ if shed => pending.push((decoded, items)),
                     // Refused and duplicate lines are this call's own: they
                     // are dropped here, without the interpreter.
-                    total.add(admit_chunk(&decoded, &mut items, dedup, now, queue, |_| {
+                    None => total.add(admit_chunk(&decoded, &mut items, None, now, queue, |_| {
                         None
-                    }));
+                    })),
+                    Some(d) => {
+                        admit_waiting(&mut waiting, (decoded, items), d, now, queue, &mut total);
+                    }
                 }
+            }
+            if let Some(d) = dedup {
+                d.with_inner(|w| admit_all(&mut waiting, w, now, queue, &mut total));
             }
             (invalid, total, pending)
         });
@@ -340,8 +350,10 @@ fn queue_items(input: &Arc<Input>, decoded: &[Decoded<'_>], base: &[u8]) -> Vec<
 
 /// Screen, enqueue and record a chunk under one hold of the window's lock and
 /// one of the queue's: two ingestors sharing the window cannot both take an
-/// id, and other threads get the locks between chunks. No Python code runs
-/// in here.
+/// id, and other threads get the locks between calls. The ids are parsed,
+/// hashed and checked against each other before the lock is taken, so threads
+/// sharing a window hold it only to look them up and record them. No Python
+/// code runs in here.
 fn admit_chunk(
     decoded: &[Decoded<'_>],
     items: &mut [Option<Item>],
@@ -351,8 +363,61 @@ fn admit_chunk(
     id_of: impl Fn(&Item) -> Option<Vec<u8>>,
 ) -> Admitted<Item> {
     match dedup {
-        Some(d) => d.with_inner(|w| admit(decoded, items, Some(w), now, queue, id_of)),
-        None => admit(decoded, items, None, now, queue, id_of),
+        Some(d) => {
+            let keys = ChunkKeys::new(decoded, d.hasher());
+            d.with_inner(|w| admit_keyed(decoded, items, Some((w, &keys)), now, queue, id_of))
+        }
+        None => admit_keyed(decoded, items, None, now, queue, id_of),
+    }
+}
+
+/// A chunk decoded, its queue items, and its keys, waiting for the window.
+type Waiting<'a> = (Vec<Decoded<'a>>, Vec<Option<Item>>, ChunkKeys<'a>);
+
+/// How many chunks a thread decodes ahead while another thread holds the
+/// window, before it waits for the window's lock.
+const MOST_WAITING: usize = 4;
+
+/// Key a chunk and add it to the waiting ones, then admit them all, in
+/// order, if the window's lock is free or too many wait; otherwise leave them
+/// waiting. A thread that finds the window held by another decodes its next
+/// chunk instead of sleeping on the lock.
+fn admit_waiting<'a>(
+    waiting: &mut Vec<Waiting<'a>>,
+    (decoded, items): (Vec<Decoded<'a>>, Vec<Option<Item>>),
+    dedup: &PyDedupWindow,
+    now: i64,
+    queue: &PriorityQueue<Item>,
+    total: &mut Totals,
+) {
+    let keys = ChunkKeys::new(&decoded, dedup.hasher());
+    waiting.push((decoded, items, keys));
+    let full = waiting.len() >= MOST_WAITING;
+    let admit = |w: &mut DedupWindow| admit_all(waiting, w, now, queue, total);
+    if full {
+        dedup.with_inner(admit);
+    } else {
+        dedup.try_with_inner(admit);
+    }
+}
+
+/// Admit every waiting chunk, in order, under one hold of the window.
+fn admit_all(
+    waiting: &mut Vec<Waiting<'_>>,
+    window: &mut DedupWindow,
+    now: i64,
+    queue: &PriorityQueue<Item>,
+    total: &mut Totals,
+) {
+    for (decoded, mut items, keys) in waiting.drain(..) {
+        total.add(admit_keyed(
+            &decoded,
+            &mut items,
+            Some((&mut *window, &keys)),
+            now,
+            queue,
+            |_| None,
+        ));
     }
 }
 
