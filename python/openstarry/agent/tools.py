@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import sys
 import types
 import typing
 import warnings
@@ -270,6 +271,10 @@ def _cannot_wait(function: Callable[..., Any]) -> bool:
     partial or a callable object is taken as able to wait.
     """
     if type(function) is not types.FunctionType or not inspect.iscoroutinefunction(function):
+        return False
+    if sys.version_info >= (3, 14):
+        # The instructions are known for 3.10 to 3.13 only: a newer CPython
+        # could wait with others, and a tool judged wrongly would lose its timeout.
         return False
     import dis  # only when a tool is made
 
