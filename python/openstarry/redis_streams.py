@@ -1370,16 +1370,8 @@ class RedisStreams:
         if delivery is None:
             return
         if outcome == "handled" and delivery.effects is None:
-            # The common case, inline: handled without effects, acknowledged by stream.
-            outbox = self._outbox
-            entries = outbox.acks.get(delivery.stream)
-            if entries is None:
-                outbox.acks[delivery.stream] = [delivery.entry]
-            else:
-                entries.append(delivery.entry)
-            outbox.unacked += 1
-            if outbox.unacked == 1:  # else woken already: the flusher takes them all at once
-                outbox._wake()
+            # The common case: handled without effects, acknowledged by stream.
+            self._outbox.ack(delivery)
             return
         self._deliveries.settle(event, delivery, outcome)
 

@@ -50,7 +50,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -299,30 +299,26 @@ Sender = Callable[[], object]
 
 
 @asynccontextmanager
-async def _openstarry(on_event: Handler) -> AsyncIterator[Sender]:
+async def _on_bus(bus: Any, on_event: Handler) -> AsyncIterator[Sender]:
+    """The sender of a bus with ``publish`` and ``subscribe``: one new event a call."""
+    async with bus:
+        bus.subscribe(_TYPE, on_event)
+        publish = bus.publish
+        new = Event.new
+
+        def send() -> object:
+            return publish(new(_TYPE, None, source="bench", session_id="bench"))
+
+        yield send
+
+
+def _openstarry(on_event: Handler) -> AbstractAsyncContextManager[Sender]:
     # No capacity: the sender keeps the backlog under MAX_BACKLOG itself.
-    async with EventBus(capacity=None) as bus:
-        bus.subscribe(_TYPE, on_event)
-        publish = bus.publish
-        new = Event.new
-
-        def send() -> object:
-            return publish(new(_TYPE, None, source="bench", session_id="bench"))
-
-        yield send
+    return _on_bus(EventBus(capacity=None), on_event)
 
 
-@asynccontextmanager
-async def _pure_python(on_event: Handler) -> AsyncIterator[Sender]:
-    async with _AwaitingPurePythonBus() as bus:
-        bus.subscribe(_TYPE, on_event)
-        publish = bus.publish
-        new = Event.new
-
-        def send() -> object:
-            return publish(new(_TYPE, None, source="bench", session_id="bench"))
-
-        yield send
+def _pure_python(on_event: Handler) -> AbstractAsyncContextManager[Sender]:
+    return _on_bus(_AwaitingPurePythonBus(), on_event)
 
 
 _bubus_names = itertools.count()
@@ -578,7 +574,8 @@ def _us(value: float) -> str:
     return f"{value:.1f}"
 
 
-_COLUMNS = (
+#: The percentiles reported, as (title, RateResult field).
+PERCENTILES = (
     ("p50", "p50_us"),
     ("p90", "p90_us"),
     ("p99", "p99_us"),
@@ -593,12 +590,12 @@ def format_table(results: Sequence[RateResult]) -> str:
     buses = list(dict.fromkeys(r.bus for r in results))
     width = max(len("bus"), *(len(name) for name in buses))
     head = f"{'bus':<{width}} {'rate/s':>10} {'achieved/s':>11}" + "".join(
-        f" {title + ' us':>11}" for title, _ in _COLUMNS
+        f" {title + ' us':>11}" for title, _ in PERCENTILES
     )
     lines = [head]
     for r in results:
         row = f"{r.bus:<{width}} {r.rate_per_s:>10,} {r.achieved_per_s:>11,.0f}"
-        row += "".join(f" {_us(getattr(r, key)):>11}" for _, key in _COLUMNS)
+        row += "".join(f" {_us(getattr(r, key)):>11}" for _, key in PERCENTILES)
         notes = []
         if r.unfinished:
             notes.append(f"{r.unfinished:,} unfinished at the time limit")

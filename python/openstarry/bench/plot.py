@@ -9,18 +9,10 @@ import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 
-from openstarry.bench.latency import KNEE_US, BenchError, RateResult
+from openstarry.bench.latency import KNEE_US, PERCENTILES, BenchError, RateResult
 
 __all__ = ["check_matplotlib", "plot_latency"]
 
-_SERIES = (
-    ("p50", "p50_us"),
-    ("p90", "p90_us"),
-    ("p99", "p99_us"),
-    ("p99.9", "p99_9_us"),
-    ("p99.99", "p99_99_us"),
-    ("max", "max_us"),
-)
 _STYLES = ("-", "--", ":", "-.")
 _MARKERS = ("o", "s", "^", "D")
 
@@ -56,7 +48,7 @@ def plot_latency(results: Sequence[RateResult], path: Path) -> None:
         rates = [r.rate_per_s for r in rows]
         style = _STYLES[index % len(_STYLES)]
         marker = _MARKERS[index % len(_MARKERS)]
-        for series, (title, key) in enumerate(_SERIES):
+        for series, (title, key) in enumerate(PERCENTILES):
             latency_axes.plot(
                 rates,
                 [max(getattr(r, key), 0.01) for r in rows],
