@@ -643,6 +643,86 @@ async def test_queue_full_does_not_record_the_id() -> None:
     assert seen == [1, 2, 3]
 
 
+# --- emit: publishing without a handle ----------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_emit_of_an_event_nobody_subscribes_to_is_dispatched_at_once() -> None:
+    async with EventBus(capacity=1) as bus:
+        gate = Gate()
+        with anyio.fail_after(TIMEOUT):
+            await block_dispatcher(bus, gate)  # the dispatcher is busy: nothing it does counts
+            assert bus.publish(ev(1))  # the bus is full now
+            tick = ev(2, type_="KERNEL:TICK_START")
+            assert bus.emit(tick, tick.type) is True
+            assert len(bus) == 1  # it took no room, it is not queued
+            metrics = bus.metrics()
+            assert metrics["dispatched"] == {"INPUT:SIGNAL": 1, "KERNEL:TICK_START": 1}
+            assert metrics["published"] == 3
+            assert bus.emit(tick, tick.type) is False  # a duplicate
+            gate.release.set()
+            await bus.wait_idle()
+            assert not bus.publish(tick)  # the window knows its id
+            assert bus.metrics()["duplicates"] == 2
+    assert bus.metrics()["dispatched"] == {
+        "INPUT:SIGNAL": 1,
+        USER: 1,
+        "KERNEL:TICK_START": 1,
+    }
+
+
+@pytest.mark.anyio
+async def test_emit_of_a_subscribed_event_publishes_it() -> None:
+    seen: list[int] = []
+    async with EventBus(capacity=1) as bus:
+        bus.subscribe("KERNEL:*", lambda e: seen.append(n_of(e)))
+        gate = Gate()
+        with anyio.fail_after(TIMEOUT):
+            await block_dispatcher(bus, gate)
+            first, second = ev(1, type_="KERNEL:TICK_START"), ev(2, type_="KERNEL:TICK_START")
+            assert bus.emit(first, first.type) is True
+            with pytest.raises(QueueFull):  # it takes room like any publish
+                bus.emit(second, second.type)
+            gate.release.set()
+            await bus.wait_idle()
+            assert bus.emit(first, first.type) is False
+            assert bus.emit(second, second.type) is True
+            await bus.wait_idle()
+    assert seen == [1, 2]
+
+
+@pytest.mark.anyio
+async def test_emit_skips_the_one_subscription_it_is_told_to_skip() -> None:
+    seen: list[tuple[str, int]] = []
+    async with EventBus() as bus:
+        own = bus.subscribe("EXEC:TOOL_CALL", lambda e: seen.append(("own", n_of(e))))
+        with anyio.fail_after(TIMEOUT):
+            call = ev(1, type_="EXEC:TOOL_CALL")
+            assert bus.emit(call, call.type, own)  # only the skipped one listens: not queued
+            assert len(bus) == 0
+            other = bus.subscribe("EXEC:*", lambda e: seen.append(("other", n_of(e))))
+            call = ev(2, type_="EXEC:TOOL_CALL")
+            assert bus.emit(call, call.type, own)  # someone else listens: both get it
+            await bus.wait_idle()
+            other.cancel()
+    assert seen == [("own", 2), ("other", 2)]
+    assert bus.metrics()["dispatched"] == {"EXEC:TOOL_CALL": 2}
+
+
+@pytest.mark.anyio
+async def test_emit_after_aclose_and_of_a_non_event_raise() -> None:
+    async with EventBus() as bus:
+        with pytest.raises(TypeError, match="publish takes an openstarry.core.Event"):
+            bus.emit({"type": "KERNEL:TICK_START"}, "KERNEL:TICK_START")  # type: ignore[arg-type]
+        await bus.aclose()
+        tick = ev(1, type_="KERNEL:TICK_START")
+        with pytest.raises(QueueClosed):
+            bus.emit(tick, tick.type)
+        with pytest.raises(QueueClosed):
+            bus.emit(ev(2), USER)
+    assert bus.metrics()["published"] == 0
+
+
 # --- apublish and capacity -----------------------------------------------------------------
 
 

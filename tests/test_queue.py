@@ -1069,6 +1069,58 @@ def test_push_unique_checks_its_arguments() -> None:
     assert len(q) == 0
 
 
+# --- admit: what publish does for an event dispatched at once ----------------------------
+
+
+def test_admit_records_and_counts_the_id_without_queueing() -> None:
+    q = EventQueue()
+    window = DedupWindow()
+    event = _unique_event(1)
+    assert q.admit(event, window) is True
+    assert len(q) == 0
+    assert q.unique_pushed == 1
+    assert q.admit(event, window) is False  # a duplicate: not counted again
+    assert q.unique_pushed == 1
+    assert not window.check_and_insert(event.id)
+
+
+def test_admit_takes_no_room_at_capacity() -> None:
+    q = EventQueue(1)
+    window = DedupWindow()
+    queued, admitted = _unique_event(1), _unique_event(2)
+    assert q.push_unique(queued, queued, window)
+    assert q.admit(admitted, window)
+    assert len(q) == 1
+    assert q.unique_pushed == 2
+
+
+def test_admit_without_a_window_counts_every_time() -> None:
+    q = EventQueue()
+    event = _unique_event(1)
+    assert q.admit(event) and q.admit(event, None)
+    assert q.unique_pushed == 2
+
+
+def test_admit_after_close_raises_and_records_nothing() -> None:
+    q = EventQueue()
+    window = DedupWindow()
+    event = _unique_event(1)
+    q.close()
+    with pytest.raises(QueueClosed):
+        q.admit(event, window)
+    assert q.unique_pushed == 0
+    assert window.check_and_insert(event.id)
+
+
+def test_admit_checks_its_arguments() -> None:
+    q = EventQueue()
+    with pytest.raises(TypeError, match="admit takes an Event"):
+        q.admit(_unique_event(1).to_dict())  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        q.admit(_unique_event(1), "not a window")  # type: ignore[arg-type]
+    assert q.unique_pushed == 0
+
+
 # --- publish: push_unique with a Published handle as the item -------------------------------
 
 

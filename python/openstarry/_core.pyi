@@ -323,6 +323,23 @@ class EventQueue:
             QueueClosed: after ``close()``.
         """
 
+    def admit(self, event: Event, dedup: DedupWindow | None = None) -> bool:
+        """Admit ``event`` as :meth:`publish` would, without queueing it.
+
+        For an event dispatched at its publish, which no handler waits for
+        (the event bus's ``emit`` of an event nobody subscribes to): refused
+        after ``close()``; then ``dedup`` checks and records its id (wall
+        clock); a new id is counted in ``unique_pushed``. It takes no room, so
+        it is never refused for being at capacity.
+
+        Returns:
+            ``False`` for a duplicate id (nothing counted), else ``True``.
+
+        Raises:
+            TypeError: ``event`` is not an ``Event``.
+            QueueClosed: after ``close()``.
+        """
+
     def push_many(self, items: Iterable[Any], priority: int | None = None) -> list[Any]:
         """Queue every item in one call (all or nothing under ``"reject"``).
 

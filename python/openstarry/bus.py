@@ -59,7 +59,7 @@ import inspect
 import logging
 import time
 from array import array
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
     AsyncExitStack,
@@ -67,6 +67,7 @@ from contextlib import (
     contextmanager,
 )
 from contextvars import ContextVar
+from functools import partial
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import anyio
@@ -111,19 +112,82 @@ class Signal(Protocol):
     def wait(self) -> Awaitable[object]: ...
 
 
+class _Done:
+    """An awaitable that is done at once: the wait for a signal already set."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield  # a generator that yields nothing
+
+
+_DONE = _Done()
+#: Waits a signal keeps before it drops the cancelled ones.
+_PRUNE_AT = 8
+
+
+class _Wakeup:
+    """A one-shot signal on asyncio: ``asyncio.Event`` without its lock, deque and lookups.
+
+    ``asyncio.Event`` takes a global lock the first time each event is waited
+    for, and looks up the running loop on every wait (a ``getpid`` system call
+    each time). This one is bound to its loop when made. :meth:`wait` hands out
+    the future itself, without a coroutine around it: a wait that is cancelled
+    leaves its cancelled future behind, which :meth:`set` skips and the next
+    wait drops once a few have piled up.
+    """
+
+    __slots__ = ("_flag", "_loop", "_waiters")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._flag = False
+        self._waiters: list[asyncio.Future[None]] | None = None
+
+    def set(self) -> None:
+        if self._flag:
+            return
+        self._flag = True
+        waiters = self._waiters
+        if waiters:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            waiters.clear()
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def wait(self) -> Awaitable[None]:
+        if self._flag:
+            return _DONE
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        waiters = self._waiters
+        if waiters is None:
+            self._waiters = [waiter]
+        else:
+            if len(waiters) >= _PRUNE_AT:
+                waiters[:] = [w for w in waiters if not w.done()]
+            waiters.append(waiter)
+        return waiter
+
+
 def signal_factory() -> Callable[[], Signal]:
     """The cheapest one-shot event for the running backend.
 
     ``anyio.Event()`` looks up the running library on every creation; the bus
-    and the loop create one for every sleep, so they look once. On asyncio the
-    stdlib event is the same primitive anyio would wrap (anyio's cancellation
-    reaches it like any other await).
+    and the loop create one for every sleep, so they look once. On asyncio, a
+    signal bound to the running loop (anyio's cancellation reaches its wait
+    like any other await); on trio, ``trio.Event``, which ``anyio.Event`` wraps.
     """
     try:
-        asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
     except RuntimeError:
-        return anyio.Event
-    return asyncio.Event  # noqa: TID251 - what anyio.Event wraps on asyncio, minus the lookups
+        import trio  # only when running on trio
+
+        return trio.Event
+    return partial(_Wakeup, loop)
 
 
 @runtime_checkable
@@ -749,6 +813,41 @@ class EventBus(Lifecycle):
             self._duplicates += 1
             return _refused(event)
         return handle
+
+    def emit(self, event: Event, event_type: str, skip: Subscription | None = None) -> bool:
+        """:meth:`publish` for a producer that wants no handle; True unless a duplicate.
+
+        ``event_type`` must be ``event.type`` (given, it spares reading it).
+        An event nobody subscribes to (or only ``skip``, a handler that would
+        ignore it) is dispatched at once: its id goes through the window and
+        it is counted as published and dispatched, with nothing queued, no
+        room taken and no latency sample. So a producer whose events nobody
+        listens to (an agent's run with no stream open) pays no dispatch for
+        them. Any other event is published as :meth:`publish` does.
+
+        Raises:
+            QueueFull: a routed event, and the bus is at capacity.
+            QueueClosed: after :meth:`aclose`.
+            TypeError: ``event`` is not an :class:`~openstarry.core.Event`.
+        """
+        if self._remote is None:
+            routes = self._routes
+            entry = routes.by_type.get(event_type)
+            if entry is None:
+                entry = routes.of(event_type)
+            route = entry[0]
+            if not route or (len(route) == 1 and route[0] is skip):
+                try:
+                    if not self._queue.admit(event, self._dedup):
+                        self._duplicates += 1
+                        return False
+                except TypeError:
+                    raise TypeError(_not_an_event(event)) from None
+                except QueueClosed:
+                    raise QueueClosed("the bus is closed") from None
+                entry[1] += 1
+                return True
+        return bool(self.publish(event))
 
     async def apublish(self, event: Event) -> Published:
         """:meth:`publish`, waiting for room when the bus is at capacity.

@@ -32,6 +32,13 @@ pub struct PyEventQueue {
 }
 
 /// The error of a refused push; the refused item(s) are dropped (the GIL is held).
+/// The wall clock in Unix milliseconds, as the dedup window reads it.
+fn wall_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 fn refused<T>(err: PushError<T>) -> CoreError {
     match err {
         PushError::Full(_) => CoreError::QueueFull,
@@ -169,9 +176,7 @@ impl PyEventQueue {
         let queued = match dedup {
             Some(dedup) => {
                 let id = event.id_bytes(dedup.py());
-                let now = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+                let now = wall_ms();
                 dedup.get().with_inner(|window| {
                     self.inner.push_checked(Item::Object(item), lane, || {
                         window.check_and_insert(&id, now)
@@ -406,6 +411,46 @@ impl PyEventQueue {
             handle.get().slot.lock().at = Some(at);
         }
         Ok(Some(handle))
+    }
+
+    /// Admit ``event`` as :meth:`publish` would, without queueing it.
+    ///
+    /// For an event dispatched at its publish, which no handler waits for
+    /// (the event bus's ``emit`` of an event nobody subscribes to): refused
+    /// after ``close()``; then ``dedup`` checks and records its id (wall
+    /// clock); a new id is counted in ``unique_pushed``. It takes no room, so
+    /// it is never refused for being at capacity.
+    ///
+    /// Returns:
+    ///     ``False`` for a duplicate id (nothing counted), else ``True``.
+    ///
+    /// Raises:
+    ///     TypeError: ``event`` is not an ``Event``.
+    ///     QueueClosed: after ``close()``.
+    #[pyo3(signature = (event, dedup=None))]
+    fn admit(
+        &self,
+        event: &Bound<'_, PyAny>,
+        dedup: Option<&Bound<'_, PyDedupWindow>>,
+    ) -> Result<bool, CoreError> {
+        let typed = event.cast_exact::<PyEvent>().map_err(|_| {
+            CoreError::Type(format!("admit takes an Event, got a {}", type_name(event)))
+        })?;
+        if self.inner.is_closed() {
+            return Err(CoreError::QueueClosed);
+        }
+        if let Some(dedup) = dedup {
+            let id = typed.get().id_bytes(event.py());
+            let now = wall_ms();
+            if !dedup
+                .get()
+                .with_inner(|window| window.check_and_insert(&id, now))
+            {
+                return Ok(false);
+            }
+        }
+        self.unique.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
     }
 
     /// Queue every item in one call (all or nothing under ``"reject"``).

@@ -48,7 +48,7 @@ from openstarry.agent.limits import LoopLimits
 from openstarry.agent.memory import Observation, ToolFailure, ToolOutcome
 from openstarry.agent.sessions import CancelScopeLike, SessionRuntime
 from openstarry.agent.waits import APPROVAL, CLIENT_CALL, Answer, ClientTool, Wait, Waits
-from openstarry.bus import EventBus, describe_exception
+from openstarry.bus import EventBus, Subscription, describe_exception
 from openstarry.core import Event, ToolCall
 from openstarry.errors import QueueFull, ToolArgumentsError, ToolError
 from openstarry.events import EventType
@@ -135,6 +135,7 @@ class ToolExecutor:
         "deadlines",
         "limits",
         "new_scope",
+        "own_calls",
         "source",
         "tools",
         "waits",
@@ -150,8 +151,11 @@ class ToolExecutor:
         approval_tools: frozenset[str] = frozenset(),
     ) -> None:
         self.bus = bus
-        # bus.publish where it can stand for apublish (the local bus), else None.
-        self._publish = bus.publish if bus.backend is None else None
+        # bus.emit where it can stand for apublish (the local bus), else None.
+        self._publish = bus.emit if bus.backend is None else None
+        #: The loop's handler of ``EXEC:TOOL_CALL`` (for other agents' calls),
+        #: which the executor's own calls need not reach.
+        self.own_calls: Subscription | None = None
         self.tools = tools
         self.limits = limits
         self.source = source
@@ -207,6 +211,7 @@ class ToolExecutor:
         """
         apublish = self.bus.apublish
         publish = self._publish
+        own_calls = self.own_calls
         known = self.tools if tools is None else tools
         call_events = []
         waiting = False
@@ -226,7 +231,7 @@ class ToolExecutor:
                 await apublish(call_event)
             else:
                 try:
-                    publish(call_event)
+                    publish(call_event, _TOOL_CALL, own_calls)
                 except QueueFull:
                     await apublish(call_event)
         waits: Mapping[int, Wait] = (
@@ -267,7 +272,7 @@ class ToolExecutor:
                 await apublish(result_event)
             else:
                 try:
-                    publish(result_event)
+                    publish(result_event, _TOOL_RESULT)
                 except QueueFull:
                     await apublish(result_event)
             done.append(outcome)

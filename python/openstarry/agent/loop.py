@@ -165,11 +165,11 @@ class ExecutionLoop(Lifecycle):
         self.source = source = f"agent:{agent_name}"
         self.memory_window = memory_window
         self._waiters = Waiters()
-        #: ``bus.publish`` where a run may use it for its events instead of
+        #: ``bus.emit`` where a run may use it for its events instead of
         #: awaiting ``apublish`` (on the local bus they differ only when it is
         #: full); ``None`` on a remote bus.
-        self._publish: Callable[[Event], object] | None = (
-            bus.publish if bus.backend is None else None
+        self._publish: Callable[[Event, str], object] | None = (
+            bus.emit if bus.backend is None else None
         )
         self._outbox = Outbox(bus, source, self._waiters)
         self._executor = ToolExecutor(
@@ -247,10 +247,13 @@ class ExecutionLoop(Lifecycle):
             task_group.start_soon(self._deadlines.watch, bus.new_signal)
             self._loop_thread = threading.get_ident()
             self._token = anyio.lowlevel.current_token()
+            calls = bus.subscribe(_TOOL_CALL, self._external.on_call)
+            # The loop's own calls are no business of that handler (it ignores them).
+            self._executor.own_calls = calls
             subscriptions: list[Subscription] = [
                 bus.subscribe(_USER_MESSAGE, self._on_user_message),
                 bus.subscribe(_SYSTEM_COMMAND, self._on_system_command),
-                bus.subscribe(_TOOL_CALL, self._external.on_call),
+                calls,
             ]
             self._open = True
             failed = False

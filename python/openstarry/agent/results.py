@@ -11,91 +11,20 @@ kept after the wait.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
-from openstarry.bus import Signal
+from openstarry.bus import Signal, signal_factory
 from openstarry.core import Event
 
 __all__ = ["PendingRun", "RunResult", "Waiters", "add_usage", "wakeup_factory"]
 
 
-class _Done:
-    """An awaitable that is done at once: the wait for a signal already set."""
-
-    __slots__ = ()
-
-    def __await__(self) -> Generator[Any, None, None]:
-        return
-        yield  # a generator that yields nothing
-
-
-_DONE = _Done()
-#: Waits a signal keeps before it drops the cancelled ones.
-_PRUNE_AT = 8
-
-
-class _Wakeup:
-    """A one-shot signal on asyncio: ``asyncio.Event`` without its lock and deque.
-
-    ``asyncio.Event`` takes a global lock the first time each event is waited
-    for; a turn makes two (the ask's, the session worker's). :meth:`wait`
-    hands out the future itself, without a coroutine around it: a wait that is
-    cancelled leaves its cancelled future behind, which :meth:`set` skips and
-    the next wait drops once a few have piled up.
-    """
-
-    __slots__ = ("_flag", "_waiters")
-
-    def __init__(self) -> None:
-        self._flag = False
-        self._waiters: list[asyncio.Future[None]] | None = None
-
-    def set(self) -> None:
-        if self._flag:
-            return
-        self._flag = True
-        waiters = self._waiters
-        if waiters:
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
-            waiters.clear()
-
-    def is_set(self) -> bool:
-        return self._flag
-
-    def wait(self) -> Awaitable[None]:
-        if self._flag:
-            return _DONE
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiters = self._waiters
-        if waiters is None:
-            self._waiters = [waiter]
-        else:
-            if len(waiters) >= _PRUNE_AT:
-                waiters[:] = [w for w in waiters if not w.done()]
-            waiters.append(waiter)
-        return waiter
-
-
-def wakeup_factory() -> Callable[[], Signal]:
-    """The loop's one-shot signal for the running backend.
-
-    :class:`_Wakeup` on asyncio; on trio, ``trio.Event`` itself, which
-    ``anyio.Event`` wraps after looking up the running library each time.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        import trio  # only when running on trio
-
-        return trio.Event
-    return _Wakeup
+#: The loop's one-shot signal for the running backend: the bus's own.
+wakeup_factory = signal_factory
 
 
 @dataclass(slots=True)

@@ -145,7 +145,7 @@ class Turn:
         self.state = _IDLE
         self.context = loop._context(rt.session, event.trace_id)
         self.result: RunResult | None = loop._waiters.result(event.id)
-        #: ``bus.publish`` where it can stand for ``apublish`` (the local bus:
+        #: ``bus.emit`` where it can stand for ``apublish`` (the local bus:
         #: it only waits when the bus is full), else ``None``.
         self.publish = loop._publish
         #: Tool calls in memory that have no outcome yet (closed if the run stops).
@@ -280,7 +280,10 @@ class Turn:
         if publish is None:
             return False
         try:
-            publish(self.tick.child(_STATE_CHANGE, _CHANGE[old, state], source=self.loop.source))
+            publish(
+                self.tick.child(_STATE_CHANGE, _CHANGE[old, state], source=self.loop.source),
+                _STATE_CHANGE,
+            )
         except QueueFull:
             return False
         self.state = state
@@ -303,7 +306,7 @@ class Turn:
             await loop.bus.apublish(event)
         else:
             try:
-                publish(event)
+                publish(event, _STATE_CHANGE)
             except QueueFull:
                 await loop.bus.apublish(event)
         # Recorded once published: a run stopped while it waited for room on the
@@ -414,7 +417,7 @@ class Turn:
                 await apublish(tick)
             else:
                 try:
-                    publish(tick)
+                    publish(tick, _TICK_START)
                 except QueueFull:
                     await apublish(tick)
             self.tick = tick  # once published: later events may name it as parent
@@ -490,7 +493,7 @@ class Turn:
                     await apublish(said_event)
                 else:
                     try:
-                        publish(said_event)
+                        publish(said_event, OUTPUT_AGENT_MESSAGE)
                     except QueueFull:
                         await apublish(said_event)
                 if result is not None:
