@@ -586,29 +586,8 @@ impl Header<'_> {
 /// values are valid JSON.
 #[must_use]
 pub fn encode(h: &Header<'_>, payload: &[u8], extra: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(
-        160 + payload.len() + h.id.len() + h.trace_id.len() + h.source.len() + h.session_id.len(),
-    );
-    out.extend_from_slice(b"{\"id\":");
-    write_str(&mut out, h.id);
-    out.extend_from_slice(b",\"timestamp\":");
-    out.extend_from_slice(itoa::Buffer::new().format(h.timestamp).as_bytes());
-    out.extend_from_slice(b",\"traceId\":");
-    write_str(&mut out, h.trace_id);
-    out.extend_from_slice(b",\"source\":");
-    write_str(&mut out, h.source);
-    out.extend_from_slice(b",\"sessionId\":");
-    write_str(&mut out, h.session_id);
-    out.extend_from_slice(b",\"priority\":");
-    out.push(b'0' + h.priority);
-    out.extend_from_slice(b",\"type\":");
-    write_str(&mut out, h.type_);
-    out.extend_from_slice(b",\"payload\":");
-    out.extend_from_slice(payload);
-    if let Some(parent) = h.parent_id {
-        out.extend_from_slice(b",\"parentId\":");
-        write_str(&mut out, parent);
-    }
+    let mut out = Vec::with_capacity(encoded_size(h, payload));
+    write_fields(&mut out, h, payload);
     for (key, value) in extra {
         out.push(b',');
         write_str(&mut out, key);
@@ -617,6 +596,69 @@ pub fn encode(h: &Header<'_>, payload: &[u8], extra: &[(&str, &[u8])]) -> Vec<u8
     }
     out.push(b'}');
     out
+}
+
+/// [`encode`] with no extra fields, and the index of the bytes it wrote: what
+/// [`decode`] would give for them, without decoding them again. The caller
+/// guarantees the header is valid ([`Header::validate`]) and `payload` is
+/// valid JSON.
+#[must_use]
+pub fn encode_indexed(h: &Header<'_>, payload: &[u8]) -> (Vec<u8>, EnvelopeIndex) {
+    let mut out = Vec::with_capacity(encoded_size(h, payload));
+    let idx = write_fields(&mut out, h, payload);
+    out.push(b'}');
+    (out, idx)
+}
+
+fn encoded_size(h: &Header<'_>, payload: &[u8]) -> usize {
+    160 + payload.len() + h.id.len() + h.trace_id.len() + h.source.len() + h.session_id.len()
+}
+
+/// Write the header and the payload, in the spec's order, without the closing brace.
+fn write_fields(out: &mut Vec<u8>, h: &Header<'_>, payload: &[u8]) -> EnvelopeIndex {
+    out.extend_from_slice(b"{\"id\":");
+    let id = put_str(out, h.id);
+    out.extend_from_slice(b",\"timestamp\":");
+    out.extend_from_slice(itoa::Buffer::new().format(h.timestamp).as_bytes());
+    out.extend_from_slice(b",\"traceId\":");
+    let trace_id = put_str(out, h.trace_id);
+    out.extend_from_slice(b",\"source\":");
+    let source = put_str(out, h.source);
+    out.extend_from_slice(b",\"sessionId\":");
+    let session_id = put_str(out, h.session_id);
+    out.extend_from_slice(b",\"priority\":");
+    out.push(b'0' + h.priority);
+    out.extend_from_slice(b",\"type\":");
+    let type_ = put_str(out, h.type_);
+    out.extend_from_slice(b",\"payload\":");
+    let start = out.len();
+    out.extend_from_slice(payload);
+    let payload = Span::new(start, out.len(), false);
+    let parent_id = h.parent_id.map(|parent| {
+        out.extend_from_slice(b",\"parentId\":");
+        put_str(out, parent)
+    });
+    EnvelopeIndex {
+        id,
+        timestamp: h.timestamp,
+        trace_id,
+        source,
+        session_id,
+        priority: h.priority,
+        type_,
+        payload,
+        parent_id,
+        extra: Vec::new(),
+    }
+}
+
+/// [`write_str`], and the span of the string between its quotes (escaped when
+/// the writing escaped anything, as the decoder marks it).
+fn put_str(out: &mut Vec<u8>, s: &str) -> Span {
+    let start = out.len() + 1;
+    write_str(out, s);
+    let end = out.len() - 1;
+    Span::new(start, end, end - start != s.len())
 }
 
 /// A fresh UUID v4 as its canonical hyphenated lowercase string.
@@ -856,6 +898,45 @@ mod tests {
         assert_eq!(idx.parent_id.unwrap().as_str(&bytes), "p");
         assert_eq!(&bytes[idx.payload.range()], br#"{"a":[1,2.5,"x"]}"#);
         assert_eq!(idx.extra.len(), 1);
+    }
+
+    #[test]
+    fn encode_indexed_gives_the_index_decode_reads_from_its_bytes() {
+        let strings = [
+            "s",
+            "default",
+            "agent:openstarry",
+            "q\"uote",
+            "back\\slash",
+            "new\nline",
+            "東京",
+            "😀 x",
+            "\u{1}",
+            "5f0c6f2e-8d1a-4a4b-9a39-0a3c1b2d3e4f",
+        ];
+        let payloads: [&[u8]; 4] = [b"null", br#"{"round":1}"#, br#"[1,"x\"y",{"a":{}}]"#, b"\"t\""];
+        let mut n = 0usize;
+        for (i, &id) in strings.iter().enumerate() {
+            for (j, &other) in strings.iter().enumerate() {
+                let h = Header {
+                    id,
+                    timestamp: (i * 1_000_003 + j) as i64,
+                    trace_id: other,
+                    source: strings[(i + j) % strings.len()],
+                    session_id: strings[(i * 3 + j) % strings.len()],
+                    priority: ((i + j) % 6) as u8,
+                    type_: if j % 2 == 0 { "KERNEL:TICK_START" } else { "EXEC:TOOL_CALL" },
+                    parent_id: if i % 3 == 0 { None } else { Some(other) },
+                };
+                h.validate().unwrap();
+                let payload = payloads[(i + j) % payloads.len()];
+                let (bytes, idx) = encode_indexed(&h, payload);
+                assert_eq!(bytes, encode(&h, payload, &[]));
+                assert_eq!(idx, decode(&bytes, &Limits::default()).unwrap(), "{h:?}");
+                n += 1;
+            }
+        }
+        assert_eq!(n, strings.len() * strings.len());
     }
 
     /// Random edits of a valid envelope: every result is an error or an

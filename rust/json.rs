@@ -1050,12 +1050,23 @@ pub fn unescape(raw: &str) -> String {
 }
 
 /// Append `s` to `out` as a JSON string, quotes included.
+///
+/// Runs of bytes that need no escape are found eight at a time
+/// ([`find_special`]) and copied whole.
 pub fn write_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
     let bytes = s.as_bytes();
     let mut plain = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        if b >= 0x20 && b != b'"' && b != b'\\' {
+    let mut i = 0;
+    loop {
+        i = find_special(bytes, i);
+        let Some(&b) = bytes.get(i) else { break };
+        if b >= 0x80 {
+            // UTF-8 past ASCII is written as it is.
+            i += 1;
+            while bytes.get(i).is_some_and(|&b| b >= 0x80) {
+                i += 1;
+            }
             continue;
         }
         out.extend_from_slice(&bytes[plain..i]);
@@ -1074,7 +1085,8 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
                 out.push(HEX[(b & 0xf) as usize]);
             }
         }
-        plain = i + 1;
+        i += 1;
+        plain = i;
     }
     out.extend_from_slice(&bytes[plain..]);
     out.push(b'"');
@@ -1236,6 +1248,44 @@ mod tests {
 
         fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
             items[self.below(items.len())]
+        }
+    }
+
+    /// `write_str` as it was first written, one byte at a time: the reference.
+    fn write_str_bytewise(out: &mut Vec<u8>, s: &str) {
+        out.push(b'"');
+        for &b in s.as_bytes() {
+            match b {
+                b'"' => out.extend_from_slice(b"\\\""),
+                b'\\' => out.extend_from_slice(b"\\\\"),
+                b'\n' => out.extend_from_slice(b"\\n"),
+                b'\r' => out.extend_from_slice(b"\\r"),
+                b'\t' => out.extend_from_slice(b"\\t"),
+                0x08 => out.extend_from_slice(b"\\b"),
+                0x0c => out.extend_from_slice(b"\\f"),
+                0..=0x1f => out.extend_from_slice(format!("\\u{b:04x}").as_bytes()),
+                _ => out.push(b),
+            }
+        }
+        out.push(b'"');
+    }
+
+    #[test]
+    fn write_str_escapes_as_a_byte_at_a_time_would_and_reads_back() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let pieces = [
+            "a", "bcdefghij", "\"", "\\", "\n", "\r", "\t", "\u{8}", "\u{c}", "\u{0}",
+            "\u{1f}", "\u{7f}", "é", "東京", "😀", " ", "0123456789abcdef",
+        ];
+        for _ in 0..20_000 {
+            let n = rng.below(12);
+            let s: String = (0..n).map(|_| rng.pick(&pieces)).collect();
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            write_str(&mut fast, &s);
+            write_str_bytewise(&mut slow, &s);
+            assert_eq!(fast, slow, "{s:?}");
+            let inner = std::str::from_utf8(&fast[1..fast.len() - 1]).unwrap();
+            assert_eq!(unescape(inner), s);
         }
     }
 

@@ -170,16 +170,19 @@ impl PyEvent {
     fn build(py: Python<'_>, header: &Header<'_>, payload: &Bound<'_, PyAny>) -> PyResult<Self> {
         header.validate().map_err(CoreError::Decode)?;
         let payload = pyjson::dumps_at(payload, envelope::PAYLOAD_DEPTH, DEFAULT_MAX_DEPTH)?;
-        let bytes = envelope::encode(header, &payload, &[]);
+        let (bytes, idx) = envelope::encode_indexed(header, &payload);
         let buf = PyBytes::new(py, &bytes).unbind();
-        Ok(PyEvent::from_bytes(
-            py,
-            buf,
-            &Limits {
+        if bytes.len() > MAX_INPUT {
+            // Past what any decoder takes: the decoder's own error.
+            let limits = Limits {
                 max_bytes: MAX_INPUT,
                 max_depth: DEFAULT_MAX_DEPTH,
-            },
-        )?)
+            };
+            return Ok(PyEvent::from_bytes(py, buf, &limits)?);
+        }
+        // The header is valid and the payload is JSON within the depth limit
+        // (dumps_at): the index is what decoding the bytes would give.
+        Ok(PyEvent::from_index(Wire::Shared(buf), idx))
     }
 }
 
