@@ -914,7 +914,12 @@ mod tests {
             "\u{1}",
             "5f0c6f2e-8d1a-4a4b-9a39-0a3c1b2d3e4f",
         ];
-        let payloads: [&[u8]; 4] = [b"null", br#"{"round":1}"#, br#"[1,"x\"y",{"a":{}}]"#, b"\"t\""];
+        let payloads: [&[u8]; 4] = [
+            b"null",
+            br#"{"round":1}"#,
+            br#"[1,"x\"y",{"a":{}}]"#,
+            b"\"t\"",
+        ];
         let mut n = 0usize;
         for (i, &id) in strings.iter().enumerate() {
             for (j, &other) in strings.iter().enumerate() {
@@ -925,7 +930,11 @@ mod tests {
                     source: strings[(i + j) % strings.len()],
                     session_id: strings[(i * 3 + j) % strings.len()],
                     priority: ((i + j) % 6) as u8,
-                    type_: if j % 2 == 0 { "KERNEL:TICK_START" } else { "EXEC:TOOL_CALL" },
+                    type_: if j % 2 == 0 {
+                        "KERNEL:TICK_START"
+                    } else {
+                        "EXEC:TOOL_CALL"
+                    },
                     parent_id: if i % 3 == 0 { None } else { Some(other) },
                 };
                 h.validate().unwrap();

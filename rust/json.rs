@@ -1274,8 +1274,23 @@ mod tests {
     fn write_str_escapes_as_a_byte_at_a_time_would_and_reads_back() {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let pieces = [
-            "a", "bcdefghij", "\"", "\\", "\n", "\r", "\t", "\u{8}", "\u{c}", "\u{0}",
-            "\u{1f}", "\u{7f}", "é", "東京", "😀", " ", "0123456789abcdef",
+            "a",
+            "bcdefghij",
+            "\"",
+            "\\",
+            "\n",
+            "\r",
+            "\t",
+            "\u{8}",
+            "\u{c}",
+            "\u{0}",
+            "\u{1f}",
+            "\u{7f}",
+            "é",
+            "東京",
+            "😀",
+            " ",
+            "0123456789abcdef",
         ];
         for _ in 0..20_000 {
             let n = rng.below(12);

@@ -712,7 +712,7 @@ async def test_emit_skips_the_one_subscription_it_is_told_to_skip() -> None:
 @pytest.mark.anyio
 async def test_emit_after_aclose_and_of_a_non_event_raise() -> None:
     async with EventBus() as bus:
-        with pytest.raises(TypeError, match="publish takes an openstarry.core.Event"):
+        with pytest.raises(TypeError, match=r"publish takes an openstarry\.core\.Event"):
             bus.emit({"type": "KERNEL:TICK_START"}, "KERNEL:TICK_START")  # type: ignore[arg-type]
         await bus.aclose()
         tick = ev(1, type_="KERNEL:TICK_START")

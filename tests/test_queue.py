@@ -1097,7 +1097,8 @@ def test_admit_takes_no_room_at_capacity() -> None:
 def test_admit_without_a_window_counts_every_time() -> None:
     q = EventQueue()
     event = _unique_event(1)
-    assert q.admit(event) and q.admit(event, None)
+    assert q.admit(event)
+    assert q.admit(event, None)
     assert q.unique_pushed == 2
 
 
