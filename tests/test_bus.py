@@ -723,6 +723,78 @@ async def test_emit_after_aclose_and_of_a_non_event_raise() -> None:
     assert bus.metrics()["published"] == 0
 
 
+# --- deliver: a sole handler called at once on an idle bus ------------------------------
+
+
+@pytest.mark.anyio
+async def test_deliver_on_an_idle_bus_calls_the_sole_handler_at_once() -> None:
+    seen: list[int] = []
+    async with EventBus() as bus:
+        sub = bus.subscribe(USER, lambda e: seen.append(n_of(e)))
+        with anyio.fail_after(TIMEOUT):
+            await bus.wait_idle()
+            event = ev(1)
+            assert bus.deliver(event, USER, sub) is True
+            assert seen == [1]  # before deliver returned, in this task
+            assert len(bus) == 0
+            assert bus.deliver(event, USER, sub) is False  # a duplicate
+            assert seen == [1]
+            metrics = bus.metrics()
+    assert metrics["published"] == 1
+    assert metrics["duplicates"] == 1
+    assert metrics["dispatched"] == {USER: 1}
+    assert metrics["latency_us"]["count"] == 0
+
+
+@pytest.mark.anyio
+async def test_deliver_declines_when_anything_could_come_first() -> None:
+    seen: list[str] = []
+    async with EventBus() as bus:
+        sub = bus.subscribe(USER, lambda e: seen.append("sole"))
+        gate = Gate()
+        with anyio.fail_after(TIMEOUT):
+            await block_dispatcher(bus, gate)  # the dispatcher is busy
+            event = ev(1)
+            assert bus.deliver(event, USER, sub) is None
+            gate.release.set()
+            await bus.wait_idle()
+            assert bus.publish(ev(2, priority=5))
+            assert bus.deliver(event, USER, sub) is None  # something is queued
+            await bus.wait_idle()
+            other = bus.subscribe("INPUT:*", lambda e: seen.append("other"))
+            assert bus.deliver(event, USER, sub) is None  # not the only handler
+            other.cancel()
+
+            async def handler(e: Event) -> None:
+                seen.append("async")
+
+            async_sub = bus.subscribe("INPUT:OTHER", handler)
+            other_event = ev(3, type_="INPUT:OTHER")
+            # Not a plain function:
+            assert bus.deliver(other_event, "INPUT:OTHER", async_sub) is None
+            assert bus.publish(event)  # nothing above recorded its id
+            await bus.wait_idle()
+    assert seen == ["sole", "sole"]
+
+
+@pytest.mark.anyio
+async def test_deliver_reports_a_failing_handler_as_dispatch_does() -> None:
+    errors: list[Any] = []
+    async with EventBus() as bus:
+
+        def boom(event: Event) -> None:
+            raise RuntimeError("no")
+
+        sub = bus.subscribe(USER, boom)
+        bus.subscribe(ERROR, lambda e: errors.append(e.payload))
+        with anyio.fail_after(TIMEOUT):
+            await bus.wait_idle()
+            assert bus.deliver(ev(1), USER, sub) is True
+            await bus.wait_idle()
+    assert [(e["code"], e["message"]) for e in errors] == [("HANDLER_ERROR", "RuntimeError: no")]
+    assert bus.metrics()["handler_errors"] == 1
+
+
 # --- apublish and capacity -----------------------------------------------------------------
 
 

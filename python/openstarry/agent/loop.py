@@ -196,6 +196,8 @@ class ExecutionLoop(Lifecycle):
         #: Makes the one-shot signals of runs and workers (set for the backend on entry).
         self._new_signal: Callable[[], Signal] = anyio.Event
         self._open = False
+        #: The subscription of the loop's inputs while it runs.
+        self._inputs: Subscription | None = None
         # Where the loop runs, for text deltas sent from a provider's worker thread.
         self._loop_thread = 0
         self._token: Any = None
@@ -250,8 +252,9 @@ class ExecutionLoop(Lifecycle):
             calls = bus.subscribe(_TOOL_CALL, self._external.on_call)
             # The loop's own calls are no business of that handler (it ignores them).
             self._executor.own_calls = calls
+            self._inputs = inputs = bus.subscribe(_USER_MESSAGE, self._on_user_message)
             subscriptions: list[Subscription] = [
-                bus.subscribe(_USER_MESSAGE, self._on_user_message),
+                inputs,
                 bus.subscribe(_SYSTEM_COMMAND, self._on_system_command),
                 calls,
             ]
@@ -268,6 +271,7 @@ class ExecutionLoop(Lifecycle):
                 # IDLE), and then the workers exit. Whatever still runs after a
                 # grace period, or when leaving on an exception, is cancelled.
                 self._open = False
+                self._inputs = None
                 for subscription in subscriptions:
                     subscription.cancel()
                 if bus.input_owner is self:
@@ -353,10 +357,15 @@ class ExecutionLoop(Lifecycle):
             self._sessions.get(session_id).ephemeral = True
         event = _user_message(text, session_id, source, None, extra, trace_id)
         waiters = self._waiters
-        pending = PendingRun(event, self._new_signal(), waiters, self.bus.apublish)
+        bus = self.bus
+        pending = PendingRun(event, self._new_signal(), waiters, bus.apublish)
         waiters.add(event.id, pending.result, pending._done)
         try:
-            self.bus.publish(event)
+            # On an idle bus where only this loop takes inputs, the input is
+            # handed to its session at once (see EventBus.deliver).
+            inputs = self._inputs
+            if inputs is None or bus.deliver(event, _USER_MESSAGE, inputs) is None:
+                bus.publish(event)
         except QueueFull:
             pending._published = False
         except BaseException:
