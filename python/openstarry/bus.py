@@ -511,6 +511,84 @@ def _fold(counts: dict[str, int], entries: dict[str, list[Any]]) -> dict[str, in
     return counts
 
 
+def _publish_watched(bus: EventBus, event: Event) -> Published:
+    """:meth:`publish` while ``_watch`` is set: the dispatcher sleeps or holds a
+    batch, or the bus is closing or remote."""
+    queue = bus._queue
+    if type(event) is not Event:
+        raise TypeError(_not_an_event(event))
+    if bus._closing:
+        raise QueueClosed("the bus is closed")
+    if bus._remote is not None:
+        return bus._remote.send(event)
+    if not bus._batch:
+        # No batch to overtake: queue it as publish does, and wake a sleeping dispatcher.
+        try:
+            # A wake-up: always measured.
+            handle = bus._publish_event(event, bus._dedup, 1)
+        except QueueFull:
+            raise QueueFull(f"the bus holds {bus._capacity} events") from None
+        if handle is None:
+            bus._duplicates += 1
+            return _refused(event)
+        if bus._asleep:
+            bus._asleep = bus._watch = False
+            bus._wake.set()
+        return handle
+    capacity = bus._capacity
+    if capacity is not None and len(queue) + len(bus._batch) >= capacity:
+        raise QueueFull(f"the bus holds {capacity} events")
+    dedup = bus._dedup
+    if dedup is not None and not dedup.check_and_insert(event.id):
+        bus._duplicates += 1
+        return _refused(event)
+    handle = Published(event)
+    handle._at = _perf_ns()
+    priority = event.priority
+    if not _notice(bus, handle, priority):
+        queue.push(handle, priority)
+    bus._published += 1
+    return handle
+
+
+def _handler_failed(
+    bus: EventBus, event: Event, subscription: Subscription, exc: Exception
+) -> None:
+    """A handler raised: count it and publish a ``KERNEL:ERROR`` (logged, for an error handler)."""
+    bus._handler_errors += 1
+    handler = _name_of(subscription.handler)
+    if event.type == _ERROR:
+        # An error handler that fails must not start a storm of errors.
+        log.error("KERNEL:ERROR handler %s failed: %s", handler, describe_exception(exc))
+        bus._errors_dropped += 1
+        return
+    error = event.child(
+        _ERROR,
+        {
+            "code": "HANDLER_ERROR",
+            "message": describe_exception(exc),
+            "source": handler,
+            "details": {"eventId": event.id, "eventType": event.type},
+        },
+        source=bus.source,
+        priority=1,
+    )
+    # Published at once, not as an effect: it must outlive a failed attempt.
+    token = _CAUSE.set(None)
+    try:
+        bus.publish(error)
+    except (QueueFull, QueueClosed):
+        log.error(
+            "handler %s failed on %s and the bus could not take the error: %s",
+            handler,
+            event.type,
+            describe_exception(exc),
+        )
+        bus._errors_dropped += 1
+    finally:
+        _CAUSE.reset(token)
+
+
 def _no_backend(event: Event, outcome: str) -> None:
     """Where a hold's end goes on the local bus: it takes none (holds are a backend's)."""
     raise AssertionError("a hold on a bus without a backend")
@@ -797,7 +875,7 @@ class EventBus(Lifecycle):
         if self._watch:
             # The dispatcher sleeps or works through a batch, or the bus is
             # closing or remote: the careful way.
-            return self._publish_watched(event)
+            return _publish_watched(self, event)
         # One call: refused when closed or full (before the window records the
         # id: a retry must not be a duplicate), then the window, then the queue
         # takes a new handle, its publish time read for one in latency_every.
@@ -884,7 +962,7 @@ class EventBus(Lifecycle):
         try:
             entry[2](event)
         except Exception as exc:
-            self._handler_failed(event, subscription, exc)
+            _handler_failed(self, event, subscription, exc)
         return True
 
     async def apublish(self, event: Event) -> Published:
@@ -1020,45 +1098,6 @@ class EventBus(Lifecycle):
 
     # -- dispatching -----------------------------------------------------
 
-    def _publish_watched(self, event: Event) -> Published:
-        """:meth:`publish` while ``_watch`` is set: the dispatcher sleeps or holds a
-        batch, or the bus is closing or remote."""
-        queue = self._queue
-        if type(event) is not Event:
-            raise TypeError(_not_an_event(event))
-        if self._closing:
-            raise QueueClosed("the bus is closed")
-        if self._remote is not None:
-            return self._remote.send(event)
-        if not self._batch:
-            # No batch to overtake: queue it as publish does, and wake a sleeping dispatcher.
-            try:
-                # A wake-up: always measured.
-                handle = self._publish_event(event, self._dedup, 1)
-            except QueueFull:
-                raise QueueFull(f"the bus holds {self._capacity} events") from None
-            if handle is None:
-                self._duplicates += 1
-                return _refused(event)
-            if self._asleep:
-                self._asleep = self._watch = False
-                self._wake.set()
-            return handle
-        capacity = self._capacity
-        if capacity is not None and len(queue) + len(self._batch) >= capacity:
-            raise QueueFull(f"the bus holds {capacity} events")
-        dedup = self._dedup
-        if dedup is not None and not dedup.check_and_insert(event.id):
-            self._duplicates += 1
-            return _refused(event)
-        handle = Published(event)
-        handle._at = _perf_ns()
-        priority = event.priority
-        if not _notice(self, handle, priority):
-            queue.push(handle, priority)
-        self._published += 1
-        return handle
-
     async def _dispatch_loop(self) -> None:
         pop_many = self._queue.pop_many
         routes = self._routes.by_type
@@ -1122,7 +1161,7 @@ class EventBus(Lifecycle):
                             await returned
                     except Exception as exc:
                         outcome = "failed"
-                        self._handler_failed(event, route[0], exc)
+                        _handler_failed(self, event, route[0], exc)
                         if event in holds:
                             outcomes[event] = "failed"
                 else:
@@ -1140,7 +1179,7 @@ class EventBus(Lifecycle):
                                     await returned
                         except Exception as exc:
                             outcome = "failed"
-                            self._handler_failed(event, subscription, exc)
+                            _handler_failed(self, event, subscription, exc)
                             if event in holds:
                                 outcomes[event] = "failed"
                 if cause is not None:
@@ -1161,40 +1200,6 @@ class EventBus(Lifecycle):
             _stop_pending(self, item, batch)
             self._idle.set()
             self._stopped.set()
-
-    def _handler_failed(self, event: Event, subscription: Subscription, exc: Exception) -> None:
-        self._handler_errors += 1
-        handler = _name_of(subscription.handler)
-        if event.type == _ERROR:
-            # An error handler that fails must not start a storm of errors.
-            log.error("KERNEL:ERROR handler %s failed: %s", handler, describe_exception(exc))
-            self._errors_dropped += 1
-            return
-        error = event.child(
-            _ERROR,
-            {
-                "code": "HANDLER_ERROR",
-                "message": describe_exception(exc),
-                "source": handler,
-                "details": {"eventId": event.id, "eventType": event.type},
-            },
-            source=self.source,
-            priority=1,
-        )
-        # Published at once, not as an effect: it must outlive a failed attempt.
-        token = _CAUSE.set(None)
-        try:
-            self.publish(error)
-        except (QueueFull, QueueClosed):
-            log.error(
-                "handler %s failed on %s and the bus could not take the error: %s",
-                handler,
-                event.type,
-                describe_exception(exc),
-            )
-            self._errors_dropped += 1
-        finally:
-            _CAUSE.reset(token)
 
     # -- metrics ---------------------------------------------------------
 
