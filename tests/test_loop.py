@@ -1235,6 +1235,45 @@ async def test_an_ask_waiting_for_room_is_not_published_after_the_loop_has_left(
 
 
 @pytest.mark.anyio
+async def test_a_stateless_ask_given_up_while_waiting_for_room_leaves_no_session() -> None:
+    """A stateless input that never reached the full bus (its caller stopped waiting
+    for room) leaves no session behind; once there is room, nothing of it runs."""
+    entered = anyio.Event()
+    release = anyio.Event()
+    async with EventBus(capacity=1) as bus:
+
+        async def hold(event: Event) -> None:
+            entered.set()
+            await release.wait()
+
+        events: list[Event] = []
+        bus.subscribe("*", events.append)
+        bus.subscribe("X:HOLD", hold)
+        with anyio.fail_after(HANG):
+            async with ExecutionLoop(bus, FunctionProvider(lambda p, c: "hi")) as loop:
+                bus.publish(Event.new("X:HOLD", {}, source="test", session_id="x"))
+                await entered.wait()
+                bus.publish(filler(0))  # the bus is full
+                pending = loop.start("hello", session_id=None)
+                assert len(loop.sessions) == 1  # its session, until the input is given up
+                with anyio.CancelScope() as scope:
+
+                    async def give_up() -> None:
+                        await until(lambda: bus._room_waiters > 0)
+                        scope.cancel()
+
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(give_up)
+                        await pending.wait()
+                assert scope.cancelled_caught
+                assert not loop.sessions
+                release.set()
+                await bus.wait_idle()
+                assert not loop.sessions
+    assert [e.type for e in events if e.type == USER_MESSAGE] == []
+
+
+@pytest.mark.anyio
 async def test_text_deltas_from_a_worker_thread(
     anyio_backend: str, request: pytest.FixtureRequest
 ) -> None:

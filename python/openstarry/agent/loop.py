@@ -33,6 +33,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -344,14 +345,19 @@ class ExecutionLoop(Lifecycle):
         ``trace_id`` continues a caller's trace (a transport's incoming
         ``X-OpenStarry-Trace-ID`` or ``traceparent``); by default a new one.
 
+        When the bus is at capacity, the input is published by the run's
+        ``wait()``, once there is room; a stateless run whose wait is
+        cancelled before then leaves no session behind.
+
         Raises:
-            QueueFull: the bus is at capacity (:meth:`ask` waits for room instead).
+            QueueClosed: the bus is closed.
             RuntimeError: the loop is not running.
         """
         if not self._open:
             raise RuntimeError(
                 "the ExecutionLoop is not running: use `async with ExecutionLoop(...)`"
             )
+        stateless = session_id is None
         if session_id is None:
             session_id = f"stateless-{uuid.uuid4().hex}"
             self._sessions.get(session_id).ephemeral = True
@@ -359,6 +365,8 @@ class ExecutionLoop(Lifecycle):
         waiters = self._waiters
         bus = self.bus
         pending = PendingRun(event, self._new_signal(), waiters, bus.apublish)
+        if stateless:
+            pending.abandoned = partial(self._sessions.discard_ephemeral, session_id)
         waiters.add(event.id, pending.result, pending._done)
         try:
             # On an idle bus where only this loop takes inputs, the input is
@@ -370,6 +378,8 @@ class ExecutionLoop(Lifecycle):
             pending._published = False
         except BaseException:
             waiters.forget(event.id)
+            if stateless:
+                self._sessions.discard_ephemeral(session_id)
             raise
         return pending
 

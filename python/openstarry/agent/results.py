@@ -124,7 +124,16 @@ class PendingRun:
     """An input published by :meth:`ExecutionLoop.start
     <openstarry.agent.loop.ExecutionLoop.start>`; :meth:`wait` for its result."""
 
-    __slots__ = ("_done", "_publish", "_published", "_waiters", "event", "keep", "result")
+    __slots__ = (
+        "_done",
+        "_publish",
+        "_published",
+        "_waiters",
+        "abandoned",
+        "event",
+        "keep",
+        "result",
+    )
 
     def __init__(
         self,
@@ -143,9 +152,16 @@ class PendingRun:
         #: for, so another task can wait for it later (a run that waits for
         #: its client across requests).
         self.keep = False
+        #: Called when the input is given up before it reached the bus (its
+        #: wait for room was cancelled): a stateless run forgets its session.
+        self.abandoned: Callable[[], None] | None = None
 
     async def wait(self) -> RunResult:
-        """Wait until the run has ended (completed, failed or stopped) and return its result."""
+        """Wait until the run has ended (completed, failed or stopped) and return its result.
+
+        An input the bus had no room for when it was started is published
+        here first, once there is room.
+        """
         try:
             if not self._published:
                 await self._publish_unless_done()
@@ -153,6 +169,8 @@ class PendingRun:
         finally:
             if not self.keep or self._done.is_set():
                 self._waiters.forget(self.event.id)
+                if not self._published and self.abandoned is not None:
+                    self.abandoned()
         return self.result
 
     async def _publish_unless_done(self) -> None:
