@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from openstarry import cli
@@ -242,6 +243,42 @@ def test_a_run_is_cut_off_and_its_waiting_events_recorded(monkeypatch: pytest.Mo
     # The cut-off events waited at least until the time limit, 0.2 s after the schedule.
     assert result.max_us >= 200_000
     assert f"{result.unfinished:,} unfinished at the time limit" in latency.format_table([result])
+
+
+@pytest.mark.parametrize("bus", ["openstarry", "pure-python"])
+def test_a_handler_that_stops_returning_is_abandoned_and_the_run_ends(
+    monkeypatch: pytest.MonkeyPatch, bus: str
+) -> None:
+    monkeypatch.setattr(latency, "MIN_DRAIN_S", 0.1)
+    monkeypatch.setattr(latency, "STUCK_S", 0.2)
+    calls = [0]
+
+    async def hangs_after_the_warm_up(event: object) -> None:
+        calls[0] += 1
+        if calls[0] > latency.WARMUP_EVENTS + 10:
+            await anyio.sleep_forever()  # cancelled when the bus is left
+
+    (result,) = bench_dispatch_latency(
+        [1000], 0.1, handler=hangs_after_the_warm_up, handler_name="hangs", buses=[bus]
+    )
+    assert result.handled == 10
+    assert result.handled + result.unfinished == 100
+    assert result.first_error is not None
+    assert result.first_error.startswith("hangs had not returned 0.2 s after the run's cut-off")
+    # The abandoned events, nine in ten, were due within the 0.1 s schedule and waited
+    # until its cut-off and the grace after it (0.4 s from its start): 0.3 s at least.
+    assert result.p50_us >= 300_000
+    assert result.first_error in latency.format_table([result])
+
+
+def test_a_handler_that_never_returns_fails_the_warm_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(latency, "STUCK_S", 0.2)
+
+    async def never(event: object) -> None:
+        await anyio.sleep_forever()
+
+    with pytest.raises(BenchError, match=r"never has not returned 0\.2 s after its event"):
+        bench_dispatch_latency([1000], 0.1, handler=never, handler_name="never")
 
 
 def test_handler_errors_are_counted_and_the_run_goes_on() -> None:

@@ -55,6 +55,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+import anyio
+
 from openstarry._core import LatencyRecorder
 from openstarry.bench import PurePythonBus
 from openstarry.bus import EventBus
@@ -86,6 +88,9 @@ KNEE_US = 1_000.0
 MIN_DRAIN_S = 10.0
 #: Events sent and drained before each measured run, not recorded.
 WARMUP_EVENTS = 20
+#: A handler still running this many seconds after its event (in the warm-up)
+#: or after the run's cut-off is taken to never return, and abandoned.
+STUCK_S = 5.0
 
 _NS = 1_000_000_000
 _TYPE = "BENCH:PING"
@@ -214,6 +219,9 @@ class _Run:
         self.errors = 0
         self.first_error: str | None = None
         self.end_ns = 0
+        self.max_backlog = MAX_BACKLOG
+        #: A handler never returned: the run was abandoned.
+        self.stuck = False
         self.done = asyncio.get_running_loop().create_future()
 
     def failed(self, exc: BaseException) -> None:
@@ -409,17 +417,86 @@ def _isatty(stream: TextIO) -> bool:
 # -- one run -----------------------------------------------------------------
 
 
-async def _warm_up(run: _Run, send: Sender) -> None:
-    """Send up to :data:`WARMUP_EVENTS` events one at a time, for at most 0.2 s."""
+async def _warm_up(run: _Run, send: Sender) -> bool:
+    """Send up to :data:`WARMUP_EVENTS` events one at a time, for at most 0.2 s.
+
+    Returns ``False`` when a handler has not returned :data:`STUCK_S` seconds
+    after its event was sent.
+    """
     now_ns = LatencyRecorder.now_ns
     until = now_ns() + 200_000_000
     for _ in range(WARMUP_EVENTS):
-        run.intended.append(now_ns())
+        sent = now_ns()
+        run.intended.append(sent)
         send()
         while run.intended:
-            await asyncio.sleep(0)
+            if now_ns() - sent > STUCK_S * _NS:
+                return False
+            await asyncio.sleep(0 if now_ns() - sent < _SPIN_NS else 0.001)
         if now_ns() > until:
             break
+    return True
+
+
+async def _send_and_drain(
+    run: _Run, send: Sender, rate: int, duration: float, progress: _Progress, label: str
+) -> tuple[int, int]:
+    """Send the schedule open loop, then wait until every event is handled or cut off.
+
+    Returns when the schedule began (ns) and how many events were sent. A
+    handler still running :data:`STUCK_S` seconds past the run's cut-off is
+    abandoned: its event and those behind it count as unfinished, each with
+    the latency it had reached (``run.stuck`` says so).
+    """
+    recorder = run.recorder
+    now_ns = LatencyRecorder.now_ns
+    intended = run.intended
+    append = intended.append
+    total = max(1, round(rate * duration))
+    duration_ns = int(duration * _NS)
+    max_backlog = run.max_backlog
+    start = now_ns()
+    run.deadline = start + duration_ns + max(duration_ns, int(MIN_DRAIN_S * _NS))
+    sent = 0
+    while sent < total and not run.overdue:
+        now = now_ns()
+        due = min(total, (now - start) * rate // _NS + 1)
+        stop = min(due, sent + max_backlog - len(intended))
+        while sent < stop:
+            append(start + sent * _NS // rate)
+            send()
+            sent += 1
+        progress.update(label, (now - start) / _NS)
+        if sent >= total:
+            break
+        if sent < due:  # the backlog is full: let the bus work
+            await asyncio.sleep(0)
+            if now - start > duration_ns + STUCK_S * _NS and len(intended) >= max_backlog:
+                break  # nothing drained the backlog for that long: the handler is stuck
+            continue
+        wait = start + sent * _NS // rate - now_ns()
+        await asyncio.sleep((wait - _SPIN_NS) / _NS if wait > _SPIN_NS else 0)
+    if sent < total:
+        # Cut off while sending: the events due but never sent waited this long.
+        for i in range(sent, total):
+            recorder.record_since(start + i * _NS // rate)
+        run.unfinished += total - sent
+    run.sending_done = True
+    if intended:
+        progress.update(f"{label}: draining", duration)
+        left_s = (run.deadline - now_ns()) / _NS + STUCK_S
+        try:
+            await asyncio.wait_for(asyncio.shield(run.done), max(left_s, STUCK_S))
+        except TimeoutError:
+            run.stuck = True
+            for due_ns in intended:
+                recorder.record_since(due_ns)
+            run.unfinished += len(intended)
+            intended.clear()
+            run.end_ns = now_ns()
+    else:
+        run.end_ns = now_ns()
+    return start, sent
 
 
 async def _measure(
@@ -432,47 +509,32 @@ async def _measure(
 ) -> RateResult:
     opener, max_backlog = _TARGETS[bus]
     recorder = LatencyRecorder()
-    now_ns = LatencyRecorder.now_ns
     run = _Run(recorder)
-    total = max(1, round(rate * duration))
-    duration_ns = int(duration * _NS)
-    intended = run.intended
-    append = intended.append
+    run.max_backlog = max_backlog
     label = f"{bus} at {rate:,}/s"
-    async with opener(run.wrap(handler)) as send:
-        await _warm_up(run, send)
-        recorder.reset()
-        run.errors, run.first_error = 0, None
-        start = now_ns()
-        run.deadline = start + duration_ns + max(duration_ns, int(MIN_DRAIN_S * _NS))
-        sent = 0
-        while sent < total and not run.overdue:
-            now = now_ns()
-            due = min(total, (now - start) * rate // _NS + 1)
-            stop = min(due, sent + max_backlog - len(intended))
-            while sent < stop:
-                append(start + sent * _NS // rate)
-                send()
-                sent += 1
-            progress.update(label, (now - start) / _NS)
-            if sent >= total:
-                break
-            if sent < due:  # the backlog is full: let the bus work
-                await asyncio.sleep(0)
-                continue
-            wait = start + sent * _NS // rate - now_ns()
-            await asyncio.sleep((wait - _SPIN_NS) / _NS if wait > _SPIN_NS else 0)
-        if sent < total:
-            # Cut off while sending: the events due but never sent waited this long.
-            for i in range(sent, total):
-                recorder.record_since(start + i * _NS // rate)
-            run.unfinished += total - sent
-        run.sending_done = True
-        if intended:
-            progress.update(f"{label}: draining", duration)
-            await run.done
-        else:
-            run.end_ns = now_ns()
+    warmed = True
+    start = sent = 0
+    # A handler that never returns would keep the bus from closing: the bus is
+    # then left by cancelling it, which cancels the handler.
+    with anyio.CancelScope() as scope:
+        async with opener(run.wrap(handler)) as send:
+            warmed = await _warm_up(run, send)
+            if warmed:
+                recorder.reset()
+                run.errors, run.first_error = 0, None
+                start, sent = await _send_and_drain(run, send, rate, duration, progress, label)
+            if not warmed or run.stuck:
+                scope.cancel()
+    if not warmed:
+        raise BenchError(
+            f"{handler_name} has not returned {STUCK_S:g} s after its event, "
+            "before the measurement began: it never returns, or is too slow to measure"
+        )
+    if run.stuck and run.first_error is None:
+        run.first_error = (
+            f"{handler_name} had not returned {STUCK_S:g} s after the run's cut-off: "
+            "the events still waiting were abandoned"
+        )
     progress.finish_run(duration)
     elapsed_s = max(duration, (run.end_ns - start) / _NS)
     handled = recorder.count - run.unfinished
@@ -601,6 +663,8 @@ def format_table(results: Sequence[RateResult]) -> str:
             notes.append(f"{r.unfinished:,} unfinished at the time limit")
         if r.errors:
             notes.append(f"{r.errors:,} handler errors, first: {r.first_error}")
+        elif r.first_error is not None:
+            notes.append(r.first_error)  # a handler that never returned
         lines.append(row + ("   (" + "; ".join(notes) + ")" if notes else ""))
     top = max(r.rate_per_s for r in results) if results else 0
     for name in buses:
