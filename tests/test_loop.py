@@ -416,6 +416,67 @@ async def test_metrics_reports_data() -> None:
     assert json.loads(reply)["loop"] == data["loop"]
 
 
+@pytest.mark.anyio
+async def test_a_run_nobody_watches_counts_its_events_without_queueing_them() -> None:
+    """With only the loop on the bus, the run's events are emitted at once: counted
+    as published and dispatched by type, never queued, and the input is handed to
+    the session without the dispatcher."""
+
+    def model(prompt: str, context: AgentContext) -> ProviderResponse:
+        return tool_call("echo", {"text": "x"}) if not context.tool_results else text_response("ok")
+
+    async with EventBus() as bus, ExecutionLoop(bus, FunctionProvider(model), [Echo()]) as loop:
+        with anyio.fail_after(HANG):
+            await bus.wait_idle()
+            result = await loop.ask("hi", session_id="s")
+            assert len(bus) == 0
+            metrics = bus.metrics()
+    assert result.replies == ["ok"]
+    assert metrics["dispatched"] == {
+        USER_MESSAGE: 1,
+        TICK_START: 2,
+        STATE_CHANGE: 4,
+        TOOL_CALL: 1,
+        TOOL_RESULT: 1,
+        AGENT_MESSAGE: 1,
+    }
+    assert metrics["published"] == 10
+    assert metrics["latency_us"]["count"] == 0  # nothing went through the queue
+
+
+@pytest.mark.anyio
+async def test_a_subscriber_added_during_a_run_gets_the_events_that_follow() -> None:
+    seen: list[Event] = []
+    subscribed = anyio.Event()
+    go_on = anyio.Event()
+
+    async def model(prompt: str, context: AgentContext) -> ProviderResponse:
+        if context.round == 1:
+            subscribed.set()
+            await go_on.wait()
+            return tool_call("echo", {"text": "x"})
+        return text_response("ok")
+
+    async with EventBus() as bus, ExecutionLoop(bus, FunctionProvider(model), [Echo()]) as loop:
+        with anyio.fail_after(HANG):
+            pending = loop.start("hi", session_id="s")
+            await subscribed.wait()
+            bus.subscribe("*", seen.append)
+            go_on.set()
+            await pending.wait()
+            await bus.wait_idle()
+    states = [(e.payload["from"], e.payload["to"]) for e in seen if e.type == STATE_CHANGE]
+    assert [e.type for e in seen if e.type != STATE_CHANGE] == [
+        TOOL_CALL,
+        TOOL_RESULT,
+        TICK_START,
+        AGENT_MESSAGE,
+    ]
+    assert states == [("THINKING", "EXECUTING"), ("EXECUTING", "THINKING"), ("THINKING", "IDLE")]
+    call, outcome = (e for e in seen if e.type in (TOOL_CALL, TOOL_RESULT))
+    assert outcome.parent_id == call.id
+
+
 # ------------------------------------------------- 3. failures are told, not raised
 
 
