@@ -9,8 +9,10 @@ tool call, per turn.
 - openstarry: ``Agent.ask`` with a :class:`~openstarry.testing.FunctionProvider`
   (``record=0``) and an ``@tool``, ``memory_window=1``. Each turn also keeps the
   session's memory of one turn and publishes the run's 10 events on the bus
-  (input, ticks, state changes, tool call and result, reply), which its
-  dispatcher dispatches as the turn ends.
+  (input, ticks, state changes, tool call and result, reply), each made in
+  Rust with its trace and parent ids, its id checked and recorded by the
+  dedup window and counted; nothing else subscribes, so none is queued for
+  the dispatcher (``EventBus.emit``, ``EventBus.deliver``).
 - pydantic-ai: ``Agent.run`` with ``FunctionModel`` and ``@agent.tool_plain``,
   no message history; it builds its message list and usage for each run.
 
