@@ -6,10 +6,13 @@ timing assertion); ordering is controlled with events the test sets itself.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -647,28 +650,65 @@ async def test_queue_full_does_not_record_the_id() -> None:
 
 
 @pytest.mark.anyio
-async def test_emit_of_an_event_nobody_subscribes_to_is_dispatched_at_once() -> None:
+async def test_emit_on_an_idle_bus_dispatches_an_event_nobody_subscribes_to_at_once() -> None:
     async with EventBus(capacity=1) as bus:
-        gate = Gate()
         with anyio.fail_after(TIMEOUT):
-            await block_dispatcher(bus, gate)  # the dispatcher is busy: nothing it does counts
-            assert bus.publish(ev(1))  # the bus is full now
+            await bus.wait_idle()  # the dispatcher sleeps, nothing is queued
             tick = ev(2, type_="KERNEL:TICK_START")
             assert bus.emit(tick, tick.type) is True
-            assert len(bus) == 1  # it took no room, it is not queued
+            assert len(bus) == 0  # not queued
             metrics = bus.metrics()
-            assert metrics["dispatched"] == {"INPUT:SIGNAL": 1, "KERNEL:TICK_START": 1}
-            assert metrics["published"] == 3
+            assert metrics["dispatched"] == {"KERNEL:TICK_START": 1}
+            assert metrics["published"] == 1
+            assert metrics["latency_us"]["count"] == 0
             assert bus.emit(tick, tick.type) is False  # a duplicate
-            gate.release.set()
-            await bus.wait_idle()
             assert not bus.publish(tick)  # the window knows its id
             assert bus.metrics()["duplicates"] == 2
-    assert bus.metrics()["dispatched"] == {
-        "INPUT:SIGNAL": 1,
-        USER: 1,
-        "KERNEL:TICK_START": 1,
-    }
+            with pytest.raises(ValueError, match="is not the event's type"):
+                bus.emit(ev(3, type_="KERNEL:TICK_START"), "KERNEL:OTHER")
+
+
+@pytest.mark.anyio
+async def test_emit_while_anything_could_come_first_publishes_the_event() -> None:
+    """Behind a busy dispatcher an event takes its turn: a handler that subscribes
+    meanwhile gets it, as it would get a published one."""
+    seen: list[int] = []
+    async with EventBus(capacity=2) as bus:
+        gate = Gate()
+        with anyio.fail_after(TIMEOUT):
+            await block_dispatcher(bus, gate)  # the dispatcher is busy
+            tick = ev(1, type_="KERNEL:TICK_START")
+            assert bus.emit(tick, tick.type) is True
+            assert len(bus) == 1  # queued, nobody subscribes yet
+            bus.subscribe("KERNEL:*", lambda e: seen.append(n_of(e)))
+            assert bus.publish(ev(2))  # the bus is full now
+            second = ev(3, type_="KERNEL:TICK_START")
+            with pytest.raises(QueueFull):
+                bus.emit(second, second.type)
+            gate.release.set()
+            await bus.wait_idle()
+    assert seen == [1]
+    assert bus.metrics()["dispatched"] == {"INPUT:SIGNAL": 1, "KERNEL:TICK_START": 1, USER: 1}
+
+
+@pytest.mark.anyio
+async def test_a_subscriber_a_handler_adds_gets_the_events_emitted_behind_its_event() -> None:
+    seen: list[str] = []
+    async with EventBus() as bus:
+
+        def subscribe_on_first(event: Event) -> None:
+            seen.append("subscribed")
+            bus.subscribe("KERNEL:STATE_CHANGE", lambda e: seen.append(f"state {n_of(e)}"))
+
+        bus.subscribe("KERNEL:TICK_START", subscribe_on_first)
+        with anyio.fail_after(TIMEOUT):
+            await bus.wait_idle()
+            tick = ev(1, type_="KERNEL:TICK_START")
+            assert bus.emit(tick, tick.type)  # routed: queued, the dispatcher woken
+            change = ev(2, type_="KERNEL:STATE_CHANGE")
+            assert bus.emit(change, change.type)  # nobody listens yet, but the tick comes first
+            await bus.wait_idle()
+    assert seen == ["subscribed", "state 2"]
 
 
 @pytest.mark.anyio
@@ -697,6 +737,7 @@ async def test_emit_skips_the_one_subscription_it_is_told_to_skip() -> None:
     async with EventBus() as bus:
         own = bus.subscribe("EXEC:TOOL_CALL", lambda e: seen.append(("own", n_of(e))))
         with anyio.fail_after(TIMEOUT):
+            await bus.wait_idle()
             call = ev(1, type_="EXEC:TOOL_CALL")
             assert bus.emit(call, call.type, own)  # only the skipped one listens: not queued
             assert len(bus) == 0
@@ -707,6 +748,47 @@ async def test_emit_skips_the_one_subscription_it_is_told_to_skip() -> None:
             other.cancel()
     assert seen == [("own", 2), ("other", 2)]
     assert bus.metrics()["dispatched"] == {"EXEC:TOOL_CALL": 2}
+
+
+def test_a_wakeup_keeps_its_cancelled_waits_in_proportion_to_the_live_ones() -> None:
+    """Cancelled waits are dropped when the waits have doubled since the last time,
+    so many live waiters (producers waiting for room) do not make each wait rescan them
+    all, and a signal waited on and cancelled forever stays small."""
+
+    async def main() -> tuple[list[int], int, int]:
+        signal = bus_module.signal_factory()()
+        sizes = []
+        live = [asyncio.ensure_future(_wait(signal)) for _ in range(100)]
+        await asyncio.sleep(0)
+        for _ in range(2_000):
+            waiting = asyncio.ensure_future(_wait(signal))
+            await asyncio.sleep(0)
+            waiting.cancel()
+            await asyncio.sleep(0)
+            sizes.append(len(signal._waiters))  # type: ignore[attr-defined]
+        signal.set()
+        woken = sum(await asyncio.gather(*live))
+        return sizes, woken, signal._prune_at  # type: ignore[attr-defined]
+
+    async def _wait(signal: Any) -> int:
+        await signal.wait()
+        return 1
+
+    sizes, woken, prune_at = asyncio.run(main())
+    assert woken == 100
+    assert prune_at >= 2 * 100  # the next drop waits until the waits have doubled
+    assert max(sizes) <= 2 * 100 + 1
+    assert min(sizes[-100:]) >= 100  # the live waits are never dropped
+
+
+def test_a_bus_and_its_emitter_are_collected_together() -> None:
+    """The bus's emitter refers back to the bus (its publish): the cycle collector frees both."""
+    bus = EventBus()
+    assert bus.emit.__self__ is bus._emitter  # type: ignore[attr-defined]
+    ref = weakref.ref(bus)
+    del bus
+    gc.collect()
+    assert ref() is None
 
 
 @pytest.mark.anyio

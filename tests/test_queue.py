@@ -34,6 +34,7 @@ from openstarry._core import (
     PRIORITY_HIGHEST,
     PRIORITY_LOWEST,
     DedupWindow,
+    Emitter,
     Event,
     EventQueue,
     Published,
@@ -1120,6 +1121,83 @@ def test_admit_checks_its_arguments() -> None:
     with pytest.raises(TypeError):
         q.admit(_unique_event(1), "not a window")  # type: ignore[arg-type]
     assert q.unique_pushed == 0
+
+
+# --- Emitter: EventBus.emit in one call ----------------------------------------------------
+
+
+def _emitter_parts() -> tuple[EventQueue, DedupWindow, dict[str, list[Any]], list[str], list[Any]]:
+    return EventQueue(), DedupWindow(), {}, [], []
+
+
+def test_emitter_admits_an_event_nobody_subscribes_to_and_counts_it() -> None:
+    queue, window, by_type, asked, published = _emitter_parts()
+
+    def route_of(event_type: str) -> list[Any]:
+        asked.append(event_type)
+        entry = by_type[event_type] = [(), 0, None, "no_subscriber"]
+        return entry
+
+    emitter = Emitter(queue, window, by_type, route_of, published.append)
+    emitter.asleep = True  # as the bus says while its dispatcher sleeps
+    first, second = _unique_event(1), _unique_event(2)
+    assert emitter.emit(first, first.type) is True
+    assert emitter.emit(second, second.type) is True
+    assert asked == [first.type]  # the entry is looked up once, then read from the cache
+    assert by_type[first.type][1] == 2
+    assert queue.unique_pushed == 2
+    assert len(queue) == 0
+    assert published == []
+    assert emitter.emit(first, first.type) is False
+    assert emitter.duplicates == 1
+    assert by_type[first.type][1] == 2
+
+
+def test_emitter_publishes_a_routed_event_unless_only_skip_listens() -> None:
+    queue, window, by_type, _, published = _emitter_parts()
+    handler, other = object(), object()
+    event = _unique_event(1)
+    by_type[event.type] = [(handler,), 0, None, "handled"]
+    emitter = Emitter(queue, window, by_type, lambda t: by_type[t], published.append)
+    emitter.asleep = True
+    assert emitter.emit(event, event.type) is False  # what publish returned (None here)
+    assert published == [event]
+    assert emitter.emit(_unique_event(2), event.type, handler) is True  # only skip listens
+    assert published == [event]
+    by_type[event.type] = [(handler, other), 0, None, "handled"]
+    third = _unique_event(3)
+    assert emitter.emit(third, event.type, handler) is False
+    assert published == [event, third]
+
+
+def test_emitter_publishes_while_the_dispatcher_is_awake_or_events_wait() -> None:
+    queue, window, by_type, _, published = _emitter_parts()
+    first, second = _unique_event(1), _unique_event(2)
+    by_type[first.type] = [(), 0, None, "no_subscriber"]
+    emitter = Emitter(queue, window, by_type, lambda t: by_type[t], published.append)
+    assert not emitter.asleep  # until the bus says its dispatcher sleeps
+    emitter.emit(first, first.type)
+    assert published == [first]
+    emitter.asleep = True
+    queue.push("waiting", 5)
+    emitter.emit(second, second.type)
+    assert published == [first, second]
+    assert queue.unique_pushed == 0
+    assert by_type[first.type][1] == 0
+
+
+def test_emitter_refuses_what_is_not_an_event_and_a_closed_queue() -> None:
+    queue, window, by_type, _, published = _emitter_parts()
+    by_type["INPUT:USER_MESSAGE"] = [(), 0, None, "no_subscriber"]
+    emitter = Emitter(queue, window, by_type, lambda t: by_type[t], published.append)
+    emitter.asleep = True
+    with pytest.raises(TypeError, match=r"publish takes an openstarry\.core\.Event, not dict"):
+        emitter.emit({}, "INPUT:USER_MESSAGE")  # type: ignore[arg-type]
+    queue.close()
+    event = _unique_event(1)
+    with pytest.raises(QueueClosed, match="the bus is closed"):
+        emitter.emit(event, event.type)
+    assert window.check_and_insert(event.id)  # nothing recorded
 
 
 # --- publish: push_unique with a Published handle as the item -------------------------------

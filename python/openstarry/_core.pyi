@@ -12,6 +12,7 @@ __all__ = [
     "PRIORITY_LOWEST",
     "ContentSegment",
     "DedupWindow",
+    "Emitter",
     "Event",
     "EventQueue",
     "IngestResult",
@@ -234,6 +235,42 @@ def encode_response(response: ProviderResponse) -> bytes:
     """Encode a ``ProviderResponse`` to JSON with the spec's wire field names."""
 
 @final
+class Emitter:
+    """``EventBus.emit`` of a local bus, in one call into Rust.
+
+    Made by the bus over its queue, its dedup window, its cache of routes by
+    type and its ``publish``. :meth:`emit` looks up the event type's route
+    (the bus's ``route_of`` fills a missing entry); an event nobody subscribes
+    to (or only ``skip``) is admitted by the queue (:meth:`EventQueue.admit`)
+    and counted in its route's entry, anything else goes to ``publish``.
+    """
+
+    def __new__(
+        cls,
+        queue: EventQueue,
+        dedup: DedupWindow | None,
+        by_type: dict[str, list[Any]],
+        route_of: Callable[[str], list[Any]],
+        publish: Callable[[Event], object],
+    ) -> Emitter: ...
+    def emit(self, event: Event, event_type: str, skip: object | None = None) -> bool:
+        """Emit ``event``, whose type is ``event_type``: ``False`` for a duplicate id.
+
+        Raises:
+            TypeError: ``event`` is not an ``Event``.
+            QueueClosed: the queue is closed.
+            QueueFull: a routed event, and ``publish`` found the bus full.
+        """
+    @property
+    def duplicates(self) -> int:
+        """Events refused so far as duplicates by :meth:`emit` (not by ``publish``)."""
+    @property
+    def asleep(self) -> bool:
+        """Whether the bus's dispatcher sleeps (the bus keeps it up to date)."""
+    @asleep.setter
+    def asleep(self, value: bool) -> None: ...
+
+@final
 class EventQueue:
     """A thread-safe priority queue: priorities 0..5, 0 served first, FIFO within a priority.
 
@@ -271,7 +308,8 @@ class EventQueue:
         """How many items the ``"shed"`` policy has dropped so far."""
     @property
     def unique_pushed(self) -> int:
-        """How many items ``push_unique`` has queued on this queue so far."""
+        """How many events ``push_unique`` (and so ``publish``) has queued on this
+        queue so far, and ``admit`` admitted."""
 
     def push(self, item: Any, priority: int | None = None) -> Any:
         """Queue ``item``; an ``Event`` takes its own priority when ``priority`` is ``None``.

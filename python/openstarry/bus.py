@@ -75,7 +75,7 @@ import anyio.abc
 
 from openstarry._core import Published, _install_published_hooks
 from openstarry._lifecycle import Lifecycle
-from openstarry.core import DedupWindow, Event, EventQueue, Ingestor, IngestResult
+from openstarry.core import DedupWindow, Emitter, Event, EventQueue, Ingestor, IngestResult
 from openstarry.errors import QueueClosed, QueueFull
 from openstarry.events import EventType
 
@@ -105,7 +105,7 @@ _ERROR = EventType.ERROR.value
 
 
 class Signal(Protocol):
-    """A one-shot wake-up: ``anyio.Event`` or, on asyncio, the cheaper ``asyncio.Event``."""
+    """A one-shot wake-up: on asyncio a signal bound to the loop, on trio ``trio.Event``."""
 
     def set(self) -> object: ...
     def is_set(self) -> bool: ...
@@ -134,16 +134,17 @@ class _Wakeup:
     for, and looks up the running loop on every wait (a ``getpid`` system call
     each time). This one is bound to its loop when made. :meth:`wait` hands out
     the future itself, without a coroutine around it: a wait that is cancelled
-    leaves its cancelled future behind, which :meth:`set` skips and the next
-    wait drops once a few have piled up.
+    leaves its cancelled future behind, which :meth:`set` skips and a later
+    wait drops once the waits have doubled since the last time.
     """
 
-    __slots__ = ("_flag", "_loop", "_waiters")
+    __slots__ = ("_flag", "_loop", "_prune_at", "_waiters")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._flag = False
         self._waiters: list[asyncio.Future[None]] | None = None
+        self._prune_at = _PRUNE_AT
 
     def set(self) -> None:
         if self._flag:
@@ -167,8 +168,11 @@ class _Wakeup:
         if waiters is None:
             self._waiters = [waiter]
         else:
-            if len(waiters) >= _PRUNE_AT:
+            if len(waiters) >= self._prune_at:
+                # Dropped when their number doubles: many waiting at once
+                # (producers waiting for room) cost each wait O(1) on average.
                 waiters[:] = [w for w in waiters if not w.done()]
+                self._prune_at = max(_PRUNE_AT, 2 * len(waiters))
             waiters.append(waiter)
         return waiter
 
@@ -184,8 +188,10 @@ def signal_factory() -> Callable[[], Signal]:
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
-        import trio  # only when running on trio
-
+        try:
+            import trio  # only when running on trio
+        except ImportError:  # no event loop at all: anyio says so when waited on
+            return anyio.Event
         return trio.Event
     return partial(_Wakeup, loop)
 
@@ -349,6 +355,8 @@ def _notice(bus: EventBus, item: Published | None, priority: int) -> bool:
     """
     if bus._asleep:
         bus._asleep = False
+        if bus._emitter is not None:
+            bus._emitter.asleep = False
         bus._watch = bus._closing or bus._remote is not None
         bus._wake.set()
         return False
@@ -533,6 +541,8 @@ def _publish_watched(bus: EventBus, event: Event) -> Published:
             return _refused(event)
         if bus._asleep:
             bus._asleep = bus._watch = False
+            if bus._emitter is not None:
+                bus._emitter.asleep = False
             bus._wake.set()
         return handle
     capacity = bus._capacity
@@ -587,6 +597,22 @@ def _handler_failed(
         bus._errors_dropped += 1
     finally:
         _CAUSE.reset(token)
+
+
+class Emit(Protocol):
+    """What :attr:`EventBus.emit` gives: ``emit(event, event_type, skip=None) -> bool``."""
+
+    def __call__(
+        self, event: Event, event_type: str, skip: Subscription | None = None, /
+    ) -> bool: ...
+
+
+def _emitter_of(bus: EventBus) -> Emitter | None:
+    """The bus's :class:`~openstarry.core.Emitter` over its current queue (none when remote)."""
+    if bus._remote is not None:
+        return None
+    routes = bus._routes
+    return Emitter(bus._queue, bus._dedup, routes.by_type, routes.of, bus.publish)
 
 
 def _no_backend(event: Event, outcome: str) -> None:
@@ -735,7 +761,8 @@ class EventBus(Lifecycle):
         self._stopped: Signal = _NOT_RUNNING
         self._closing = False
         # Metrics.
-        #: Accepted events, except those the queue counts (``EventQueue.publish``, ``push_unique``).
+        #: Accepted events, except those the queue counts (``EventQueue.publish``,
+        #: ``push_unique``, ``admit``).
         self._published = 0
         self._duplicates = 0
         self._invalid = 0
@@ -743,6 +770,7 @@ class EventBus(Lifecycle):
         self._errors_dropped = 0
         self._latency = array("q", bytes(8 * latency_samples))
         self._latency_count = 0
+        self._emitter = _emitter_of(self)
 
     @classmethod
     def from_url(
@@ -796,11 +824,16 @@ class EventBus(Lifecycle):
             self._published += self._queue.unique_pushed  # the old queue's count
             self._queue = EventQueue(self._capacity)
             self._publish_event = self._queue.publish
+            if self._emitter is not None:
+                self._duplicates += self._emitter.duplicates
+            self._emitter = _emitter_of(self)
             self._ingestor = None
             self._closing = False
         new_signal = self.new_signal = signal_factory()
         self._wake, self._idle, self._room, self._stopped = (new_signal() for _ in range(4))
         self._asleep = False
+        if self._emitter is not None:
+            self._emitter.asleep = False
         self._watch = self.backend is not None
         try:
             async with AsyncExitStack() as stack:
@@ -892,39 +925,34 @@ class EventBus(Lifecycle):
             return _refused(event)
         return handle
 
-    def emit(self, event: Event, event_type: str, skip: Subscription | None = None) -> bool:
-        """:meth:`publish` for a producer that wants no handle; True unless a duplicate.
+    @property
+    def emit(self) -> Emit:
+        """``emit(event, event_type, skip=None)``: :meth:`publish` for a producer that
+        wants no handle; True unless a duplicate.
 
-        ``event_type`` must be ``event.type`` (given, it spares reading it).
-        An event nobody subscribes to (or only ``skip``, a handler that would
-        ignore it) is dispatched at once: its id goes through the window and
-        it is counted as published and dispatched, with nothing queued, no
-        room taken and no latency sample. So a producer whose events nobody
+        ``event_type`` must be ``event.type`` (given, it spares decoding it; a
+        different one is a ``ValueError``). When nothing could come before the
+        event (the bus is local and idle: the dispatcher sleeps, nothing is
+        queued), an event nobody subscribes to (or only ``skip``, a handler
+        that would ignore it) is dispatched at once: its id goes through the
+        window and it is counted as published and dispatched, with nothing
+        queued, no room taken and no latency sample. So a producer whose events nobody
         listens to (an agent's run with no stream open) pays no dispatch for
-        them. Any other event is published as :meth:`publish` does.
+        them. Any other event is published as :meth:`publish` does. On the
+        local bus it is one call into Rust (:class:`~openstarry.core.Emitter`);
+        a producer may keep the function while the bus runs.
 
         Raises:
             QueueFull: a routed event, and the bus is at capacity.
             QueueClosed: after :meth:`aclose`.
             TypeError: ``event`` is not an :class:`~openstarry.core.Event`.
         """
-        if self._remote is None:
-            routes = self._routes
-            entry = routes.by_type.get(event_type)
-            if entry is None:
-                entry = routes.of(event_type)
-            route = entry[0]
-            if not route or (len(route) == 1 and route[0] is skip):
-                try:
-                    if not self._queue.admit(event, self._dedup):
-                        self._duplicates += 1
-                        return False
-                except TypeError:
-                    raise TypeError(_not_an_event(event)) from None
-                except QueueClosed:
-                    raise QueueClosed("the bus is closed") from None
-                entry[1] += 1
-                return True
+        emitter = self._emitter
+        if emitter is None:
+            return self._emit_remote
+        return emitter.emit
+
+    def _emit_remote(self, event: Event, event_type: str, skip: Subscription | None = None) -> bool:
         return bool(self.publish(event))
 
     def deliver(self, event: Event, event_type: str, subscription: Subscription) -> bool | None:
@@ -935,16 +963,23 @@ class EventBus(Lifecycle):
         ``event_type`` (which must be ``event.type``): the event then goes
         through the window, is counted as published and dispatched, and the
         handler is called now, as the dispatcher would call it next (a handler
-        that raises is reported as on dispatch, with a ``KERNEL:ERROR``). A
-        producer that owns such a handler (an agent's inputs) spares the event
-        a trip through the queue and a wake-up of the dispatcher.
+        that raises is reported as on dispatch, with a ``KERNEL:ERROR``); it
+        takes no latency sample. A producer that owns such a handler (an
+        agent's inputs) spares the event a trip through the queue and a
+        wake-up of the dispatcher. Delivered, the event has reached its
+        handler: an urgent event published after it can no longer overtake it.
 
         Returns:
             ``True`` when delivered, ``False`` for a duplicate id (not
             delivered), ``None`` when it cannot be delivered now: publish it.
+
+        Raises:
+            ValueError: ``event_type`` is not ``event.type``.
         """
         if not self._asleep or self._closing or self._remote is not None or self._queue:
             return None
+        if type(event) is Event and event.type != event_type:
+            raise ValueError(f"event_type {event_type!r} is not the event's type {event.type!r}")
         routes = self._routes
         entry = routes.by_type.get(event_type)
         if entry is None:
@@ -1127,6 +1162,8 @@ class EventBus(Lifecycle):
                             _make_room(self)
                         self._wake = new_signal()
                         self._asleep = self._watch = True
+                        if self._emitter is not None:
+                            self._emitter.asleep = True
                         self._idle.set()
                         await self._wake.wait()
                         continue
@@ -1224,9 +1261,10 @@ class EventBus(Lifecycle):
         for name, q in (("p50", 0.50), ("p99", 0.99)):
             latency[name] = samples[min(count - 1, int(q * count))] / 1000 if samples else None
         latency["max"] = samples[-1] / 1000 if samples else None
+        emitter = self._emitter
         metrics: dict[str, Any] = {
             "published": self._published + self._queue.unique_pushed,
-            "duplicates": self._duplicates,
+            "duplicates": self._duplicates + (emitter.duplicates if emitter is not None else 0),
             "invalid": self._invalid,
             "dispatched": self._routes.counts(),
             "depth": _depths(self),

@@ -37,6 +37,14 @@ fn error_class<'py>(
     cell.import(py, "openstarry.errors", name)
 }
 
+/// ``QueueClosed("the bus is closed")``: what the event bus says of its closed queue.
+pub fn bus_closed(py: Python<'_>) -> PyErr {
+    match error_class(py, &QUEUE_CLOSED, "QueueClosed") {
+        Ok(cls) => PyErr::from_type(cls.clone(), "the bus is closed"),
+        Err(e) => e,
+    }
+}
+
 impl From<CoreError> for PyErr {
     fn from(err: CoreError) -> PyErr {
         Python::attach(|py| match err {

@@ -135,6 +135,12 @@ impl PyEvent {
         self.idx.id.as_bytes(self.bytes(py)).into_owned()
     }
 
+    /// The event's type as UTF-8 (types are ASCII: never escaped).
+    #[must_use]
+    pub fn type_bytes<'a>(&'a self, py: Python<'a>) -> std::borrow::Cow<'a, [u8]> {
+        self.idx.type_.as_bytes(self.bytes(py))
+    }
+
     #[must_use]
     pub fn priority(&self) -> u8 {
         self.idx.priority

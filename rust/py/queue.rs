@@ -1,15 +1,15 @@
 //! `EventQueue`: the thread-safe priority queue of [`crate::queue`] over Python objects.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use pyo3::PyTraverseError;
 
 use super::dedup::PyDedupWindow;
-use super::errors::CoreError;
+use super::errors::{bus_closed, CoreError};
 use super::errors::{repr, strict_int, type_name};
 use super::event::{priority_arg, PyEvent};
 use super::record::Item;
@@ -27,11 +27,10 @@ const WAIT_SLICE: Duration = Duration::from_millis(50);
 pub struct PyEventQueue {
     /// Objects pushed from Python, and ingested lines that become `Event`s when popped.
     pub inner: PriorityQueue<Item>,
-    /// How many items `push_unique` has queued (its return value).
+    /// How many events `push_unique` has queued and `admit` admitted.
     unique: AtomicU64,
 }
 
-/// The error of a refused push; the refused item(s) are dropped (the GIL is held).
 /// The wall clock in Unix milliseconds, as the dedup window reads it.
 fn wall_ms() -> i64 {
     SystemTime::now()
@@ -39,6 +38,7 @@ fn wall_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// The error of a refused push; the refused item(s) are dropped (the GIL is held).
 fn refused<T>(err: PushError<T>) -> CoreError {
     match err {
         PushError::Full(_) => CoreError::QueueFull,
@@ -165,6 +165,30 @@ impl PyEventQueue {
     }
 
     /// `push_unique`'s work: `item` at `event`'s priority unless `dedup` has seen its id.
+    /// What `admit` does once `event` is known to be an `Event`.
+    fn admit_event(
+        &self,
+        py: Python<'_>,
+        event: &PyEvent,
+        dedup: Option<&Bound<'_, PyDedupWindow>>,
+    ) -> Result<bool, CoreError> {
+        if self.inner.is_closed() {
+            return Err(CoreError::QueueClosed);
+        }
+        if let Some(dedup) = dedup {
+            let id = event.id_bytes(py);
+            let now = wall_ms();
+            if !dedup
+                .get()
+                .with_inner(|window| window.check_and_insert(&id, now))
+            {
+                return Ok(false);
+            }
+        }
+        self.unique.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
+    }
+
     fn push_unique_item(
         &self,
         item: Py<PyAny>,
@@ -281,7 +305,8 @@ impl PyEventQueue {
         })
     }
 
-    /// How many items ``push_unique`` has queued on this queue so far.
+    /// How many events ``push_unique`` (and so ``publish``) has queued on this
+    /// queue so far, and ``admit`` admitted.
     #[getter]
     fn unique_pushed(&self) -> u64 {
         self.unique.load(Ordering::Relaxed)
@@ -436,21 +461,7 @@ impl PyEventQueue {
         let typed = event.cast_exact::<PyEvent>().map_err(|_| {
             CoreError::Type(format!("admit takes an Event, got a {}", type_name(event)))
         })?;
-        if self.inner.is_closed() {
-            return Err(CoreError::QueueClosed);
-        }
-        if let Some(dedup) = dedup {
-            let id = typed.get().id_bytes(event.py());
-            let now = wall_ms();
-            if !dedup
-                .get()
-                .with_inner(|window| window.check_and_insert(&id, now))
-            {
-                return Ok(false);
-            }
-        }
-        self.unique.fetch_add(1, Ordering::Relaxed);
-        Ok(true)
+        self.admit_event(event.py(), typed.get(), dedup)
     }
 
     /// Queue every item in one call (all or nothing under ``"reject"``).
@@ -578,8 +589,148 @@ impl PyEventQueue {
     }
 }
 
+/// ``EventBus.emit`` of a local bus, in one call into Rust.
+///
+/// Made by the bus over its queue, its dedup window, its cache of routes by
+/// type and its ``publish``. :meth:`emit` looks up the event type's route
+/// (the bus's ``route_of`` fills a missing entry); an event nobody subscribes
+/// to (or only ``skip``) is admitted by the queue (:meth:`EventQueue.admit`)
+/// and counted in its route's entry, anything else goes to ``publish``.
+#[pyclass(frozen, name = "Emitter", module = "openstarry._core")]
+pub struct PyEmitter {
+    queue: Py<PyEventQueue>,
+    dedup: Option<Py<PyDedupWindow>>,
+    by_type: Py<PyDict>,
+    route_of: Py<PyAny>,
+    publish: Py<PyAny>,
+    duplicates: AtomicU64,
+    /// Set by the bus while its dispatcher sleeps: then, with nothing queued,
+    /// nothing could be dispatched before an emitted event.
+    asleep: AtomicBool,
+}
+
+// The docstrings are Python's (reST double backquotes).
+#[allow(clippy::doc_markdown)]
+#[pymethods]
+impl PyEmitter {
+    #[new]
+    #[pyo3(signature = (queue, dedup, by_type, route_of, publish))]
+    fn py_new(
+        queue: Py<PyEventQueue>,
+        dedup: Option<Py<PyDedupWindow>>,
+        by_type: Py<PyDict>,
+        route_of: Py<PyAny>,
+        publish: Py<PyAny>,
+    ) -> Self {
+        PyEmitter {
+            queue,
+            dedup,
+            by_type,
+            route_of,
+            publish,
+            duplicates: AtomicU64::new(0),
+            asleep: AtomicBool::new(false),
+        }
+    }
+
+    /// Emit ``event``, whose type is ``event_type``: ``False`` for a duplicate id.
+    ///
+    /// Raises:
+    ///     TypeError: ``event`` is not an ``Event``.
+    ///     QueueClosed: the queue is closed.
+    ///     QueueFull: a routed event, and ``publish`` found the bus full.
+    #[pyo3(signature = (event, event_type, skip=None))]
+    fn emit(
+        &self,
+        event: &Bound<'_, PyAny>,
+        event_type: &Bound<'_, PyString>,
+        skip: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let py = event.py();
+        let typed = event.cast_exact::<PyEvent>().map_err(|_| {
+            CoreError::Type(format!(
+                "publish takes an openstarry.core.Event, not {}",
+                type_name(event)
+            ))
+        })?;
+        let actual = typed.get().type_bytes(py);
+        let given = event_type.to_str()?;
+        if actual.as_ref() != given.as_bytes() {
+            return Err(CoreError::Value(format!(
+                "event_type {given:?} is not the event's type {:?}",
+                String::from_utf8_lossy(&actual)
+            ))
+            .into());
+        }
+        // Something may come before the event (the dispatcher is busy, or
+        // events wait): it takes its turn, whoever subscribes meanwhile.
+        if !self.asleep.load(Ordering::Relaxed) || !self.queue.get().inner.is_empty() {
+            return self.publish.bind(py).call1((event,))?.is_truthy();
+        }
+        let by_type = self.by_type.bind(py);
+        let entry = match by_type.get_item(event_type)? {
+            Some(entry) => entry,
+            None => self.route_of.bind(py).call1((event_type,))?,
+        };
+        let entry = entry.cast_into::<PyList>()?;
+        let route = entry.get_item(0)?;
+        let route = route.cast::<PyTuple>()?;
+        let unrouted = match route.len() {
+            0 => true,
+            1 => skip.is_some_and(|skip| route.get_item(0).is_ok_and(|only| only.is(skip))),
+            _ => false,
+        };
+        if !unrouted {
+            return self.publish.bind(py).call1((event,))?.is_truthy();
+        }
+        let dedup = self.dedup.as_ref().map(|d| d.bind(py));
+        match self.queue.get().admit_event(py, typed.get(), dedup) {
+            Ok(true) => {}
+            Ok(false) => {
+                self.duplicates.fetch_add(1, Ordering::Relaxed);
+                return Ok(false);
+            }
+            Err(CoreError::QueueClosed) => {
+                return Err(bus_closed(py));
+            }
+            Err(err) => return Err(err.into()),
+        }
+        let count = entry.get_item(1)?.add(1)?;
+        entry.set_item(1, count)?;
+        Ok(true)
+    }
+
+    /// Events refused so far as duplicates by :meth:`emit` (not by ``publish``).
+    #[getter]
+    fn duplicates(&self) -> u64 {
+        self.duplicates.load(Ordering::Relaxed)
+    }
+
+    /// Whether the bus's dispatcher sleeps (the bus keeps it up to date).
+    #[getter]
+    fn asleep(&self) -> bool {
+        self.asleep.load(Ordering::Relaxed)
+    }
+
+    #[setter]
+    fn set_asleep(&self, value: bool) {
+        self.asleep.store(value, Ordering::Relaxed);
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.queue)?;
+        if let Some(dedup) = &self.dedup {
+            visit.call(dedup)?;
+        }
+        visit.call(&self.by_type)?;
+        visit.call(&self.route_of)?;
+        visit.call(&self.publish)
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEventQueue>()?;
+    m.add_class::<PyEmitter>()?;
     m.add_class::<PyPublished>()?;
     m.add_function(wrap_pyfunction!(_install_published_hooks, m)?)?;
     Ok(())

@@ -48,7 +48,7 @@ from openstarry.agent.limits import LoopLimits
 from openstarry.agent.memory import Observation, ToolFailure, ToolOutcome
 from openstarry.agent.sessions import CancelScopeLike, SessionRuntime
 from openstarry.agent.waits import APPROVAL, CLIENT_CALL, Answer, ClientTool, Wait, Waits
-from openstarry.bus import EventBus, Subscription, describe_exception
+from openstarry.bus import Emit, EventBus, Subscription, describe_exception
 from openstarry.core import Event, ToolCall
 from openstarry.errors import QueueFull, ToolArgumentsError, ToolError
 from openstarry.events import EventType
@@ -152,7 +152,7 @@ class ToolExecutor:
     ) -> None:
         self.bus = bus
         # bus.emit where it can stand for apublish (the local bus), else None.
-        self._publish = bus.emit if bus.backend is None else None
+        self._publish: Emit | None = bus.emit if bus.backend is None else None
         #: The loop's handler of ``EXEC:TOOL_CALL`` (for other agents' calls),
         #: which the executor's own calls need not reach.
         self.own_calls: Subscription | None = None

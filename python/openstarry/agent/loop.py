@@ -58,7 +58,7 @@ from openstarry.agent.retrieval import ToolRetriever
 from openstarry.agent.sessions import CancelScopeLike, SessionRuntime, Sessions, scope_factory
 from openstarry.agent.store import SessionStore, memory_from_data, memory_to_data
 from openstarry.agent.turn import Turn
-from openstarry.bus import EventBus, Signal, Subscription
+from openstarry.bus import Emit, EventBus, Signal, Subscription
 from openstarry.core import Event
 from openstarry.errors import QueueClosed, QueueFull
 from openstarry.events import (
@@ -169,9 +169,7 @@ class ExecutionLoop(Lifecycle):
         #: ``bus.emit`` where a run may use it for its events instead of
         #: awaiting ``apublish`` (on the local bus they differ only when it is
         #: full); ``None`` on a remote bus.
-        self._publish: Callable[[Event, str], object] | None = (
-            bus.emit if bus.backend is None else None
-        )
+        self._publish: Emit | None = bus.emit if bus.backend is None else None
         self._outbox = Outbox(bus, source, self._waiters)
         self._executor = ToolExecutor(
             bus, _tools_by_name(tools), limits, source, approval_tools=frozenset(approval_tools)
@@ -250,6 +248,8 @@ class ExecutionLoop(Lifecycle):
             task_group.start_soon(self._deadlines.watch, bus.new_signal)
             self._loop_thread = threading.get_ident()
             self._token = anyio.lowlevel.current_token()
+            # The bus's emit, kept for the runs while the loop runs (its queue's).
+            self._publish = self._executor._publish = bus.emit if bus.backend is None else None
             calls = bus.subscribe(_TOOL_CALL, self._external.on_call)
             # The loop's own calls are no business of that handler (it ignores them).
             self._executor.own_calls = calls

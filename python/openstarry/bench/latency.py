@@ -458,6 +458,9 @@ async def _send_and_drain(
     start = now_ns()
     run.deadline = start + duration_ns + max(duration_ns, int(MIN_DRAIN_S * _NS))
     sent = 0
+    # The events handled by the last time any was, and when: a backlog that
+    # stays full with none handled for STUCK_S means a handler that never returns.
+    handled_before, handled_at = 0, start
     while sent < total and not run.overdue:
         now = now_ns()
         due = min(total, (now - start) * rate // _NS + 1)
@@ -471,8 +474,11 @@ async def _send_and_drain(
             break
         if sent < due:  # the backlog is full: let the bus work
             await asyncio.sleep(0)
-            if now - start > duration_ns + STUCK_S * _NS and len(intended) >= max_backlog:
-                break  # nothing drained the backlog for that long: the handler is stuck
+            handled = sent - len(intended)
+            if handled != handled_before:
+                handled_before, handled_at = handled, now
+            elif now - handled_at > STUCK_S * _NS:
+                break  # nothing handled for that long: the handler is stuck
             continue
         wait = start + sent * _NS // rate - now_ns()
         await asyncio.sleep((wait - _SPIN_NS) / _NS if wait > _SPIN_NS else 0)
