@@ -271,6 +271,27 @@ def test_a_handler_that_stops_returning_is_abandoned_and_the_run_ends(
     assert result.first_error in latency.format_table([result])
 
 
+def test_a_slow_handler_that_keeps_up_its_pace_is_not_taken_for_stuck(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 10 ms a handler, 1,000 events/s: the backlog of 50 stays full from the
+    # start, yet events keep being handled, so the sender goes on until the
+    # run's cut-off (0.5 + 1.5 s), well past the 0.2 s without progress that
+    # would mean a handler that never returns.
+    monkeypatch.setattr(latency, "MIN_DRAIN_S", 1.5)
+    monkeypatch.setattr(latency, "STUCK_S", 0.2)
+    opener, _ = latency._TARGETS["openstarry"]
+    monkeypatch.setitem(latency._TARGETS, "openstarry", (opener, 50))
+
+    async def slow(event: object) -> None:
+        await anyio.sleep(0.01)
+
+    (result,) = bench_dispatch_latency([1000], 0.5, handler=slow, handler_name="slow")
+    assert result.first_error is None
+    assert result.sent >= 170  # cut off at 0.7 s it would have sent about 120
+    assert result.handled + result.unfinished == 500
+
+
 def test_a_handler_that_never_returns_fails_the_warm_up(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(latency, "STUCK_S", 0.2)
 
