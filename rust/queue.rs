@@ -634,13 +634,25 @@ impl<T> PriorityQueue<T> {
         mut on_refused: impl FnMut(usize, PushError<T>),
     ) -> Vec<T> {
         let items: Vec<(T, u8)> = items.into_iter().collect();
-        for &(_, priority) in &items {
-            check_priority(priority);
+        // Counted (and checked) before the lock is taken.
+        let per_lane = lane_counts(items.iter().map(|&(_, priority)| priority));
+        let count = items.len();
+        let mut state = self.state.lock();
+        if !state.closed
+            && self
+                .capacity
+                .is_none_or(|cap| count <= cap.saturating_sub(state.len))
+        {
+            // The usual case: the whole batch fits, so no item is refused or
+            // shed and each lane grows once, with no decision per item.
+            let dropped = self.queue_batch(&mut state, per_lane, count, items.into_iter());
+            drop(state);
+            self.notify(count);
+            return dropped;
         }
         let mut refused = Vec::new();
         let mut dropped = Vec::new();
         let mut queued = 0usize;
-        let mut state = self.state.lock();
         for (index, (item, priority)) in items.into_iter().enumerate() {
             match state.admit(item, priority, self.capacity, self.overflow) {
                 Admit::Queued => queued += 1,
