@@ -1112,6 +1112,70 @@ mod tests {
         assert_eq!(drain(&q), vec![2, 4]);
     }
 
+    /// A batch through `push_each` (whole when it fits, item by item when
+    /// not) ends as the same items pushed one by one with `push`: the same
+    /// order in every lane, the same refusals and sheds, the same depths.
+    #[test]
+    fn push_each_is_push_item_by_item() {
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for round in 0..400u32 {
+            let capacity = match round % 3 {
+                0 => None,
+                _ => Some((next() % 40) as usize),
+            };
+            let overflow = if round % 2 == 0 {
+                Overflow::Reject
+            } else {
+                Overflow::Shed
+            };
+            let (batched, single) = (
+                PriorityQueue::new(capacity, overflow, None),
+                PriorityQueue::new(capacity, overflow, None),
+            );
+            let mut item = 0u32;
+            for _ in 0..6 {
+                if next() % 8 == 0 {
+                    batched.close();
+                    single.close();
+                }
+                let batch: Vec<(u32, u8)> = (0..next() % 30)
+                    .map(|_| {
+                        item += 1;
+                        (item, (next() % 6) as u8)
+                    })
+                    .collect();
+                let mut refused = Vec::new();
+                let dropped = batched.push_each(batch.clone(), |i, e| {
+                    refused.push((i, e.is_closed(), e.into_inner()));
+                });
+                let (mut want_refused, mut want_dropped) = (Vec::new(), Vec::new());
+                for (i, (it, priority)) in batch.into_iter().enumerate() {
+                    match single.push(it, priority) {
+                        Ok(Some(victim)) => want_dropped.push(victim),
+                        Ok(None) => {}
+                        Err(e) => want_refused.push((i, e.is_closed(), e.into_inner())),
+                    }
+                }
+                assert_eq!(refused, want_refused, "round {round}");
+                assert_eq!(dropped, want_dropped, "round {round}");
+                assert_eq!(batched.depths(), single.depths(), "round {round}");
+                assert_eq!(batched.len(), single.len());
+                assert_eq!(batched.shed_count(), single.shed_count());
+                // Pop a few, so later batches meet a queue partly full.
+                for _ in 0..next() % 10 {
+                    assert_eq!(batched.try_pop(), single.try_pop());
+                }
+            }
+            assert_eq!(drain(&batched), drain(&single), "round {round}");
+        }
+    }
+
     #[test]
     fn push_each_shed_returns_dropped() {
         let q = PriorityQueue::new(Some(1), Overflow::Shed, None);
