@@ -246,7 +246,8 @@ impl PyIngestor {
                 }
             }
             if let Some(d) = dedup {
-                d.with_inner(|w| backlog.admit_all(w, now, queue, &mut total));
+                let admitted = d.with_inner(|w| backlog.admit_all(w, now, queue, &mut total));
+                drop(admitted);
             }
             (invalid, total, pending)
         });
@@ -416,35 +417,42 @@ impl<'a> Backlog<'a> {
         self.waiting.push((decoded, items, keys));
         let full = self.waiting.len() >= MOST_WAITING;
         let admit = |w: &mut DedupWindow| self.admit_all(w, now, queue, total);
-        if full {
-            dedup.with_inner(admit);
+        let admitted = if full {
+            Some(dedup.with_inner(admit))
         } else {
-            dedup.try_with_inner(admit);
-        }
+            dedup.try_with_inner(admit)
+        };
+        // Freed with the lock released.
+        drop(admitted);
     }
 
     /// Make the room asked for, then admit every waiting chunk, in order,
-    /// under one hold of the window.
+    /// under one hold of the window. Returns the chunks admitted, for the
+    /// caller to free once the lock is released (their duplicate lines
+    /// release their references to the input).
+    #[must_use]
     fn admit_all(
         &mut self,
         window: &mut DedupWindow,
         now: i64,
         queue: &PriorityQueue<Item>,
         total: &mut Totals,
-    ) {
+    ) -> Vec<Waiting<'a>> {
         if self.reserve > 0 {
             window.reserve(std::mem::take(&mut self.reserve));
         }
-        for (decoded, mut items, keys) in self.waiting.drain(..) {
+        let mut admitted = std::mem::take(&mut self.waiting);
+        for (decoded, items, keys) in &mut admitted {
             total.add(admit_keyed(
-                &decoded,
-                &mut items,
-                Some((&mut *window, &keys)),
+                decoded,
+                items,
+                Some((&mut *window, keys)),
                 now,
                 queue,
                 |_| None,
             ));
         }
+        admitted
     }
 }
 
