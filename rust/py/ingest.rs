@@ -196,11 +196,11 @@ impl PyIngestor {
             let mut invalid = Vec::new();
             let mut total = Totals::default();
             let mut pending = Vec::new();
-            // NDJSON is split as it is decoded, in one pass; byte strings
-            // are lines already.
             // Chunks keyed and waiting for the window's lock, in order, and
             // the room to make in the window at its next hold.
             let mut backlog = Backlog::default();
+            // NDJSON is split as it is decoded, in one pass; byte strings
+            // are lines already.
             let mut reader = match &*input {
                 Input::Whole(_) => Some(NdjsonLines::new(whole)),
                 Input::Parts(_) => {
