@@ -634,13 +634,25 @@ impl<T> PriorityQueue<T> {
         mut on_refused: impl FnMut(usize, PushError<T>),
     ) -> Vec<T> {
         let items: Vec<(T, u8)> = items.into_iter().collect();
-        for &(_, priority) in &items {
-            check_priority(priority);
+        // Counted (and checked) before the lock is taken.
+        let per_lane = lane_counts(items.iter().map(|&(_, priority)| priority));
+        let count = items.len();
+        let mut state = self.state.lock();
+        if !state.closed
+            && self
+                .capacity
+                .is_none_or(|cap| count <= cap.saturating_sub(state.len))
+        {
+            // The usual case: the whole batch fits, so no item is refused or
+            // shed and each lane grows once, with no decision per item.
+            let dropped = self.queue_batch(&mut state, per_lane, count, items.into_iter());
+            drop(state);
+            self.notify(count);
+            return dropped;
         }
         let mut refused = Vec::new();
         let mut dropped = Vec::new();
         let mut queued = 0usize;
-        let mut state = self.state.lock();
         for (index, (item, priority)) in items.into_iter().enumerate() {
             match state.admit(item, priority, self.capacity, self.overflow) {
                 Admit::Queued => queued += 1,
@@ -1098,6 +1110,70 @@ mod tests {
         });
         assert_eq!(refused, vec![(0, 6)]);
         assert_eq!(drain(&q), vec![2, 4]);
+    }
+
+    /// A batch through `push_each` (whole when it fits, item by item when
+    /// not) ends as the same items pushed one by one with `push`: the same
+    /// order in every lane, the same refusals and sheds, the same depths.
+    #[test]
+    fn push_each_is_push_item_by_item() {
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for round in 0..400u32 {
+            let capacity = match round % 3 {
+                0 => None,
+                _ => Some((next() % 40) as usize),
+            };
+            let overflow = if round % 2 == 0 {
+                Overflow::Reject
+            } else {
+                Overflow::Shed
+            };
+            let (batched, single) = (
+                PriorityQueue::new(capacity, overflow, None),
+                PriorityQueue::new(capacity, overflow, None),
+            );
+            let mut item = 0u32;
+            for _ in 0..6 {
+                if next() % 8 == 0 {
+                    batched.close();
+                    single.close();
+                }
+                let batch: Vec<(u32, u8)> = (0..next() % 30)
+                    .map(|_| {
+                        item += 1;
+                        (item, (next() % 6) as u8)
+                    })
+                    .collect();
+                let mut refused = Vec::new();
+                let dropped = batched.push_each(batch.clone(), |i, e| {
+                    refused.push((i, e.is_closed(), e.into_inner()));
+                });
+                let (mut want_refused, mut want_dropped) = (Vec::new(), Vec::new());
+                for (i, (it, priority)) in batch.into_iter().enumerate() {
+                    match single.push(it, priority) {
+                        Ok(Some(victim)) => want_dropped.push(victim),
+                        Ok(None) => {}
+                        Err(e) => want_refused.push((i, e.is_closed(), e.into_inner())),
+                    }
+                }
+                assert_eq!(refused, want_refused, "round {round}");
+                assert_eq!(dropped, want_dropped, "round {round}");
+                assert_eq!(batched.depths(), single.depths(), "round {round}");
+                assert_eq!(batched.len(), single.len());
+                assert_eq!(batched.shed_count(), single.shed_count());
+                // Pop a few, so later batches meet a queue partly full.
+                for _ in 0..next() % 10 {
+                    assert_eq!(batched.try_pop(), single.try_pop());
+                }
+            }
+            assert_eq!(drain(&batched), drain(&single), "round {round}");
+        }
     }
 
     #[test]

@@ -706,6 +706,54 @@ def test_ingest_while_another_thread_pops() -> None:
     assert len({e.id for e in popped}) == 10_000
 
 
+def test_an_ingest_meeting_a_held_window_admits_in_order_and_exactly() -> None:
+    # One thread ingests 60,000 lines while another records 200,000 ids in the
+    # same window through check_and_insert_many, which holds the window's lock
+    # for the whole call: the ingest decodes ahead meanwhile, then admits its
+    # chunks in order. Whichever thread records a shared id first, it is
+    # taken once, and the ingest's events keep their order in each priority.
+    count = 60_000
+    ids = [f"evt-{i}" for i in range(count)]
+    lines = [line(event_id, priority=i % 6) for i, event_id in enumerate(ids)]
+    data = ndjson(*lines)
+    dedup = DedupWindow(max_entries=1_000_000)
+    ingestor = Ingestor(EventQueue(), dedup)
+    # Every tenth of the ingest's ids, in reverse, comes from the other thread too.
+    shared = ids[::10][::-1]
+    others = shared + [f"other-{i}" for i in range(200_000)]
+    answers: list[bool] = []
+    results: list[IngestResult] = []
+    started = threading.Event()
+
+    def ingest() -> None:
+        started.set()
+        results.append(ingestor.ingest(data, now_ms=T0))
+
+    def record() -> None:
+        started.wait()
+        answers.extend(dedup.check_and_insert_many(others, now_ms=T0))
+
+    threads = [threading.Thread(target=ingest), threading.Thread(target=record)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    (result,) = results
+    assert all(answers[len(shared) :])
+    # A shared id refused to the other thread was the ingest's first; the
+    # rest are the ingest's duplicates.
+    ingest_first = {i for i, new in zip(shared, answers, strict=False) if not new}
+    lost = set(shared) - ingest_first
+    assert result.duplicates == len(lost)
+    assert result.accepted == count - len(lost)
+    assert result.invalid == []
+    assert result.rejected == []
+    assert len(dedup) == 200_000 + count
+    popped = [e.id for e in ingestor.queue.pop_many(count)]
+    kept = sorted((i % 6, i) for i, event_id in enumerate(ids) if event_id not in lost)
+    assert popped == [ids[i] for _, i in kept]
+
+
 def _producer_lines(tag: str, count: int, shared: int) -> list[bytes]:
     """``count`` lines of ids ``tag-i`` (priorities cycling 0..5), the first
     ``shared`` of them with ids every producer uses, and each tenth line a
