@@ -781,6 +781,35 @@ def test_a_wakeup_keeps_its_cancelled_waits_in_proportion_to_the_live_ones() -> 
     assert min(sizes[-100:]) >= 100  # the live waits are never dropped
 
 
+@pytest.mark.anyio
+async def test_a_signal_wakes_its_waiters_and_forgets_a_cancelled_one() -> None:
+    signal = bus_module.signal_factory()()
+    woken: list[str] = []
+
+    async def wait(name: str, scope: anyio.CancelScope | None = None) -> None:
+        if scope is None:
+            await signal.wait()
+        else:
+            with scope:
+                await signal.wait()
+        woken.append(name if scope is None or not scope.cancelled_caught else f"{name} cancelled")
+
+    with anyio.fail_after(TIMEOUT):
+        async with anyio.create_task_group() as tg:
+            scope = anyio.CancelScope()
+            tg.start_soon(wait, "first")
+            tg.start_soon(wait, "second", scope)
+            await anyio.wait_all_tasks_blocked()
+            scope.cancel()
+            await anyio.wait_all_tasks_blocked()
+            assert woken == ["second cancelled"]
+            assert not signal.is_set()
+            signal.set()
+        await signal.wait()  # already set: returns at once
+    assert woken == ["second cancelled", "first"]
+    assert signal.is_set()
+
+
 def test_a_bus_and_its_emitter_are_collected_together() -> None:
     """The bus's emitter refers back to the bus (its publish): the cycle collector frees both."""
     bus = EventBus()

@@ -177,22 +177,73 @@ class _Wakeup:
         return waiter
 
 
+class _TrioWakeup:
+    """A one-shot signal on trio: ``trio.Event`` without its parking lot.
+
+    The waiting tasks are kept in a list and rescheduled by :meth:`set`; a
+    wait that is cancelled takes its task out. Waiting on a set signal is a
+    checkpoint, as ``trio.Event.wait`` is. ``trio.lowlevel`` is bound to the
+    class by :func:`signal_factory`, on trio only.
+    """
+
+    __slots__ = ("_flag", "_tasks")
+
+    lowlevel: Any = None
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._tasks: list[Any] = []
+
+    def set(self) -> None:
+        if self._flag:
+            return
+        self._flag = True
+        tasks = self._tasks
+        if tasks:
+            reschedule = self.lowlevel.reschedule
+            for task in tasks:
+                reschedule(task)
+            tasks.clear()
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    async def wait(self) -> None:
+        lowlevel = self.lowlevel
+        if self._flag:
+            await lowlevel.checkpoint()
+            return
+        task = lowlevel.current_task()
+        tasks = self._tasks
+        tasks.append(task)
+        succeeded = lowlevel.Abort.SUCCEEDED
+
+        def abort(raise_cancel: object) -> Any:
+            tasks.remove(task)
+            return succeeded
+
+        await lowlevel.wait_task_rescheduled(abort)
+
+
 def signal_factory() -> Callable[[], Signal]:
     """The cheapest one-shot event for the running backend.
 
     ``anyio.Event()`` looks up the running library on every creation; the bus
     and the loop create one for every sleep, so they look once. On asyncio, a
     signal bound to the running loop (anyio's cancellation reaches its wait
-    like any other await); on trio, ``trio.Event``, which ``anyio.Event`` wraps.
+    like any other await); on trio, one of trio's own tasks and reschedules.
     """
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         try:
-            import trio  # only when running on trio
-        except ImportError:  # no event loop at all: anyio says so when waited on
+            import trio.lowlevel  # only when running on trio
+
+            trio.lowlevel.current_task()
+        except (ImportError, RuntimeError):  # no event loop at all: anyio says so when waited on
             return anyio.Event
-        return trio.Event
+        _TrioWakeup.lowlevel = trio.lowlevel
+        return _TrioWakeup
     return partial(_Wakeup, loop)
 
 

@@ -95,7 +95,9 @@ def _clock_of_backend() -> Callable[[], float]:
     except RuntimeError:
         import trio  # only when running on trio
 
-        return trio.current_time  # what anyio's trio backend reads
+        # What anyio's trio backend reads (trio.current_time), without the
+        # two frames between it and the run's clock.
+        return trio.lowlevel.current_clock().current_time
     if type(loop).time is asyncio.BaseEventLoop.time:
         return time.monotonic  # what that loop's time() returns, without its frame
     return loop.time  # what anyio's asyncio backend reads
