@@ -870,6 +870,16 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
 
+    /// A xorshift generator from `seed`: the property tests are reproducible.
+    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+
     const U1: &str = "123e4567-e89b-42d3-a456-426614174000";
     const U2: &str = "00000000-0000-4000-8000-000000000002";
 
@@ -1399,13 +1409,7 @@ mod tests {
 
     #[test]
     fn restored_window_continues_exactly() {
-        let mut rng = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
         let mut a = DedupWindow::new(50, 20);
         let mut now = 0i64;
         for step in 0..5_000 {
@@ -1478,13 +1482,7 @@ mod tests {
     fn exact_under_hash_collisions() {
         // Two hash bits: every id shares its hash with a quarter of the others,
         // so each answer rests on the exact comparison.
-        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
         for (mask, head) in [
             (0u64, 0u32),
             (0x3, u32::MAX - 300),
@@ -1534,13 +1532,7 @@ mod tests {
     /// table never grows past twice `max_entries`.
     #[test]
     fn reserving_room_changes_no_answer() {
-        let mut rng = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
         for (mask, head) in [(0x7u64, u32::MAX - 500), (u64::MAX, 0)] {
             let (window_ms, max_entries) = (200, 300);
             let mut w = DedupWindow::new(window_ms, max_entries);

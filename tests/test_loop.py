@@ -1259,62 +1259,65 @@ async def test_leaving_the_loop_mid_run_answers_the_open_tool_calls() -> None:
     assert unanswered_calls(loop.sessions["s"].memory) == []
 
 
+class _HeldFullBus:
+    """Fills a bus of capacity 1 behind a handler that holds its dispatcher until
+    ``release`` is set; ``events`` records every event dispatched."""
+
+    def __init__(self, bus: EventBus) -> None:
+        self.bus = bus
+        self.events: list[Event] = []
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+        bus.subscribe("*", self.events.append)
+        bus.subscribe("X:HOLD", self._hold)
+
+    async def _hold(self, event: Event) -> None:
+        self.entered.set()
+        await self.release.wait()
+
+    async def fill(self) -> None:
+        self.bus.publish(Event.new("X:HOLD", {}, source="test", session_id="x"))
+        await self.entered.wait()
+        self.bus.publish(filler(0))  # the bus is full
+
+    def inputs(self) -> list[Event]:
+        return [e for e in self.events if e.type == USER_MESSAGE]
+
+
 @pytest.mark.anyio
 async def test_an_ask_waiting_for_room_is_not_published_after_the_loop_has_left() -> None:
     """An ``ask`` whose input is still waiting for room on a full bus when the loop is
     left returns ``stopped`` and its input is never published afterwards, so no other
     loop on the bus (or this one entered again) serves an input its caller was told
     had stopped."""
-    entered = anyio.Event()
-    release = anyio.Event()
     results: list[RunResult] = []
     async with EventBus(capacity=1) as bus:
-
-        async def hold(event: Event) -> None:
-            entered.set()
-            await release.wait()
-
-        events: list[Event] = []
-        bus.subscribe("*", events.append)
-        bus.subscribe("X:HOLD", hold)
+        held = _HeldFullBus(bus)
         with anyio.fail_after(HANG):
             async with anyio.create_task_group() as tg:
                 async with ExecutionLoop(bus, FunctionProvider(lambda p, c: "hi")) as loop:
-                    bus.publish(Event.new("X:HOLD", {}, source="test", session_id="x"))
-                    await entered.wait()
-                    bus.publish(filler(0))  # the bus is full
+                    await held.fill()
 
                     async def ask() -> None:
                         results.append(await loop.ask("hello", session_id="s"))
 
                     tg.start_soon(ask)
                     await until(lambda: bus._room_waiters > 0)
-                release.set()
+                held.release.set()
             await bus.wait_idle()
     assert [r.stopped for r in results] == [True]
-    assert [e.type for e in events if e.type == USER_MESSAGE] == []
+    assert held.inputs() == []
 
 
 @pytest.mark.anyio
 async def test_a_stateless_ask_given_up_while_waiting_for_room_leaves_no_session() -> None:
     """A stateless input that never reached the full bus (its caller stopped waiting
     for room) leaves no session behind; once there is room, nothing of it runs."""
-    entered = anyio.Event()
-    release = anyio.Event()
     async with EventBus(capacity=1) as bus:
-
-        async def hold(event: Event) -> None:
-            entered.set()
-            await release.wait()
-
-        events: list[Event] = []
-        bus.subscribe("*", events.append)
-        bus.subscribe("X:HOLD", hold)
+        held = _HeldFullBus(bus)
         with anyio.fail_after(HANG):
             async with ExecutionLoop(bus, FunctionProvider(lambda p, c: "hi")) as loop:
-                bus.publish(Event.new("X:HOLD", {}, source="test", session_id="x"))
-                await entered.wait()
-                bus.publish(filler(0))  # the bus is full
+                await held.fill()
                 pending = loop.start("hello", session_id=None)
                 assert len(loop.sessions) == 1  # its session, until the input is given up
                 with anyio.CancelScope() as scope:
@@ -1328,10 +1331,10 @@ async def test_a_stateless_ask_given_up_while_waiting_for_room_leaves_no_session
                         await pending.wait()
                 assert scope.cancelled_caught
                 assert not loop.sessions
-                release.set()
+                held.release.set()
                 await bus.wait_idle()
                 assert not loop.sessions
-    assert [e.type for e in events if e.type == USER_MESSAGE] == []
+    assert held.inputs() == []
 
 
 @pytest.mark.anyio
