@@ -201,6 +201,9 @@ class AgentContext:
     call_depth: int = 0
     text_sink: Callable[[str], None] | None = None
     generation: Mapping[str, Any] = field(default_factory=dict)
+    #: The previous round's outcomes, kept by the run that owns this context
+    #: (``None``: read from memory).
+    _tool_results: tuple[ToolOutcome, ...] | None = field(default=None, init=False, repr=False)
 
     def emit_text_delta(self, text: str) -> None:
         """Pass on a piece of what the provider is saying as it streams in.
@@ -235,6 +238,9 @@ class AgentContext:
 
         A failed call is here too (``success`` is false, ``error`` says why).
         """
+        kept = self._tool_results
+        if kept is not None:
+            return kept
         return self.session.memory.tool_results()
 
     @property

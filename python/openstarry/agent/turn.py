@@ -410,6 +410,8 @@ class Turn:
         sink = self.emit_delta
         tool_rounds = 0
         round_no = 0
+        # What context.tool_results answers: the run knows it without reading memory.
+        context._tool_results = ()
         while True:
             round_no += 1
             tick = event.child(_TICK_START, {"round": round_no}, source=source)
@@ -529,6 +531,7 @@ class Turn:
                 await anyio.lowlevel.checkpoint()
             # Each call's outcome right after the call, then what the core observed.
             memory.extend(outcomes)
+            context._tool_results = tuple(outcomes)
             self.open_calls = ()
             if observations:
                 memory.extend(observations)
