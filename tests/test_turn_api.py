@@ -261,6 +261,47 @@ async def test_tool_results_are_the_previous_rounds_outcomes() -> None:
     assert failed.error.code == "INVALID_ARGUMENTS"
 
 
+@pytest.mark.anyio
+async def test_tool_results_are_the_runs_record_whatever_the_provider_does_to_memory() -> None:
+    """A provider that rewrites the session's memory (a summarizer, say) still hears
+    what its calls returned: the run keeps the outcomes itself."""
+    seen: list[tuple[int, list[tuple[str, bool]]]] = []
+
+    def model(prompt: str, context: AgentContext) -> ProviderResponse:
+        if context.round > 1:
+            context.memory.clear()  # the outcome is no longer in memory
+            assert context.memory.tool_results() == ()
+        seen.append((context.round, [(o.tool_call_id, o.success) for o in context.tool_results]))
+        if context.round == 1:
+            return tool_call("add_one", {"x": 1}, id="a")
+        return text("done")
+
+    async with Agent(FunctionProvider(model), [add_one]) as agent:
+        with anyio.fail_after(HANG):
+            result = await agent.ask("go")
+            assert result.replies == ["done"]
+            await agent.ask("again")  # round 1 of a new input: none
+    assert seen[:2] == [(1, []), (2, [("a", True)])]
+    assert seen[2] == (1, [])
+
+
+@pytest.mark.anyio
+async def test_tool_results_follow_the_rounds_when_memory_is_left_alone() -> None:
+    observed: list[tuple[tuple[ToolOutcome, ...], tuple[ToolOutcome, ...]]] = []
+
+    def model(prompt: str, context: AgentContext) -> ProviderResponse:
+        observed.append((context.tool_results, context.memory.tool_results()))
+        if context.round < 3:
+            return tool_call("add_one", {"x": context.round}, id=f"c{context.round}")
+        return text("done")
+
+    async with Agent(FunctionProvider(model), [add_one]) as agent:
+        with anyio.fail_after(HANG):
+            await agent.ask("go")
+    assert [len(kept) for kept, _ in observed] == [0, 1, 1]
+    assert all(kept == scanned for kept, scanned in observed)  # the record is what memory says
+
+
 def test_tool_results_outside_a_run_are_empty() -> None:
     assert _context().tool_results == ()
     assert AgentContext(tools={}, session=Session("empty")).tool_results == ()

@@ -237,6 +237,9 @@ class AgentContext:
                 return call_a_tool(prompt)
 
         A failed call is here too (``success`` is false, ``error`` says why).
+        During a run the run keeps them itself, so a provider that rewrites
+        the memory (a summarizer) still gets them; outside a run they are read
+        from the memory.
         """
         kept = self._tool_results
         if kept is not None:
