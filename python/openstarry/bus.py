@@ -405,9 +405,7 @@ def _notice(bus: EventBus, item: Published | None, priority: int) -> bool:
     merge the whole queue into the batch.
     """
     if bus._asleep:
-        bus._asleep = False
-        if bus._emitter is not None:
-            bus._emitter.asleep = False
+        _set_asleep(bus, False)
         bus._watch = bus._closing or bus._remote is not None
         bus._wake.set()
         return False
@@ -591,9 +589,8 @@ def _publish_watched(bus: EventBus, event: Event) -> Published:
             bus._duplicates += 1
             return _refused(event)
         if bus._asleep:
-            bus._asleep = bus._watch = False
-            if bus._emitter is not None:
-                bus._emitter.asleep = False
+            bus._watch = False
+            _set_asleep(bus, False)
             bus._wake.set()
         return handle
     capacity = bus._capacity
@@ -656,6 +653,13 @@ class Emit(Protocol):
     def __call__(
         self, event: Event, event_type: str, skip: Subscription | None = None, /
     ) -> bool: ...
+
+
+def _set_asleep(bus: EventBus, asleep: bool) -> None:
+    """Record whether the dispatcher sleeps, for the bus and for its emitter alike."""
+    bus._asleep = asleep
+    if bus._emitter is not None:
+        bus._emitter.asleep = asleep
 
 
 def _emitter_of(bus: EventBus) -> Emitter | None:
@@ -882,9 +886,7 @@ class EventBus(Lifecycle):
             self._closing = False
         new_signal = self.new_signal = signal_factory()
         self._wake, self._idle, self._room, self._stopped = (new_signal() for _ in range(4))
-        self._asleep = False
-        if self._emitter is not None:
-            self._emitter.asleep = False
+        _set_asleep(self, False)
         self._watch = self.backend is not None
         try:
             async with AsyncExitStack() as stack:
@@ -1212,9 +1214,8 @@ class EventBus(Lifecycle):
                         if self._room_waiters:
                             _make_room(self)
                         self._wake = new_signal()
-                        self._asleep = self._watch = True
-                        if self._emitter is not None:
-                            self._emitter.asleep = True
+                        self._watch = True
+                        _set_asleep(self, True)
                         self._idle.set()
                         await self._wake.wait()
                         continue
