@@ -664,7 +664,34 @@ fn put_str(out: &mut Vec<u8>, s: &str) -> Span {
 /// A fresh UUID v4 as its canonical hyphenated lowercase string.
 #[must_use]
 pub fn new_uuid() -> String {
+    #[cfg(unix)]
+    reseed_after_fork();
     uuid::Uuid::new_v4().hyphenated().to_string()
+}
+
+/// Have a forked child reseed the generator ids come from, once ids are made.
+///
+/// Ids come from the thread's `rand::rng()` (seeded from the OS), which a
+/// fork copies: without a reseed the child would make the parent's next ids,
+/// and a bus shared by both (Redis) would drop one's events as duplicates of
+/// the other's. The child of a fork has one thread, the one that forked,
+/// whose generator is reseeded before anything runs in it.
+#[cfg(unix)]
+fn reseed_after_fork() {
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    REGISTER.call_once(|| {
+        extern "C" fn reseed_in_child() {
+            // A failure leaves the generator as it was: nothing better can be
+            // done in a fork handler.
+            let _ = rand::rng().reseed();
+        }
+        // SAFETY: the handler only reseeds the calling thread's generator,
+        // which nothing else is using in a child that has just been forked.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::pthread_atfork(None, None, Some(reseed_in_child));
+        }
+    });
 }
 
 /// The current Unix time in milliseconds.

@@ -9,6 +9,7 @@ import copy
 import gc
 import json
 import math
+import os
 import pickle
 import time
 import uuid
@@ -923,3 +924,28 @@ def test_a_cycle_through_a_list_payload_is_collected() -> None:
     del event, sentinel
     gc.collect()
     assert alive() is None
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="only a POSIX process can fork")
+def test_a_forked_child_makes_ids_of_its_own() -> None:
+    # The parent has made ids (its generator is seeded): the child, a copy of
+    # it, must not make the ids the parent makes next.
+    Event.new("X:Y", None, source="s", session_id="s")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        ids = [Event.new("X:Y", None, source="s", session_id="s").id for _ in range(4)]
+        event = Event.new("X:Y", None, source="s", session_id="s")
+        ids += [event.trace_id, event.child("X:Z").id]
+        os.write(write, "\n".join(ids).encode())
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read) as pipe:
+        theirs = set(pipe.read().split("\n"))
+    assert status == 0
+    assert len(theirs) == 6
+    mine = [Event.new("X:Y", None, source="s", session_id="s").id for _ in range(4)]
+    event = Event.new("X:Y", None, source="s", session_id="s")
+    mine += [event.trace_id, event.child("X:Z").id]
+    assert theirs.isdisjoint(mine)
