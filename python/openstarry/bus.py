@@ -886,8 +886,10 @@ class EventBus(Lifecycle):
             self._closing = False
         new_signal = self.new_signal = signal_factory()
         self._wake, self._idle, self._room, self._stopped = (new_signal() for _ in range(4))
-        _set_asleep(self, False)
-        self._watch = self.backend is not None
+        # Asleep until the first publish: nothing is queued yet, so an event
+        # may be delivered at once before the dispatcher has first run.
+        _set_asleep(self, True)
+        self._watch = True
         try:
             async with AsyncExitStack() as stack:
                 task_group = await stack.enter_async_context(anyio.create_task_group())
@@ -1008,7 +1010,9 @@ class EventBus(Lifecycle):
     def _emit_remote(self, event: Event, event_type: str, skip: Subscription | None = None) -> bool:
         return bool(self.publish(event))
 
-    def deliver(self, event: Event, event_type: str, subscription: Subscription) -> bool | None:
+    def deliver(
+        self, event: Event, event_type: str, subscription: Subscription, *, handle: bool = True
+    ) -> bool | None:
         """Dispatch ``event`` at once, in the caller's task, when nothing could come before it.
 
         That is when the bus is local and idle (the dispatcher sleeps, nothing
@@ -1021,6 +1025,9 @@ class EventBus(Lifecycle):
         agent's inputs) spares the event a trip through the queue and a
         wake-up of the dispatcher. Delivered, the event has reached its
         handler: an urgent event published after it can no longer overtake it.
+        With ``handle=False`` the handler is not called: its owner handles
+        the event itself, now, as the handler would (an agent serving an
+        ``ask`` in the asking task).
 
         Returns:
             ``True`` when delivered, ``False`` for a duplicate id (not
@@ -1047,6 +1054,8 @@ class EventBus(Lifecycle):
         except TypeError:
             raise TypeError(_not_an_event(event)) from None
         entry[1] += 1
+        if not handle:
+            return True
         try:
             entry[2](event)
         except Exception as exc:

@@ -319,9 +319,67 @@ class ExecutionLoop(Lifecycle):
 
         ``session_id=None`` runs it stateless: in a new session, with no
         history, forgotten once the run has ended.
+
+        When the session is free (no run in progress, nothing queued) and the
+        input reaches it at once (the bus is idle and nothing else subscribes
+        to inputs), the run is served in the calling task, as a function call
+        would be: no worker is woken and nothing waits to be woken. A run whose
+        provider and tools never wait then completes without yielding to the
+        event loop, as any coroutine that never waits does.
+
+        Cancelling ``ask`` stops its run, as ``/stop`` would: the run's open
+        tool calls are answered in memory, it ends ``stopped`` and the session
+        stays usable; an input still queued behind another run of its session
+        is dropped. (An input still on a busy bus when ``ask`` is cancelled is
+        served anyway. :meth:`start` and its ``wait()`` leave the run going
+        when the wait is cancelled.)
         """
+        result = await self._ask_here(text, session_id, source)
+        if result is not None:
+            return result
         pending = self.start(text, session_id=session_id, source=source)
-        return await pending.wait()
+        try:
+            return await pending.wait()
+        except BaseException:
+            if not pending.ended:
+                self._sessions.stop_input(pending.event)
+            raise
+
+    async def _ask_here(self, text: str, session_id: str | None, source: str) -> RunResult | None:
+        """An ``ask``'s run served in the asking task; ``None`` when it cannot be.
+
+        It can be when the session is free and the input reaches it at once:
+        the bus is idle and only this loop takes inputs (``EventBus.deliver``).
+        A built-in command goes the usual way.
+        """
+        inputs = self._inputs
+        if inputs is None:
+            return None
+        command = parse_line(text)
+        if command is not None and command.is_builtin:
+            return None
+        sessions = self._sessions
+        stateless = session_id is None
+        if session_id is None:
+            session_id = f"stateless-{uuid.uuid4().hex}"
+        rt = sessions.free(session_id)
+        if rt is None:
+            return None
+        if stateless:
+            rt.ephemeral = True
+        event = _user_message(text, session_id, source, None)
+        if not self.bus.deliver(event, _USER_MESSAGE, inputs, handle=False):
+            if stateless:
+                sessions.discard_ephemeral(session_id)
+            return None
+        result = RunResult(event.trace_id)
+        waiters = self._waiters
+        waiters.add(event.id, result, None)
+        try:
+            await sessions.serve_here(rt, sessions.claim(rt), event)
+        finally:
+            waiters.forget(event.id)
+        return result
 
     def start(
         self,

@@ -79,9 +79,12 @@ class Waiters:
         self._results: dict[str, RunResult] = {}
         self._done: dict[str, Signal] = {}
 
-    def add(self, event_id: str, result: RunResult, done: Signal) -> None:
+    def add(self, event_id: str, result: RunResult, done: Signal | None) -> None:
+        """Fill ``result`` for that input; ``done`` is set when it ends (``None``:
+        the caller serves the run itself and needs no waking)."""
         self._results[event_id] = result
-        self._done[event_id] = done
+        if done is not None:
+            self._done[event_id] = done
 
     def result(self, event_id: str) -> RunResult | None:
         """The result being filled for that input, if someone waits for it."""
@@ -155,6 +158,11 @@ class PendingRun:
         #: Called when the input is given up before it reached the bus (its
         #: wait for room was cancelled): a stateless run forgets its session.
         self.abandoned: Callable[[], None] | None = None
+
+    @property
+    def ended(self) -> bool:
+        """Whether the run has ended (completed, failed, stopped, refused): its result is final."""
+        return self._done.is_set()
 
     async def wait(self) -> RunResult:
         """Wait until the run has ended (completed, failed or stopped) and return its result.

@@ -164,6 +164,8 @@ class Agent(Lifecycle):
 
         ``session_id=None`` asks statelessly: the run starts from no history
         and its session is forgotten when it ends (:meth:`ExecutionLoop.start
-        <openstarry.agent.loop.ExecutionLoop.start>`).
+        <openstarry.agent.loop.ExecutionLoop.start>`). Cancelling it stops
+        the run, as ``/stop`` would (:meth:`ExecutionLoop.ask
+        <openstarry.agent.loop.ExecutionLoop.ask>`).
         """
-        return await self.loop.start(text, session_id=session_id).wait()
+        return await self.loop.ask(text, session_id=session_id)

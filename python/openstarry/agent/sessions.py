@@ -20,6 +20,13 @@ Rules the scheduler keeps:
 - **Stateless runs leave nothing.** A session made for one stateless run
   (``ask(session_id=None)``) is forgotten when its run ends, or when its
   input is refused before it runs; until then it counts as any other.
+- **A free session is served by its asker.** An ``ask`` whose input finds
+  its session free (no run, nothing queued) serves that input in the asking
+  task (:meth:`Sessions.serve_here`): no worker is woken, and the asker is
+  not woken again when the run ends. Meanwhile the session is busy as with
+  a worker: later inputs queue, and once the run has ended its worker (woken,
+  or started) serves them. Cancelling the asker stops its run, as ``/stop``
+  would.
 - **A stop is at once.** :meth:`Sessions.stop` drops the queued inputs (their
   waiters hear "stopped") and cancels the run in progress; the session stays
   usable.
@@ -98,6 +105,8 @@ class SessionRuntime:
         "pending",
         "running",
         "scope",
+        "served_here",
+        "serving",
         "session",
         "stop_requested",
         "stopped_turn",
@@ -114,6 +123,10 @@ class SessionRuntime:
         self.wake: Signal | None = None
         #: The cancel scope of the run in progress.
         self.scope: CancelScopeLike | None = None
+        #: The id of the input being served, and whether its asker serves it
+        #: in its own task (:meth:`Sessions.serve_here`).
+        self.serving: str | None = None
+        self.served_here = False
         #: The worker's cancel scope, which its runs are served in: one scope
         #: for every run until one is cancelled, not one per run.
         self.live_scope: CancelScopeLike | None = None
@@ -168,7 +181,8 @@ class Sessions:
         self._new_signal: Callable[[], Signal] = anyio.Event
         self._new_scope: Callable[[], CancelScopeLike] = anyio.CancelScope
         self._closing = False
-        # Worker tasks alive, and the signal their count reaching 0 sets while closing.
+        # Workers alive (tasks, and askers serving their input), and the
+        # signal their count reaching 0 sets while closing.
         self._workers = 0
         self._workers_gone: Signal | None = None
 
@@ -282,6 +296,108 @@ class Sessions:
             task_group.start_soon(self._worker, rt)
         return None
 
+    def free(self, session_id: str) -> SessionRuntime | None:
+        """The session of that id (created on first use) if it is free: no run, nothing queued."""
+        if self._closing or self._task_group is None:
+            return None
+        rt = self.get(session_id)
+        if rt.pending or (rt.running and not rt.idle):
+            return None
+        return rt
+
+    def claim(self, rt: SessionRuntime) -> bool:
+        """Take a :meth:`free` session for the caller to serve one input (:meth:`serve_here`).
+
+        The session is then busy as with a worker: later inputs queue. Returns
+        whether its worker was parked (it stays parked until the session is
+        handed back).
+        """
+        parked = rt.idle
+        if parked:
+            self._idle_workers.pop(rt, None)
+            rt.idle = False
+        rt.running = True
+        self._workers += 1
+        return parked
+
+    async def serve_here(self, rt: SessionRuntime, parked: bool, event: Event) -> None:
+        """Serve ``event``, the input of a session the caller :meth:`claim`-ed, in the calling task.
+
+        The run is served as a worker serves it, in a cancel scope of its own
+        that a ``/stop`` or the provider deadline cancels. A cancellation of
+        the caller stops the run as ``/stop`` would: its open calls are
+        answered and it ends stopped, before the cancellation goes on. Then
+        the session is handed back: to its parked worker, or to a new one when
+        inputs came meanwhile.
+        """
+        worker_scope = rt.live_scope
+        rt.serving = event.id
+        rt.served_here = True
+        try:
+            try:
+                with self._new_scope() as scope:
+                    rt.live_scope = scope
+                    await self._serve(rt, event)
+            finally:
+                rt.live_scope = worker_scope
+                rt.serving = None
+                rt.served_here = False
+                stopped, rt.stopped_turn = rt.stopped_turn, None
+                if stopped is not None:
+                    # Stopped by /stop or its deadline, or its caller was cancelled.
+                    with anyio.CancelScope(shield=True):
+                        await stopped.finish_stopped()
+        finally:
+            self._hand_back(rt, parked)
+
+    def _hand_back(self, rt: SessionRuntime, parked: bool) -> None:
+        """After :meth:`serve_here`: the session to its worker, or free."""
+        self._workers -= 1
+        if self._closing and not self._workers and self._workers_gone is not None:
+            self._workers_gone.set()
+        kept = self._by_id.get(rt.session.id) is rt
+        if parked:
+            if rt.pending or self._closing or not kept:
+                self._unpark(rt)  # it serves what came meanwhile, or exits
+                return
+            rt.idle = True
+            idle = self._idle_workers
+            idle[rt] = None
+            if len(idle) > _MAX_IDLE_WORKERS:
+                self._unpark(next(iter(idle)))
+            return
+        if rt.pending and kept and not self._closing and self._task_group is not None:
+            self._workers += 1
+            self._task_group.start_soon(self._worker, rt)
+            return
+        rt.running = False
+        if rt.ephemeral and kept and not rt.pending:
+            del self._by_id[rt.session.id]
+
+    def stop_input(self, event: Event) -> None:
+        """Stop one input: dropped from its session's queue, or its run cancelled.
+
+        Nothing happens when the input has already ended, or has not yet
+        reached its session (it still waits on the bus).
+        """
+        rt = self._by_id.get(event.session_id)
+        if rt is None:
+            return
+        if rt.serving == event.id:
+            if rt.scope is not None:
+                rt.stop_requested = True
+                rt.scope.cancel()
+            return
+        try:
+            rt.pending.remove(event)
+        except ValueError:
+            return
+        self._waiters.stop(event.id)
+        if self._release is not None:
+            self._release(event, handled=True)
+        if rt.ephemeral and not rt.running and not rt.pending:
+            del self._by_id[rt.session.id]
+
     def stop(self, rt: SessionRuntime) -> int:
         """Drop the session's queued inputs and cancel its run; returns how many were dropped."""
         dropped = len(rt.pending)
@@ -350,7 +466,12 @@ class Sessions:
                     # Cancelled after its run had already ended: leave the scope
                     # before the next run, which it would otherwise stop.
                     await anyio.lowlevel.checkpoint()
-                await self._serve(rt, rt.pending.popleft())
+                event = rt.pending.popleft()
+                rt.serving = event.id
+                try:
+                    await self._serve(rt, event)
+                finally:
+                    rt.serving = None
             if rt.ephemeral:
                 # A stateless run's session: its run is over, nothing is kept.
                 if self._by_id.get(rt.session.id) is rt:

@@ -178,10 +178,11 @@ class Turn:
         """Serve the input to its end: completed, failed, timed out or stopped.
 
         Whatever happens, the input's waiter is woken with its result. The run
-        is served in its session worker's cancel scope (``rt.live_scope``):
-        a ``/stop`` or the provider deadline cancels it, the cancellation leaves
-        this method (its open calls answered in memory first), and the worker,
-        out of the scope, finishes the run with :meth:`finish_stopped`.
+        is served in a cancel scope of its session's worker, or of its asker
+        when the asker serves it (``rt.live_scope``): a ``/stop`` or the
+        provider deadline cancels it, the cancellation leaves this method (its
+        open calls answered in memory first), and the worker or the asker, out
+        of the scope, finishes the run with :meth:`finish_stopped`.
         """
         loop = self.loop
         rt = self.rt
@@ -212,9 +213,12 @@ class Turn:
                 return
             except BaseException:
                 rt.scope = None
-                if scope.cancel_called:
-                    # Stopped or timed out: memory is made whole now (before a
-                    # store saves it), the rest once out of the scope.
+                if scope.cancel_called or rt.served_here:
+                    # Stopped or timed out (or, served in its asker's task, its
+                    # asker was cancelled: a stop too): memory is made whole
+                    # now (before a store saves it), the rest once out of the scope.
+                    if not scope.cancel_called:
+                        rt.stop_requested = True
                     stopped = True
                     rt.stopped_turn = self
                     # Answer the open calls, unless a /reset has cleared memory meanwhile.
