@@ -36,9 +36,13 @@ class _Cancellable(Protocol):
 
 
 class Watched(Protocol):
-    """What a deadline watches: the deadline of its call in progress, and the scope to cancel."""
+    """What a deadline watches: the deadline of its call in progress, and the scope to cancel.
+
+    ``cancelled`` is set when the watcher cancels the scope.
+    """
 
     deadline: float
+    cancelled: bool
 
     @property
     def scope(self) -> _Cancellable | None: ...
@@ -47,11 +51,12 @@ class Watched(Protocol):
 class ToolCallWatch:
     """One tool call's :class:`Watched`: the cancel scope it runs in."""
 
-    __slots__ = ("deadline", "scope")
+    __slots__ = ("cancelled", "deadline", "scope")
 
     def __init__(self, scope: Any) -> None:
         self.deadline = math.inf
         self.scope = scope
+        self.cancelled = False
 
 
 class Deadlines:
@@ -113,6 +118,7 @@ class Deadlines:
                         active.discard(watched)
                         scope = watched.scope
                         if scope is not None:
+                            watched.cancelled = True
                             scope.cancel()
                     elif watched.deadline < earliest:
                         earliest = watched.deadline

@@ -46,6 +46,7 @@ import anyio.lowlevel
 
 from openstarry.agent.memory import Memory, Session
 from openstarry.agent.results import Waiters
+from openstarry.agent.taskscope import run_scope_factory
 from openstarry.bus import Signal
 from openstarry.core import Event
 
@@ -95,6 +96,7 @@ class SessionRuntime:
     """The scheduler's private state of one session."""
 
     __slots__ = (
+        "cancelled",
         "deadline",
         "ephemeral",
         "epoch",
@@ -121,8 +123,11 @@ class SessionRuntime:
         #: The worker waits on ``wake`` for more input; ``idle`` says it is waiting.
         self.idle = False
         self.wake: Signal | None = None
-        #: The cancel scope of the run in progress.
+        #: The cancel scope of the run in progress, and whether it was cancelled
+        #: (by a stop or the provider deadline; read where a scope's own
+        #: ``cancel_called`` costs a clock read, on trio).
         self.scope: CancelScopeLike | None = None
+        self.cancelled = False
         #: The id of the input being served, and whether its asker serves it
         #: in its own task (:meth:`Sessions.serve_here`).
         self.serving: str | None = None
@@ -180,6 +185,8 @@ class Sessions:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._new_signal: Callable[[], Signal] = anyio.Event
         self._new_scope: Callable[[], CancelScopeLike] = anyio.CancelScope
+        #: The scope of a run served in its asker's task (serve_here).
+        self._here_scope: Callable[[], CancelScopeLike] = anyio.CancelScope
         self._closing = False
         # Workers alive (tasks, and askers serving their input), and the
         # signal their count reaching 0 sets while closing.
@@ -198,6 +205,7 @@ class Sessions:
         self._task_group = task_group
         self._new_signal = new_signal
         self._new_scope = new_scope
+        self._here_scope = run_scope_factory()
         self._closing = False
         self._workers_gone = new_signal()
 
@@ -335,7 +343,7 @@ class Sessions:
         rt.served_here = True
         try:
             try:
-                with self._new_scope() as scope:
+                with self._here_scope() as scope:
                     rt.live_scope = scope
                     await self._serve(rt, event)
             finally:
@@ -385,7 +393,7 @@ class Sessions:
             return
         if rt.serving == event.id:
             if rt.scope is not None:
-                rt.stop_requested = True
+                rt.stop_requested = rt.cancelled = True
                 rt.scope.cancel()
             return
         try:
@@ -408,7 +416,7 @@ class Sessions:
                 release(waiting, handled=not self._closing)
         rt.pending.clear()
         if rt.scope is not None:
-            rt.stop_requested = True
+            rt.stop_requested = rt.cancelled = True
             rt.scope.cancel()
         return dropped
 

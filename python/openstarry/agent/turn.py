@@ -186,7 +186,7 @@ class Turn:
         """
         loop = self.loop
         rt = self.rt
-        rt.stop_requested = False
+        rt.stop_requested = rt.cancelled = False
         epoch = rt.epoch
         outbox = loop._outbox
         scope = rt.live_scope
@@ -431,7 +431,6 @@ class Turn:
                 await self.set_state(_THINKING)
             context.round = round_no
             rt = self.rt
-            scope = rt.scope
             try:
                 # The provider deadline: when it passes, the loop's watcher
                 # cancels the run's scope and the run ends (see run()).
@@ -457,7 +456,7 @@ class Turn:
             # the answer: nothing of it goes into memory. (An awaited call that
             # completes in the loop iteration of a cancel is not interrupted:
             # the checkpoint raises the cancellation now.)
-            if scope is not None and scope.cancel_called:
+            if rt.cancelled:
                 await anyio.lowlevel.checkpoint()
             calls: list[ToolCall] = []
             said: list[ContentSegment] = []
@@ -531,7 +530,7 @@ class Turn:
             locked = executor.count_failures(rt, outcomes, calls, observations)
             if locked:
                 await self.report_locked()
-            if scope is not None and scope.cancel_called:
+            if rt.cancelled:
                 await anyio.lowlevel.checkpoint()
             # Each call's outcome right after the call, then what the core observed.
             memory.extend(outcomes)
