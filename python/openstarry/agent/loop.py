@@ -197,8 +197,10 @@ class ExecutionLoop(Lifecycle):
         #: Makes the one-shot signals of runs and workers (set for the backend on entry).
         self._new_signal: Callable[[], Signal] = anyio.Event
         self._open = False
-        #: The subscription of the loop's inputs while it runs.
+        #: The subscription of the loop's inputs, and its task group's
+        #: ``start_soon``, while it runs.
         self._inputs: Subscription | None = None
+        self._start_soon: Callable[..., Any] | None = None
         # Where the loop runs, for text deltas sent from a provider's worker thread.
         self._loop_thread = 0
         self._token: Any = None
@@ -244,6 +246,7 @@ class ExecutionLoop(Lifecycle):
             self._new_signal = new_signal = wakeup_factory()
             self._new_scope = self._executor.new_scope = scope_factory()
             self._sessions.open(task_group, new_signal, self._new_scope)
+            self._start_soon = task_group.start_soon
             self._external.open(task_group)
             self._clock = clock = _clock_of_backend()
             self._deadlines = self._executor.deadlines = Deadlines(clock)
@@ -275,6 +278,7 @@ class ExecutionLoop(Lifecycle):
                 # grace period, or when leaving on an exception, is cancelled.
                 self._open = False
                 self._inputs = None
+                self._start_soon = None
                 for subscription in subscriptions:
                     subscription.cancel()
                 if bus.input_owner is self:
@@ -334,9 +338,30 @@ class ExecutionLoop(Lifecycle):
         served anyway. :meth:`start` and its ``wait()`` leave the run going
         when the wait is cancelled.)
         """
-        result = await self._ask_here(text, session_id, source)
-        if result is not None:
-            return result
+        # Served here when the session is free and the input reaches it at
+        # once: the bus is idle and only this loop takes inputs (see
+        # EventBus.deliver). A built-in command goes the usual way.
+        inputs = self._inputs
+        command = parse_line(text)
+        if inputs is not None and (command is None or not command.is_builtin):
+            sessions = self._sessions
+            stateless = session_id is None
+            sid = f"stateless-{uuid.uuid4().hex}" if session_id is None else session_id
+            rt = sessions.get(sid)
+            if rt.free:
+                rt.ephemeral = rt.ephemeral or stateless
+                event = _user_message(text, sid, source, None)
+                if self.bus.deliver(event, _USER_MESSAGE, inputs, handle=False):
+                    result = RunResult(event.trace_id)
+                    waiters = self._waiters
+                    waiters.add(event.id, result, None)
+                    try:
+                        await sessions.serve_here(rt, sessions.claim(rt), event)
+                    finally:
+                        waiters.forget(event.id)
+                    return result
+                if stateless:
+                    sessions.discard_ephemeral(sid)
         pending = self.start(text, session_id=session_id, source=source)
         try:
             return await pending.wait()
@@ -344,42 +369,6 @@ class ExecutionLoop(Lifecycle):
             if not pending.ended:
                 self._sessions.stop_input(pending.event)
             raise
-
-    async def _ask_here(self, text: str, session_id: str | None, source: str) -> RunResult | None:
-        """An ``ask``'s run served in the asking task; ``None`` when it cannot be.
-
-        It can be when the session is free and the input reaches it at once:
-        the bus is idle and only this loop takes inputs (``EventBus.deliver``).
-        A built-in command goes the usual way.
-        """
-        inputs = self._inputs
-        if inputs is None:
-            return None
-        command = parse_line(text)
-        if command is not None and command.is_builtin:
-            return None
-        sessions = self._sessions
-        stateless = session_id is None
-        if session_id is None:
-            session_id = f"stateless-{uuid.uuid4().hex}"
-        rt = sessions.free(session_id)
-        if rt is None:
-            return None
-        if stateless:
-            rt.ephemeral = True
-        event = _user_message(text, session_id, source, None)
-        if not self.bus.deliver(event, _USER_MESSAGE, inputs, handle=False):
-            if stateless:
-                sessions.discard_ephemeral(session_id)
-            return None
-        result = RunResult(event.trace_id)
-        waiters = self._waiters
-        waiters.add(event.id, result, None)
-        try:
-            await sessions.serve_here(rt, sessions.claim(rt), event)
-        finally:
-            waiters.forget(event.id)
-        return result
 
     def start(
         self,
@@ -581,8 +570,8 @@ class ExecutionLoop(Lifecycle):
         elif name == "reset":
             if rt is not None:
                 sessions.reset(rt)
-            if self.store is not None:
-                sessions.start_soon(self.store.delete, event.session_id)
+            if self.store is not None and self._start_soon is not None:
+                self._start_soon(self.store.delete, event.session_id)
             say(event, "Session reset: memory cleared.", command=name)
         elif name == "quit":
             sessions.quit(event.session_id)

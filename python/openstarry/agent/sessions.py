@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import anyio
@@ -147,6 +147,11 @@ class SessionRuntime:
         #: The last failing call (name, arguments) and how many times in a row it failed.
         self.failure_key: tuple[str, str] | None = None
         self.failure_repeats = 0
+
+    @property
+    def free(self) -> bool:
+        """No run in progress and nothing queued: an asker may serve its input itself."""
+        return not self.pending and (self.idle or not self.running)
 
 
 class Sessions:
@@ -304,21 +309,12 @@ class Sessions:
             task_group.start_soon(self._worker, rt)
         return None
 
-    def free(self, session_id: str) -> SessionRuntime | None:
-        """The session of that id (created on first use) if it is free: no run, nothing queued."""
-        if self._closing or self._task_group is None:
-            return None
-        rt = self.get(session_id)
-        if rt.pending or (rt.running and not rt.idle):
-            return None
-        return rt
-
     def claim(self, rt: SessionRuntime) -> bool:
-        """Take a :meth:`free` session for the caller to serve one input (:meth:`serve_here`).
+        """Take a free session (:attr:`SessionRuntime.free`) for the caller to serve one input.
 
         The session is then busy as with a worker: later inputs queue. Returns
         whether its worker was parked (it stays parked until the session is
-        handed back).
+        handed back by :meth:`serve_here`, which must follow).
         """
         parked = rt.idle
         if parked:
@@ -356,31 +352,27 @@ class Sessions:
                     with anyio.CancelScope(shield=True):
                         await stopped.finish_stopped()
         finally:
-            self._hand_back(rt, parked)
-
-    def _hand_back(self, rt: SessionRuntime, parked: bool) -> None:
-        """After :meth:`serve_here`: the session to its worker, or free."""
-        self._workers -= 1
-        if self._closing and not self._workers and self._workers_gone is not None:
-            self._workers_gone.set()
-        kept = self._by_id.get(rt.session.id) is rt
-        if parked:
-            if rt.pending or self._closing or not kept:
-                self._unpark(rt)  # it serves what came meanwhile, or exits
-                return
-            rt.idle = True
-            idle = self._idle_workers
-            idle[rt] = None
-            if len(idle) > _MAX_IDLE_WORKERS:
-                self._unpark(next(iter(idle)))
-            return
-        if rt.pending and kept and not self._closing and self._task_group is not None:
-            self._workers += 1
-            self._task_group.start_soon(self._worker, rt)
-            return
-        rt.running = False
-        if rt.ephemeral and kept and not rt.pending:
-            del self._by_id[rt.session.id]
+            # The session handed back: to its worker, or free.
+            self._workers -= 1
+            if self._closing and not self._workers and self._workers_gone is not None:
+                self._workers_gone.set()
+            kept = self._by_id.get(rt.session.id) is rt
+            if parked:
+                if rt.pending or self._closing or not kept:
+                    self._unpark(rt)  # it serves what came meanwhile, or exits
+                else:
+                    rt.idle = True
+                    idle = self._idle_workers
+                    idle[rt] = None
+                    if len(idle) > _MAX_IDLE_WORKERS:
+                        self._unpark(next(iter(idle)))
+            elif rt.pending and kept and not self._closing and self._task_group is not None:
+                self._workers += 1
+                self._task_group.start_soon(self._worker, rt)
+            else:
+                rt.running = False
+                if rt.ephemeral and kept and not rt.pending:
+                    del self._by_id[rt.session.id]
 
     def stop_input(self, event: Event) -> None:
         """Stop one input: dropped from its session's queue, or its run cancelled.
@@ -419,11 +411,6 @@ class Sessions:
             rt.stop_requested = rt.cancelled = True
             rt.scope.cancel()
         return dropped
-
-    def start_soon(self, work: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
-        """Run ``work(*args)`` in the loop's task group (nothing when it is not running)."""
-        if self._task_group is not None:
-            self._task_group.start_soon(work, *args)
 
     def reset(self, rt: SessionRuntime) -> None:
         """Stop the session and clear its memory, failure streak and lock."""
