@@ -1200,6 +1200,51 @@ def test_emitter_refuses_what_is_not_an_event_and_a_closed_queue() -> None:
     assert window.check_and_insert(event.id)  # nothing recorded
 
 
+def test_emitter_child_makes_the_caused_event_and_emits_it() -> None:
+    queue, window, by_type, _, published = _emitter_parts()
+    handler = object()
+    by_type["KERNEL:TICK_START"] = [(), 0, None, "no_subscriber"]
+    by_type["EXEC:TOOL_CALL"] = [(handler,), 0, None, "handled"]
+    emitter = Emitter(queue, window, by_type, lambda t: by_type[t], published.append)
+    emitter.asleep = True
+    parent = _unique_event(1)
+    tick = emitter.child(parent, "KERNEL:TICK_START", {"round": 1}, "agent:a")
+    # As parent.child(...) makes it: same trace and session, parent id, the source given.
+    assert (tick.type, tick.payload, tick.source) == ("KERNEL:TICK_START", {"round": 1}, "agent:a")
+    assert (tick.trace_id, tick.session_id, tick.parent_id) == (
+        parent.trace_id,
+        parent.session_id,
+        parent.id,
+    )
+    assert tick.priority == parent.priority
+    assert by_type["KERNEL:TICK_START"][1] == 1  # admitted and counted, not published
+    assert not window.check_and_insert(tick.id)
+    assert published == []
+    # Only skip listens: admitted; another listens: published.
+    skipped = emitter.child(parent, "EXEC:TOOL_CALL", {"n": 1}, "agent:a", handler)
+    assert published == []
+    call = emitter.child(parent, "EXEC:TOOL_CALL", {"n": 2}, "agent:a")
+    assert published == [call]
+    assert skipped.id != call.id
+
+
+def test_emitter_child_of_a_payload_json_cannot_carry_emits_nothing() -> None:
+    queue, window, by_type, _, published = _emitter_parts()
+    by_type["X:Y"] = [(), 0, None, "no_subscriber"]
+    emitter = Emitter(queue, window, by_type, lambda t: by_type[t], published.append)
+    emitter.asleep = True
+    parent = _unique_event(1)
+    with pytest.raises(TypeError):
+        emitter.child(parent, "X:Y", {"when": object()}, "agent:a")
+    with pytest.raises(ValueError, match="type"):
+        emitter.child(parent, "not a type", {}, "agent:a")
+    assert by_type["X:Y"][1] == 0
+    assert queue.unique_pushed == 0
+    queue.close()
+    with pytest.raises(QueueClosed):
+        emitter.child(parent, "X:Y", {}, "agent:a")
+
+
 # --- publish: push_unique with a Published handle as the item -------------------------------
 
 

@@ -261,6 +261,27 @@ class Emitter:
             QueueClosed: the queue is closed.
             QueueFull: a routed event, and ``publish`` found the bus full.
         """
+    def child(
+        self,
+        parent: Event,
+        event_type: str,
+        payload: Any,
+        source: str,
+        skip: object | None = None,
+    ) -> Event:
+        """Make ``parent.child(event_type, payload, source=source)`` and :meth:`emit` it
+        (with ``skip``); returns it.
+
+        One call for what a producer of caused events does for each (an
+        agent's ticks, state changes, tool calls and replies).
+
+        Raises:
+            TypeError, ValueError: as ``Event.child`` does (a payload that is
+                not JSON, a bad type); nothing is emitted.
+            QueueClosed: the queue is closed.
+            QueueFull: a routed event, and ``publish`` found the bus full (the
+                event was not published: make it again to wait for room).
+        """
     @property
     def duplicates(self) -> int:
         """Events refused so far as duplicates by :meth:`emit` (not by ``publish``)."""

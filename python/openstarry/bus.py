@@ -655,6 +655,13 @@ class Emit(Protocol):
     ) -> bool: ...
 
 
+def _emit_remote(
+    bus: EventBus, event: Event, event_type: str, skip: Subscription | None = None
+) -> bool:
+    """:meth:`EventBus.emit` on a remote backend: a publish."""
+    return bool(bus.publish(event))
+
+
 def _set_asleep(bus: EventBus, asleep: bool) -> None:
     """Record whether the dispatcher sleeps, for the bus and for its emitter alike."""
     bus._asleep = asleep
@@ -1004,11 +1011,15 @@ class EventBus(Lifecycle):
         """
         emitter = self._emitter
         if emitter is None:
-            return self._emit_remote
+            return partial(_emit_remote, self)
         return emitter.emit
 
-    def _emit_remote(self, event: Event, event_type: str, skip: Subscription | None = None) -> bool:
-        return bool(self.publish(event))
+    @property
+    def emitter(self) -> Emitter | None:
+        """The local bus's :class:`~openstarry.core.Emitter` while it runs (``None``
+        on a remote backend): :meth:`emit` is its ``emit``, and its ``child``
+        makes a caused event and emits it in one call."""
+        return self._emitter
 
     def deliver(
         self, event: Event, event_type: str, subscription: Subscription, *, handle: bool = True

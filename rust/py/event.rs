@@ -87,6 +87,37 @@ impl PyEvent {
         })
     }
 
+    /// ``Event.child``: a new event caused by this one (same trace and
+    /// session, ``parent_id`` this id), ``source`` and ``priority`` this one's
+    /// unless given.
+    pub fn make_child(
+        &self,
+        py: Python<'_>,
+        r#type: &str,
+        payload: Option<&Bound<'_, PyAny>>,
+        source: Option<&str>,
+        priority: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<Self>> {
+        let buf = self.bytes(py);
+        let id = envelope::new_uuid();
+        let parent = self.idx.id.as_str(buf);
+        let trace = self.idx.trace_id.as_str(buf);
+        let session = self.idx.session_id.as_str(buf);
+        let own_source = self.idx.source.as_str(buf);
+        let header = Header {
+            id: &id,
+            timestamp: envelope::now_ms(),
+            trace_id: &trace,
+            source: source.unwrap_or(&own_source),
+            session_id: &session,
+            priority: priority.map_or(Ok(self.idx.priority), priority_arg)?,
+            type_: r#type,
+            parent_id: Some(&parent),
+        };
+        let none = py.None().into_bound(py);
+        Self::build(py, &header, payload.unwrap_or(&none))?.into_py(py)
+    }
+
     /// An event over bytes already decoded to `idx`.
     #[must_use]
     pub fn from_index(buf: Wire, idx: EnvelopeIndex) -> Self {
@@ -292,24 +323,7 @@ impl PyEvent {
         source: Option<&str>,
         priority: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<Self>> {
-        let buf = self.bytes(py);
-        let id = envelope::new_uuid();
-        let parent = self.idx.id.as_str(buf);
-        let trace = self.idx.trace_id.as_str(buf);
-        let session = self.idx.session_id.as_str(buf);
-        let own_source = self.idx.source.as_str(buf);
-        let header = Header {
-            id: &id,
-            timestamp: envelope::now_ms(),
-            trace_id: &trace,
-            source: source.unwrap_or(&own_source),
-            session_id: &session,
-            priority: priority.map_or(Ok(self.idx.priority), priority_arg)?,
-            type_: r#type,
-            parent_id: Some(&parent),
-        };
-        let none = py.None().into_bound(py);
-        Self::build(py, &header, payload.unwrap_or(&none))?.into_py(py)
+        self.make_child(py, r#type, payload, source, priority)
     }
 
     #[getter]

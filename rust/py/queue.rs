@@ -646,14 +646,13 @@ impl PyEmitter {
         event_type: &Bound<'_, PyString>,
         skip: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let py = event.py();
         let typed = event.cast_exact::<PyEvent>().map_err(|_| {
             CoreError::Type(format!(
                 "publish takes an openstarry.core.Event, not {}",
                 type_name(event)
             ))
         })?;
-        let actual = typed.get().type_bytes(py);
+        let actual = typed.get().type_bytes(event.py());
         let given = event_type.to_str()?;
         if actual.as_ref() != given.as_bytes() {
             return Err(CoreError::Value(format!(
@@ -662,6 +661,77 @@ impl PyEmitter {
             ))
             .into());
         }
+        self.emit_typed(typed, event_type, skip)
+    }
+
+    /// Make ``parent.child(event_type, payload, source=source)`` and :meth:`emit` it
+    /// (with ``skip``); returns it.
+    ///
+    /// One call for what a producer of caused events does for each (an
+    /// agent's ticks, state changes, tool calls and replies).
+    ///
+    /// Raises:
+    ///     TypeError, ValueError: as ``Event.child`` does (a payload that is
+    ///         not JSON, a bad type); nothing is emitted.
+    ///     QueueClosed: the queue is closed.
+    ///     QueueFull: a routed event, and ``publish`` found the bus full (the
+    ///         event was not published: make it again to wait for room).
+    #[pyo3(signature = (parent, event_type, payload, source, skip=None))]
+    fn child(
+        &self,
+        parent: &Bound<'_, PyEvent>,
+        event_type: &Bound<'_, PyString>,
+        payload: &Bound<'_, PyAny>,
+        source: &str,
+        skip: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyEvent>> {
+        let py = parent.py();
+        let event =
+            parent
+                .get()
+                .make_child(py, event_type.to_str()?, Some(payload), Some(source), None)?;
+        self.emit_typed(event.bind(py), event_type, skip)?;
+        Ok(event)
+    }
+
+    /// Events refused so far as duplicates by :meth:`emit` (not by ``publish``).
+    #[getter]
+    fn duplicates(&self) -> u64 {
+        self.duplicates.load(Ordering::Relaxed)
+    }
+
+    /// Whether the bus's dispatcher sleeps (the bus keeps it up to date).
+    #[getter]
+    fn asleep(&self) -> bool {
+        self.asleep.load(Ordering::Relaxed)
+    }
+
+    #[setter]
+    fn set_asleep(&self, value: bool) {
+        self.asleep.store(value, Ordering::Relaxed);
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.queue)?;
+        if let Some(dedup) = &self.dedup {
+            visit.call(dedup)?;
+        }
+        visit.call(&self.by_type)?;
+        visit.call(&self.route_of)?;
+        visit.call(&self.publish)
+    }
+}
+
+impl PyEmitter {
+    /// :meth:`emit` of an event whose type is known to be ``event_type``.
+    fn emit_typed(
+        &self,
+        typed: &Bound<'_, PyEvent>,
+        event_type: &Bound<'_, PyString>,
+        skip: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let py = typed.py();
+        let event = typed.as_any();
         // Something may come before the event (the dispatcher is busy, or
         // events wait): it takes its turn, whoever subscribes meanwhile.
         if !self.asleep.load(Ordering::Relaxed) || !self.queue.get().inner.is_empty() {
@@ -698,33 +768,6 @@ impl PyEmitter {
         let count = entry.get_item(1)?.add(1)?;
         entry.set_item(1, count)?;
         Ok(true)
-    }
-
-    /// Events refused so far as duplicates by :meth:`emit` (not by ``publish``).
-    #[getter]
-    fn duplicates(&self) -> u64 {
-        self.duplicates.load(Ordering::Relaxed)
-    }
-
-    /// Whether the bus's dispatcher sleeps (the bus keeps it up to date).
-    #[getter]
-    fn asleep(&self) -> bool {
-        self.asleep.load(Ordering::Relaxed)
-    }
-
-    #[setter]
-    fn set_asleep(&self, value: bool) {
-        self.asleep.store(value, Ordering::Relaxed);
-    }
-
-    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.queue)?;
-        if let Some(dedup) = &self.dedup {
-            visit.call(dedup)?;
-        }
-        visit.call(&self.by_type)?;
-        visit.call(&self.route_of)?;
-        visit.call(&self.publish)
     }
 }
 

@@ -133,6 +133,7 @@ class ToolExecutor:
         "approval_tools",
         "bus",
         "deadlines",
+        "emit_child",
         "limits",
         "new_scope",
         "own_calls",
@@ -151,8 +152,10 @@ class ToolExecutor:
         approval_tools: frozenset[str] = frozenset(),
     ) -> None:
         self.bus = bus
-        # bus.emit where it can stand for apublish (the local bus), else None.
+        # bus.emit where it can stand for apublish (the local bus), else None;
+        # and its Emitter.child (makes and emits a caused event), set by the loop.
         self._publish: Emit | None = bus.emit if bus.backend is None else None
+        self.emit_child: Callable[..., Event] | None = None
         #: The loop's handler of ``EXEC:TOOL_CALL`` (for other agents' calls),
         #: which the executor's own calls need not reach.
         self.own_calls: Subscription | None = None
@@ -211,6 +214,8 @@ class ToolExecutor:
         """
         apublish = self.bus.apublish
         publish = self._publish
+        emit_child = self.emit_child
+        source = self.source
         own_calls = self.own_calls
         known = self.tools if tools is None else tools
         call_events = []
@@ -225,15 +230,15 @@ class ToolExecutor:
             if tool is not None and not waiting:
                 # (ClientTool is final: a type check spares the ABC's isinstance.)
                 waiting = type(tool) is ClientTool or self.needs_approval(tool)
-            call_event = parent.child(_TOOL_CALL, payload, source=self.source)
-            call_events.append(call_event)
-            if publish is None:
-                await apublish(call_event)
-            else:
+            if emit_child is not None:
                 try:
-                    publish(call_event, _TOOL_CALL, own_calls)
+                    call_events.append(emit_child(parent, _TOOL_CALL, payload, source, own_calls))
+                    continue
                 except QueueFull:
-                    await apublish(call_event)
+                    pass  # no room: it is made again, and waits for room
+            call_event = parent.child(_TOOL_CALL, payload, source=source)
+            call_events.append(call_event)
+            await apublish(call_event)
         waits: Mapping[int, Wait] = (
             await self._announce_waits(parent, call_events, calls, context, known)
             if waiting
@@ -267,6 +272,13 @@ class ToolExecutor:
         done: list[ToolOutcome] = []
         for call_event, outcome in zip(call_events, outcomes, strict=True):
             assert outcome is not None
+            if emit_child is not None:
+                try:
+                    emit_child(call_event, _TOOL_RESULT, result_payload(outcome), source)
+                    done.append(outcome)
+                    continue
+                except (TypeError, ValueError, QueueFull):
+                    pass  # a result JSON cannot carry, or no room: as below
             result_event, outcome = self.result_event(call_event, outcome)
             if publish is None:
                 await apublish(result_event)

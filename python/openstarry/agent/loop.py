@@ -253,8 +253,10 @@ class ExecutionLoop(Lifecycle):
             task_group.start_soon(self._deadlines.watch, bus.new_signal)
             self._loop_thread = threading.get_ident()
             self._token = anyio.lowlevel.current_token()
-            # The bus's emit, kept for the runs while the loop runs (its queue's).
-            self._publish = self._executor._publish = bus.emit if bus.backend is None else None
+            # The local bus's emit and Emitter.child for the runs (its queue's).
+            emitter = bus.emitter if bus.backend is None else None
+            self._publish = self._executor._publish = None if emitter is None else emitter.emit
+            self._executor.emit_child = None if emitter is None else emitter.child
             calls = bus.subscribe(_TOOL_CALL, self._external.on_call)
             # The loop's own calls are no business of that handler (it ignores them).
             self._executor.own_calls = calls
@@ -296,7 +298,7 @@ class ExecutionLoop(Lifecycle):
         """Call ``hook(session_id)`` when a session sends ``/quit``."""
         self._quit_hooks.append(hook)
 
-    # -- sessions --------------------------------------------------------
+    # -- sessions and inputs ---------------------------------------------
 
     def session(self, session_id: str) -> Session:
         """The session of that id, created empty on first use."""
@@ -305,8 +307,6 @@ class ExecutionLoop(Lifecycle):
     @property
     def sessions(self) -> Mapping[str, Session]:
         return self._sessions.sessions
-
-    # -- inputs ----------------------------------------------------------
 
     def submit(
         self, text: str, *, session_id: str, source: str = "user", priority: int | None = None
@@ -338,9 +338,8 @@ class ExecutionLoop(Lifecycle):
         served anyway. :meth:`start` and its ``wait()`` leave the run going
         when the wait is cancelled.)
         """
-        # Served here when the session is free and the input reaches it at
-        # once: the bus is idle and only this loop takes inputs (see
-        # EventBus.deliver). A built-in command goes the usual way.
+        # Served here when the session is free and the input reaches it at once
+        # (EventBus.deliver). A built-in command goes the usual way.
         inputs = self._inputs
         command = parse_line(text)
         if inputs is not None and (command is None or not command.is_builtin):

@@ -126,6 +126,7 @@ class Turn:
     __slots__ = (
         "client_tools",
         "context",
+        "emit_child",
         "input",
         "loop",
         "observations",
@@ -148,6 +149,9 @@ class Turn:
         #: ``bus.emit`` where it can stand for ``apublish`` (the local bus:
         #: it only waits when the bus is full), else ``None``.
         self.publish = loop._publish
+        #: ``Emitter.child`` of the local bus (makes a caused event and emits
+        #: it in one call), else ``None``.
+        self.emit_child = loop._executor.emit_child
         #: Tool calls in memory that have no outcome yet (closed if the run stops).
         self.open_calls: Sequence[ToolCall] = ()
         #: Observations of this round, added to memory after the round's outcomes.
@@ -280,14 +284,11 @@ class Turn:
         old = self.state
         if old is state:
             return True
-        publish = self.publish
-        if publish is None:
+        emit_child = self.emit_child
+        if emit_child is None:
             return False
         try:
-            publish(
-                self.tick.child(_STATE_CHANGE, _CHANGE[old, state], source=self.loop.source),
-                _STATE_CHANGE,
-            )
+            emit_child(self.tick, _STATE_CHANGE, _CHANGE[old, state], self.loop.source)
         except QueueFull:
             return False
         self.state = state
@@ -409,7 +410,7 @@ class Turn:
         deadlines = loop._deadlines
         executor = loop._executor
         provider = loop.provider
-        publish = self.publish
+        emit_child = self.emit_child
         apublish = loop.bus.apublish
         sink = self.emit_delta
         tool_rounds = 0
@@ -418,13 +419,14 @@ class Turn:
         context._tool_results = ()
         while True:
             round_no += 1
-            tick = event.child(_TICK_START, {"round": round_no}, source=source)
-            if publish is None:
+            if emit_child is None:
+                tick = event.child(_TICK_START, {"round": round_no}, source=source)
                 await apublish(tick)
             else:
                 try:
-                    publish(tick, _TICK_START)
-                except QueueFull:
+                    tick = emit_child(event, _TICK_START, {"round": round_no}, source)
+                except QueueFull:  # no room: made again, and waits for room
+                    tick = event.child(_TICK_START, {"round": round_no}, source=source)
                     await apublish(tick)
             self.tick = tick  # once published: later events may name it as parent
             if not self.state_now(_THINKING):
@@ -485,8 +487,15 @@ class Turn:
                 }
                 if response.metadata is not None:
                     payload["metadata"] = response.metadata
+                said_event: Event | None = None
                 try:
-                    said_event = event.child(OUTPUT_AGENT_MESSAGE, payload, source=source)
+                    if emit_child is None:
+                        said_event = event.child(OUTPUT_AGENT_MESSAGE, payload, source=source)
+                    else:
+                        try:
+                            emit_child(event, OUTPUT_AGENT_MESSAGE, payload, source)
+                        except QueueFull:  # no room: made again, waits for room
+                            said_event = event.child(OUTPUT_AGENT_MESSAGE, payload, source=source)
                 except (TypeError, ValueError) as exc:
                     # Deeper than an event may nest, or not JSON.
                     self.close_calls("AGENT_PAIN", "the response that asked for it was refused")
@@ -494,13 +503,8 @@ class Turn:
                         tick, "AGENT_PAIN", f"the provider's response cannot be sent: {exc}"
                     )
                     break
-                if publish is None:
+                if said_event is not None:
                     await apublish(said_event)
-                else:
-                    try:
-                        publish(said_event, OUTPUT_AGENT_MESSAGE)
-                    except QueueFull:
-                        await apublish(said_event)
                 if result is not None:
                     result.replies.append(text)
             if not calls:
