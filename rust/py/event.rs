@@ -163,7 +163,19 @@ impl PyEvent {
     /// The id's UTF-8 bytes.
     #[must_use]
     pub fn id_bytes(&self, py: Python<'_>) -> Vec<u8> {
-        self.idx.id.as_bytes(self.bytes(py)).into_owned()
+        self.id_text(py).into_owned()
+    }
+
+    /// The id's UTF-8 bytes, borrowed from the envelope unless it is escaped there.
+    #[must_use]
+    pub fn id_text<'a>(&'a self, py: Python<'a>) -> std::borrow::Cow<'a, [u8]> {
+        self.idx.id.as_bytes(self.bytes(py))
+    }
+
+    /// The event's ``timestamp``: Unix time in ms.
+    #[must_use]
+    pub fn timestamp_ms(&self) -> i64 {
+        self.idx.timestamp
     }
 
     /// The event's type as UTF-8 (types are ASCII: never escaped).

@@ -166,18 +166,20 @@ impl PyEventQueue {
 
     /// `push_unique`'s work: `item` at `event`'s priority unless `dedup` has seen its id.
     /// What `admit` does once `event` is known to be an `Event`.
+    /// ``now``: the wall clock in ms, when the caller has just read it.
     fn admit_event(
         &self,
         py: Python<'_>,
         event: &PyEvent,
         dedup: Option<&Bound<'_, PyDedupWindow>>,
+        now: Option<i64>,
     ) -> Result<bool, CoreError> {
         if self.inner.is_closed() {
             return Err(CoreError::QueueClosed);
         }
         if let Some(dedup) = dedup {
-            let id = event.id_bytes(py);
-            let now = wall_ms();
+            let id = event.id_text(py);
+            let now = now.unwrap_or_else(wall_ms);
             if !dedup
                 .get()
                 .with_inner(|window| window.check_and_insert(&id, now))
@@ -199,7 +201,7 @@ impl PyEventQueue {
         // The window's lock, then the queue's: the order the ingestor takes them in.
         let queued = match dedup {
             Some(dedup) => {
-                let id = event.id_bytes(dedup.py());
+                let id = event.id_text(dedup.py());
                 let now = wall_ms();
                 dedup.get().with_inner(|window| {
                     self.inner.push_checked(Item::Object(item), lane, || {
@@ -461,7 +463,7 @@ impl PyEventQueue {
         let typed = event.cast_exact::<PyEvent>().map_err(|_| {
             CoreError::Type(format!("admit takes an Event, got a {}", type_name(event)))
         })?;
-        self.admit_event(event.py(), typed.get(), dedup)
+        self.admit_event(event.py(), typed.get(), dedup, None)
     }
 
     /// Queue every item in one call (all or nothing under ``"reject"``).
@@ -661,7 +663,7 @@ impl PyEmitter {
             ))
             .into());
         }
-        self.emit_typed(typed, event_type, skip)
+        self.emit_typed(typed, event_type, skip, None)
     }
 
     /// Make ``parent.child(event_type, payload, source=source)`` and :meth:`emit` it
@@ -690,7 +692,10 @@ impl PyEmitter {
             parent
                 .get()
                 .make_child(py, event_type.to_str()?, Some(payload), Some(source), None)?;
-        self.emit_typed(event.bind(py), event_type, skip)?;
+        // Made just now: its timestamp is the window's clock.
+        let made = event.bind(py);
+        let now = made.get().timestamp_ms();
+        self.emit_typed(made, event_type, skip, Some(now))?;
         Ok(event)
     }
 
@@ -729,6 +734,7 @@ impl PyEmitter {
         typed: &Bound<'_, PyEvent>,
         event_type: &Bound<'_, PyString>,
         skip: Option<&Bound<'_, PyAny>>,
+        now: Option<i64>,
     ) -> PyResult<bool> {
         let py = typed.py();
         let event = typed.as_any();
@@ -754,7 +760,7 @@ impl PyEmitter {
             return self.publish.bind(py).call1((event,))?.is_truthy();
         }
         let dedup = self.dedup.as_ref().map(|d| d.bind(py));
-        match self.queue.get().admit_event(py, typed.get(), dedup) {
+        match self.queue.get().admit_event(py, typed.get(), dedup, now) {
             Ok(true) => {}
             Ok(false) => {
                 self.duplicates.fetch_add(1, Ordering::Relaxed);
