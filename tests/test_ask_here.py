@@ -81,6 +81,20 @@ def task_id() -> int:
     return anyio.get_current_task().id
 
 
+async def ask_cancelled_once_started(loop: ExecutionLoop, slow: Blocking) -> None:
+    """``ask("go")`` in session ``s``, its caller cancelled once the ``slow`` tool has started."""
+    with anyio.CancelScope() as scope:
+
+        async def cancel_once_started() -> None:
+            await slow.started.wait()
+            scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(cancel_once_started)
+            await loop.ask("go", session_id="s")
+    assert scope.cancelled_caught
+
+
 @pytest.mark.anyio
 async def test_an_ask_on_a_free_session_runs_in_the_asking_task() -> None:
     provider = Recorder()
@@ -170,16 +184,7 @@ async def test_cancelling_an_ask_served_here_stops_its_run() -> None:
     slow = Blocking()
     with anyio.fail_after(HANG):
         async with serving(provider, slow) as h:
-            with anyio.CancelScope() as scope:
-
-                async def cancel_once_started() -> None:
-                    await slow.started.wait()
-                    scope.cancel()
-
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(cancel_once_started)
-                    await h.loop.ask("go", session_id="s")
-            assert scope.cancelled_caught
+            await ask_cancelled_once_started(h.loop, slow)
             assert slow.cancelled
             stopped = h.loop.runs_stopped
             again = await h.loop.ask("again", session_id="s")
@@ -291,15 +296,7 @@ async def test_cancelling_an_ask_stops_its_run_in_the_sessions_worker() -> None:
         async with serving(provider, slow) as h:
             # A subscriber to inputs: they go through the queue, and a worker serves them.
             h.bus.subscribe("INPUT:USER_MESSAGE", lambda event: None)
-            with anyio.CancelScope() as scope:
-
-                async def cancel_once_started() -> None:
-                    await slow.started.wait()
-                    scope.cancel()
-
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(cancel_once_started)
-                    await h.loop.ask("go", session_id="s")
+            await ask_cancelled_once_started(h.loop, slow)
             await until(lambda: h.loop.runs_stopped == 1)
             again = await h.loop.ask("again", session_id="s")
     assert slow.cancelled
