@@ -681,9 +681,10 @@ fn reseed_after_fork() {
     static REGISTER: std::sync::Once = std::sync::Once::new();
     REGISTER.call_once(|| {
         extern "C" fn reseed_in_child() {
-            // A failure leaves the generator as it was: nothing better can be
-            // done in a fork handler.
-            let _ = rand::rng().reseed();
+            // A failure (no OS randomness, which would panic making a first
+            // generator) leaves the generator as it was: nothing better can be
+            // done in a fork handler, and a panic must not cross into C.
+            let _ = std::panic::catch_unwind(|| rand::rng().reseed());
         }
         // SAFETY: the handler only reseeds the calling thread's generator,
         // which nothing else is using in a child that has just been forked.

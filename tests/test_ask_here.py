@@ -12,6 +12,7 @@ Waits are bounded by :data:`HANG` only as a guard against a hang.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -32,6 +33,8 @@ from agent_harness import (
 )
 from openstarry.agent.interfaces import AgentContext
 from openstarry.agent.loop import ExecutionLoop, LoopLimits, RunResult
+from openstarry.agent.memory import UserTurn
+from openstarry.agent.store import InMemoryStore
 from openstarry.bus import EventBus
 from openstarry.core import Event, ProviderResponse
 from openstarry.testing import text, tool_call
@@ -306,3 +309,94 @@ async def test_cancelling_an_ask_stops_its_run_in_the_sessions_worker() -> None:
     [outcome] = outcomes(h.loop.session("s").memory)
     assert outcome.error is not None
     assert outcome.error.code == "CANCELLED"
+
+
+class SlowStore(InMemoryStore):
+    """Loads a session after a wait, saying when it starts loading."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loading = anyio.Event()
+
+    async def load(self, session_id: str) -> list[dict[str, Any]] | None:
+        self.loading.set()
+        await anyio.sleep(HANG)
+        return await super().load(session_id)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("how", ["stop", "leaving the loop"])
+async def test_a_run_served_here_stopped_while_its_session_loads_ends_stopped(how: str) -> None:
+    provider = Recorder()
+    store = SlowStore()
+    results: list[RunResult] = []
+    with anyio.fail_after(HANG):
+        async with anyio.create_task_group() as tg, EventBus() as bus:
+            async with ExecutionLoop(bus, provider, [], store=store) as loop:
+
+                async def ask() -> None:
+                    results.append(await loop.ask("hi", session_id="s"))
+
+                tg.start_soon(ask)
+                await store.loading.wait()
+                if how == "stop":
+                    loop.command("stop", session_id="s")
+                    await until(lambda: bool(results))
+            await until(lambda: bool(results))
+    [result] = results
+    assert result.stopped
+    assert result.replies == []
+    assert provider.calls == []  # the run never began
+    assert "s" not in store.sessions  # nothing was saved for it
+
+
+class Swallower:
+    """A provider that swallows the first cancellation of its wait, then waits again."""
+
+    name = "swallower"
+
+    def __init__(self) -> None:
+        self.started = anyio.Event()
+
+    async def generate(self, prompt: str, context: AgentContext) -> ProviderResponse:
+        self.started.set()
+        with contextlib.suppress(anyio.get_cancelled_exc_class()):
+            await anyio.sleep(HANG)
+        await anyio.sleep(HANG)
+        return text("finished anyway")
+
+
+@pytest.mark.anyio
+async def test_a_stop_reaches_a_run_served_here_that_swallows_one_cancellation() -> None:
+    provider = Swallower()
+    with anyio.fail_after(HANG):
+        async with serving(provider) as h, anyio.create_task_group() as tg:
+
+            async def stop_once_started() -> None:
+                await provider.started.wait()
+                h.loop.command("stop", session_id="s")
+
+            tg.start_soon(stop_once_started)
+            result = await h.loop.ask("hi", session_id="s")
+    assert result.stopped
+    assert result.replies == []
+
+
+@pytest.mark.anyio
+async def test_an_ask_on_a_remote_bus_makes_no_local_session() -> None:
+    from test_bus import _RecordingBackend
+
+    provider = Recorder()
+    limits = LoopLimits(max_sessions=2)
+    async with (
+        EventBus(backend=_RecordingBackend()) as bus,
+        ExecutionLoop(bus, provider, [], limits=limits) as loop,
+    ):
+        for session_id in ("a", "b"):
+            loop.session(session_id).memory.append(UserTurn(f"remember {session_id}"))
+        # Served by whichever consumer the backend gives it to; not waited for here.
+        with anyio.move_on_after(0.05):
+            await loop.ask("hi", session_id="elsewhere")
+        sessions = sorted(loop.sessions)
+    assert sessions == ["a", "b"]
+    assert provider.calls == []

@@ -168,6 +168,77 @@ async def test_a_cancel_the_body_swallows_leaves_nothing_pending() -> None:
 
 @needs_uncancel
 @pytest.mark.anyio
+async def test_a_body_that_swallows_the_cancel_is_cancelled_again_at_its_next_wait() -> None:
+    scope = TaskScope(asyncio.get_running_loop())
+    steps = []
+    with scope:
+        asyncio.get_running_loop().call_soon(scope.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await anyio.sleep(5)
+        steps.append("swallowed once")
+        await anyio.sleep(5)  # cancelled again, as anyio's scope would
+        steps.append("after the second wait")
+    assert steps == ["swallowed once"]
+    assert scope.cancelled_caught
+    task = asyncio.current_task()
+    assert task is not None
+    assert cancelling(task) == 0
+
+
+class CountingScope(TaskScope):
+    """A TaskScope that counts how often it looks at its task."""
+
+    __slots__ = ("looks",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.looks = 0
+
+    def _deliver(self) -> None:
+        self.looks += 1
+        super()._deliver()
+
+
+@needs_uncancel
+@pytest.mark.anyio
+async def test_a_wait_inside_a_shield_is_not_polled_and_the_cancel_lands_as_it_ends() -> None:
+    scope = CountingScope(asyncio.get_running_loop())
+    steps = []
+    with scope:
+        with anyio.CancelScope(shield=True):
+            asyncio.get_running_loop().call_soon(scope.cancel)
+            await anyio.sleep(0.2)
+            looks_while_shielded = scope.looks
+        steps.append("left the shield")
+        await anyio.lowlevel.checkpoint()  # the very next wait is cancelled
+        steps.append("after the checkpoint")
+    assert steps == ["left the shield"]
+    assert scope.cancelled_caught
+    # Once when cancelled, not once for every turn of the event loop in 0.2 s.
+    assert looks_while_shielded <= 2
+
+
+@needs_uncancel
+@pytest.mark.anyio
+async def test_a_callers_cancel_already_pending_stays_the_callers() -> None:
+    loop = asyncio.get_running_loop()
+    scope = TaskScope(loop)
+    with anyio.CancelScope() as outer:
+        with scope:
+
+            def both() -> None:
+                outer.cancel()  # the caller's, while the task is ready to run
+                scope.cancel()  # and this one in the same turn of the loop
+
+            loop.call_soon(both)
+            while True:
+                await asyncio.sleep(0)  # never waits on a future
+    assert outer.cancelled_caught
+    assert not scope.cancelled_caught
+
+
+@needs_uncancel
+@pytest.mark.anyio
 async def test_a_cancel_after_leaving_does_nothing_and_it_enters_once() -> None:
     scope = TaskScope(asyncio.get_running_loop())
     with scope:

@@ -49,7 +49,8 @@ class Watched(Protocol):
 
 
 class ToolCallWatch:
-    """One tool call's :class:`Watched`: the cancel scope it runs in."""
+    """One tool call's :class:`Watched`: the cancel scope it runs in (and whether
+    the watcher cancelled it, which the call's scope also says)."""
 
     __slots__ = ("cancelled", "deadline", "scope")
 

@@ -342,7 +342,8 @@ class ExecutionLoop(Lifecycle):
         # (EventBus.deliver). A built-in command goes the usual way.
         inputs = self._inputs
         command = parse_line(text)
-        if inputs is not None and (command is None or not command.is_builtin):
+        local = self._publish is not None  # (a remote bus serves inputs where it will)
+        if local and inputs is not None and (command is None or not command.is_builtin):
             sessions = self._sessions
             stateless = session_id is None
             sid = f"stateless-{uuid.uuid4().hex}" if session_id is None else session_id

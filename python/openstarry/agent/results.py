@@ -110,10 +110,11 @@ class Waiters:
 
     def stop_all(self) -> None:
         """The loop is leaving: every wait ends, a run that had not ended as stopped."""
-        for event_id, done in self._done.items():
-            result = self._results.get(event_id)
-            if result is not None and not done.is_set():
-                result.stopped = True
+        for event_id, result in self._results.items():
+            done = self._done.get(event_id)
+            if done is None or not done.is_set():
+                result.stopped = True  # (one served by its asker has no signal)
+        for done in self._done.values():
             done.set()
         self._done.clear()
         self._results.clear()

@@ -87,6 +87,10 @@ def scope_factory() -> Callable[..., CancelScopeLike]:
     return scope_class
 
 
+#: Seconds a run served by its asker, stopped, may wait for room on the bus to
+#: say so when its asker has been cancelled.
+_FINISH_GRACE = 10.0
+
 #: Workers kept waiting for their session's next input; past it the one idle
 #: the longest exits (its session starts a new worker when it needs one).
 _MAX_IDLE_WORKERS = 256
@@ -152,6 +156,22 @@ class SessionRuntime:
     def free(self) -> bool:
         """No run in progress and nothing queued: an asker may serve its input itself."""
         return not self.pending and (self.idle or not self.running)
+
+
+def _cancel_run(rt: SessionRuntime, waiters: Waiters) -> None:
+    """Cancel the run the session is serving, if any.
+
+    Its turn's scope; or, before its turn has begun (its session still
+    loading from a store), the scope it is served in, its input ending
+    stopped there and then.
+    """
+    if rt.scope is not None:
+        rt.stop_requested = rt.cancelled = True
+        rt.scope.cancel()
+    elif rt.serving is not None and rt.live_scope is not None:
+        rt.stop_requested = rt.cancelled = True
+        waiters.stop(rt.serving)
+        rt.live_scope.cancel()
 
 
 class Sessions:
@@ -348,8 +368,9 @@ class Sessions:
                 rt.served_here = False
                 stopped, rt.stopped_turn = rt.stopped_turn, None
                 if stopped is not None:
-                    # Stopped by /stop or its deadline, or its caller was cancelled.
-                    with anyio.CancelScope(shield=True):
+                    # Stopped by /stop or its deadline, or its caller was cancelled:
+                    # finished even so, unless the bus has no room for that long.
+                    with anyio.move_on_after(_FINISH_GRACE, shield=True):
                         await stopped.finish_stopped()
         finally:
             # The session handed back: to its worker, or free.
@@ -384,9 +405,7 @@ class Sessions:
         if rt is None:
             return
         if rt.serving == event.id:
-            if rt.scope is not None:
-                rt.stop_requested = rt.cancelled = True
-                rt.scope.cancel()
+            _cancel_run(rt, self._waiters)
             return
         try:
             rt.pending.remove(event)
@@ -407,9 +426,7 @@ class Sessions:
             if release is not None:
                 release(waiting, handled=not self._closing)
         rt.pending.clear()
-        if rt.scope is not None:
-            rt.stop_requested = rt.cancelled = True
-            rt.scope.cancel()
+        _cancel_run(rt, self._waiters)
         return dropped
 
     def reset(self, rt: SessionRuntime) -> None:

@@ -9,13 +9,16 @@ state in a weak mapping and links itself into the task's tree of scopes on
 entering and leaving: about 5 µs, a sixth of a whole turn.
 :class:`TaskScope` does what a run needs of a scope for less:
 
-- :meth:`~TaskScope.cancel` cancels the task where it waits, as anyio does:
-  not while the task runs (a run that stops itself: it is cancelled at its
-  next wait), not while it is about to be woken with a result, and not while
-  it is inside an anyio scope that shields it (entered within the run); then
-  it tries again on the next iteration of the event loop.
-- Leaving the scope takes back that one cancellation and swallows the
-  ``CancelledError`` it raised; a cancellation of the task from elsewhere
+- :meth:`~TaskScope.cancel` cancels the task where it waits, as anyio's
+  scope does, and again at each later wait until the task has left the
+  scope (a run that swallows a ``CancelledError`` is cancelled again): not
+  while the task runs (a run that stops itself is cancelled at its next
+  wait), not while it is about to be woken with a result or already has a
+  cancellation pending, and not while it is inside an anyio scope that
+  shields it, entered within the run (then it looks again when the task's
+  wait there ends, where anyio is told when the shield ends).
+- Leaving the scope takes back those cancellations and swallows the
+  ``CancelledError`` they raised; a cancellation of the task from elsewhere
   (its caller's) goes on.
 
 It reads two private parts of anyio's asyncio backend (the task's current
@@ -62,6 +65,7 @@ class TaskScope:
         "_loop",
         "_outer",
         "_task",
+        "_waiter",
         "cancel_called",
         "cancelled_caught",
     )
@@ -70,8 +74,11 @@ class TaskScope:
         self._loop = loop
         self._task: asyncio.Task[Any] | None = None
         self._active = False
-        self._delivered = False
+        #: Cancellations delivered to the task, each taken back on leaving.
+        self._delivered = 0
         self._handle: asyncio.Handle | None = None
+        #: What the task waits for inside a shield, until which nothing is delivered.
+        self._waiter: asyncio.Future[Any] | None = None
         #: The anyio scope the task was in on entering: shields inside it are the run's.
         self._outer: Any = None
         #: The task's pending cancellations on entering (``Task.cancelling()``).
@@ -103,21 +110,32 @@ class TaskScope:
             self._deliver()
 
     def _deliver(self) -> None:
+        """Cancel the task if it waits here; look again on the next iteration (as anyio does)."""
         self._handle = None
+        self._waiter = None
         task = self._task
-        if not self._active or self._delivered or task is None:
+        if not self._active or task is None or task.done():
             return
-        waiter = getattr(task, "_fut_waiter", None)
-        if (
-            task is asyncio.current_task(self._loop)
-            or (waiter is not None and waiter.done())
-            or self._shielded(task)
-        ):
-            # Running now, about to be woken with a result, or shielded: later.
-            self._handle = self._loop.call_soon(self._deliver)
+        loop = self._loop
+        if self._shielded(task):
+            waiter = getattr(task, "_fut_waiter", None)
+            if isinstance(waiter, asyncio.Future) and not waiter.done():
+                # Waiting inside the shield: look again when that wait ends.
+                self._waiter = waiter
+                waiter.add_done_callback(self._wait_ended)
+            else:
+                self._handle = loop.call_soon(self._deliver)
             return
-        task.cancel()
-        self._delivered = True
+        if not getattr(task, "_must_cancel", False) and task is not asyncio.current_task(loop):
+            waiter = getattr(task, "_fut_waiter", None)
+            if waiter is None or not waiter.done():
+                task.cancel()
+                self._delivered += 1
+        self._handle = loop.call_soon(self._deliver)
+
+    def _wait_ended(self, waiter: asyncio.Future[Any]) -> None:
+        if waiter is self._waiter:
+            self._deliver()
 
     def _shielded(self, task: asyncio.Task[Any]) -> bool:
         """Whether the task is in an anyio scope that shields it, entered within this one."""
@@ -139,14 +157,17 @@ class TaskScope:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
-        if not self._delivered:
+        if self._waiter is not None:
+            self._waiter.remove_done_callback(self._wait_ended)
+            self._waiter = None
+        delivered, self._delivered = self._delivered, 0
+        if not delivered:
             return False
-        self._delivered = False
         assert self._task is not None
+        pending = 0
         if sys.version_info >= (3, 11):
-            pending = self._task.uncancel()
-        else:  # pragma: no cover - not made before 3.11 (run_scope_factory)
-            pending = 0
+            for _ in range(delivered):
+                pending = self._task.uncancel()
         if isinstance(exc, asyncio.CancelledError) and pending <= self._at_enter:
             self.cancelled_caught = True
             return True

@@ -245,8 +245,9 @@ class Turn:
     async def finish_stopped(self) -> None:
         """End a run its scope cancelled: stopped (``/stop``, ``/reset``) or timed out.
 
-        Called by the session's worker once out of the cancelled scope; the
-        input's waiter is woken with the result at the end.
+        Called by the session's worker, or the asker that served the run, once
+        out of the cancelled scope; the input's waiter is woken with the
+        result at the end.
         """
         loop = self.loop
         try:
