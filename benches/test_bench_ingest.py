@@ -11,7 +11,7 @@ import pytest
 
 from benches.baselines import TimeDedup, python_drain, python_ingest
 from benches.data import envelopes, with_repeats
-from benches.harness import Benchmark, measure
+from benches.harness import Benchmark, Side, measure, measure_alternating
 from openstarry.core import DedupWindow, Event, EventQueue, Ingestor
 
 N = 10_000
@@ -142,7 +142,7 @@ def _shared() -> list[Ingestor]:
 @pytest.mark.parametrize(
     ("group", "ingestors"), [(THREADS_GROUP, _own), (SHARED_GROUP, _shared)], ids=["own", "shared"]
 )
-def test_two_threads(
+def test_threads(
     benchmark: Benchmark,
     pool: ThreadPoolExecutor,
     shares: Shares,
@@ -151,36 +151,30 @@ def test_two_threads(
 ) -> None:
     expected = _one_thread(ingestors(), _blobs(shares))
     assert _two_threads(pool, ingestors(), _blobs(shares)) == expected
-    measure(
+    # Two threads and one take turns, one round each, so that the ratio
+    # compares rounds run under the same load of the machine.
+    measure_alternating(
         benchmark,
-        _two_threads,
+        [
+            Side(
+                "two_threads",
+                _two_threads,
+                label=f"Ingestor.ingest on 2 threads, {BLOBS_PER_THREAD} blobs each",
+                ops=2 * BLOBS_PER_THREAD * N,
+                setup=lambda: ((pool, ingestors(), _blobs(shares)), {}),
+                role="openstarry",
+            ),
+            Side(
+                "one_thread",
+                _one_thread,
+                label=f"Ingestor.ingest on 1 thread, all {2 * BLOBS_PER_THREAD} blobs",
+                ops=2 * BLOBS_PER_THREAD * N,
+                setup=lambda: ((ingestors(), _blobs(shares)), {}),
+                target=1.6,
+            ),
+        ],
         group=group,
-        label=f"Ingestor.ingest on 2 threads, {BLOBS_PER_THREAD} blobs each",
-        ops=2 * BLOBS_PER_THREAD * N,
         rounds=THREAD_ROUNDS,
-        role="openstarry",
-        setup=lambda: ((pool, ingestors(), _blobs(shares)), {}),
-    )
-
-
-@pytest.mark.parametrize(
-    ("group", "ingestors"), [(THREADS_GROUP, _own), (SHARED_GROUP, _shared)], ids=["own", "shared"]
-)
-def test_one_thread(
-    benchmark: Benchmark,
-    shares: Shares,
-    group: str,
-    ingestors: Callable[[], list[Ingestor]],
-) -> None:
-    measure(
-        benchmark,
-        _one_thread,
-        group=group,
-        label=f"Ingestor.ingest on 1 thread, all {2 * BLOBS_PER_THREAD} blobs",
-        ops=2 * BLOBS_PER_THREAD * N,
-        rounds=THREAD_ROUNDS,
-        target=1.6,
-        setup=lambda: ((ingestors(), _blobs(shares)), {}),
     )
 
 
@@ -206,32 +200,33 @@ def _digest_two(pool: ThreadPoolExecutor, blobs: list[list[bytes]]) -> list[list
     return list(pool.map(_digest_all, blobs))
 
 
-def test_ceiling_two_threads(benchmark: Benchmark, pool: ThreadPoolExecutor) -> None:
+def test_ceiling(benchmark: Benchmark, pool: ThreadPoolExecutor) -> None:
     # What two threads gain on this machine at this moment, for work that
-    # never takes the GIL: the bound for the ingest rows above.
-    measure(
+    # never takes the GIL: the bound for the ingest rows above, measured the
+    # same way (the two sides taking turns).
+    measure_alternating(
         benchmark,
-        _digest_two,
+        [
+            Side(
+                "two_threads",
+                _digest_two,
+                label=f"hashlib.sha256 on 2 threads, {BLOBS_PER_THREAD} blobs each",
+                ops=6 * BLOBS_PER_THREAD,
+                setup=lambda: ((pool, _digest_blobs()), {}),
+                role="openstarry",
+                note="A control, not openstarry: C code that releases the GIL, handed over "
+                "to the same thread pool. Its ratio is what a second core gives at the "
+                "moment of the run; the machine is shared, and when another process "
+                "holds a core no code can reach 1.6x.",
+            ),
+            Side(
+                "one_thread",
+                _digest_one,
+                label=f"hashlib.sha256 on 1 thread, all {2 * BLOBS_PER_THREAD} blobs",
+                ops=6 * BLOBS_PER_THREAD,
+                setup=lambda: ((_digest_blobs(),), {}),
+            ),
+        ],
         group=CEILING_GROUP,
-        label=f"hashlib.sha256 on 2 threads, {BLOBS_PER_THREAD} blobs each",
-        ops=6 * BLOBS_PER_THREAD,
         rounds=THREAD_ROUNDS,
-        role="openstarry",
-        setup=lambda: ((pool, _digest_blobs()), {}),
-        note="A control, not openstarry: C code that releases the GIL, handed over "
-        "to the same thread pool. Its ratio is what a second core gives at the "
-        "moment of the run; the machine is shared, and when another process "
-        "holds a core no code can reach 1.6x.",
-    )
-
-
-def test_ceiling_one_thread(benchmark: Benchmark) -> None:
-    measure(
-        benchmark,
-        _digest_one,
-        group=CEILING_GROUP,
-        label=f"hashlib.sha256 on 1 thread, all {2 * BLOBS_PER_THREAD} blobs",
-        ops=6 * BLOBS_PER_THREAD,
-        rounds=THREAD_ROUNDS,
-        setup=lambda: ((_digest_blobs(),), {}),
     )
