@@ -74,7 +74,9 @@ class Side:
     ``run(*args, **kwargs)`` is timed once a round, ``ops`` operations each
     time, with the arguments ``setup()`` built for that round outside the
     timing. ``name`` tells the side's entry apart in pytest-benchmark's JSON
-    (``test_name::name``); the other fields mean what :func:`measure`'s do, and
+    (``test_name::name``); ``group``, when given, puts the side in another
+    group than the call's (a control measured in the same rounds as the rows
+    it bounds); the other fields mean what :func:`measure`'s do, and
     ``ceiling`` is a most ratio for a baseline (the same work on another
     backend), where ``target`` is a least one.
     """
@@ -88,6 +90,7 @@ class Side:
     target: float | None = None
     ceiling: float | None = None
     note: str = ""
+    group: str | None = None
 
 
 def alternate(
@@ -123,7 +126,7 @@ def measure_alternating(
     group: str,
     rounds: int,
 ) -> None:
-    """Time ``sides`` of one group in alternating rounds, one entry each in the run's JSON.
+    """Time ``sides`` in alternating rounds, one entry each in the run's JSON.
 
     Where :func:`measure` gives each side a test of its own, run seconds or
     minutes apart, here one test runs the sides in turn (:func:`alternate`),
@@ -147,7 +150,6 @@ def measure_alternating(
         raise FixtureAlreadyUsed(f"the benchmark fixture was already used in {fixture._mode} mode")
     fixture._mode = "measure_alternating(...)"
     benchmark.group = group
-    others = [side.label for side in sides]
     try:
         if fixture.disabled:
             alternate(sides, rounds=1, warmup_rounds=0, timer=time.perf_counter)
@@ -166,6 +168,7 @@ def measure_alternating(
         )
         entry.name = f"{fixture.name}::{side.name}"
         entry.fullname = f"{fixture.fullname}::{side.name}"
+        entry.group = side.group or group
         entry.extra_info = dict(
             benchmark.extra_info,
             label=side.label,
@@ -173,7 +176,7 @@ def measure_alternating(
             ops=side.ops,
             target=side.target,
             note=side.note,
-            alternated_with=[label for label in others if label != side.label],
+            alternated_with=[f"{fixture.name}::{o.name}" for o in sides if o is not side],
         )
         if side.ceiling is not None:
             entry.extra_info["ceiling"] = side.ceiling

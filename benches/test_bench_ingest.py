@@ -139,45 +139,6 @@ def _shared() -> list[Ingestor]:
     return [_fresh_ingestor()] * 2
 
 
-@pytest.mark.parametrize(
-    ("group", "ingestors"), [(THREADS_GROUP, _own), (SHARED_GROUP, _shared)], ids=["own", "shared"]
-)
-def test_threads(
-    benchmark: Benchmark,
-    pool: ThreadPoolExecutor,
-    shares: Shares,
-    group: str,
-    ingestors: Callable[[], list[Ingestor]],
-) -> None:
-    expected = _one_thread(ingestors(), _blobs(shares))
-    assert _two_threads(pool, ingestors(), _blobs(shares)) == expected
-    # Two threads and one take turns, one round each, so that the ratio
-    # compares rounds run under the same load of the machine.
-    measure_alternating(
-        benchmark,
-        [
-            Side(
-                "two_threads",
-                _two_threads,
-                label=f"Ingestor.ingest on 2 threads, {BLOBS_PER_THREAD} blobs each",
-                ops=2 * BLOBS_PER_THREAD * N,
-                setup=lambda: ((pool, ingestors(), _blobs(shares)), {}),
-                role="openstarry",
-            ),
-            Side(
-                "one_thread",
-                _one_thread,
-                label=f"Ingestor.ingest on 1 thread, all {2 * BLOBS_PER_THREAD} blobs",
-                ops=2 * BLOBS_PER_THREAD * N,
-                setup=lambda: ((ingestors(), _blobs(shares)), {}),
-                target=1.6,
-            ),
-        ],
-        group=group,
-        rounds=THREAD_ROUNDS,
-    )
-
-
 CEILING_GROUP = (
     "ingest, threads, the machine's ceiling: hashlib.sha256 (GIL-free C) of 2 x 4 blobs "
     "of 3 MiB on 2 threads vs 1 (per MiB)"
@@ -200,27 +161,64 @@ def _digest_two(pool: ThreadPoolExecutor, blobs: list[list[bytes]]) -> list[list
     return list(pool.map(_digest_all, blobs))
 
 
-def test_ceiling(benchmark: Benchmark, pool: ThreadPoolExecutor) -> None:
-    # What two threads gain on this machine at this moment, for work that
-    # never takes the GIL: the bound for the ingest rows above, measured the
-    # same way (the two sides taking turns).
+def _thread_sides(
+    key: str,
+    group: str,
+    pool: ThreadPoolExecutor,
+    shares: Shares,
+    ingestors: Callable[[], list[Ingestor]],
+) -> list[Side]:
+    lines = 2 * BLOBS_PER_THREAD * N
+    return [
+        Side(
+            f"{key}_two_threads",
+            _two_threads,
+            label=f"Ingestor.ingest on 2 threads, {BLOBS_PER_THREAD} blobs each",
+            ops=lines,
+            setup=lambda: ((pool, ingestors(), _blobs(shares)), {}),
+            role="openstarry",
+            group=group,
+        ),
+        Side(
+            f"{key}_one_thread",
+            _one_thread,
+            label=f"Ingestor.ingest on 1 thread, all {2 * BLOBS_PER_THREAD} blobs",
+            ops=lines,
+            setup=lambda: ((ingestors(), _blobs(shares)), {}),
+            target=1.6,
+            group=group,
+        ),
+    ]
+
+
+def test_threads(benchmark: Benchmark, pool: ThreadPoolExecutor, shares: Shares) -> None:
+    for ingestors in (_own, _shared):
+        expected = _one_thread(ingestors(), _blobs(shares))
+        assert _two_threads(pool, ingestors(), _blobs(shares)) == expected
+    assert _digest_two(pool, _digest_blobs()) == _digest_one(_digest_blobs())
+    # Two threads and one take turns, one round each, for each Ingestor
+    # arrangement and for the ceiling, so that every ratio, and the ceiling
+    # beside it, comes from rounds run under the same load of the machine.
     measure_alternating(
         benchmark,
         [
+            *_thread_sides("own", THREADS_GROUP, pool, shares, _own),
+            *_thread_sides("shared", SHARED_GROUP, pool, shares, _shared),
             Side(
-                "two_threads",
+                "ceiling_two_threads",
                 _digest_two,
                 label=f"hashlib.sha256 on 2 threads, {BLOBS_PER_THREAD} blobs each",
                 ops=6 * BLOBS_PER_THREAD,
                 setup=lambda: ((pool, _digest_blobs()), {}),
                 role="openstarry",
                 note="A control, not openstarry: C code that releases the GIL, handed over "
-                "to the same thread pool. Its ratio is what a second core gives at the "
-                "moment of the run; the machine is shared, and when another process "
-                "holds a core no code can reach 1.6x.",
+                "to the same thread pool, its rounds taken in turn with the ingest rows' "
+                "above. Its ratio is what a second core gives at the moment of the run; "
+                "the machine is shared, and when another process holds a core no code "
+                "can reach 1.6x.",
             ),
             Side(
-                "one_thread",
+                "ceiling_one_thread",
                 _digest_one,
                 label=f"hashlib.sha256 on 1 thread, all {2 * BLOBS_PER_THREAD} blobs",
                 ops=6 * BLOBS_PER_THREAD,

@@ -144,11 +144,11 @@ def test_measure_alternating_records_one_entry_per_side(tmp_path: Path) -> None:
         "ops": 10,
         "target": None,
         "note": "",
-        "alternated_with": ["slow side"],
+        "alternated_with": ["test_pair::slow"],
     }
     assert slow["extra_info"]["role"] == "baseline"
     assert slow["extra_info"]["ceiling"] == 1.3
-    assert slow["extra_info"]["alternated_with"] == ["fast side"]
+    assert slow["extra_info"]["alternated_with"] == ["test_pair::fast"]
 
     # ratios.py sets the two side by side as it does two separate tests.
     lines, targets, _met = table(_entries(run))
