@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
+
+from pytest_benchmark.fixture import FixtureAlreadyUsed
+from pytest_benchmark.stats import Metadata
+
+#: What an entry is to ``ratios.py``: the group's reference, a baseline set
+#: beside it, the group's driving loop alone, or figures in a note.
+Role = Literal["openstarry", "baseline", "floor", "report"]
 
 
 class Benchmark(Protocol):
@@ -35,7 +44,7 @@ def measure(
     rounds: int,
     setup: Callable[[], tuple[tuple[Any, ...], dict[str, Any]]] | None = None,
     target: float | None = None,
-    role: Literal["openstarry", "baseline", "floor", "report"] = "baseline",
+    role: Role = "baseline",
     note: str = "",
 ) -> None:
     """Time ``run`` for ``rounds`` rounds, each doing ``ops`` operations.
@@ -56,3 +65,126 @@ def measure(
         note=note,
     )
     benchmark.pedantic(run, setup=setup, rounds=rounds, warmup_rounds=max(1, rounds // 20))
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison timed by :func:`measure_alternating`.
+
+    ``run(*args, **kwargs)`` is timed once a round, ``ops`` operations each
+    time, with the arguments ``setup()`` built for that round outside the
+    timing. ``name`` tells the side's entry apart in pytest-benchmark's JSON
+    (``test_name::name``); ``group``, when given, puts the side in another
+    group than the call's (a control measured in the same rounds as the rows
+    it bounds); the other fields mean what :func:`measure`'s do, and
+    ``ceiling`` is a most ratio for a baseline (the same work on another
+    backend), where ``target`` is a least one.
+    """
+
+    name: str
+    run: Callable[..., object]
+    label: str
+    ops: int
+    setup: Callable[[], tuple[tuple[Any, ...], dict[str, Any]]] | None = None
+    role: Role = "baseline"
+    target: float | None = None
+    ceiling: float | None = None
+    note: str = ""
+    group: str | None = None
+
+
+def alternate(
+    sides: Sequence[Side],
+    *,
+    rounds: int,
+    warmup_rounds: int,
+    timer: Callable[[], float],
+) -> list[list[float]]:
+    """Each side's round times, the sides taking turns: A, B, A, B, ... (A, B, C, A, ...).
+
+    Every round of one side is followed by a round of the next, so all of
+    them run under the same load of the machine. The first ``warmup_rounds``
+    rounds of each side are run and not kept. Each side's ``setup`` runs just
+    before its own round, outside the timing.
+    """
+    times: list[list[float]] = [[] for _ in sides]
+    for round_ in range(warmup_rounds + rounds):
+        for side, kept in zip(sides, times, strict=True):
+            args, kwargs = side.setup() if side.setup is not None else ((), {})
+            start = timer()
+            side.run(*args, **kwargs)
+            elapsed = timer() - start
+            if round_ >= warmup_rounds:
+                kept.append(elapsed)
+    return times
+
+
+def measure_alternating(
+    benchmark: Benchmark,
+    sides: Sequence[Side],
+    *,
+    group: str,
+    rounds: int,
+) -> None:
+    """Time ``sides`` in alternating rounds, one entry each in the run's JSON.
+
+    Where :func:`measure` gives each side a test of its own, run seconds or
+    minutes apart, here one test runs the sides in turn (:func:`alternate`),
+    so a ratio between them compares rounds that ran under the same load of
+    the machine: use it for rows whose sides are the same code or the same
+    work on another backend, where the machine's load would otherwise swing
+    the ratio more than the code does. The timer is the test's own
+    (``pytest.mark.benchmark(timer=...)``, else pytest-benchmark's default),
+    the warm-up ``max(1, rounds // 20)`` turns of each side as in
+    :func:`measure`. Each side is recorded as its own pytest-benchmark entry
+    (its median over its ``rounds`` rounds, with ``extra_info`` as
+    :func:`measure` writes it), so ``ratios.py`` pairs them as it pairs
+    separate tests. With benchmarks disabled, each side runs once untimed, as
+    a smoke test.
+    """
+    if len({side.name for side in sides}) != len(sides):
+        raise ValueError("each side needs a name of its own")
+    # pytest-benchmark times one callable per test; recording several entries
+    # from one test takes its fixture's internals (5.x: ``_mode``, ``_timer``,
+    # ``_add_stats``, ``stats.Metadata``). tests/test_bench_harness.py runs this
+    # through pytest-benchmark and reads the JSON, so a release that moves
+    # them fails there.
+    fixture: Any = benchmark
+    if fixture._mode:
+        fixture.has_error = True
+        raise FixtureAlreadyUsed(f"the benchmark fixture was already used in {fixture._mode} mode")
+    fixture._mode = "measure_alternating(...)"
+    benchmark.group = group
+    try:
+        if fixture.disabled:
+            alternate(sides, rounds=1, warmup_rounds=0, timer=time.perf_counter)
+            return
+        timer = fixture._timer
+        warmup_rounds = max(1, rounds // 20)
+        times = alternate(sides, rounds=rounds, warmup_rounds=warmup_rounds, timer=timer)
+    except BaseException:
+        fixture.has_error = True
+        raise
+    for side, kept in zip(sides, times, strict=True):
+        entry: Any = Metadata(  # type: ignore[no-untyped-call]
+            fixture,
+            iterations=1,
+            options={"timer": timer, "rounds": rounds, "warmup_rounds": warmup_rounds},
+        )
+        entry.name = f"{fixture.name}::{side.name}"
+        entry.fullname = f"{fixture.fullname}::{side.name}"
+        entry.group = side.group or group
+        entry.extra_info = dict(
+            benchmark.extra_info,
+            label=side.label,
+            role=side.role,
+            ops=side.ops,
+            target=side.target,
+            note=side.note,
+            alternated_with=[f"{fixture.name}::{o.name}" for o in sides if o is not side],
+        )
+        if side.ceiling is not None:
+            entry.extra_info["ceiling"] = side.ceiling
+        for elapsed in kept:
+            entry.update(elapsed)
+        fixture._add_stats(entry)

@@ -9,7 +9,10 @@ median, so 4.0x means openstarry took a quarter of the time. Rows with a target
 say whether it was met: a target is a least ratio, except a row's ``ceiling``
 (the same work on another backend), a most. Times are per operation (one
 push+pop, one id, one envelope, one line, one turn); the turn group's are CPU
-time. With ``--strict`` the exit status is 1 when a target is missed.
+time. A group's entries come from tests of their own (``harness.measure``) or
+from one test whose sides took turns, one round each
+(``harness.measure_alternating``); the table reads both alike. With
+``--strict`` the exit status is 1 when a target is missed.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 
 from benches.baselines import TimeDedup, python_drain, python_ingest
 from benches.data import envelopes, with_repeats
-from benches.harness import Benchmark, measure
+from benches.harness import Benchmark, Side, measure, measure_alternating
 from openstarry.core import DedupWindow, Event, EventQueue, Ingestor
 
 N = 10_000
@@ -139,51 +139,6 @@ def _shared() -> list[Ingestor]:
     return [_fresh_ingestor()] * 2
 
 
-@pytest.mark.parametrize(
-    ("group", "ingestors"), [(THREADS_GROUP, _own), (SHARED_GROUP, _shared)], ids=["own", "shared"]
-)
-def test_two_threads(
-    benchmark: Benchmark,
-    pool: ThreadPoolExecutor,
-    shares: Shares,
-    group: str,
-    ingestors: Callable[[], list[Ingestor]],
-) -> None:
-    expected = _one_thread(ingestors(), _blobs(shares))
-    assert _two_threads(pool, ingestors(), _blobs(shares)) == expected
-    measure(
-        benchmark,
-        _two_threads,
-        group=group,
-        label=f"Ingestor.ingest on 2 threads, {BLOBS_PER_THREAD} blobs each",
-        ops=2 * BLOBS_PER_THREAD * N,
-        rounds=THREAD_ROUNDS,
-        role="openstarry",
-        setup=lambda: ((pool, ingestors(), _blobs(shares)), {}),
-    )
-
-
-@pytest.mark.parametrize(
-    ("group", "ingestors"), [(THREADS_GROUP, _own), (SHARED_GROUP, _shared)], ids=["own", "shared"]
-)
-def test_one_thread(
-    benchmark: Benchmark,
-    shares: Shares,
-    group: str,
-    ingestors: Callable[[], list[Ingestor]],
-) -> None:
-    measure(
-        benchmark,
-        _one_thread,
-        group=group,
-        label=f"Ingestor.ingest on 1 thread, all {2 * BLOBS_PER_THREAD} blobs",
-        ops=2 * BLOBS_PER_THREAD * N,
-        rounds=THREAD_ROUNDS,
-        target=1.6,
-        setup=lambda: ((ingestors(), _blobs(shares)), {}),
-    )
-
-
 CEILING_GROUP = (
     "ingest, threads, the machine's ceiling: hashlib.sha256 (GIL-free C) of 2 x 4 blobs "
     "of 3 MiB on 2 threads vs 1 (per MiB)"
@@ -206,32 +161,70 @@ def _digest_two(pool: ThreadPoolExecutor, blobs: list[list[bytes]]) -> list[list
     return list(pool.map(_digest_all, blobs))
 
 
-def test_ceiling_two_threads(benchmark: Benchmark, pool: ThreadPoolExecutor) -> None:
-    # What two threads gain on this machine at this moment, for work that
-    # never takes the GIL: the bound for the ingest rows above.
-    measure(
-        benchmark,
-        _digest_two,
-        group=CEILING_GROUP,
-        label=f"hashlib.sha256 on 2 threads, {BLOBS_PER_THREAD} blobs each",
-        ops=6 * BLOBS_PER_THREAD,
-        rounds=THREAD_ROUNDS,
-        role="openstarry",
-        setup=lambda: ((pool, _digest_blobs()), {}),
-        note="A control, not openstarry: C code that releases the GIL, handed over "
-        "to the same thread pool. Its ratio is what a second core gives at the "
-        "moment of the run; the machine is shared, and when another process "
-        "holds a core no code can reach 1.6x.",
-    )
+def _thread_sides(
+    key: str,
+    group: str,
+    pool: ThreadPoolExecutor,
+    shares: Shares,
+    ingestors: Callable[[], list[Ingestor]],
+) -> list[Side]:
+    lines = 2 * BLOBS_PER_THREAD * N
+    return [
+        Side(
+            f"{key}_two_threads",
+            _two_threads,
+            label=f"Ingestor.ingest on 2 threads, {BLOBS_PER_THREAD} blobs each",
+            ops=lines,
+            setup=lambda: ((pool, ingestors(), _blobs(shares)), {}),
+            role="openstarry",
+            group=group,
+        ),
+        Side(
+            f"{key}_one_thread",
+            _one_thread,
+            label=f"Ingestor.ingest on 1 thread, all {2 * BLOBS_PER_THREAD} blobs",
+            ops=lines,
+            setup=lambda: ((ingestors(), _blobs(shares)), {}),
+            target=1.6,
+            group=group,
+        ),
+    ]
 
 
-def test_ceiling_one_thread(benchmark: Benchmark) -> None:
-    measure(
+def test_threads(benchmark: Benchmark, pool: ThreadPoolExecutor, shares: Shares) -> None:
+    for ingestors in (_own, _shared):
+        expected = _one_thread(ingestors(), _blobs(shares))
+        assert _two_threads(pool, ingestors(), _blobs(shares)) == expected
+    assert _digest_two(pool, _digest_blobs()) == _digest_one(_digest_blobs())
+    # Two threads and one take turns, one round each, for each Ingestor
+    # arrangement and for the ceiling, so that every ratio, and the ceiling
+    # beside it, comes from rounds run under the same load of the machine.
+    measure_alternating(
         benchmark,
-        _digest_one,
+        [
+            *_thread_sides("own", THREADS_GROUP, pool, shares, _own),
+            *_thread_sides("shared", SHARED_GROUP, pool, shares, _shared),
+            Side(
+                "ceiling_two_threads",
+                _digest_two,
+                label=f"hashlib.sha256 on 2 threads, {BLOBS_PER_THREAD} blobs each",
+                ops=6 * BLOBS_PER_THREAD,
+                setup=lambda: ((pool, _digest_blobs()), {}),
+                role="openstarry",
+                note="A control, not openstarry: C code that releases the GIL, handed over "
+                "to the same thread pool, its rounds taken in turn with the ingest rows' "
+                "above. Its ratio is what a second core gives at the moment of the run; "
+                "the machine is shared, and when another process holds a core no code "
+                "can reach 1.6x.",
+            ),
+            Side(
+                "ceiling_one_thread",
+                _digest_one,
+                label=f"hashlib.sha256 on 1 thread, all {2 * BLOBS_PER_THREAD} blobs",
+                ops=6 * BLOBS_PER_THREAD,
+                setup=lambda: ((_digest_blobs(),), {}),
+            ),
+        ],
         group=CEILING_GROUP,
-        label=f"hashlib.sha256 on 1 thread, all {2 * BLOBS_PER_THREAD} blobs",
-        ops=6 * BLOBS_PER_THREAD,
         rounds=THREAD_ROUNDS,
-        setup=lambda: ((_digest_blobs(),), {}),
     )

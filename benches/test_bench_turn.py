@@ -17,22 +17,25 @@ tool call, per turn.
   no message history; it builds its message list and usage for each run.
 
 Each side runs its turns one after the other inside a running event loop (a
-blocking portal's thread, started untimed), ``TURNS`` turns a round. Times are
-process CPU time (``time.process_time``: both threads, no waiting counted),
-per turn.
+blocking portal's thread, started untimed), ``TURNS`` turns a round. The three
+sides take turns, one round each (asyncio, trio, pydantic-ai, asyncio, ...),
+in one test, so every ratio compares rounds run under the same load of the
+machine (``harness.measure_alternating``). Times are process CPU time
+(``time.process_time``: both threads of a portal, no waiting counted), per
+turn.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from benches.harness import Benchmark, measure
+from benches.harness import Benchmark, Side, measure_alternating
 from openstarry import Agent, tool
 from openstarry.agent.interfaces import AgentContext
 from openstarry.agent.memory import ToolOutcome
@@ -94,39 +97,10 @@ def _check_openstarry(portal: BlockingPortal, agent: Agent) -> None:
     assert agent.bus.metrics()["published"] % 10 == 0  # 10 events a turn
 
 
-def _measure_openstarry(benchmark: Benchmark, backend: str, **kwargs: Any) -> None:
-    with openstarry_agent(backend) as (portal, agent):
-        _check_openstarry(portal, agent)
-        openstarry_turns(portal, agent, 200)  # warm-up, untimed
-        measure(
-            benchmark,
-            openstarry_turns,
-            group=GROUP,
-            ops=TURNS,
-            rounds=ROUNDS,
-            setup=lambda: ((portal, agent, TURNS), {}),
-            **kwargs,
-        )
-
-
-@CPU
-def test_openstarry_asyncio(benchmark: Benchmark) -> None:
-    _measure_openstarry(benchmark, "asyncio", label="Agent.ask on asyncio", role="openstarry")
-
-
-@CPU
-def test_openstarry_trio(benchmark: Benchmark) -> None:
-    benchmark.extra_info["ceiling"] = 1.3
-    _measure_openstarry(
-        benchmark,
-        "trio",
-        label="Agent.ask on trio",
-        note="The same turn on trio; its ratio to asyncio must stay at most 1.3x.",
-    )
-
-
 def _pydantic_ai_agent() -> Any:
-    pydantic_ai = pytest.importorskip("pydantic_ai", reason="pydantic-ai-slim is a bench extra")
+    pydantic_ai = pytest.importorskip(
+        "pydantic_ai", reason="pydantic-ai-slim (requirements-dev.txt) is the turn group's baseline"
+    )
     from pydantic_ai.messages import (
         ModelMessage,
         ModelResponse,
@@ -160,33 +134,66 @@ def pydantic_ai_turns(portal: BlockingPortal, agent: Any, turns: int) -> None:
     portal.call(run)
 
 
+def _check_pydantic_ai(portal: BlockingPortal, agent: Any) -> None:
+    async def one() -> Any:
+        return await agent.run("add one to one")
+
+    result = portal.call(one)
+    assert result.output == "done"
+    returns = [
+        part.content
+        for message in result.all_messages()
+        for part in message.parts
+        if type(part).__name__ == "ToolReturnPart"
+    ]
+    assert returns == [2]
+
+
 @CPU
-def test_pydantic_ai(benchmark: Benchmark) -> None:
-    agent = _pydantic_ai_agent()
-    with start_blocking_portal("asyncio") as portal:
-
-        async def one() -> Any:
-            return await agent.run("add one to one")
-
-        result = portal.call(one)
-        assert result.output == "done"
-        returns = [
-            part.content
-            for message in result.all_messages()
-            for part in message.parts
-            if type(part).__name__ == "ToolReturnPart"
-        ]
-        assert returns == [2]
-        pydantic_ai_turns(portal, agent, 20)  # warm-up, untimed
-        run: Callable[..., None] = pydantic_ai_turns
-        measure(
+def test_turn(benchmark: Benchmark) -> None:
+    pydantic_ai = _pydantic_ai_agent()
+    with (
+        openstarry_agent("asyncio") as on_asyncio,
+        openstarry_agent("trio") as on_trio,
+        start_blocking_portal("asyncio") as pydantic_ai_portal,
+    ):
+        for portal, agent in (on_asyncio, on_trio):
+            _check_openstarry(portal, agent)
+            openstarry_turns(portal, agent, 200)  # warm-up, untimed
+        _check_pydantic_ai(pydantic_ai_portal, pydantic_ai)
+        pydantic_ai_turns(pydantic_ai_portal, pydantic_ai, 20)  # warm-up, untimed
+        # The sides take turns, one round each, so that the ratios compare
+        # rounds run under the same load of the machine.
+        measure_alternating(
             benchmark,
-            run,
+            [
+                Side(
+                    "asyncio",
+                    openstarry_turns,
+                    label="Agent.ask on asyncio",
+                    ops=TURNS,
+                    setup=lambda: ((*on_asyncio, TURNS), {}),
+                    role="openstarry",
+                ),
+                Side(
+                    "trio",
+                    openstarry_turns,
+                    label="Agent.ask on trio",
+                    ops=TURNS,
+                    setup=lambda: ((*on_trio, TURNS), {}),
+                    ceiling=1.3,
+                    note="The same turn on trio; its ratio to asyncio must stay at most 1.3x.",
+                ),
+                Side(
+                    "pydantic_ai",
+                    pydantic_ai_turns,
+                    label="pydantic-ai Agent.run, FunctionModel",
+                    ops=PYDANTIC_AI_TURNS,
+                    setup=lambda: ((pydantic_ai_portal, pydantic_ai, PYDANTIC_AI_TURNS), {}),
+                    target=100.0,
+                    note="Agent.run with no message history; FunctionModel and @agent.tool_plain.",
+                ),
+            ],
             group=GROUP,
-            label="pydantic-ai Agent.run, FunctionModel",
-            ops=PYDANTIC_AI_TURNS,
             rounds=ROUNDS,
-            target=100.0,
-            setup=lambda: ((portal, agent, PYDANTIC_AI_TURNS), {}),
-            note="Agent.run with no message history; FunctionModel and @agent.tool_plain.",
         )

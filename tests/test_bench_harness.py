@@ -1,0 +1,176 @@
+"""The benchmarks' own tooling: ``benches/harness.py``'s alternating rounds and ``ratios.py``.
+
+Nothing here times anything real: a fake clock gives the durations, and the
+pytest-benchmark run in a subprocess does trivial work; what is asserted is
+the order in which the sides ran and what the run's JSON holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from benches.harness import Benchmark, Side, alternate, measure_alternating
+from benches.ratios import _entries, table
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class FakeClock:
+    """A timer whose time moves only when a side's setup or run moves it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_sides_take_turns_with_setup_untimed_and_warmup_dropped() -> None:
+    clock = FakeClock()
+    log: list[str] = []
+
+    def side(name: str, cost: float) -> Side:
+        def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
+            log.append(f"setup {name}")
+            clock.now += 1_000.0  # setup is slow, and must not be counted
+            return (name,), {"cost": cost}
+
+        def run(got: str, *, cost: float) -> None:
+            assert got == name
+            log.append(f"run {name}")
+            clock.now += cost + len([e for e in log if e == f"run {name}"])
+
+        return Side(name, run, label=name, ops=1, setup=setup)
+
+    times = alternate(
+        [side("a", 10.0), side("b", 100.0), side("c", 1_000.0)],
+        rounds=3,
+        warmup_rounds=2,
+        timer=clock,
+    )
+
+    one_round = ["setup a", "run a", "setup b", "run b", "setup c", "run c"]
+    assert log == one_round * 5
+    # The n-th run of a side costs its cost + n: runs 1 and 2 were the warm-up.
+    assert times == [[13.0, 14.0, 15.0], [103.0, 104.0, 105.0], [1_003.0, 1_004.0, 1_005.0]]
+
+
+def test_a_side_without_setup_runs_without_arguments() -> None:
+    calls: list[tuple[Any, ...]] = []
+    times = alternate(
+        [Side("a", lambda *args: calls.append(args), label="a", ops=1)],
+        rounds=2,
+        warmup_rounds=0,
+        timer=FakeClock(),
+    )
+    assert calls == [(), ()]
+    assert times == [[0.0, 0.0]]
+
+
+BENCH_FILE = """
+import time
+from pathlib import Path
+
+import pytest
+
+from benches.harness import Side, measure_alternating
+
+LOG = Path(__file__).with_name("calls.log")
+
+
+def work(name: str, n: int) -> None:
+    with LOG.open("a") as log:
+        log.write(name + "\\n")
+    sum(range(n))
+
+
+@pytest.mark.benchmark(timer=time.process_time)
+def test_pair(benchmark):
+    measure_alternating(
+        benchmark,
+        [
+            Side("fast", work, label="fast side", ops=10,
+                 setup=lambda: (("fast", 1_000), {}), role="openstarry"),
+            Side("slow", work, label="slow side", ops=10,
+                 setup=lambda: (("slow", 100_000), {}), ceiling=1.3, note="a note"),
+        ],
+        group="pair group",
+        rounds={rounds},
+    )
+"""
+
+
+def _run_bench(tmp_path: Path, rounds: int, *options: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "test_pair_bench.py").write_text(BENCH_FILE.replace("{rounds}", str(rounds)))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    command = [sys.executable, "-m", "pytest", "test_pair_bench.py", "-q", "-W", "error"]
+    return subprocess.run(
+        [*command, "-p", "no:randomly", "-p", "no:cacheprovider", *options],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+def test_measure_alternating_records_one_entry_per_side(tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    proc = _run_bench(tmp_path, 6, "--benchmark-enable", f"--benchmark-json={out}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    # One warm-up round (max(1, 6 // 20)) and six timed ones, in turn.
+    assert (tmp_path / "calls.log").read_text().split() == ["fast", "slow"] * 7
+
+    run = json.loads(out.read_text())
+    entries = {bench["name"]: bench for bench in run["benchmarks"]}
+    assert set(entries) == {"test_pair::fast", "test_pair::slow"}
+    for name, bench in entries.items():
+        assert bench["group"] == "pair group"
+        assert bench["stats"]["rounds"] == 6
+        assert len(bench["stats"]["data"]) == 6
+        assert bench["options"]["timer"] == "process_time", name
+    fast, slow = entries["test_pair::fast"], entries["test_pair::slow"]
+    assert fast["extra_info"] == {
+        "label": "fast side",
+        "role": "openstarry",
+        "ops": 10,
+        "target": None,
+        "note": "",
+        "alternated_with": ["test_pair::slow"],
+    }
+    assert slow["extra_info"]["role"] == "baseline"
+    assert slow["extra_info"]["ceiling"] == 1.3
+    assert slow["extra_info"]["alternated_with"] == ["test_pair::fast"]
+
+    # ratios.py sets the two side by side as it does two separate tests.
+    lines, targets, _met = table(_entries(run))
+    rows = [line for line in lines if line.startswith("| pair group |")]
+    assert len(rows) == 1
+    assert "| fast side | " in rows[0]
+    assert "| slow side [1] | " in rows[0]
+    assert "| ≤ 1.3x |" in rows[0]
+    assert targets == 1
+    assert "[1] a note" in lines
+
+
+def test_measure_alternating_runs_each_side_once_when_disabled(tmp_path: Path) -> None:
+    proc = _run_bench(tmp_path, 6, "--benchmark-disable")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "calls.log").read_text().split() == ["fast", "slow"]
+
+
+@pytest.mark.parametrize("names", [["a", "a"], ["a", "b", "a"]])
+def test_sides_need_names_of_their_own(names: list[str]) -> None:
+    ran: list[str] = []
+    sides = [Side(n, ran.append, label=n, ops=1, setup=lambda: (("x",), {})) for n in names]
+    with pytest.raises(ValueError, match="each side needs a name of its own"):
+        measure_alternating(cast(Benchmark, None), sides, group="g", rounds=2)
+    assert ran == []
