@@ -99,23 +99,31 @@ def alternate(
     rounds: int,
     warmup_rounds: int,
     timer: Callable[[], float],
+    block: int = 1,
 ) -> list[list[float]]:
     """Each side's round times, the sides taking turns: A, B, A, B, ... (A, B, C, A, ...).
 
-    Every round of one side is followed by a round of the next, so all of
+    Every round of one side is followed by a round of the next (or, with
+    ``block``, every ``block`` rounds in a row: A, A, B, B, ...), so all of
     them run under the same load of the machine. The first ``warmup_rounds``
     rounds of each side are run and not kept. Each side's ``setup`` runs just
     before its own round, outside the timing.
     """
+    if block < 1:
+        raise ValueError("block must be at least 1")
+    total = warmup_rounds + rounds
     times: list[list[float]] = [[] for _ in sides]
-    for round_ in range(warmup_rounds + rounds):
-        for side, kept in zip(sides, times, strict=True):
-            args, kwargs = side.setup() if side.setup is not None else ((), {})
-            start = timer()
-            side.run(*args, **kwargs)
-            elapsed = timer() - start
-            if round_ >= warmup_rounds:
-                kept.append(elapsed)
+    run = [0] * len(sides)
+    while run[0] < total:
+        for i, (side, kept) in enumerate(zip(sides, times, strict=True)):
+            for _ in range(min(block, total - run[i])):
+                args, kwargs = side.setup() if side.setup is not None else ((), {})
+                start = timer()
+                side.run(*args, **kwargs)
+                elapsed = timer() - start
+                if run[i] >= warmup_rounds:
+                    kept.append(elapsed)
+                run[i] += 1
     return times
 
 
@@ -125,6 +133,7 @@ def measure_alternating(
     *,
     group: str,
     rounds: int,
+    block: int = 1,
 ) -> None:
     """Time ``sides`` in alternating rounds, one entry each in the run's JSON.
 
@@ -161,7 +170,9 @@ def measure_alternating(
             return
         timer = fixture._timer
         warmup_rounds = max(1, rounds // 20)
-        times = alternate(sides, rounds=rounds, warmup_rounds=warmup_rounds, timer=timer)
+        times = alternate(
+            sides, rounds=rounds, warmup_rounds=warmup_rounds, timer=timer, block=block
+        )
     except BaseException:
         fixture.has_error = True
         raise
