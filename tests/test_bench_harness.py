@@ -73,6 +73,25 @@ def test_a_side_without_setup_runs_without_arguments() -> None:
     assert times == [[0.0, 0.0]]
 
 
+def test_a_block_of_rounds_of_each_side_in_turn() -> None:
+    clock = FakeClock()
+    log: list[str] = []
+
+    def side(name: str) -> Side:
+        def run() -> None:
+            log.append(name)
+            clock.now += 1.0
+
+        return Side(name, run, label=name, ops=1)
+
+    times = alternate([side("a"), side("b")], rounds=4, warmup_rounds=1, timer=clock, block=2)
+    # 5 rounds a side (1 of warm-up), 2 in a row; the last block is what is left.
+    assert log == ["a", "a", "b", "b", "a", "a", "b", "b", "a", "b"]
+    assert times == [[1.0] * 4, [1.0] * 4]
+    with pytest.raises(ValueError, match="block"):
+        alternate([side("a")], rounds=1, warmup_rounds=0, timer=clock, block=0)
+
+
 BENCH_FILE = """
 import time
 from pathlib import Path
