@@ -586,8 +586,12 @@ impl Header<'_> {
 /// values are valid JSON.
 #[must_use]
 pub fn encode(h: &Header<'_>, payload: &[u8], extra: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(encoded_size(h, payload));
-    write_fields(&mut out, h, payload);
+    let mut out = Vec::with_capacity(encoded_size(h, payload.len()));
+    let written: Result<_, std::convert::Infallible> = write_fields(&mut out, h, |out| {
+        out.extend_from_slice(payload);
+        Ok(())
+    });
+    let Ok(_) = written;
     for (key, value) in extra {
         out.push(b',');
         write_str(&mut out, key);
@@ -604,18 +608,42 @@ pub fn encode(h: &Header<'_>, payload: &[u8], extra: &[(&str, &[u8])]) -> Vec<u8
 /// valid JSON.
 #[must_use]
 pub fn encode_indexed(h: &Header<'_>, payload: &[u8]) -> (Vec<u8>, EnvelopeIndex) {
-    let mut out = Vec::with_capacity(encoded_size(h, payload));
-    let idx = write_fields(&mut out, h, payload);
-    out.push(b'}');
-    (out, idx)
+    let written: Result<_, std::convert::Infallible> =
+        encode_indexed_with(h, payload.len(), |out| {
+            out.extend_from_slice(payload);
+            Ok(())
+        });
+    let Ok(encoded) = written;
+    encoded
 }
 
-fn encoded_size(h: &Header<'_>, payload: &[u8]) -> usize {
-    160 + payload.len() + h.id.len() + h.trace_id.len() + h.source.len() + h.session_id.len()
+/// [`encode_indexed`] with the payload's JSON written in place by
+/// `write_payload` (about `payload_len` bytes): no buffer of its own to copy.
+///
+/// # Errors
+///
+/// What `write_payload` returns.
+pub fn encode_indexed_with<E>(
+    h: &Header<'_>,
+    payload_len: usize,
+    write_payload: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+) -> Result<(Vec<u8>, EnvelopeIndex), E> {
+    let mut out = Vec::with_capacity(encoded_size(h, payload_len));
+    let idx = write_fields(&mut out, h, write_payload)?;
+    out.push(b'}');
+    Ok((out, idx))
+}
+
+fn encoded_size(h: &Header<'_>, payload_len: usize) -> usize {
+    160 + payload_len + h.id.len() + h.trace_id.len() + h.source.len() + h.session_id.len()
 }
 
 /// Write the header and the payload, in the spec's order, without the closing brace.
-fn write_fields(out: &mut Vec<u8>, h: &Header<'_>, payload: &[u8]) -> EnvelopeIndex {
+fn write_fields<E>(
+    out: &mut Vec<u8>,
+    h: &Header<'_>,
+    write_payload: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+) -> Result<EnvelopeIndex, E> {
     out.extend_from_slice(b"{\"id\":");
     let id = put_str(out, h.id);
     out.extend_from_slice(b",\"timestamp\":");
@@ -632,13 +660,13 @@ fn write_fields(out: &mut Vec<u8>, h: &Header<'_>, payload: &[u8]) -> EnvelopeIn
     let type_ = put_str(out, h.type_);
     out.extend_from_slice(b",\"payload\":");
     let start = out.len();
-    out.extend_from_slice(payload);
+    write_payload(out)?;
     let payload = Span::new(start, out.len(), false);
     let parent_id = h.parent_id.map(|parent| {
         out.extend_from_slice(b",\"parentId\":");
         put_str(out, parent)
     });
-    EnvelopeIndex {
+    Ok(EnvelopeIndex {
         id,
         timestamp: h.timestamp,
         trace_id,
@@ -649,7 +677,7 @@ fn write_fields(out: &mut Vec<u8>, h: &Header<'_>, payload: &[u8]) -> EnvelopeIn
         payload,
         parent_id,
         extra: Vec::new(),
-    }
+    })
 }
 
 /// [`write_str`], and the span of the string between its quotes (escaped when
@@ -664,9 +692,14 @@ fn put_str(out: &mut Vec<u8>, s: &str) -> Span {
 /// A fresh UUID v4 as its canonical hyphenated lowercase string.
 #[must_use]
 pub fn new_uuid() -> String {
+    new_uuid_in(&mut [0; 36]).to_owned()
+}
+
+/// A fresh UUID v4, written in `buf`: [`new_uuid`] without an allocation.
+pub fn new_uuid_in(buf: &mut [u8; 36]) -> &str {
     #[cfg(unix)]
     reseed_after_fork();
-    uuid::Uuid::new_v4().hyphenated().to_string()
+    uuid::Uuid::new_v4().hyphenated().encode_lower(buf)
 }
 
 /// Have a forked child reseed the generator ids come from, once ids are made.

@@ -99,13 +99,14 @@ impl PyEvent {
         priority: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<Self>> {
         let buf = self.bytes(py);
-        let id = envelope::new_uuid();
+        let mut id_buf = [0; 36];
+        let id = envelope::new_uuid_in(&mut id_buf);
         let parent = self.idx.id.as_str(buf);
         let trace = self.idx.trace_id.as_str(buf);
         let session = self.idx.session_id.as_str(buf);
         let own_source = self.idx.source.as_str(buf);
         let header = Header {
-            id: &id,
+            id,
             timestamp: envelope::now_ms(),
             trace_id: &trace,
             source: source.unwrap_or(&own_source),
@@ -218,8 +219,9 @@ impl PyEvent {
 
     fn build(py: Python<'_>, header: &Header<'_>, payload: &Bound<'_, PyAny>) -> PyResult<Self> {
         header.validate().map_err(CoreError::Decode)?;
-        let payload = pyjson::dumps_at(payload, envelope::PAYLOAD_DEPTH, DEFAULT_MAX_DEPTH)?;
-        let (bytes, idx) = envelope::encode_indexed(header, &payload);
+        let (bytes, idx) = envelope::encode_indexed_with(header, 64, |out| {
+            pyjson::write(payload, out, envelope::PAYLOAD_DEPTH, DEFAULT_MAX_DEPTH)
+        })?;
         let buf = PyBytes::new(py, &bytes).unbind();
         if bytes.len() > MAX_INPUT {
             // Past what any decoder takes: the decoder's own error.
@@ -301,16 +303,14 @@ impl PyEvent {
         trace_id: Option<&str>,
         parent_id: Option<&str>,
     ) -> PyResult<Py<Self>> {
-        let id = envelope::new_uuid();
-        let fresh_trace;
-        let trace_id = if let Some(t) = trace_id {
-            t
-        } else {
-            fresh_trace = envelope::new_uuid();
-            &fresh_trace
+        let (mut id_buf, mut trace_buf) = ([0; 36], [0; 36]);
+        let id = envelope::new_uuid_in(&mut id_buf);
+        let trace_id = match trace_id {
+            Some(t) => t,
+            None => envelope::new_uuid_in(&mut trace_buf),
         };
         let header = Header {
-            id: &id,
+            id,
             timestamp: envelope::now_ms(),
             trace_id,
             source,

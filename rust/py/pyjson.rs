@@ -133,7 +133,8 @@ pub fn dumps_at(obj: &Bound<'_, PyAny>, depth: usize, max_depth: usize) -> PyRes
     Ok(out)
 }
 
-fn write(
+/// [`dumps_at`] into `out`.
+pub fn write(
     obj: &Bound<'_, PyAny>,
     out: &mut Vec<u8>,
     depth: usize,
