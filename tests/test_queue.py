@@ -1200,6 +1200,32 @@ def test_emitter_refuses_what_is_not_an_event_and_a_closed_queue() -> None:
     assert window.check_and_insert(event.id)  # nothing recorded
 
 
+def test_emitter_take_admits_an_event_only_its_one_subscriber_handles_now() -> None:
+    queue, window, by_type, _, published = _emitter_parts()
+    handler, other = object(), object()
+    event = _unique_event(1)
+    by_type[event.type] = [(handler,), 0, print, "handled"]
+    emitter = Emitter(queue, window, by_type, lambda t: by_type[t], published.append)
+    assert emitter.take(event, event.type, handler) is None  # the dispatcher is awake
+    emitter.asleep = True
+    assert emitter.take(event, event.type, other) is None  # not its subscriber
+    assert emitter.take(event, event.type, handler) is True
+    assert by_type[event.type][1] == 1  # counted, and in the window
+    assert not window.check_and_insert(event.id)
+    assert emitter.take(event, event.type, handler) is False  # a duplicate
+    assert emitter.duplicates == 1
+    by_type[event.type] = [(handler, other), 1, None, "handled"]
+    assert emitter.take(_unique_event(2), event.type, handler) is None  # two subscribers
+    by_type[event.type] = [(handler,), 1, print, "handled"]
+    queue.push("waiting", 5)
+    assert emitter.take(_unique_event(3), event.type, handler) is None  # something waits
+    assert published == []  # take never publishes
+    with pytest.raises(ValueError, match="not the event's type"):
+        emitter.take(event, "X:OTHER", handler)
+    with pytest.raises(TypeError, match=r"publish takes an openstarry\.core\.Event"):
+        emitter.take({}, event.type, handler)  # type: ignore[arg-type]
+
+
 def test_emitter_child_makes_the_caused_event_and_emits_it() -> None:
     queue, window, by_type, _, published = _emitter_parts()
     handler = object()

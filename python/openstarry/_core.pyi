@@ -261,6 +261,21 @@ class Emitter:
             QueueClosed: the queue is closed.
             QueueFull: a routed event, and ``publish`` found the bus full.
         """
+    def take(self, event: Event, event_type: str, subscription: object) -> bool | None:
+        """Admit ``event`` (of type ``event_type``) for ``subscription`` to handle
+        now, in the caller's task: when nothing could come before it (the
+        dispatcher sleeps, nothing is queued) and ``subscription``, a plain
+        function, is the type's only one. Its id goes through the window and it
+        is counted as dispatched (``EventBus.deliver``).
+
+        Returns ``True`` when admitted, ``False`` for a duplicate id, ``None``
+        when it cannot be handled now (publish it).
+
+        Raises:
+            TypeError: ``event`` is not an ``Event``.
+            ValueError: ``event_type`` is not the event's type.
+            QueueClosed: the queue is closed.
+        """
     def child(
         self,
         parent: Event,

@@ -1047,28 +1047,14 @@ class EventBus(Lifecycle):
         Raises:
             ValueError: ``event_type`` is not ``event.type``.
         """
-        if not self._asleep or self._closing or self._remote is not None or self._queue:
+        emitter = self._emitter
+        if emitter is None or self._closing or self._remote is not None:
             return None
-        if type(event) is Event and event.type != event_type:
-            raise ValueError(f"event_type {event_type!r} is not the event's type {event.type!r}")
-        routes = self._routes
-        entry = routes.by_type.get(event_type)
-        if entry is None:
-            entry = routes.of(event_type)
-        route = entry[0]
-        if len(route) != 1 or route[0] is not subscription or entry[2] is None:
-            return None
+        taken = emitter.take(event, event_type, subscription)  # the checks, in Rust
+        if not taken or not handle:
+            return taken
         try:
-            if not self._queue.admit(event, self._dedup):
-                self._duplicates += 1
-                return False
-        except TypeError:
-            raise TypeError(_not_an_event(event)) from None
-        entry[1] += 1
-        if not handle:
-            return True
-        try:
-            entry[2](event)
+            self._routes.by_type[event_type][2](event)
         except Exception as exc:
             _handler_failed(self, event, subscription, exc)
         return True

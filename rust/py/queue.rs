@@ -648,22 +648,58 @@ impl PyEmitter {
         event_type: &Bound<'_, PyString>,
         skip: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let typed = event.cast_exact::<PyEvent>().map_err(|_| {
-            CoreError::Type(format!(
-                "publish takes an openstarry.core.Event, not {}",
-                type_name(event)
-            ))
-        })?;
-        let actual = typed.get().type_bytes(event.py());
-        let given = event_type.to_str()?;
-        if actual.as_ref() != given.as_bytes() {
-            return Err(CoreError::Value(format!(
-                "event_type {given:?} is not the event's type {:?}",
-                String::from_utf8_lossy(&actual)
-            ))
-            .into());
-        }
+        let typed = event_of_type(event, event_type)?;
         self.emit_typed(typed, event_type, skip, None)
+    }
+
+    /// Admit ``event`` (of type ``event_type``) for ``subscription`` to handle
+    /// now, in the caller's task: when nothing could come before it (the
+    /// dispatcher sleeps, nothing is queued) and ``subscription``, a plain
+    /// function, is the type's only one. Its id goes through the window and it
+    /// is counted as dispatched (``EventBus.deliver``).
+    ///
+    /// Returns ``True`` when admitted, ``False`` for a duplicate id, ``None``
+    /// when it cannot be handled now (publish it).
+    ///
+    /// Raises:
+    ///     TypeError: ``event`` is not an ``Event``.
+    ///     ValueError: ``event_type`` is not the event's type.
+    ///     QueueClosed: the queue is closed.
+    fn take(
+        &self,
+        event: &Bound<'_, PyAny>,
+        event_type: &Bound<'_, PyString>,
+        subscription: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<bool>> {
+        let py = event.py();
+        let typed = event_of_type(event, event_type)?;
+        if !self.asleep.load(Ordering::Relaxed) || !self.queue.get().inner.is_empty() {
+            return Ok(None);
+        }
+        let entry = match self.by_type.bind(py).get_item(event_type)? {
+            Some(entry) => entry,
+            None => self.route_of.bind(py).call1((event_type,))?,
+        };
+        let entry = entry.cast_into::<PyList>()?;
+        let route = entry.get_item(0)?;
+        let route = route.cast::<PyTuple>()?;
+        if route.len() != 1 || !route.get_item(0)?.is(subscription) || entry.get_item(2)?.is_none()
+        {
+            return Ok(None);
+        }
+        let dedup = self.dedup.as_ref().map(|d| d.bind(py));
+        match self.queue.get().admit_event(py, typed.get(), dedup, None) {
+            Ok(true) => {}
+            Ok(false) => {
+                self.duplicates.fetch_add(1, Ordering::Relaxed);
+                return Ok(Some(false));
+            }
+            Err(CoreError::QueueClosed) => return Err(bus_closed(py)),
+            Err(err) => return Err(err.into()),
+        }
+        let count = entry.get_item(1)?.add(1)?;
+        entry.set_item(1, count)?;
+        Ok(Some(true))
     }
 
     /// Make ``parent.child(event_type, payload, source=source)`` and :meth:`emit` it
@@ -775,6 +811,29 @@ impl PyEmitter {
         entry.set_item(1, count)?;
         Ok(true)
     }
+}
+
+/// `event` as an `Event` whose type is `event_type`.
+fn event_of_type<'a, 'py>(
+    event: &'a Bound<'py, PyAny>,
+    event_type: &Bound<'py, PyString>,
+) -> PyResult<&'a Bound<'py, PyEvent>> {
+    let typed = event.cast_exact::<PyEvent>().map_err(|_| {
+        CoreError::Type(format!(
+            "publish takes an openstarry.core.Event, not {}",
+            type_name(event)
+        ))
+    })?;
+    let actual = typed.get().type_bytes(event.py());
+    let given = event_type.to_str()?;
+    if actual.as_ref() != given.as_bytes() {
+        return Err(CoreError::Value(format!(
+            "event_type {given:?} is not the event's type {:?}",
+            String::from_utf8_lossy(&actual)
+        ))
+        .into());
+    }
+    Ok(typed)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

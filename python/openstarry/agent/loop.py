@@ -197,10 +197,10 @@ class ExecutionLoop(Lifecycle):
         #: Makes the one-shot signals of runs and workers (set for the backend on entry).
         self._new_signal: Callable[[], Signal] = anyio.Event
         self._open = False
-        #: The subscription of the loop's inputs, and its task group's
-        #: ``start_soon``, while it runs.
+        #: While it runs: its inputs' subscription, its task group's start_soon.
         self._inputs: Subscription | None = None
         self._start_soon: Callable[..., Any] | None = None
+        self._take: Callable[[Event, str, Subscription], bool | None] | None = None
         # Where the loop runs, for text deltas sent from a provider's worker thread.
         self._loop_thread = 0
         self._token: Any = None
@@ -253,13 +253,13 @@ class ExecutionLoop(Lifecycle):
             task_group.start_soon(self._deadlines.watch, bus.new_signal)
             self._loop_thread = threading.get_ident()
             self._token = anyio.lowlevel.current_token()
-            # The local bus's emit and Emitter.child for the runs (its queue's).
+            # The local bus's Emitter: emit, child and (EventBus.deliver's) take.
             emitter = bus.emitter if bus.backend is None else None
             self._publish = self._executor._publish = None if emitter is None else emitter.emit
             self._executor.emit_child = None if emitter is None else emitter.child
-            calls = bus.subscribe(_TOOL_CALL, self._external.on_call)
+            self._take = None if emitter is None else emitter.take
             # The loop's own calls are no business of that handler (it ignores them).
-            self._executor.own_calls = calls
+            self._executor.own_calls = calls = bus.subscribe(_TOOL_CALL, self._external.on_call)
             self._inputs = inputs = bus.subscribe(_USER_MESSAGE, self._on_user_message)
             subscriptions: list[Subscription] = [
                 inputs,
@@ -351,7 +351,7 @@ class ExecutionLoop(Lifecycle):
             if rt.free:
                 rt.ephemeral = rt.ephemeral or stateless
                 event = _user_message(text, sid, source, None)
-                if self.bus.deliver(event, _USER_MESSAGE, inputs, handle=False):
+                if self._take is not None and self._take(event, _USER_MESSAGE, inputs):
                     result = RunResult(event.trace_id)
                     waiters = self._waiters
                     waiters.add(event.id, result, None)
