@@ -949,3 +949,29 @@ def test_a_forked_child_makes_ids_of_its_own() -> None:
     event = Event.new("X:Y", None, source="s", session_id="s")
     mine += [event.trace_id, event.child("X:Z").id]
     assert theirs.isdisjoint(mine)
+
+
+def test_a_made_events_flat_payload_is_a_snapshot_equal_to_its_decoding() -> None:
+    given: dict[str, Any] = {
+        "text": "héllo\u2028",
+        "n": -(2**70),
+        "x": -0.0,
+        "ok": True,
+        "no": None,
+    }
+    event = Event.new("INPUT:USER_MESSAGE", given, source="s", session_id="s")
+    given["text"] = "changed after"  # the event keeps what it was made with
+    decoded = decode_event(encode_event(event))
+    assert event.payload == decoded.payload
+    assert [type(v) for v in event.payload.values()] == [type(v) for v in decoded.payload.values()]
+    assert math.copysign(1.0, event.payload["x"]) == -1.0
+    assert event.payload["text"] == "héllo\u2028"
+    # Not flat (a nested object, a subclass of str): decoded from the envelope, as always.
+    nested = Event.new("X:Y", {"a": {"b": 1}}, source="s", session_id="s")
+    assert nested.payload == {"a": {"b": 1}}
+
+    class Name(str):
+        pass
+
+    named = Event.new("X:Y", {"a": Name("b")}, source="s", session_id="s")
+    assert type(named.payload["a"]) is str

@@ -62,6 +62,9 @@ def parse_line(line: str) -> SlashCommand | None:
 
     A line of only ``/`` or one starting with ``//`` is ordinary text.
     """
+    first = line[:1]
+    if first != "/" and not first.isspace():
+        return None  # most lines: no slash, no leading blank
     text = line.strip()
     if len(text) < 2 or text[0] != "/" or text[1] == "/" or text[1].isspace():
         return None
