@@ -12,7 +12,10 @@ tool call, per turn.
   (input, ticks, state changes, tool call and result, reply), each made in
   Rust with its trace and parent ids, its id checked and recorded by the
   dedup window and counted; nothing else subscribes, so none is queued for
-  the dispatcher (``EventBus.emit``, ``EventBus.deliver``).
+  the dispatcher (``Emitter.child``, ``Emitter.take``). The session is free,
+  so ``ask`` serves the run in the asking task, in a cancel scope that a
+  ``/stop`` or the provider deadline would cancel (``TaskScope`` on asyncio,
+  trio's on trio), its memory and state exactly as a worker's run leaves them.
 - pydantic-ai: ``Agent.run`` with ``FunctionModel`` and ``@agent.tool_plain``,
   no message history; it builds its message list and usage for each run.
 
