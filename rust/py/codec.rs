@@ -3,7 +3,7 @@
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use pyo3::PyTraverseError;
 
 use super::errors::{repr, CoreError};
@@ -54,8 +54,26 @@ fn eq_result(py: Python<'_>, op: CompareOp, equal: PyResult<bool>) -> PyResult<P
 pub struct PyToolCall {
     id: String,
     name: String,
+    /// `id` and `name` as the Python strings the getters give, made once: the
+    /// loop reads them several times a call and keys dicts with them (their
+    /// hash is then computed once).
+    py_id: Py<PyString>,
+    py_name: Py<PyString>,
     args: Py<PyAny>,
     extra: Extra,
+}
+
+impl PyToolCall {
+    fn new(py: Python<'_>, id: String, name: String, args: Py<PyAny>, extra: Extra) -> Self {
+        PyToolCall {
+            py_id: PyString::new(py, &id).unbind(),
+            py_name: PyString::new(py, &name).unbind(),
+            id,
+            name,
+            args,
+            extra,
+        }
+    }
 }
 
 fn parse_args<'py>(
@@ -65,7 +83,7 @@ fn parse_args<'py>(
     match args {
         None => Ok(PyDict::new(py).into_any()),
         Some(a) if a.is_none() => Ok(PyDict::new(py).into_any()),
-        Some(a) => match a.cast::<pyo3::types::PyString>() {
+        Some(a) => match a.cast::<PyString>() {
             Ok(s) => {
                 let text = s.to_cow()?;
                 segment::args_text(&text, &Limits::default())
@@ -94,14 +112,14 @@ impl PyToolCall {
         let args = parse_args(py, args)?;
         // Fail now, not at encoding time, for arguments that are not JSON.
         pyjson::dumps_at(&args, segment::ARGS_DEPTH, DEFAULT_MAX_DEPTH)?;
-        Ok(PyToolCall {
-            id: id
-                .filter(|i| !i.is_empty())
+        Ok(PyToolCall::new(
+            py,
+            id.filter(|i| !i.is_empty())
                 .map_or_else(crate::envelope::new_uuid, str::to_owned),
-            name: name.to_owned(),
-            args: args.unbind(),
-            extra: Vec::new(),
-        })
+            name.to_owned(),
+            args.unbind(),
+            Vec::new(),
+        ))
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
@@ -109,13 +127,13 @@ impl PyToolCall {
     }
 
     #[getter]
-    fn id(&self) -> &str {
-        &self.id
+    fn id(&self, py: Python<'_>) -> Py<PyString> {
+        self.py_id.clone_ref(py)
     }
 
     #[getter]
-    fn name(&self) -> &str {
-        &self.name
+    fn name(&self, py: Python<'_>) -> Py<PyString> {
+        self.py_name.clone_ref(py)
     }
 
     #[getter]
@@ -466,15 +484,15 @@ fn decode(py: Python<'_>, buf: &[u8], limits: &Limits) -> PyResult<PyResponse> {
                     Args::Value(raw) => value(raw)?,
                     Args::Text(text) => pyjson::loads_validated(py, text.as_bytes())?,
                 };
-                let call = PyToolCall {
-                    id: tc
-                        .id
+                let call = PyToolCall::new(
+                    py,
+                    tc.id
                         .filter(|s| !s.is_empty())
                         .map_or_else(crate::envelope::new_uuid, |s| s.as_str(buf).into_owned()),
-                    name: tc.name.as_str(buf).into_owned(),
-                    args: args.unbind(),
-                    extra: extra_of(buf, &tc.extra),
-                };
+                    tc.name.as_str(buf).into_owned(),
+                    args.unbind(),
+                    extra_of(buf, &tc.extra),
+                );
                 Some(Py::new(py, call)?)
             }
         };
