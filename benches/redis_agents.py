@@ -67,7 +67,9 @@ class Observer(threading.Thread):
 
     def __init__(self, url: str, partitions: int) -> None:
         super().__init__(daemon=True)
-        self.client = redis.Redis.from_url(url)
+        # No socket timeout: a read blocks for 200 ms at most, and a busy Redis is
+        # what is measured, not a fault.
+        self.client = redis.Redis.from_url(url, socket_timeout=None)
         self.keys = [stream_key("openstarry", p, r) for p in range(partitions) for r in PRIORITIES]
         for key in self.keys:
             self.client.xgroup_create(key, "observer", id="0", mkstream=True)
@@ -78,7 +80,7 @@ class Observer(threading.Thread):
     def run(self) -> None:
         streams: dict[Any, Any] = dict.fromkeys(self.keys, ">")
         while not self.stopped.is_set():
-            reply: Any = self.client.xreadgroup("observer", "o", streams, count=1000, block=200)
+            reply: Any = self.client.xreadgroup("observer", "o", streams, count=200, block=200)
             for stream, entries in reply or ():
                 for _, fields in entries:
                     wire = fields.get(b"e", b"")
