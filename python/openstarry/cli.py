@@ -508,12 +508,18 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
         )
 
 
-def _auth_arguments(command: argparse.ArgumentParser) -> None:
+def _auth_arguments(command: argparse.ArgumentParser, *, console: bool = False) -> None:
+    needs = (
+        "every request (but GET /health and the console's page) then needs "
+        "'Authorization: Bearer <key>'; in a browser, the console asks for the key once "
+        "and signs in with a session cookie"
+        if console
+        else "every request (but GET /health) then needs 'Authorization: Bearer <key>'"
+    )
     command.add_argument(
         "--api-key-env",
         metavar="NAME",
-        help="the environment variable holding the API key: every request (but GET /health) "
-        "then needs 'Authorization: Bearer <key>'",
+        help=f"the environment variable holding the API key: {needs}",
     )
     command.add_argument(
         "--insecure",
@@ -572,7 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("manifest", help="path of the agent.json manifest")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     serve.add_argument("--port", type=_port, default=8000, help="port to listen on (8000)")
-    _auth_arguments(serve)
+    _auth_arguments(serve, console=True)
     serve.add_argument(
         "--shutdown-grace",
         type=_seconds,
