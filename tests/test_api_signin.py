@@ -212,6 +212,26 @@ async def test_a_signed_in_change_must_come_from_the_console_s_own_page() -> Non
     assert reading.status_code == 200  # reading: the browser's CORS keeps it from that page
 
 
+async def test_a_page_of_another_origin_cannot_sign_in_or_out() -> None:
+    app = _app()
+    async with _in_process(app) as http:
+        for path, payload in (
+            ("/signin", {"key": KEY}),
+            ("/signin", {"key": "x"}),
+            ("/signout", {}),
+        ):
+            response = await http.post(
+                path, json=payload, headers={"origin": "http://127.0.0.1:9999"}
+            )
+            assert response.status_code == 403, path
+            assert "set-cookie" not in response.headers
+        ours = await http.post(
+            "/signin", json={"key": KEY}, headers={"origin": "http://testserver"}
+        )
+        assert ours.status_code == 200
+    assert len(app.state.signin.wrong_keys) == 0  # the foreign wrong key was not counted
+
+
 async def test_repeated_wrong_keys_from_one_address_are_slowed_down() -> None:
     app = _app()
     signin: SignIn = app.state.signin

@@ -45,6 +45,10 @@ Routes (only when a key is set):
     ``413``, ``415`` or ``422`` for a body that is not such an object.
 ``POST /signout``
     ``204`` and the cookie cleared.
+
+Both ``POST`` routes refuse (``403``) a request whose ``Origin`` names another
+origin, so a page elsewhere can neither sign a browser in or out nor use up
+its address's tries; a program sends no ``Origin`` and is not concerned.
 """
 
 from __future__ import annotations
@@ -452,7 +456,18 @@ def signin_routes(signin: SignIn, body_timeout: float = 30.0) -> list[BaseRoute]
             {"required": True, "signed_in": signed_in}, headers={"cache-control": "no-store"}
         )
 
+    def foreign(request: Request) -> Response | None:
+        # A browser sends Origin with every POST; a page of another origin may
+        # not sign in or out here (nor spend this address's tries). Programs
+        # send no Origin.
+        if _header(request.scope, b"origin") is None or _same_origin(request.scope):
+            return None
+        return error(403, "forbidden", "sign in from the console's own page")
+
     async def sign_in(request: Request) -> Response:
+        refused = foreign(request)
+        if refused is not None:
+            return refused
         address = _client_address(request.scope)
         wait = signin.wrong_keys.wait(address)
         if wait > 0:
@@ -502,6 +517,9 @@ def signin_routes(signin: SignIn, body_timeout: float = 30.0) -> list[BaseRoute]
         return response
 
     async def sign_out(request: Request) -> Response:
+        refused = foreign(request)
+        if refused is not None:
+            return refused
         response = Response(status_code=204)
         response.headers.append("set-cookie", signin.set_cookie(request.scope, None))
         return response
