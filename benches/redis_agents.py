@@ -220,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(tmp)
         server = RedisServer(folder, aof=False)
         server.start()
+        print(f"redis_agents: redis-server at {server.url}", file=sys.stderr, flush=True)
         try:
             result = run(args, server.url, folder)
         finally:

@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,23 +63,36 @@ def inputs(producer: int, n: int, sessions: int) -> list[Event]:
     ]
 
 
-def _options(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "name": NAME,
-        "partitions": args.partitions,
-        "maxlen": args.maxlen,
-        "claim_idle": args.claim_idle,
-    }
+@dataclass(frozen=True)
+class Settings:
+    """The bus's settings, the same for every process of one run."""
+
+    url: str
+    partitions: int = 8
+    maxlen: int = 10_000
+    claim_idle: float = 2.0
+    sessions: int = 256
+    #: Effects each input's handler publishes.
+    outputs: int = 0
+
+    def options(self) -> dict[str, Any]:
+        return {
+            "name": NAME,
+            "partitions": self.partitions,
+            "maxlen": self.maxlen,
+            "claim_idle": self.claim_idle,
+        }
 
 
-def _producer(args: argparse.Namespace, index: int, n: int, start: Any, results: Any) -> None:
-    batch = inputs(index, n, args.sessions)
-
+def _producer(
+    settings: Settings, index: int, events: list[Event], ready: Any, start: Any, results: Any
+) -> None:
     async def main() -> dict[str, int]:
-        async with EventBus.from_url(args.url, consume=False, **_options(args)) as bus:
+        async with EventBus.from_url(settings.url, consume=False, **settings.options()) as bus:
             backend: Any = bus.backend
+            ready.put(index)
             start.wait()
-            answers = await backend.asend_many(batch)
+            answers = await backend.asend_many(events)
             metrics = backend.metrics()
         return {
             "accepted": sum(answers),
@@ -89,11 +104,13 @@ def _producer(args: argparse.Namespace, index: int, n: int, start: Any, results:
     results.put(asyncio.run(main()))
 
 
-def _worker(args: argparse.Namespace, index: int, handled: Any, stop: Any) -> None:
-    outputs = args.outputs
+def _worker(settings: Settings, index: int, handled: Any, stop: Any) -> None:
+    outputs = settings.outputs
 
     async def main() -> None:
-        bus = EventBus.from_url(args.url, group=GROUP, consumer=f"worker-{index}", **_options(args))
+        bus = EventBus.from_url(
+            settings.url, group=GROUP, consumer=f"worker-{index}", **settings.options()
+        )
         seen = 0
 
         def handle(event: Event) -> None:
@@ -111,9 +128,107 @@ def _worker(args: argparse.Namespace, index: int, handled: Any, stop: Any) -> No
     asyncio.run(main())
 
 
-def _balanced(client: redis.Redis, args: argparse.Namespace, timeout: float = 30.0) -> None:
-    keys = [f"{{{NAME}}}:lease:{GROUP}:{p}" for p in range(args.partitions)]
-    share = -(-args.partitions // args.workers)
+class Round:
+    """Producer processes started, connected, their events made, waiting for :meth:`Rig.go`."""
+
+    def __init__(self, rig: Rig, producers: int, events: int) -> None:
+        context = rig.context
+        self.events = events
+        self.start = context.Event()
+        self.results: Any = context.Queue()
+        ready: Any = context.Queue()
+        share, extra = divmod(events, producers)
+        made = 0
+        self.processes = []
+        for i in range(producers):
+            n = share + (i < extra)
+            batch = inputs(rig.rounds * 1000 + i, n, rig.settings.sessions)
+            made += n
+            process = context.Process(
+                target=_producer,
+                args=(rig.settings, i, batch, ready, self.start, self.results),
+                daemon=True,
+            )
+            process.start()
+            self.processes.append(process)
+        for _ in range(producers):
+            ready.get(timeout=60)
+        self.target = rig.handled() + events
+        rig.rounds += 1
+
+    def answers(self) -> list[dict[str, int]]:
+        out = [self.results.get(timeout=60) for _ in self.processes]
+        for process in self.processes:
+            process.join(timeout=15)
+        return out
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+
+class Rig:
+    """Worker processes on one Redis, kept between rounds of producers."""
+
+    def __init__(self, settings: Settings, workers: int) -> None:
+        self.settings = settings
+        self.context = multiprocessing.get_context("spawn")
+        self.stop = self.context.Event()
+        self.counters = [self.context.Value("q", 0, lock=False) for _ in range(workers)]
+        self.workers = [
+            self.context.Process(
+                target=_worker, args=(settings, i, self.counters[i], self.stop), daemon=True
+            )
+            for i in range(workers)
+        ]
+        self.rounds = 0
+
+    def handled(self) -> int:
+        return sum(int(c.value) for c in self.counters)
+
+    def start(self) -> None:
+        client = redis.Redis.from_url(self.settings.url)
+        client.flushall()
+        for process in self.workers:
+            process.start()
+        try:
+            _balanced(client, self.settings, len(self.workers))
+        finally:
+            client.close()
+
+    def prepare(self, producers: int, events: int) -> Round:
+        return Round(self, producers, events)
+
+    def go(self, trial: Round, timeout: float = 300.0) -> None:
+        """Start the round's producers; return once the workers have handled its events."""
+        deadline = time.perf_counter() + timeout
+        trial.start.set()
+        while self.handled() < trial.target:
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"{self.handled()} of {trial.target} handled")
+            time.sleep(0.001)
+
+    def close(self) -> None:
+        self.stop.set()
+        for process in self.workers:
+            process.join(timeout=15)
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+    def __enter__(self) -> Rig:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _balanced(client: redis.Redis, settings: Settings, workers: int, timeout: float = 30.0) -> None:
+    keys = [f"{{{NAME}}}:lease:{GROUP}:{p}" for p in range(settings.partitions)]
+    share = -(-settings.partitions // workers)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         owners = client.mget(keys)
@@ -121,7 +236,7 @@ def _balanced(client: redis.Redis, args: argparse.Namespace, timeout: float = 30
             counts: dict[Any, int] = {}
             for owner in owners:
                 counts[owner] = counts.get(owner, 0) + 1
-            if len(counts) == args.workers and max(counts.values()) <= share:
+            if len(counts) == workers and max(counts.values()) <= share:
                 return
         time.sleep(0.05)
     raise TimeoutError("the workers did not share the partitions")
@@ -134,55 +249,34 @@ def _cpu(client: redis.Redis) -> float:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """One load run on ``args.url``; the figures the module's docstring lists."""
-    context = multiprocessing.get_context("spawn")
+    settings = Settings(
+        url=args.url,
+        partitions=args.partitions,
+        maxlen=args.maxlen,
+        claim_idle=args.claim_idle,
+        sessions=args.sessions,
+        outputs=args.outputs,
+    )
     client = redis.Redis.from_url(args.url)
-    client.flushall()
-    stop = context.Event()
-    counters = [context.Value("q", 0, lock=False) for _ in range(args.workers)]
-    workers = [
-        context.Process(target=_worker, args=(args, i, counters[i], stop), daemon=True)
-        for i in range(args.workers)
-    ]
-    for process in workers:
-        process.start()
-    start = context.Event()
-    results: Any = context.Queue()
-    share, extra = divmod(args.events, args.producers)
-    sizes = [share + (i < extra) for i in range(args.producers)]
-    producers = [
-        context.Process(target=_producer, args=(args, i, sizes[i], start, results), daemon=True)
-        for i in range(args.producers)
-    ]
-    try:
-        _balanced(client, args)
-        for process in producers:
-            process.start()
-        time.sleep(1.0)  # every producer connected, its events made
-        client.config_resetstat()
-        cpu = _cpu(client)
-        started = time.perf_counter()
-        start.set()
-        deadline = started + args.timeout
-        handled = 0
-        while handled < args.events:
-            if time.perf_counter() > deadline:
-                break
-            time.sleep(0.002)
-            handled = sum(int(c.value) for c in counters)
-        elapsed = time.perf_counter() - started
-        cpu = _cpu(client) - cpu
-        stats: Any = client.info("commandstats")
-        answers = [results.get(timeout=60) for _ in producers]
-        time.sleep(0.5)  # an input handled twice would show now
-        handled = sum(int(c.value) for c in counters)
-    finally:
-        stop.set()
-        for process in [*producers, *workers]:
-            process.join(timeout=15)
-            if process.is_alive():
-                process.kill()
-                process.join()
-        client.close()
+    handled = 0
+    with Rig(settings, args.workers) as rig:
+        trial = rig.prepare(args.producers, args.events)
+        try:
+            client.config_resetstat()
+            cpu = _cpu(client)
+            started = time.perf_counter()
+            # A run that stalls is reported as such: handled < events.
+            with contextlib.suppress(TimeoutError):
+                rig.go(trial, timeout=args.timeout)
+            elapsed = time.perf_counter() - started
+            cpu = _cpu(client) - cpu
+            stats: Any = client.info("commandstats")
+            answers = trial.answers()
+            time.sleep(0.5)  # an input handled twice would show now
+            handled = rig.handled()
+        finally:
+            trial.close()
+    client.close()
     commands = {
         name.removeprefix("cmdstat_"): {"calls": s["calls"], "us_per_call": s["usec_per_call"]}
         for name, s in stats.items()
@@ -195,9 +289,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "outputs": args.outputs,
         "maxlen": args.maxlen,
         "handled": handled,
-        "seconds": round(elapsed, 3),
-        "events_per_s": round(args.events / elapsed) if handled >= args.events else 0,
-        "redis_cpu_us_per_event": round(cpu / max(1, handled) * 1e6, 2),
+        "seconds": round_(elapsed),
+        "events_per_s": int(args.events / elapsed) if handled >= args.events else 0,
+        "redis_cpu_us_per_event": round_(cpu / max(1, handled) * 1e6),
         "script_calls": script["calls"],
         "script_us_per_call": script["us_per_call"],
         "accepted": sum(a["accepted"] for a in answers),
@@ -206,6 +300,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "reconnects": sum(a["reconnects"] for a in answers),
         "commands": commands,
     }
+
+
+def round_(value: float) -> float:
+    return float(f"{value:.3g}")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -98,7 +98,11 @@ async def test_producers_outrunning_the_workers_lose_nothing_and_count_exactly(
                 bus.publish(event.child("OUTPUT:TEXT", {"text": f"out {i}"}, source=name))
 
         bus.subscribe("INPUT:*", on_input)
-        bus.subscribe("OUTPUT:*", lambda event: outputs.__setitem__(event.id, outputs[event.id] + 1))
+
+        def on_output(event: Event) -> None:
+            outputs[event.id] += 1
+
+        bus.subscribe("OUTPUT:*", on_output)
         return bus
 
     producers = [EventBus.from_url(redis.url, consume=False, **BOUND) for _ in range(PRODUCERS)]
@@ -123,8 +127,10 @@ async def test_producers_outrunning_the_workers_lose_nothing_and_count_exactly(
         metrics = [w.metrics() for w in workers]  # type: ignore[union-attr]
     refused = sum(p.backend.metrics()["refused_full"] for p in producers)  # type: ignore[union-attr]
     assert refused > 0, "the streams never reached their bound: the test proves nothing"
-    assert max(inputs.values()) == 1 and len(inputs) == total
-    assert max(outputs.values()) == 1 and len(outputs) == OUTPUTS * total
+    assert len(inputs) == total
+    assert max(inputs.values()) == 1
+    assert len(outputs) == OUTPUTS * total
+    assert max(outputs.values()) == 1
     # Every answer exact: each producer's own events accepted; of the shared
     # events, each accepted by exactly one of the two producers.
     shared_ids = {e.id for e in shared}
@@ -235,3 +241,28 @@ async def test_the_session_store_bounds_its_connections(redis: RedisServer) -> N
     assert 1 <= most <= 4
     with pytest.raises(ValueError, match="concurrency"):
         RedisStore(redis.url, concurrency=0)
+
+
+async def test_a_worker_answers_every_input_it_fetched_past_the_sessions_queue(
+    redis: RedisServer,
+) -> None:
+    """More inputs for one session than ``max_pending_inputs`` reach a worker at once:
+    on a Redis bus each is answered in turn (the inputs it fetched are its own to
+    answer; the bus bounds what it holds), none refused with ``KERNEL:ERROR``."""
+    from openstarry.agent import Agent, LoopLimits
+    from openstarry.testing import ScriptedProvider
+
+    inputs = [_input(f"question {i}", session="busy") for i in range(30)]
+    answers: list[Event] = []
+    errors: list[Event] = []
+    async with EventBus.from_url(redis.url, consume=False) as producer:
+        backend: Any = producer.backend
+        assert all(await backend.asend_many(inputs))
+    bus = EventBus.from_url(redis.url, group="g", consumer="w", claim_idle=1.0, max_held=100)
+    bus.subscribe("OUTPUT:AGENT_MESSAGE", answers.append)
+    bus.subscribe("KERNEL:ERROR", errors.append)
+    provider = ScriptedProvider(["ok"], cycle=True)
+    async with bus, Agent(provider, bus=bus, limits=LoopLimits(max_pending_inputs=2)):
+        await _until(lambda: len(answers) == len(inputs) or bool(errors), timeout=30)
+    assert not errors, errors[0].payload
+    assert [a.parent_id for a in answers] == [e.id for e in inputs]

@@ -1111,6 +1111,7 @@ class _Deliveries:
         assert bus is not None
         leases = streams._leases
         low_water = streams.batch
+        max_held = streams.max_held
         packed: Any = None
         reading: list[int] = []
         sent = False  # a read is on its way
@@ -1119,7 +1120,7 @@ class _Deliveries:
         try:
             while sent or not streams._stopping:
                 if not sent:
-                    if len(bus) >= low_water:
+                    if len(bus) >= low_water or len(self.held) >= max_held:
                         await anyio.sleep(0.001)
                         continue
                     if leases.reclaim:
@@ -1186,6 +1187,7 @@ class _Deliveries:
                     and not streams._stopping
                     and not leases.reclaim
                     and len(bus) < low_water
+                    and len(self.held) < max_held
                     and sorted(leases.owned - leases.draining) == reading
                 ):
                     try:
@@ -1333,8 +1335,11 @@ class RedisStreams:
             renewing its leases are taken over, and their entries reclaimed.
         max_deliveries: Deliveries of an event whose handler keeps failing before
             it goes to the dead-letter stream.
-        batch: Entries fetched per stream per read.
+        batch: Entries a read fetches, about (each stream read is asked for its share).
         buffer: Events waiting to be sent, at most (then ``publish`` raises ``QueueFull``).
+        max_held: Events this consumer holds at most, fetched and not yet done
+            (an agent's inputs waiting behind their session's run among them):
+            it reads no more until it holds fewer. They wait in Redis instead.
     """
 
     def __init__(
@@ -1352,9 +1357,12 @@ class RedisStreams:
         max_deliveries: int = 3,
         batch: int = 256,
         buffer: int = 65_536,
+        max_held: int = 65_536,
     ) -> None:
-        if partitions < 1 or maxlen < 10 or max_deliveries < 1 or batch < 1:
-            raise ValueError("partitions, max_deliveries and batch must be >= 1, maxlen >= 10")
+        if partitions < 1 or maxlen < 10 or max_deliveries < 1 or batch < 1 or max_held < 1:
+            raise ValueError(
+                "partitions, max_deliveries, batch and max_held must be >= 1, maxlen >= 10"
+            )
         if not 0 < claim_idle <= 3600:
             raise ValueError(f"claim_idle must be in (0, 3600] seconds, not {claim_idle}")
         if not 0.001 <= dedup_window <= 86_400:
@@ -1371,6 +1379,7 @@ class RedisStreams:
         self.max_deliveries = max_deliveries
         self.batch = batch
         self.buffer = buffer
+        self.max_held = max_held
         #: The partition of each stream key, as Redis replies name them.
         self._partition_of_key = {
             key.encode(): p for p in range(partitions) for key in self._streams_of(p)
