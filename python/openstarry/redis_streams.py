@@ -70,23 +70,32 @@ Rules it keeps (spec 002 across processes):
   not let handlers raise (the execution loop never does: a failed run ends
   in a ``KERNEL:ERROR`` and counts as handled).
 - **Back-pressure, never silent loss.** Each stream holds at most ``maxlen``
-  entries (10,000: up to 480,000 events across the 8 partitions and 6
-  priorities). When a stream is full, the script trims only entries every
-  group has handled (oldest first, down to 90 %, or a little under when
-  whole nodes of the stream go at once); if none can go, the publish is
-  refused (a commit is refused whole while any stream it writes to is full,
-  and may then pass the bound by that one commit's events; the flush sent
-  behind a refused one is refused too, so publishes keep their order):
-  :meth:`~openstarry.bus.EventBus.apublish` waits and retries,
+  entries that a group has not handled (10,000: up to 480,000 events across
+  the 8 partitions and 6 priorities). When a stream is full, the script trims
+  only entries every group has handled (oldest first, whole nodes of the
+  stream down to 90 %, or entry by entry when no whole node can go: each
+  entry trimmed once, amortised O(1)); if none can go, the publish is refused,
+  at the cost of a few O(1) commands, once per stream and flush (the flush
+  sent behind a refused one has its publishes refused too, so publishes keep
+  their order). The producer then pauses (exponential backoff from 2 ms to
+  100 ms, with full jitter) and sends a small flush first, growing back as
+  flushes pass: :meth:`~openstarry.bus.EventBus.apublish` waits,
   :meth:`~openstarry.bus.EventBus.publish` keeps the event in its bounded
-  outgoing buffer and retries (raising ``QueueFull`` when that is full).
-  Handled entries stay in the stream, the retained history ``openstarry tail``
-  prints, until this bound pushes them out.
+  outgoing buffer (raising ``QueueFull`` when that is full). A commit is never
+  refused: the effects of a handled entry go in with its acknowledgement
+  whatever the streams' lengths, so the workers' own outputs can never block
+  the acknowledgements that make room. Handled entries stay in the stream, the
+  retained history ``openstarry tail`` prints, until this bound pushes them out.
+- **Bounded work per call.** A flush script carries at most 256 events
+  (publishes and commits' effects), about a millisecond of Redis's one
+  thread; a read asks each stream for its share of ``batch`` entries.
 - **Reconnects.** A lost connection (a Redis restart) is retried with
   exponential backoff (50 ms to 2 s); a flush whose answer was lost is sent
-  again: the flush's token (the producer's and a sequence number) makes a retried publish count as
-  accepted, not as a duplicate, and a retried commit finds its entry
-  acknowledged already and publishes nothing twice.
+  again as it was: each publish carries its own number (the producer's token
+  and a sequence number), recorded with its id, so a publish sent again (in
+  the same flush or a later one) is answered accepted, not as a duplicate,
+  while another publish of the same id is a duplicate; a retried commit finds
+  its entry acknowledged already and publishes nothing twice.
 """
 
 from __future__ import annotations
