@@ -193,3 +193,31 @@ def test_a_network_error_anywhere_in_a_command_is_one_line(
     monkeypatch.setattr(openstarry.demo, "main", broken)
     with pytest.raises(ValueError, match="not a network error"):
         cli.main(["demo", "x"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["tail", "--bus", "http://localhost/0"], "argument --bus: expected redis://host:port/db"),
+        (["publish", "--bus", "localhost:6379"], "argument --bus: expected redis://host:port/db"),
+        (
+            ["worker", "MANIFEST", "--bus", "redis://:pw@localhost:abc/0"],
+            "openstarry worker: --bus: not a Redis URL: redis://:***@localhost:abc/0: Port",
+        ),
+        (
+            ["run", "BAD_BUS", "--input", "hi"],
+            "openstarry run: the manifest's bus.url: not a Redis URL: redis://localhost:abc/0",
+        ),
+    ],
+)
+def test_a_bad_redis_url_is_a_usage_error(args: list[str], message: str, tmp_path: Path) -> None:
+    files = {
+        "MANIFEST": _manifest(tmp_path / "plain"),
+        "BAD_BUS": _manifest(tmp_path / "bad", bus={"url": "redis://localhost:abc/0"}),
+    }
+    done = _run([files.get(arg, arg) for arg in args])
+    assert done.returncode == 2
+    err = done.stderr.decode()
+    assert message in err
+    assert "Traceback" not in err
+    assert "pw@" not in err

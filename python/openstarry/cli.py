@@ -576,8 +576,8 @@ def _redis_urls(args: argparse.Namespace) -> list[tuple[str, str]]:
     ]
 
 
-def _unreachable(args: argparse.Namespace) -> str | None:
-    """What a command cannot reach before it starts (one line), or ``None``.
+def _unreachable(args: argparse.Namespace) -> tuple[int, str] | None:
+    """What a command cannot reach before it starts: exit status and one line, or ``None``.
 
     Without this check, a worker, a producer or an agent on a Redis bus would
     retry its first connection forever (the bus backs off and retries a lost
@@ -594,10 +594,12 @@ def _unreachable(args: argparse.Namespace) -> str | None:
     for what, url in urls:
         try:
             anyio.run(ping, url, REDIS_CHECK_TIMEOUT)
+        except ValueError as exc:  # redis-py's parsing of the URL
+            return 2, f"{what}: not a Redis URL: {redacted(url)}: {_one_line(exc)}"
         except Exception as exc:
             if _network_failure(exc) is None:
                 raise
-            return f"cannot reach Redis at {redacted(url)} ({what}): {_one_line(exc)}"
+            return 1, f"cannot reach Redis at {redacted(url)} ({what}): {_one_line(exc)}"
     return None
 
 
@@ -633,8 +635,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         unreachable = _unreachable(args)
         if unreachable is not None:
-            print(f"openstarry {args.command}: {unreachable}", file=sys.stderr)
-            return 1
+            code, message = unreachable
+            print(f"openstarry {args.command}: {message}", file=sys.stderr)
+            return code
         if args.command == "run":
             return anyio.run(_run, args, backend=args.backend)
         status: int = args.handler(args)

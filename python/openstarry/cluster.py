@@ -55,7 +55,9 @@ MAX_LINE_BYTES = 1 << 20
 
 def _bus_arguments(parser: argparse.ArgumentParser) -> None:
     """``--bus``, ``--name`` and ``--partitions``: the same for every process of one bus."""
-    parser.add_argument("--bus", required=True, metavar="URL", help="redis://host:port/db")
+    parser.add_argument(
+        "--bus", required=True, type=_bus_url, metavar="URL", help="redis://host:port/db"
+    )
     parser.add_argument(
         "--name", default="openstarry", help="the bus's key prefix (default: openstarry)"
     )
@@ -65,6 +67,15 @@ def _bus_arguments(parser: argparse.ArgumentParser) -> None:
         default=8,
         help="session partitions; every process of the bus must agree (default: 8)",
     )
+
+
+def _bus_url(text: str) -> str:
+    """``--bus``: a Redis URL (``redis://``, ``rediss://`` or ``unix://``)."""
+    if text.partition("://")[0].lower() not in ("redis", "rediss", "unix") or "://" not in text:
+        raise argparse.ArgumentTypeError(
+            f"expected redis://host:port/db, rediss://... or unix:///path, not {redacted(text)!r}"
+        )
+    return text
 
 
 def _bus_options(args: argparse.Namespace) -> dict[str, Any]:
