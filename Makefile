@@ -158,7 +158,8 @@ compat: wheel ## The abi3 wheel on every CPython >= 3.10 found (python3.N on PAT
 
 .PHONY: bench
 bench: dev redis-server ## Run the benchmarks: each openstarry piece beside its pure-Python baseline, as ratios (ABI=abi3 for the stable-ABI build)
-	@echo "openstarry extension: $(ABI) build"
+	@# The build the run loads (told from its file name), not the one asked for.
+	@$(PY) -c "from openstarry.bench import describe_extension; print(describe_extension())"
 	$(PY) -m pytest benches --benchmark-enable --benchmark-only --benchmark-group-by=group --benchmark-columns=min,median,mean,ops -q -p no:randomly
 	$(PY) benches/ratios.py
 	$(PY) -m openstarry.cli bench
@@ -172,7 +173,7 @@ fuzz: ## Fuzz the Rust decoders (JSON scanner, envelope, segment, DedupWindow.re
 	fuzz/run.sh $(FUZZ_SECONDS)
 
 .PHONY: lint
-lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy --strict, stubtest, the layers contract
+lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy --strict, stubtest, the layers contract, the release workflow
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --all-targets --features python -- -D warnings
@@ -182,6 +183,7 @@ lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy --strict, stubtes
 	$(PY) -m mypy.stubtest openstarry._core
 	PYTHONPATH=python $(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
+	$(PY) tests/check_workflow.py .github/workflows/release.yml
 
 .PHONY: format
 format: $(DEPS) ## Format the Rust and Python sources

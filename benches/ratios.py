@@ -178,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         f"\nopenstarry vs pure-Python baselines, run of {run.get('datetime', '?')} "
         f"(Python {machine.get('python_version', '?')}, {cpu})"
     )
+    extension = machine.get("openstarry_extension")
+    if extension:
+        print(f"openstarry extension: {extension['build']} build ({extension['file']})")
     print("ratio = baseline median / openstarry median; times are medians per operation.\n")
     lines, targets, met = table(entries)
     print("\n".join(lines))

@@ -152,7 +152,7 @@ async def test_a_second_commit_of_an_acknowledged_entry_publishes_nothing(
         await bus.apublish(_input("twice"))
         backend: Any = bus.backend
         await _until(lambda: backend.metrics()["acked"] == 2)  # the input, its answer
-        (entry,) = [e for e, w in await backend.history() if decode_event(w).id == seen[0].id]
+        (entry,) = [e async for e, w in backend.history() if decode_event(w).id == seen[0].id]
         client: Any = backend._client
         (stream,) = [k for k in backend._partition_of_key if await client.xrange(k, entry, entry)]
         late = _Delivery(stream, entry.encode())
@@ -160,7 +160,7 @@ async def test_a_second_commit_of_an_acknowledged_entry_publishes_nothing(
         late.effects = [backend._outbox.publish_op(answer)]
         backend._outbox.commit(late)
         await backend.flush()
-        texts = [decode_event(w).payload.get("text") for _, w in await backend.history()]
+        texts = [decode_event(w).payload.get("text") async for _, w in backend.history()]
         metrics = backend.metrics()
     assert texts.count("first") == 1
     assert "second" not in texts
@@ -262,11 +262,11 @@ async def test_effects_are_committed_with_the_acknowledgement(redis: RedisServer
         await bus.apublish(_input("flaky", session="s2"))
         backend: Any = bus.backend
         await _until(lambda: len(held) == 1 and backend.metrics()["acked"] >= 2)
-        history = [decode_event(w) for _, w in await backend.history()]
+        history = [decode_event(w) async for _, w in backend.history()]
         assert [e.type for e in history].count("OUTPUT:AGENT_MESSAGE") == 0  # held back
         gate.set()
         await _until(lambda: backend.metrics()["acked"] >= 4)  # + the answer, delivered
-        history = [decode_event(w) for _, w in await backend.history()]
+        history = [decode_event(w) async for _, w in backend.history()]
     answers = [e for e in history if e.type == "OUTPUT:AGENT_MESSAGE"]
     assert [(e.payload["text"], e.parent_id) for e in answers] == [("answer", held[0].id)]
 
@@ -397,7 +397,7 @@ async def test_a_long_full_stream_is_trimmed_by_nodes_of_handled_entries(
         backend = producer.backend
         later = [_input(f"b{i}") for i in range(300)]
         assert all(await backend.asend_many(later))  # room made, nobody consuming
-        history = [decode_event(w).payload["text"] for _, w in await backend.history()]
+        history = [decode_event(w).payload["text"] async for _, w in backend.history()]
         metrics = backend.metrics()
     assert metrics["refused_full"] == 0
     assert len(history) <= 1000

@@ -10,14 +10,16 @@
     openstarry worker MANIFEST --bus URL [--group G] [--consumer C]  # a consumer of a shared bus
     openstarry publish --bus URL [FILE]                # NDJSON envelopes onto a shared bus
     openstarry tail --bus URL [--type P] [--count N] [--timeout S]   # its history, then new events
+                    [--since WHEN | --from-end]        # start at a time or an event; or new only
     openstarry bench latency [--rates R1,R2,...] [--duration S] [--handler MODULE:FUNCTION]
                      [--json FILE] [--plot FILE.png] [--against pure-python|bubus]
                                                        # dispatch latency, open loop, to p99.99
     openstarry bench [bus|loop] [--quick]              # bus throughput, loop overhead
     openstarry demo NDJSON                             # the Rust ingestion demo
 
-Exit status: 0 on success, 1 when a turn ended with a ``KERNEL:ERROR``, 2 for a
-bad command line or manifest.
+Exit status: 0 on success, 1 when a turn ended with a ``KERNEL:ERROR`` or a
+network error stopped the command (one line on standard error: Redis down, a
+refused connection, a timeout), 2 for a bad command line or manifest.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import argparse
 import contextlib
 import json
 import logging
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -630,13 +633,97 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Seconds each Redis a command will use has to answer a PING before the command starts.
+REDIS_CHECK_TIMEOUT = 5.0
+
+
+def _redis_urls(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The Redis servers a command will use, ``(what, URL)``: its ``--bus``, its manifest's."""
+    found: list[tuple[str, str]] = []
+    bus = getattr(args, "bus", None)
+    if bus:
+        found.append(("--bus", bus))
+    if getattr(args, "manifest", None):
+        from openstarry.manifest import load_manifest
+
+        try:
+            manifest = load_manifest(args.manifest)
+        except ManifestError:
+            pass  # the command itself reports it
+        else:
+            if not bus and manifest.bus.url:
+                found.append(("the manifest's bus.url", manifest.bus.url))
+            if manifest.sessions.store:
+                found.append(("the manifest's sessions.store", manifest.sessions.store))
+    return [
+        (what, url)
+        for what, url in found
+        if url.partition("://")[0].lower() in ("redis", "rediss", "unix")
+    ]
+
+
+def _unreachable(args: argparse.Namespace) -> tuple[int, str] | None:
+    """What a command cannot reach before it starts: exit status and one line, or ``None``.
+
+    Without this check, a worker, a producer or an agent on a Redis bus would
+    retry its first connection forever (the bus backs off and retries a lost
+    connection, which is right once it has run, not when nothing ever answered).
+    """
+    urls = _redis_urls(args)
+    if not urls:
+        return None
+    try:
+        from openstarry.cluster import redacted
+        from openstarry.redis_reader import ping
+    except ImportError:
+        return None  # no [redis] extra: the command says so itself
+    for what, url in urls:
+        try:
+            anyio.run(ping, url, REDIS_CHECK_TIMEOUT)
+        except ValueError as exc:  # redis-py's parsing of the URL
+            return 2, f"{what}: not a Redis URL: {redacted(url)}: {_one_line(exc)}"
+        except Exception as exc:
+            if _network_failure(exc) is None:
+                raise
+            return 1, f"cannot reach Redis at {redacted(url)} ({what}): {_one_line(exc)}"
+    return None
+
+
+def _network_failure(exc: BaseException) -> BaseException | None:
+    """The network error ``exc`` is (for a group: holds, and nothing else), else ``None``."""
+    inner = getattr(exc, "exceptions", None)
+    if type(exc).__name__.endswith("ExceptionGroup") and isinstance(inner, tuple) and inner:
+        failures = [_network_failure(e) for e in inner]
+        return failures[0] if all(failures) else None
+    kinds: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, socket.gaierror)
+    redis_errors = sys.modules.get("redis.exceptions")
+    if redis_errors is not None:  # if redis never loaded, no error came from it
+        kinds += (redis_errors.ConnectionError, redis_errors.TimeoutError)
+    return exc if isinstance(exc, kinds) else None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``openstarry`` command; returns the exit status."""
+    """Entry point of the ``openstarry`` command; returns the exit status.
+
+    A network error (Redis down, a refused connection, a timeout) ends any
+    command with one line on standard error and exit status 1, never a
+    traceback; a Redis the command needs is checked before it starts.
+    """
     args = build_parser().parse_args(argv)
     if args.command == "run" and not args.session.strip():
         print("openstarry run: error: --session must not be empty", file=sys.stderr)
         return 2
     try:
+        unreachable = _unreachable(args)
+        if unreachable is not None:
+            code, message = unreachable
+            print(f"openstarry {args.command}: {message}", file=sys.stderr)
+            return code
         if args.command == "run":
             return anyio.run(_run, args, backend=args.backend)
         status: int = args.handler(args)
@@ -649,6 +736,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        failure = _network_failure(exc)
+        if failure is None:
+            raise
+        kind = "Redis" if type(failure).__module__.startswith("redis") else "network error"
+        print(f"openstarry {args.command}: {kind}: {_one_line(failure)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

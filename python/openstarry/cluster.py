@@ -3,6 +3,7 @@
     openstarry worker MANIFEST --bus redis://localhost:6379/0 [--group G] [--consumer C]
     openstarry publish --bus redis://localhost:6379/0 [FILE]        # NDJSON envelopes
     openstarry tail --bus redis://localhost:6379/0 [--type PATTERN] [--count N] [--timeout S]
+                    [--since WHEN | --from-end]
 
 All three take ``--name`` (the bus's key prefix, default ``openstarry``) and
 ``--partitions`` (default 8): the processes of one bus must agree on both,
@@ -18,7 +19,14 @@ over at once) and exits 0. ``publish`` prints one JSON line
 ``{"accepted": N, "duplicates": N, "invalid": N}`` and exits 1 if a line was
 invalid (each invalid line is named on standard error, and never reaches
 the bus). ``tail`` prints the bus's retained history as NDJSON, then follows
-new events.
+new events: it reads a page of each stream at a time, merged by entry id as it
+goes (:mod:`openstarry.redis_reader`), so it starts printing at once and
+holds a few pages whatever the history's length; ``--count`` stops it as soon
+as it has printed N events. ``--since`` starts it at a time (ISO-8601; the
+Redis server's clock stamps each entry), at a Redis entry id, or after an
+event (by its id, found by reading the history from its start);
+``--from-end`` skips the history. A lost or unreachable Redis ends ``tail``
+with one line on standard error and exit status 1.
 """
 
 from __future__ import annotations
@@ -26,9 +34,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
-from typing import Any
+from contextlib import aclosing
+from datetime import datetime, timedelta, timezone
+from typing import Any, NamedTuple
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 
@@ -43,7 +55,9 @@ MAX_LINE_BYTES = 1 << 20
 
 def _bus_arguments(parser: argparse.ArgumentParser) -> None:
     """``--bus``, ``--name`` and ``--partitions``: the same for every process of one bus."""
-    parser.add_argument("--bus", required=True, metavar="URL", help="redis://host:port/db")
+    parser.add_argument(
+        "--bus", required=True, type=_bus_url, metavar="URL", help="redis://host:port/db"
+    )
     parser.add_argument(
         "--name", default="openstarry", help="the bus's key prefix (default: openstarry)"
     )
@@ -53,6 +67,15 @@ def _bus_arguments(parser: argparse.ArgumentParser) -> None:
         default=8,
         help="session partitions; every process of the bus must agree (default: 8)",
     )
+
+
+def _bus_url(text: str) -> str:
+    """``--bus``: a Redis URL (``redis://``, ``rediss://`` or ``unix://``)."""
+    if text.partition("://")[0].lower() not in ("redis", "rediss", "unix") or "://" not in text:
+        raise argparse.ArgumentTypeError(
+            f"expected redis://host:port/db, rediss://... or unix:///path, not {redacted(text)!r}"
+        )
+    return text
 
 
 def _bus_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -73,12 +96,39 @@ def add_commands(commands: Any) -> None:
     publish.add_argument("file", nargs="?", help="NDJSON file (default: standard input)")
     publish.set_defaults(handler=lambda args: anyio.run(_publish, args))
 
-    tail = commands.add_parser("tail", help="print a shared bus's history, then follow it")
+    tail = commands.add_parser(
+        "tail",
+        help="print a shared bus's history, then follow it",
+        description="Print the bus's retained history as NDJSON, oldest first, then follow "
+        "new events. The history is read a page at a time, so printing starts at once "
+        "on a bus of any length.",
+    )
     _bus_arguments(tail)
     tail.add_argument("--type", default="*", metavar="PATTERN", help="TYPE, NAMESPACE:* or *")
-    tail.add_argument("--count", type=int, default=None, help="stop after N matching events")
     tail.add_argument(
-        "--timeout", type=float, default=None, help="stop after S seconds without a match"
+        "--count", type=_count, default=None, metavar="N", help="stop after N matching events"
+    )
+    tail.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help="stop after S seconds without a match",
+    )
+    start = tail.add_mutually_exclusive_group()
+    start.add_argument(
+        "--since",
+        type=_since,
+        default=None,
+        metavar="WHEN",
+        help="start at a time (ISO-8601, e.g. 2026-11-27T14:05:00Z; without an offset, "
+        "local time), at a Redis entry id (MS-SEQ: at or after it, in every stream), or "
+        "after an event (its id: the events that came after it)",
+    )
+    start.add_argument(
+        "--from-end",
+        action="store_true",
+        help="skip the history: only events published from now on",
     )
     tail.set_defaults(handler=lambda args: anyio.run(_tail, args))
 
@@ -146,13 +196,95 @@ def _matcher(pattern: str) -> Any:
     return lambda kind: kind == pattern
 
 
+class _Since(NamedTuple):
+    """Where ``tail --since`` starts: an entry id (inclusive), or after an event."""
+
+    start: str
+    after_event: str | None = None
+
+
+#: A Redis entry id: ``MS-SEQ``, or ``MS`` alone.
+_ENTRY_ID = re.compile(r"(\d+)(?:-(\d+))?")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _since(text: str) -> _Since:
+    """``--since``: an entry id, an ISO-8601 time, or else an event id (in that order)."""
+    text = text.strip()
+    if not text:
+        raise argparse.ArgumentTypeError("give a time, a Redis entry id or an event id")
+    entry = _ENTRY_ID.fullmatch(text)
+    if entry is not None:
+        ms, seq = int(entry[1]), int(entry[2] or 0)
+        if max(ms, seq) >= 1 << 64:
+            raise argparse.ArgumentTypeError(f"a Redis entry id's parts are under 2**64: {text}")
+        return _Since(f"{ms}-{seq}")
+    if re.match(r"\d{4}-\d{2}-\d{2}", text):
+        # Python 3.10's fromisoformat takes no "Z".
+        iso = text[:-1] + "+00:00" if text[-1] in "zZ" else text
+        try:
+            moment = datetime.fromisoformat(iso)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"not an ISO-8601 time: {text!r} (e.g. 2026-11-27T14:05:00Z)"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.astimezone()  # this machine's local time
+        ms = (moment - _EPOCH) // timedelta(milliseconds=1)
+        if ms < 0:
+            raise argparse.ArgumentTypeError(f"a time from 1970 on, not {text}")
+        return _Since(f"{ms}-0")
+    return _Since("-", after_event=text)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"at least 1, not {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"seconds are 0 or more, not {text}")
+    return value
+
+
+def _event_id(wire: bytes) -> str | None:
+    try:
+        return decode_event(wire).id
+    except ValueError:
+        return None
+
+
+def redacted(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***`` (for messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
 async def _tail(args: argparse.Namespace) -> int:
-    from openstarry.redis_streams import RedisStreams
+    from redis import exceptions as redis_errors
+
+    from openstarry.redis_reader import connect, read_ends, read_history, read_new
+    from openstarry.redis_streams import PRIORITIES, stream_key
 
     matches = _matcher(args.type)
     left = args.count
-    backend = RedisStreams(args.bus, consume=False, **_bus_options(args))
     out = sys.stdout.buffer
+    since: _Since = args.since or _Since("-")
+    keys = [stream_key(args.name, p, r) for p in range(args.partitions) for r in PRIORITIES]
 
     def show(wire: bytes) -> bool:
         try:
@@ -165,23 +297,50 @@ async def _tail(args: argparse.Namespace) -> int:
         out.flush()
         return True
 
-    async with EventBus(backend=backend):
-        cursors: dict[str, str] = {}
-        for _, wire in await backend.history(cursors):
-            if show(wire) and left is not None:
-                left -= 1
-                if left <= 0:
-                    return 0
-        waited = 0.0
+    client = connect(args.bus)
+    cursors: dict[str, str] = {}
+    reading = "reading the history"
+    try:
+        if args.from_end:
+            cursors = await read_ends(client, keys)
+        else:
+            after = since.after_event
+            async with aclosing(read_history(client, keys, cursors, start=since.start)) as history:
+                async for _, wire in history:
+                    if after is not None:
+                        if _event_id(wire) == after:
+                            after = None
+                        continue
+                    if show(wire) and left is not None:
+                        left -= 1
+                        if left <= 0:
+                            return 0
+            if after is not None:
+                print(
+                    f"openstarry tail: --since: no event {after!r} in the bus's retained history",
+                    file=sys.stderr,
+                )
+                return 1
+        reading = "following the bus"
         step = 0.5 if args.timeout is None else min(0.5, args.timeout)
-        while args.timeout is None or waited < args.timeout:
-            entries = await backend.follow(cursors, step)
-            waited += step
-            for _, wire in entries:
+        deadline = None if args.timeout is None else anyio.current_time() + args.timeout
+        while deadline is None or anyio.current_time() < deadline:
+            for _, wire in await read_new(client, cursors, step):
                 if show(wire):
-                    waited = 0.0
+                    if deadline is not None:
+                        deadline = anyio.current_time() + args.timeout
                     if left is not None:
                         left -= 1
                         if left <= 0:
                             return 0
-    return 0
+        return 0
+    except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
+        print(f"openstarry tail: {reading} on {redacted(args.bus)}: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (`tail | head`): stop quietly, as `cat` does.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    finally:
+        with anyio.move_on_after(2, shield=True):
+            await client.aclose()

@@ -1534,46 +1534,48 @@ class RedisStreams:
 
     # -- reading the streams (openstarry tail) ---------------------------
 
-    async def history(self, cursors: dict[str, str] | None = None) -> list[tuple[str, bytes]]:
-        """Every entry the streams retain, oldest first: ``(entry id, wire bytes)``.
+    def history(
+        self, cursors: dict[str, str] | None = None, *, start: str = "-"
+    ) -> AsyncIterator[tuple[str, bytes]]:
+        """The entries the streams retain, oldest first: ``(entry id, wire bytes)``.
 
-        ``cursors``, if given, is filled with the last entry id of each stream,
-        for :meth:`follow`.
+        Read a page of each stream at a time and merged by entry id as it
+        goes (:func:`openstarry.redis_reader.read_history`): the first entry
+        comes after one round trip and memory stays bounded, whatever the
+        length of the history.
+
+        Args:
+            cursors: Filled with the last entry id taken from each stream, for
+                :meth:`follow`.
+            start: ``"-"`` (the oldest) or an entry id ``MS-SEQ``: entries at
+                or after it.
         """
-        entries: list[tuple[tuple[int, int], bytes]] = []
-        for p in range(self.partitions):
-            for key in self._streams_of(p):
-                last = "0-0"
-                for entry, fields in await self._client.xrange(key, "-", "+"):
-                    last = _text(entry)
-                    entries.append((_order(last), fields.get(b"e", b"")))
-                if cursors is not None:
-                    cursors[key] = last
-        entries.sort(key=lambda item: item[0])
-        return [(f"{ms}-{seq}", wire) for (ms, seq), wire in entries]
+        from openstarry.redis_reader import read_history
+
+        keys = [key for p in range(self.partitions) for key in self._streams_of(p)]
+        return read_history(self._reader(), keys, cursors, start=start)
 
     async def follow(self, cursors: dict[str, str], timeout: float) -> list[tuple[str, bytes]]:
         """Entries added after the ``cursors`` (the last entry id seen, by stream),
-        waiting up to ``timeout`` seconds; the cursors move past what is returned.
+        waiting up to ``timeout`` seconds (2 at most); the cursors move past what
+        is returned.
 
-        Each stream has its own cursor: entry ids are ordered within a stream,
-        not across streams.
+        Each stream has its own cursor (a stream missing from ``cursors`` is read
+        from its start): entry ids are ordered within a stream, not across
+        streams. A call returns at most a page (256 entries) per stream, in
+        entry-id order.
         """
-        keys = {
-            key: cursors.get(key, "0-0")
-            for p in range(self.partitions)
-            for key in self._streams_of(p)
-        }
-        reply = await self._client.xread(keys, block=max(1, int(timeout * 1000)))
-        entries: list[tuple[tuple[int, int], bytes]] = []
-        for stream, stream_entries in reply or ():
-            for entry, fields in stream_entries:
-                last = _text(entry)
-                entries.append((_order(last), fields.get(b"e", b"")))
-            if stream_entries:
-                cursors[_text(stream)] = last
-        entries.sort(key=lambda item: item[0])
-        return [(f"{ms}-{seq}", wire) for (ms, seq), wire in entries]
+        from openstarry.redis_reader import read_new
+
+        for p in range(self.partitions):
+            for key in self._streams_of(p):
+                cursors.setdefault(key, "0-0")
+        return await read_new(self._reader(), cursors, timeout)
+
+    def _reader(self) -> Any:
+        if self._client is None:
+            raise QueueClosed("the Redis bus is not running: use `async with bus`")
+        return self._client
 
     # -- metrics ---------------------------------------------------------
 
@@ -1594,11 +1596,6 @@ class RedisStreams:
             "holding": len(self._deliveries.held),
             "partitions": sorted(self._leases.owned),
         }
-
-
-def _order(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
 
 
 def _field(fields: Sequence[bytes]) -> bytes:

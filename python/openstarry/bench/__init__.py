@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import importlib.util
 import itertools
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -51,6 +52,8 @@ __all__ = [
     "bench_bus_throughput",
     "bench_loop_turn",
     "bench_turn_vs_sessions",
+    "describe_extension",
+    "extension_build",
     "main",
     "run",
 ]
@@ -323,6 +326,34 @@ def _print_loop(scale: int) -> None:
         print(f"  {count:>7,} sessions: {turn_us:7.1f} us   {turn_us / smallest:.2f}x the cheapest")
 
 
+def extension_build(filename: str | None = None) -> str:
+    """Which build of the Rust extension a file is: ``"abi3"`` or ``"version-specific"``.
+
+    Told from the file's name (by default the loaded extension's), as the
+    interpreter tells which file it can load: ``_core.abi3.so`` (Linux, macOS)
+    or ``_core.pyd`` (Windows) is the stable-ABI build, one file for every
+    CPython >= 3.10 (``make wheel``, the fallback wheel); a name that carries
+    one CPython's tag, ``_core.cpython-311-x86_64-linux-gnu.so`` or
+    ``_core.cp311-win_amd64.pyd``, is the version-specific build (``make dev``,
+    ``make wheel-version``, the wheels pip picks on CPython 3.10 to 3.14),
+    which reads lists, tuples and reference counts inline.
+    """
+    if filename is None:
+        from openstarry import _core
+
+        filename = _core.__file__
+    name = os.path.basename(filename)
+    return "abi3" if name.endswith(".abi3.so") or name == "_core.pyd" else "version-specific"
+
+
+def describe_extension() -> str:
+    """One line: the loaded extension's build and file (``make bench`` prints it)."""
+    from openstarry import _core
+
+    name = os.path.basename(_core.__file__)
+    return f"openstarry extension: {extension_build(name)} build ({name})"
+
+
 def run(args: argparse.Namespace) -> int:
     """Run what the parsed ``openstarry bench`` command line asks for; returns the exit status.
 
@@ -335,6 +366,7 @@ def run(args: argparse.Namespace) -> int:
 
         return run_latency(args)
     scale = 10 if getattr(args, "quick", False) else 1
+    print(describe_extension())
     if figures in (None, "bus"):
         _print_bus(scale)
     if figures in (None, "loop"):
