@@ -10,6 +10,7 @@ and ``notifications/resources/list_changed`` when a file appears.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -238,3 +239,58 @@ async def test_the_client_reads_remote_resources_and_takes_new_tools_on_list_cha
             assert "peer.grown" in agent.tools
             used = await agent.loop.call_tool("peer.grown", {"text": "x"}, session_id="t")
             assert used.result == "grown: x"
+
+
+async def test_a_new_remote_tool_named_like_a_local_one_is_left_out_and_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Defect: a ``list_changed`` that brought a tool named like a local one raised
+    ``ManifestError`` inside the notification callback, which ended the connection
+    to the server (its other tools then failed until a reconnect) and told nobody
+    why. Now the new tool is left out, the agent keeps its own and runs on, and the
+    clash is said once: a ``KERNEL:ERROR`` and a log line naming both tools."""
+    from openstarry import tool
+    from openstarry.agent.loop import TOOLS_CHANGED
+    from openstarry.agent.runtime import TOOL_NAME_CLASH
+    from openstarry.core import Event
+    from openstarry.manifest import McpServerConfig
+    from openstarry.testing import ScriptedProvider, text
+
+    @tool(name="peer.grown")
+    def local_grown(text: str) -> str:
+        """The agent's own tool, named like the one the server is about to add."""
+        return f"local: {text}"
+
+    server = Path(__file__).resolve().parent / "mcp_fixtures" / "changing_server.py"
+    toolset = mcp_toolset(
+        [McpServerConfig(name="peer", command=[sys.executable, str(server)])], tool_timeout=HANG
+    )
+    agent = Agent(ScriptedProvider([text("still here")]), [local_grown], toolsets=[toolset])
+    errors: list[dict[str, Any]] = []
+    changes: list[Event] = []
+    caplog.set_level(logging.WARNING)
+    with anyio.fail_after(30):
+        async with agent:
+            agent.bus.subscribe("KERNEL:ERROR", lambda event: errors.append(event.payload))
+            agent.bus.subscribe(TOOLS_CHANGED, changes.append)
+            for _ in range(2):  # each grow sends list_changed; the clash is said once
+                seen = len(changes)
+                grew = await agent.loop.call_tool("peer.grow", {}, session_id="t")
+                assert grew.success, grew.error
+                while len(changes) == seen:
+                    await anyio.sleep(0.01)
+            await agent.bus.wait_idle()
+            # The agent keeps its own tool, and the connection and the agent run on.
+            assert agent.tools["peer.grown"] is local_grown
+            used = await agent.loop.call_tool("peer.grown", {"text": "x"}, session_id="t")
+            assert used.result == "local: x"
+            again = await agent.loop.call_tool("peer.grow", {}, session_id="t")
+            assert again.success, again.error
+            assert (await agent.ask("hello")).text == "still here"
+            await agent.bus.wait_idle()
+    [error] = [e for e in errors if e["code"] == TOOL_NAME_CLASH]
+    assert "'grown' of MCP server 'peer'" in error["message"]
+    assert "the local tool 'peer.grown'" in error["message"]
+    said = [r.getMessage() for r in caplog.records if "is left out" in r.getMessage()]
+    assert said == [error["message"]]
+    assert not [r for r in caplog.records if "connection ended" in r.getMessage()]

@@ -902,7 +902,14 @@ async def _refresh_until(conn: McpServerConnection, drop: anyio.Event, client: C
                 log.warning("MCP server %r: listing the tools again failed: %s", conn.name, exc)
                 continue
             if conn.on_tools_changed is not None:
-                conn.on_tools_changed()
+                try:
+                    conn.on_tools_changed()
+                except Exception as exc:  # the agent's trouble must not end the connection
+                    log.warning(
+                        "MCP server %r: the agent could not take its new tools: %s",
+                        conn.name,
+                        _describe(exc),
+                    )
 
 
 async def _has_resources(client: Client) -> bool:
