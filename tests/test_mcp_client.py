@@ -112,7 +112,11 @@ def http_server(port: int | None = None) -> Iterator[str]:
                 time.sleep(0.05)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        process.terminate()
+        # Killed, not stopped: told to stop, the SDK's server waits for the open
+        # responses, a client's subscriptions/listen stream among them, which the
+        # client renews (mcp.client._listen_changes) only while its event loop
+        # runs, and this synchronous wait holds that loop.
+        process.kill()
         try:
             process.wait(timeout=HANG)
         except subprocess.TimeoutExpired:

@@ -48,7 +48,12 @@ The protocol and its transports are the official MCP SDK's (``pip install
   exposed files change (one appears in an exposed folder, one goes away),
   ``notifications/resources/list_changed`` (the files are looked at every
   ``resource_poll`` seconds while the server runs over stdio or
-  :func:`serve_http`). A client is known once it has made a request.
+  :func:`serve_http`). A client is known once it has made a request. On the
+  2026-07-28 protocol the same changes go to the clients'
+  ``subscriptions/listen`` streams; :func:`serve_http` ends those streams
+  (their graceful close) as soon as it is told to stop, since the server
+  waits for every open response before it stops (a server of your own around
+  :meth:`AgentMcpServer.http_app` calls :meth:`AgentMcpServer.close_listen_streams`).
 
 Over stdio nothing but protocol reaches stdout: logs go to stderr, and while
 serving the SDK points file descriptor 1 at stderr so a stray ``print`` cannot
@@ -213,6 +218,7 @@ class AgentMcpServer:
         self.calls_refused = 0
         identity = getattr(agent.manifest, "identity", None)
         self._listeners = InMemorySubscriptionBus()
+        self._listen = ListenHandler(self._listeners)
         self.server: Server[Any] = Server(
             getattr(identity, "name", None) or agent.name,
             version=getattr(identity, "version", None) or "0.0.0",
@@ -224,7 +230,7 @@ class AgentMcpServer:
             on_list_resource_templates=self._list_resource_templates,
             on_read_resource=self._read_resource,
             # The 2026-07-28 protocol: changes go to subscriptions/listen streams.
-            on_subscriptions_listen=ListenHandler(self._listeners),
+            on_subscriptions_listen=self._listen,
         )
         self.resources = resources if resources is not None else _catalog_of(agent.manifest)
         #: The clients' sessions, known once they made a request (for notifications);
@@ -330,6 +336,16 @@ class AgentMcpServer:
             except Exception as exc:  # a closed connection
                 log.info("could not notify an MCP client: %s", exc)
                 self.sessions.pop(key, None)
+
+    def close_listen_streams(self) -> None:
+        """End every client's ``subscriptions/listen`` stream gracefully (the server stops).
+
+        Each stream sends its final result, so the client knows the server
+        closed it; a client that listens again is served as before. Call it
+        when the HTTP server is told to stop, before it waits for the open
+        responses: a listen stream never ends by itself.
+        """
+        self._listen.close()
 
     async def watch_resources(self, interval: float = DEFAULT_RESOURCE_POLL) -> None:
         """Look at the exposed files every ``interval`` s; notify the clients when they change."""
@@ -765,9 +781,16 @@ async def serve_http(
                 flush=True,
             )
         config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+
+        class Server(uvicorn.Server):
+            async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+                # uvicorn waits for every response to end: the listen streams first.
+                mcp_server.close_listen_streams()
+                await super().shutdown(sockets)
+
         async with anyio.create_task_group() as watching:
             watching.start_soon(mcp_server.watch_resources)
-            await uvicorn.Server(config).serve(sockets=[listening])
+            await Server(config).serve(sockets=[listening])
             watching.cancel_scope.cancel()
     finally:
         if sock is None:
