@@ -1,17 +1,21 @@
 """OpenTelemetry spans from the bus (openstarry.otel) and W3C traceparent (openstarry.tracecontext).
 
 Spans go to the SDK's in-memory exporter; the span tree of the spec 000 section 5
-weather run is checked whole.
+weather run is checked whole, then the hops out of a run: the HTTP provider's
+``traceparent`` and an MCP call to another agent.
 """
 
 from __future__ import annotations
 
+import json
+import socket
 import subprocess
 import sys
 import textwrap
 import uuid
 from pathlib import Path
 
+import anyio
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -170,3 +174,110 @@ def test_without_the_extra_the_import_error_names_it() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "pip install 'openstarry[otel]'" in done.stdout
+
+
+# -- traces end to end: the provider's calls and other agents' spans ---------------------------
+
+
+@pytest.mark.anyio
+async def test_an_http_provider_sends_the_rounds_span_as_traceparent() -> None:
+    """Defect: the HTTP providers sent no ``traceparent``, so a model gateway's
+    spans could not join the turn's trace. Each request now names the round's
+    ``openstarry.provider`` span as its parent, in the run's trace."""
+    from fake_llm_server import FakeLLMServer, chat_answer
+    from openstarry.manifest import parse_manifest
+
+    provider, exporter = traced()
+    data = json.loads(WEATHER.read_text(encoding="utf-8"))
+    with FakeLLMServer() as server:
+        server.script(None, chat_answer("Hello there."))
+        data["provider"] = {
+            "name": "openai",
+            "model": "gpt-4.1",
+            "baseUrl": server.url + "/v1",
+            "options": {"stream": False},
+        }
+        agent = agent_from_manifest(parse_manifest(data, base_dir=WEATHER.parent))
+        tracing = instrument(agent, provider)
+        with anyio.fail_after(30):
+            async with agent:
+                result = await agent.ask("Hi")
+                await agent.bus.wait_idle()
+        tracing.close()
+        [request] = server.requests
+    assert result.text == "Hello there."
+    [round_span] = by_name(exporter.get_finished_spans(), "openstarry.provider")
+    parsed = parse_traceparent(request.headers.get("traceparent"))
+    assert parsed is not None, request.headers
+    trace, parent = parsed
+    assert w3c_trace_id(trace) == w3c_trace_id(result.trace_id)
+    assert int(parent, 16) == round_span.context.span_id
+    assert round_span.context.trace_id == int(w3c_trace_id(result.trace_id), 16)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # serve_http runs on asyncio
+async def test_a_called_agents_spans_are_children_of_the_callers_mcp_call_span(
+    tmp_path: Path,
+) -> None:
+    """Defect: an agent serving an MCP call put its spans in the caller's trace,
+    but as a root of their own (``openstarry.tool`` with no parent), so a trace
+    viewer showed two trees. The call's ``traceparent`` names the caller's
+    ``openstarry.mcp.call`` span, and the served call's span is its child."""
+    from mcp_fixtures import helpers
+    from openstarry.manifest import McpServerConfig
+    from openstarry.mcp.client import McpToolset
+    from openstarry.mcp.server import serve_http
+
+    provider, exporter = traced()
+    callee = agent_from_manifest(helpers.write_manifest(tmp_path))
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    listening.setblocking(False)
+    url = f"http://127.0.0.1:{listening.getsockname()[1]}/mcp"
+    caller = Agent(
+        ScriptedProvider([tool_call("peer.get_weather", {"location": "Paris"}), text("done")]),
+        toolsets=[McpToolset([McpServerConfig(name="peer", url=url)], default_timeout=30)],
+    )
+    callee_tracing = instrument(callee, provider)
+    caller_tracing = instrument(caller, provider)
+    with anyio.fail_after(60):
+        async with callee, anyio.create_task_group() as serving:
+            serving.start_soon(lambda: serve_http(callee, sock=listening, announce=False))
+            async with caller:
+                result = await caller.ask("weather in Paris, from the peer")
+                await caller.bus.wait_idle()
+            await callee.bus.wait_idle()
+            serving.cancel_scope.cancel()
+    listening.close()  # serve_http leaves a socket it was given open
+    caller_tracing.close()
+    callee_tracing.close()
+    assert result.text == "done"
+    spans = exporter.get_finished_spans()
+    assert {s.context.trace_id for s in spans} == {int(w3c_trace_id(result.trace_id), 16)}
+    [call] = by_name(spans, "openstarry.mcp.call")
+    [served] = by_name(spans, "openstarry.tool")
+    [turn] = by_name(spans, "openstarry.turn")
+    assert served.kind is SpanKind.SERVER
+    assert served.attributes is not None
+    assert served.attributes["openstarry.tool.name"] == "get_weather"
+    assert served.parent is not None
+    assert served.parent.span_id == call.context.span_id
+    assert call.parent is not None
+    assert call.parent.span_id == turn.context.span_id
+
+
+def test_a_requests_traceparent_is_the_runs_parent_only_in_the_runs_trace() -> None:
+    from openstarry.api.tracecontext import trace_context_of_headers
+
+    value = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    trace, parent = trace_context_of_headers([(b"traceparent", value)])
+    assert trace == str(uuid.UUID("4bf92f3577b34da6a3ce929d0e0e4736"))
+    assert parent == value.decode()
+    # X-OpenStarry-Trace-ID names another trace: the run is in it, with no parent.
+    other = [(b"x-openstarry-trace-id", b"mine"), (b"traceparent", value)]
+    assert trace_context_of_headers(other) == ("mine", None)
+    same = [(b"x-openstarry-trace-id", trace.encode()), (b"traceparent", value)]
+    assert trace_context_of_headers(same) == (trace, value.decode())
+    assert trace_context_of_headers([(b"traceparent", b"00-zz-01")]) == (None, None)

@@ -31,6 +31,16 @@ subscribes to the bus and turns the events of each run into spans.
 Parents follow ``parentId``: each event belongs to the span of its nearest
 ancestor that opened one. Spans still open are bounded (``max_open``); past it
 the oldest are ended with ``openstarry.evicted = true``.
+
+**Span ids are the events'.** The span an event opens has the span id
+:func:`openstarry.tracecontext.event_span_id` of the event's id, so the agent
+names it without OpenTelemetry: the HTTP providers send the round's span as
+their ``traceparent`` (a model gateway's spans nest under
+``openstarry.provider``), and an MCP call sends its ``openstarry.mcp.call``
+span (the called agent's spans nest under it). A run or a served call whose
+payload carries the caller's ``traceparent`` (``POST /process`` with that
+header, an MCP ``tools/call``) is a child of the caller's span, not only in
+its trace.
 """
 
 from __future__ import annotations
@@ -43,7 +53,14 @@ from typing import TYPE_CHECKING, Any
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import trace as otel_trace
-    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace import (
+        NonRecordingSpan,
+        SpanContext,
+        SpanKind,
+        Status,
+        StatusCode,
+        TraceFlags,
+    )
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "openstarry.otel needs OpenTelemetry: pip install 'openstarry[otel]'"
@@ -52,7 +69,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from openstarry._core import __version__
 from openstarry.core import Event
 from openstarry.events import OUTPUT_AGENT_MESSAGE, EventType
-from openstarry.tracecontext import w3c_trace_id
+from openstarry.tracecontext import event_span_id, parse_traceparent, w3c_trace_id
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
@@ -71,13 +88,16 @@ _RESPONSE_END = "API:RESPONSE_END"
 
 
 class _SeededIds:
-    """The tracer's id generator, except that a root span takes the trace id it is told."""
+    """The tracer's id generator, except that a span takes the ids it is told."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.next_trace: int | None = None
+        self.next_span: int | None = None
 
     def generate_span_id(self) -> int:
+        if self.next_span is not None:
+            return self.next_span
         span_id: int = self.inner.generate_span_id()
         return span_id
 
@@ -120,7 +140,9 @@ class BusTracer:
         # takes the run's traceId instead (an API-only tracer records nothing).
         self._ids: _SeededIds | None = None
         generator = getattr(self.tracer, "id_generator", None)
-        if generator is not None:
+        if isinstance(generator, _SeededIds):
+            self._ids = generator  # the provider's tracer, already seeded by another BusTracer
+        elif generator is not None:
             self._ids = _SeededIds(generator)
             self.tracer.id_generator = self._ids  # type: ignore[attr-defined]
         self.provider_name = provider_name
@@ -162,17 +184,26 @@ class BusTracer:
             **(attributes or {}),
         }
         now = time.time_ns()
-        if parent is not None:
-            ctx = otel_trace.set_span_in_context(parent)
-            return self.tracer.start_span(name, ctx, kind, attrs, start_time=now)
         ids = self._ids
         if ids is not None:
-            ids.next_trace = int(w3c_trace_id(event.trace_id), 16)
+            # The span id the agent already named (tracecontext.event_span_id).
+            ids.next_span = int(event_span_id(event.id), 16)
         try:
+            if parent is not None:
+                ctx = otel_trace.set_span_in_context(parent)
+                return self.tracer.start_span(name, ctx, kind, attrs, start_time=now)
+            caller = _caller_of(event)
+            if caller is not None:
+                # A run or a served call made by a span elsewhere: its child.
+                ctx = otel_trace.set_span_in_context(NonRecordingSpan(caller))
+                return self.tracer.start_span(name, ctx, kind, attrs, start_time=now)
+            if ids is not None:
+                ids.next_trace = int(w3c_trace_id(event.trace_id), 16)
             return self.tracer.start_span(name, otel_context.Context(), kind, attrs, start_time=now)
         finally:
             if ids is not None:
                 ids.next_trace = None
+                ids.next_span = None
 
     def _remember(self, key: str, span: Span, *, opened: bool) -> None:
         owner = self._owner
@@ -300,6 +331,24 @@ class BusTracer:
             self._end(turn[0])
 
 
+def _caller_of(event: Event) -> SpanContext | None:
+    """The caller's span named by the payload's ``traceparent``, when it is in the event's trace."""
+    payload = event.payload
+    value = payload.get("traceparent") if isinstance(payload, dict) else None
+    parsed = parse_traceparent(value)
+    if parsed is None:
+        return None
+    trace = w3c_trace_id(event.trace_id)
+    if w3c_trace_id(parsed[0]) != trace:
+        return None
+    return SpanContext(
+        int(trace, 16),
+        int(parsed[1], 16),
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+
+
 def instrument(
     agent: Any, tracer_provider: TracerProvider | None = None, *, max_open: int = 10_000
 ) -> BusTracer:
@@ -315,6 +364,11 @@ def instrument(
         name = getattr(server, "name", None)
         if isinstance(name, str):
             servers.append(name)
+    for toolset in getattr(agent, "toolsets", ()):
+        # An agent built in code: its MCP toolsets' servers (McpToolset.connections).
+        servers.extend(
+            name for name in getattr(toolset, "connections", {}) if isinstance(name, str)
+        )
     return BusTracer(
         agent.bus,
         tracer_provider,

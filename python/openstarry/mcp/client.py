@@ -27,7 +27,9 @@ when it stops. What happens when:
   the calling run's ``context.call_depth`` + 1 and the trace id its
   ``context.trace_id``, in the request's ``params._meta`` on every transport and
   in the ``X-OpenStarry-Trace-ID`` / ``X-OpenStarry-Trace-Depth`` headers of
-  that request over HTTP.
+  that request over HTTP, with a ``traceparent`` whose parent is the call's
+  ``openstarry.mcp.call`` span (while the SDK sends it, that span is
+  OpenTelemetry's current one, so the SDK's own client span nests under it).
 - **Failures** raise :class:`~openstarry.errors.ToolError`, which the loop
   feeds back as a failed ``EXEC:TOOL_RESULT``: ``REMOTE_ERROR`` for a result
   with ``isError: true`` or a JSON-RPC error, ``RECURSION_LIMIT`` when the
@@ -98,7 +100,13 @@ from openstarry.bus import describe_exception
 from openstarry.core import __version__
 from openstarry.errors import McpConnectError, ToolError
 from openstarry.manifest import McpServerConfig
-from openstarry.mcp.guard import MAX_DEPTH, RECURSION_LIMIT_EXCEEDED, TraceContext, next_hop
+from openstarry.mcp.guard import (
+    MAX_DEPTH,
+    RECURSION_LIMIT_EXCEEDED,
+    TraceContext,
+    next_hop,
+    w3c_trace_id,
+)
 
 try:
     import httpx2
@@ -108,6 +116,8 @@ try:
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
     from mcp.types.version import MODERN_PROTOCOL_VERSIONS
+    from opentelemetry import context as otel_context  # a dependency of the SDK
+    from opentelemetry import trace as otel_trace
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("openstarry.mcp needs the MCP SDK: pip install 'openstarry[mcp]'") from exc
 
@@ -622,6 +632,7 @@ class McpServerConnection:
                 code="REMOTE_ERROR",
             )
         token = _CURRENT_TRACE.set(trace)
+        span_token = _enter_span(trace)
         try:
             result = await client.call_tool(remote_name, args, meta=cast(Any, trace.meta()))
         except MCPError as exc:
@@ -665,6 +676,8 @@ class McpServerConnection:
                 code="REMOTE_UNAVAILABLE",
             ) from None
         finally:
+            if span_token is not None:
+                otel_context.detach(span_token)
             _CURRENT_TRACE.reset(token)
         self._abandoned = 0
         return _result_value(result, label)
@@ -1077,6 +1090,28 @@ async def _add_trace_headers(request: httpx2.Request) -> None:
     trace = _CURRENT_TRACE.get()
     if trace is not None:
         request.headers.update(trace.headers())
+
+
+def _enter_span(trace: TraceContext) -> contextvars.Token[Any] | None:
+    """Make the calling span OpenTelemetry's current span while the SDK sends the call.
+
+    The SDK opens a span of its own for each request it sends (``MCP send
+    tools/call``, when a tracer provider is set) and puts that span's
+    ``traceparent`` into ``_meta``: as a child of the call's
+    ``openstarry.mcp.call`` span, in the run's trace, rather than a trace of
+    its own. Returns the token to detach, ``None`` when there is no calling span.
+    """
+    if trace.parent_span is None:
+        return None
+    span = otel_trace.NonRecordingSpan(
+        otel_trace.SpanContext(
+            int(w3c_trace_id(trace.trace_id), 16),
+            int(trace.parent_span, 16),
+            is_remote=False,
+            trace_flags=otel_trace.TraceFlags(otel_trace.TraceFlags.SAMPLED),
+        )
+    )
+    return otel_context.attach(otel_trace.set_span_in_context(span))
 
 
 def _redacted(url: str) -> str:

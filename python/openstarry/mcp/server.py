@@ -91,6 +91,7 @@ try:
     )
     from mcp.shared.exceptions import MCPError
     from mcp.shared.message import SessionMessage
+    from opentelemetry import trace as otel_trace  # a dependency of the SDK
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError(
         "openstarry.mcp needs the MCP SDK, which is not installed: "
@@ -109,13 +110,17 @@ from openstarry.errors import (
 from openstarry.events import EventType
 from openstarry.mcp.guard import (
     MAX_DEPTH,
+    META_TRACEPARENT,
     RECURSION_LIMIT_EXCEEDED,
+    TRACEPARENT_HEADER,
     TraceContext,
     check_depth,
     trace_from_headers,
     trace_from_meta,
+    w3c_trace_id,
 )
 from openstarry.mcp.resources import ResourceCatalog, UnknownResource
+from openstarry.tracecontext import parse_traceparent
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -407,6 +412,7 @@ class AgentMcpServer:
                 call_depth=trace.depth,
                 source=f"mcp:{client}",
                 session_id=session_id,
+                traceparent=_caller_span(ctx, params, trace),
             )
         except (RuntimeError, QueueClosed) as exc:
             # The agent is not running (not started, or shutting down).
@@ -914,6 +920,28 @@ def _trace_of(
     if not found:
         return TraceContext(str(uuid.uuid4()), 1)
     return max(found, key=lambda trace: trace.depth)
+
+
+def _caller_span(
+    ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams, trace: TraceContext
+) -> str | None:
+    """The ``traceparent`` of the span the call's spans are children of, if any.
+
+    The SDK's own server span (``tools/call NAME``) when a tracer provider
+    records it, else the caller's span that ``_meta`` or the headers name:
+    the first of these in the call's trace.
+    """
+    w3c = w3c_trace_id(trace.trace_id)
+    current = otel_trace.get_current_span().get_span_context()
+    if current.is_valid and f"{current.trace_id:032x}" == w3c:
+        return f"00-{w3c}-{current.span_id:016x}-01"
+    headers = getattr(ctx.request, "headers", None)
+    meta = dict(params.meta) if params.meta else {}
+    for value in (meta.get(META_TRACEPARENT), headers.get(TRACEPARENT_HEADER) if headers else None):
+        parsed = parse_traceparent(value)
+        if parsed is not None and w3c_trace_id(parsed[0]) == w3c:
+            return f"00-{w3c}-{parsed[1]}-01"
+    return None
 
 
 def _result_of(outcome: ToolOutcome) -> types.CallToolResult:
