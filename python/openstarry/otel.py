@@ -41,14 +41,36 @@ span (the called agent's spans nest under it). A run or a served call whose
 payload carries the caller's ``traceparent`` (``POST /process`` with that
 header, an MCP ``tools/call``) is a child of the caller's span, not only in
 its trace.
+
+**From the environment** (``openstarry serve --otel``, ``worker --otel``,
+``mcp --otel``): :func:`configure_from_env` builds a ``TracerProvider`` as the
+standard ``OTEL_*`` variables say and makes it OpenTelemetry's global one (so
+the MCP SDK's own spans go there too):
+
+- ``OTEL_TRACES_EXPORTER``: the exporters, comma-separated (default ``otlp``;
+  ``none``: no export), looked up among the installed packages by the name
+  they register (the ``opentelemetry_traces_exporter`` entry points, as
+  ``opentelemetry-instrument`` does): ``console`` (JSON spans on stdout; on
+  stderr for ``openstarry mcp`` over stdio) comes with the SDK; ``otlp`` is
+  OTLP over gRPC (``opentelemetry-exporter-otlp-proto-grpc``), or over HTTP
+  (``opentelemetry-exporter-otlp-proto-http``) when
+  ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` or ``OTEL_EXPORTER_OTLP_PROTOCOL`` is
+  ``http/protobuf``, as the SDK reads them. An exporter that is not installed
+  is a :class:`ValueError` of one line naming the package to install.
+- The exporters read their own variables (``OTEL_EXPORTER_OTLP_ENDPOINT``,
+  ``OTEL_EXPORTER_OTLP_HEADERS``, ...); the SDK reads ``OTEL_SERVICE_NAME`` and
+  ``OTEL_RESOURCE_ATTRIBUTES`` (the service name is the agent's name when
+  neither gives one), ``OTEL_TRACES_SAMPLER`` and the batching ``OTEL_BSP_*``.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, TextIO
 
 try:
     from opentelemetry import context as otel_context
@@ -72,11 +94,12 @@ from openstarry.events import OUTPUT_AGENT_MESSAGE, EventType
 from openstarry.tracecontext import event_span_id, parse_traceparent, w3c_trace_id
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
     from openstarry.bus import EventBus, Subscription
 
-__all__ = ["BusTracer", "instrument"]
+__all__ = ["BusTracer", "configure_from_env", "instrument", "tracer_provider_from_env"]
 
 _USER_MESSAGE = EventType.USER_MESSAGE.value
 _TICK = EventType.TICK_START.value
@@ -376,3 +399,114 @@ def instrument(
         mcp_servers=servers,
         max_open=max_open,
     )
+
+
+# -- from the environment ---------------------------------------------------
+
+#: What a traces exporter's name needs installed (the names the packages register).
+_EXPORTER_PACKAGES = {
+    "otlp_proto_grpc": "opentelemetry-exporter-otlp-proto-grpc",
+    "otlp_proto_http": "opentelemetry-exporter-otlp-proto-http",
+    "zipkin_json": "opentelemetry-exporter-zipkin-json",
+    "zipkin_proto": "opentelemetry-exporter-zipkin-proto-http",
+}
+_OTLP_BY_PROTOCOL = {"grpc": "otlp_proto_grpc", "http/protobuf": "otlp_proto_http"}
+
+
+def _exporter_names() -> list[tuple[str, str]]:
+    """``(as given, entry point name)`` of each exporter ``OTEL_TRACES_EXPORTER`` names."""
+    given = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip() or "otlp"
+    if given.lower() == "none":
+        return []
+    names = []
+    for name in (part.strip() for part in given.split(",")):
+        if not name:
+            continue
+        if name == "otlp":
+            for variable in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+                protocol = os.environ.get(variable, "").strip()
+                if protocol:
+                    break
+            if protocol and protocol not in _OTLP_BY_PROTOCOL:
+                raise ValueError(
+                    f"{variable}={protocol!r} is not an OTLP protocol openstarry can use "
+                    f"(it takes {' or '.join(_OTLP_BY_PROTOCOL)})"
+                )
+            names.append((name, _OTLP_BY_PROTOCOL[protocol or "grpc"]))
+        else:
+            names.append((name, name))
+    return names
+
+
+def _exporter(given: str, name: str, console: TextIO | None) -> Any:
+    """The exporter registered as ``name``, made as its package's defaults and variables say."""
+    found = list(entry_points(group="opentelemetry_traces_exporter", name=name))
+    if not found:
+        package = _EXPORTER_PACKAGES.get(name)
+        what = f"{given!r} ({name})" if given != name else repr(given)
+        install = (
+            f"pip install {package}"
+            if package is not None
+            else f"install the package that provides the {name!r} traces exporter"
+        )
+        raise ValueError(
+            f"OTEL_TRACES_EXPORTER names the exporter {what}, which is not installed: "
+            f"{install} (or set OTEL_TRACES_EXPORTER=console, or none)"
+        )
+    try:
+        cls = found[0].load()
+        if name == "console" and console is not None:
+            return cls(out=console)
+        return cls()
+    except Exception as exc:
+        raise ValueError(f"the {given!r} traces exporter cannot be made: {exc}") from None
+
+
+def tracer_provider_from_env(
+    *, service_name: str = "openstarry", console: TextIO | None = None
+) -> SdkTracerProvider:
+    """A ``TracerProvider`` exporting as the ``OTEL_*`` variables say (see the module's text).
+
+    Args:
+        service_name: The resource's ``service.name`` when neither
+            ``OTEL_SERVICE_NAME`` nor ``OTEL_RESOURCE_ATTRIBUTES`` gives one.
+        console: Where the ``console`` exporter writes (default: stdout).
+
+    Raises:
+        ValueError: an exporter that is not installed or cannot be made, or an
+            OTLP protocol that is not one; the message is one line that says
+            which variable and what to do.
+        ImportError: the OpenTelemetry SDK is not installed (``openstarry[otel]``).
+    """
+    try:
+        from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+        from opentelemetry.sdk.trace import TracerProvider as SdkProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "tracing from OTEL_* needs the OpenTelemetry SDK: pip install 'openstarry[otel]'"
+        ) from exc
+    exporters = [_exporter(given, name, console) for given, name in _exporter_names()]
+    resource = Resource.create()
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: service_name}))
+    provider = SdkProvider(resource=resource)
+    for exporter in exporters:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def configure_from_env(
+    *, service_name: str = "openstarry", console: TextIO | None = None
+) -> SdkTracerProvider:
+    """What ``--otel`` does: :func:`tracer_provider_from_env`, made OpenTelemetry's global provider.
+
+    Pass it to :func:`instrument` for each agent, and call its ``shutdown()``
+    before the process ends (it exports the spans still waiting).
+
+    Raises:
+        ValueError: as :func:`tracer_provider_from_env`.
+    """
+    provider = tracer_provider_from_env(service_name=service_name, console=console)
+    otel_trace.set_tracer_provider(provider)
+    return provider

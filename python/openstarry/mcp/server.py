@@ -793,6 +793,11 @@ async def serve_http(
                 # uvicorn waits for every response to end: the listen streams first.
                 mcp_server.close_listen_streams()
                 await super().shutdown(sockets)
+                # uvicorn then raises the signal again, which ends the process
+                # before any finally: the spans still waiting go out now (--otel).
+                flush = getattr(otel_trace.get_tracer_provider(), "force_flush", None)
+                if flush is not None:
+                    flush()
 
         async with anyio.create_task_group() as watching:
             watching.start_soon(mcp_server.watch_resources)
