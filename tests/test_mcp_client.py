@@ -50,6 +50,7 @@ from openstarry.mcp.guard import (
 )
 from openstarry.testing import FunctionProvider, ScriptedProvider, text, tool_call
 from openstarry.tools.weather import get_weather
+from openstarry.tracecontext import event_span_id, traceparent
 
 FIXTURES = Path(__file__).resolve().parent / "mcp_fixtures"
 SERVER = FIXTURES / "sdk_server.py"
@@ -112,7 +113,11 @@ def http_server(port: int | None = None) -> Iterator[str]:
                 time.sleep(0.05)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        process.terminate()
+        # Killed, not stopped: told to stop, the SDK's server waits for the open
+        # responses, a client's subscriptions/listen stream among them, which the
+        # client renews (mcp.client._listen_changes) only while its event loop
+        # runs, and this synchronous wait holds that loop.
+        process.kill()
         try:
             process.wait(timeout=HANG)
         except subprocess.TimeoutExpired:
@@ -313,19 +318,24 @@ async def test_each_call_carries_the_runs_trace(transport: str, http_url: str) -
     agent = with_servers(provider, servers=[config_for(transport, http_url)])
     async with agent:
         seen = results(agent)
+        calls: list[Event] = []
+        agent.bus.subscribe("EXEC:TOOL_CALL", calls.append)
         result = await ask(agent, "trace")
         received = seen[0]["result"]
-        # A user's input runs at depth 0: its calls are the first hop.
+        # A user's input runs at depth 0: its calls are the first hop, whose parent
+        # span is the span of the call's EXEC:TOOL_CALL (openstarry.mcp.call).
+        [call] = calls
+        parent = traceparent(result.trace_id, event_span_id(call.id))
         assert received["meta"] == {
             META_TRACE: result.trace_id,
             META_DEPTH: 1,
-            META_TRACEPARENT: traceparent_of(TraceContext(result.trace_id, 1)),
+            META_TRACEPARENT: parent,
         }
         if transport == "http":
             assert received["headers"] == {
                 TRACE_HEADER.lower(): result.trace_id,
                 DEPTH_HEADER.lower(): "1",
-                "traceparent": traceparent_of(TraceContext(result.trace_id, 1)),
+                "traceparent": parent,
             }
         else:
             assert received["headers"] == {}

@@ -10,9 +10,14 @@ and ``notifications/resources/list_changed`` when a file appears.
 
 from __future__ import annotations
 
+import logging
+import signal
+import socket
+import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +33,7 @@ from openstarry.agent.runtime import Agent
 from openstarry.assembly import agent_from_manifest, mcp_toolset
 from openstarry.errors import ManifestError
 from openstarry.mcp import AgentMcpServer
+from openstarry.mcp.client import McpToolset
 from openstarry.mcp.server import RESOURCE_NOT_FOUND
 
 pytestmark = pytest.mark.anyio
@@ -238,3 +244,165 @@ async def test_the_client_reads_remote_resources_and_takes_new_tools_on_list_cha
             assert "peer.grown" in agent.tools
             used = await agent.loop.call_tool("peer.grown", {"text": "x"}, session_id="t")
             assert used.result == "grown: x"
+
+
+async def test_a_new_remote_tool_named_like_a_local_one_is_left_out_and_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Defect: a ``list_changed`` that brought a tool named like a local one raised
+    ``ManifestError`` inside the notification callback, which ended the connection
+    to the server (its other tools then failed until a reconnect) and told nobody
+    why. Now the new tool is left out, the agent keeps its own and runs on, and the
+    clash is said once: a ``KERNEL:ERROR`` and a log line naming both tools."""
+    from openstarry import tool
+    from openstarry.agent.loop import TOOLS_CHANGED
+    from openstarry.agent.runtime import TOOL_NAME_CLASH
+    from openstarry.core import Event
+    from openstarry.manifest import McpServerConfig
+    from openstarry.testing import ScriptedProvider, text
+
+    @tool(name="peer.grown")
+    def local_grown(text: str) -> str:
+        """The agent's own tool, named like the one the server is about to add."""
+        return f"local: {text}"
+
+    server = Path(__file__).resolve().parent / "mcp_fixtures" / "changing_server.py"
+    toolset = mcp_toolset(
+        [McpServerConfig(name="peer", command=[sys.executable, str(server)])], tool_timeout=HANG
+    )
+    agent = Agent(ScriptedProvider([text("still here")]), [local_grown], toolsets=[toolset])
+    errors: list[dict[str, Any]] = []
+    changes: list[Event] = []
+    caplog.set_level(logging.WARNING)
+    with anyio.fail_after(30):
+        async with agent:
+            agent.bus.subscribe("KERNEL:ERROR", lambda event: errors.append(event.payload))
+            agent.bus.subscribe(TOOLS_CHANGED, changes.append)
+            for _ in range(2):  # each grow sends list_changed; the clash is said once
+                seen = len(changes)
+                grew = await agent.loop.call_tool("peer.grow", {}, session_id="t")
+                assert grew.success, grew.error
+                while len(changes) == seen:
+                    await anyio.sleep(0.01)
+            await agent.bus.wait_idle()
+            # The agent keeps its own tool, and the connection and the agent run on.
+            assert agent.tools["peer.grown"] is local_grown
+            used = await agent.loop.call_tool("peer.grown", {"text": "x"}, session_id="t")
+            assert used.result == "local: x"
+            again = await agent.loop.call_tool("peer.grow", {}, session_id="t")
+            assert again.success, again.error
+            assert (await agent.ask("hello")).text == "still here"
+            await agent.bus.wait_idle()
+    [error] = [e for e in errors if e["code"] == TOOL_NAME_CLASH]
+    assert "'grown' of MCP server 'peer'" in error["message"]
+    assert "the local tool 'peer.grown'" in error["message"]
+    said = [r.getMessage() for r in caplog.records if "is left out" in r.getMessage()]
+    assert said == [error["message"]]
+    assert not [r for r in caplog.records if "connection ended" in r.getMessage()]
+
+
+@contextmanager
+def changing_http_server() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``changing_server.py`` over Streamable HTTP (the SDK's own server and uvicorn)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = Path(__file__).resolve().parent / "mcp_fixtures" / "changing_server.py"
+    process = subprocess.Popen(
+        [sys.executable, str(server), "http", str(port)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + HANG
+        while True:
+            assert process.poll() is None, "the fixture server exited"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the fixture server does not listen"
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp", process
+    finally:
+        helpers.stop(process)
+
+
+async def test_an_http_server_s_new_tools_arrive_live_on_the_newest_protocol(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Defect: over HTTP the client never opened a ``subscriptions/listen`` stream,
+    so a server on the 2026-07-28 protocol (which sends its changes nowhere else)
+    had its new tools taken only at the next connection. Its stream is renewed
+    (here every 0.2 s, so that the change comes after a few renewals)."""
+    from openstarry.agent.loop import TOOLS_CHANGED
+    from openstarry.manifest import McpServerConfig
+    from openstarry.mcp import client as mcp_client
+    from openstarry.testing import ScriptedProvider
+
+    monkeypatch.setattr(mcp_client, "LISTEN_RENEW", 0.2)
+    changed = anyio.Event()
+    with changing_http_server() as (url, _), anyio.fail_after(30):
+        toolset = McpToolset([McpServerConfig(name="peer", url=url)], default_timeout=HANG)
+        agent = Agent(ScriptedProvider([]), toolsets=[toolset])
+        async with agent:
+            connection = toolset.connections["peer"]
+            assert connection._client is not None
+            assert connection._client.protocol_version == "2026-07-28"
+            agent.bus.subscribe(TOOLS_CHANGED, lambda event: changed.set())
+            await anyio.sleep(1.0)  # a few renewals
+            grew = await agent.loop.call_tool("peer.grow", {}, session_id="t")
+            assert grew.success, grew.error
+            await changed.wait()
+            used = await agent.loop.call_tool("peer.grown", {"text": "x"}, session_id="t")
+            assert used.result == "grown: x"
+            assert connection.connects == 1  # live, not a new connection
+
+
+async def test_a_listening_client_does_not_keep_an_sdk_http_server_from_stopping(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The SDK's HTTP server, told to stop, waits for every open response, and a
+    listen stream does not end by itself: the client's renewal (0.5 s here) is what
+    lets it stop. Killed after ``HANG`` seconds otherwise (exit status -9)."""
+    from openstarry.manifest import McpServerConfig
+    from openstarry.mcp import client as mcp_client
+
+    monkeypatch.setattr(mcp_client, "LISTEN_RENEW", 0.5)
+    with changing_http_server() as (url, process), anyio.fail_after(60):
+        toolset = McpToolset([McpServerConfig(name="peer", url=url)], default_timeout=HANG)
+        async with toolset:
+            assert "peer.grow" in toolset.tools
+            process.terminate()
+            status = await anyio.to_thread.run_sync(lambda: process.wait(HANG))
+    assert status != -signal.SIGKILL
+
+
+async def test_openstarry_mcp_http_ends_its_listen_streams_when_told_to_stop(
+    tmp_path: Path,
+) -> None:
+    """Defect: ``openstarry mcp --http`` did not stop on SIGTERM while a client
+    held a ``subscriptions/listen`` stream (uvicorn waits for every open response,
+    and a listen stream never ends by itself): it had to be killed. It now ends
+    the streams (their graceful close) first, and stops on the signal."""
+    from openstarry.manifest import McpServerConfig
+
+    exits: list[int] = []
+    manifest = helpers.write_manifest(tmp_path)
+    with anyio.fail_after(60):
+        with helpers.http_server(manifest, exits) as (url, _):
+            toolset = McpToolset([McpServerConfig(name="peer", url=url)], default_timeout=HANG)
+            await toolset.__aenter__()
+            try:
+                connection = toolset.connections["peer"]
+                assert connection._client is not None
+                assert connection._client.protocol_version == "2026-07-28"
+                await anyio.sleep(0.5)  # the listen stream is open
+            except BaseException:
+                await toolset.aclose(cancel=True)
+                raise
+        try:
+            assert exits == [-signal.SIGTERM]
+        finally:
+            await toolset.aclose()

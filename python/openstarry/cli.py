@@ -5,9 +5,12 @@
     openstarry run MANIFEST                            # an interactive prompt ([cli] extra:
                                                        # history, completion, rich output)
     openstarry schema manifest|protocol                # JSON Schema of agent.json or events
-    openstarry serve MANIFEST [--host H] [--port N] [--api-key-env NAME]  # the Agent API (spec 003)
-    openstarry mcp MANIFEST [--http --port N] [--api-key-env NAME]  # the tools over MCP (spec 004)
-    openstarry worker MANIFEST --bus URL [--group G] [--consumer C]  # a consumer of a shared bus
+    openstarry serve MANIFEST [--host H] [--port N] [--api-key-env NAME] [--otel]
+                                                       # the Agent API (spec 003)
+    openstarry mcp MANIFEST [--http --port N] [--api-key-env NAME] [--otel]
+                                                       # the tools over MCP (spec 004)
+    openstarry worker MANIFEST --bus URL [--group G] [--consumer C] [--otel]
+                                                       # a consumer of a shared bus
     openstarry publish --bus URL [FILE]                # NDJSON envelopes onto a shared bus
     openstarry tail --bus URL [--type P] [--count N] [--timeout S]   # its history, then new events
                     [--since WHEN | --from-end]        # start at a time or an event; or new only
@@ -16,6 +19,11 @@
                                                        # dispatch latency, open loop, to p99.99
     openstarry bench [bus|loop] [--quick]              # bus throughput, loop overhead
     openstarry demo NDJSON                             # the Rust ingestion demo
+
+``--otel`` traces the agent's runs with OpenTelemetry as the standard ``OTEL_*``
+environment variables say (exporter, endpoint, service name; see
+:mod:`openstarry.otel`), with the ``[otel]`` extra; an exporter that is not
+installed is said in one line, and the command exits 2.
 
 Exit status: 0 on success, 1 when a turn ended with a ``KERNEL:ERROR`` or a
 network error stopped the command (one line on standard error: Redis down, a
@@ -317,6 +325,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"openstarry serve: {exc}", file=sys.stderr)
         return 2
     agent = agent_from_manifest(args.manifest)
+    trace_agent(args, agent)
     try:
         return serve(
             agent,
@@ -357,7 +366,52 @@ def _mcp(args: argparse.Namespace) -> int:
     except ManifestError as exc:
         print(f"openstarry mcp: {exc}", file=sys.stderr)
         return 2
+    trace_agent(args, agent)
     return serve(agent, http=args.http, host=args.host, port=args.port, api_key=api_key)
+
+
+def otel_argument(command: argparse.ArgumentParser) -> None:
+    """``--otel``: set up by :func:`main`, taken by :func:`trace_agent`."""
+    command.add_argument(
+        "--otel",
+        action="store_true",
+        help="trace the agent's runs with OpenTelemetry, as the OTEL_* environment variables "
+        "say (OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, ...; "
+        "needs openstarry[otel])",
+    )
+
+
+def trace_agent(args: argparse.Namespace, agent: Any) -> None:
+    """With ``--otel``, trace ``agent``'s runs to the provider :func:`main` set up."""
+    provider = getattr(args, "tracer_provider", None)
+    if provider is not None:
+        from openstarry.otel import instrument
+
+        instrument(agent, provider)
+
+
+def _start_tracing(args: argparse.Namespace) -> str | None:
+    """``--otel``: OpenTelemetry's global provider from ``OTEL_*``; why not, in one line."""
+    try:
+        from openstarry.otel import configure_from_env
+    except ImportError as exc:
+        return str(exc)
+    service = "openstarry"
+    try:
+        from openstarry.manifest import load_manifest
+
+        service = load_manifest(args.manifest).identity.name or service
+    except Exception:  # the command reports a bad manifest itself
+        pass
+    # Over stdio, stdout is the MCP channel: the console exporter writes to stderr.
+    stdio = args.command == "mcp" and not args.http
+    try:
+        args.tracer_provider = configure_from_env(
+            service_name=service, console=sys.stderr if stdio else None
+        )
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def _port(text: str) -> int:
@@ -609,6 +663,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=256,
         help="connections at once from one client address (256); raise it behind a proxy",
     )
+    otel_argument(serve)
     serve.set_defaults(handler=_serve)
 
     mcp = commands.add_parser(
@@ -621,6 +676,7 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--host", default="127.0.0.1", help="address for --http (127.0.0.1)")
     mcp.add_argument("--port", type=_port, default=8765, help="port for --http (8765)")
     _auth_arguments(mcp)
+    otel_argument(mcp)
     mcp.set_defaults(handler=_mcp)
 
     demo = commands.add_parser("demo", help="the Rust ingestion demo on an NDJSON file")
@@ -718,6 +774,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "run" and not args.session.strip():
         print("openstarry run: error: --session must not be empty", file=sys.stderr)
         return 2
+    args.tracer_provider = None
+    if getattr(args, "otel", False):
+        problem = _start_tracing(args)
+        if problem is not None:
+            print(f"openstarry {args.command}: --otel: {problem}", file=sys.stderr)
+            return 2
     try:
         unreachable = _unreachable(args)
         if unreachable is not None:
@@ -743,6 +805,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         kind = "Redis" if type(failure).__module__.startswith("redis") else "network error"
         print(f"openstarry {args.command}: {kind}: {_one_line(failure)}", file=sys.stderr)
         return 1
+    finally:
+        if args.tracer_provider is not None:
+            args.tracer_provider.shutdown()  # exports the spans still waiting
 
 
 if __name__ == "__main__":

@@ -89,6 +89,12 @@ def add_commands(commands: Any) -> None:
     _bus_arguments(worker)
     worker.add_argument("--group", default=None, help="the consumer group (default: openstarry)")
     worker.add_argument("--consumer", default=None, help="this worker's name (default: host-pid)")
+    worker.add_argument(
+        "--otel",
+        action="store_true",
+        help="trace the agent's runs with OpenTelemetry, as the OTEL_* environment variables "
+        "say (needs openstarry[otel]; see openstarry serve --help)",
+    )
     worker.set_defaults(handler=lambda args: anyio.run(_worker, args))
 
     publish = commands.add_parser("publish", help="publish NDJSON envelopes onto a shared bus")
@@ -146,6 +152,11 @@ async def _worker(args: argparse.Namespace) -> int:
         **_bus_options(args),
     )
     agent = agent_from_manifest(args.manifest, bus=bus)
+    tracer_provider = getattr(args, "tracer_provider", None)  # --otel, set up by cli.main
+    if tracer_provider is not None:
+        from openstarry.otel import instrument
+
+        instrument(agent, tracer_provider)
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with bus, agent:
             print(

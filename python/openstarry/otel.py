@@ -31,19 +31,58 @@ subscribes to the bus and turns the events of each run into spans.
 Parents follow ``parentId``: each event belongs to the span of its nearest
 ancestor that opened one. Spans still open are bounded (``max_open``); past it
 the oldest are ended with ``openstarry.evicted = true``.
+
+**Span ids are the events'.** The span an event opens has the span id
+:func:`openstarry.tracecontext.event_span_id` of the event's id, so the agent
+names it without OpenTelemetry: the HTTP providers send the round's span as
+their ``traceparent`` (a model gateway's spans nest under
+``openstarry.provider``), and an MCP call sends its ``openstarry.mcp.call``
+span (the called agent's spans nest under it). A run or a served call whose
+payload carries the caller's ``traceparent`` (``POST /process`` with that
+header, an MCP ``tools/call``) is a child of the caller's span, not only in
+its trace.
+
+**From the environment** (``openstarry serve --otel``, ``worker --otel``,
+``mcp --otel``): :func:`configure_from_env` builds a ``TracerProvider`` as the
+standard ``OTEL_*`` variables say and makes it OpenTelemetry's global one (so
+the MCP SDK's own spans go there too):
+
+- ``OTEL_TRACES_EXPORTER``: the exporters, comma-separated (default ``otlp``;
+  ``none``: no export), looked up among the installed packages by the name
+  they register (the ``opentelemetry_traces_exporter`` entry points, as
+  ``opentelemetry-instrument`` does): ``console`` (JSON spans on stdout; on
+  stderr for ``openstarry mcp`` over stdio) comes with the SDK; ``otlp`` is
+  OTLP over gRPC (``opentelemetry-exporter-otlp-proto-grpc``), or over HTTP
+  (``opentelemetry-exporter-otlp-proto-http``) when
+  ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` or ``OTEL_EXPORTER_OTLP_PROTOCOL`` is
+  ``http/protobuf``, as the SDK reads them. An exporter that is not installed
+  is a :class:`ValueError` of one line naming the package to install.
+- The exporters read their own variables (``OTEL_EXPORTER_OTLP_ENDPOINT``,
+  ``OTEL_EXPORTER_OTLP_HEADERS``, ...); the SDK reads ``OTEL_SERVICE_NAME`` and
+  ``OTEL_RESOURCE_ATTRIBUTES`` (the service name is the agent's name when
+  neither gives one), ``OTEL_TRACES_SAMPLER`` and the batching ``OTEL_BSP_*``.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, TextIO
 
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import trace as otel_trace
-    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace import (
+        NonRecordingSpan,
+        SpanContext,
+        SpanKind,
+        Status,
+        StatusCode,
+        TraceFlags,
+    )
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "openstarry.otel needs OpenTelemetry: pip install 'openstarry[otel]'"
@@ -52,14 +91,15 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from openstarry._core import __version__
 from openstarry.core import Event
 from openstarry.events import OUTPUT_AGENT_MESSAGE, EventType
-from openstarry.tracecontext import w3c_trace_id
+from openstarry.tracecontext import event_span_id, parse_traceparent, w3c_trace_id
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
     from openstarry.bus import EventBus, Subscription
 
-__all__ = ["BusTracer", "instrument"]
+__all__ = ["BusTracer", "configure_from_env", "instrument", "tracer_provider_from_env"]
 
 _USER_MESSAGE = EventType.USER_MESSAGE.value
 _TICK = EventType.TICK_START.value
@@ -71,13 +111,16 @@ _RESPONSE_END = "API:RESPONSE_END"
 
 
 class _SeededIds:
-    """The tracer's id generator, except that a root span takes the trace id it is told."""
+    """The tracer's id generator, except that a span takes the ids it is told."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.next_trace: int | None = None
+        self.next_span: int | None = None
 
     def generate_span_id(self) -> int:
+        if self.next_span is not None:
+            return self.next_span
         span_id: int = self.inner.generate_span_id()
         return span_id
 
@@ -120,7 +163,9 @@ class BusTracer:
         # takes the run's traceId instead (an API-only tracer records nothing).
         self._ids: _SeededIds | None = None
         generator = getattr(self.tracer, "id_generator", None)
-        if generator is not None:
+        if isinstance(generator, _SeededIds):
+            self._ids = generator  # the provider's tracer, already seeded by another BusTracer
+        elif generator is not None:
             self._ids = _SeededIds(generator)
             self.tracer.id_generator = self._ids  # type: ignore[attr-defined]
         self.provider_name = provider_name
@@ -162,17 +207,26 @@ class BusTracer:
             **(attributes or {}),
         }
         now = time.time_ns()
-        if parent is not None:
-            ctx = otel_trace.set_span_in_context(parent)
-            return self.tracer.start_span(name, ctx, kind, attrs, start_time=now)
         ids = self._ids
         if ids is not None:
-            ids.next_trace = int(w3c_trace_id(event.trace_id), 16)
+            # The span id the agent already named (tracecontext.event_span_id).
+            ids.next_span = int(event_span_id(event.id), 16)
         try:
+            if parent is not None:
+                ctx = otel_trace.set_span_in_context(parent)
+                return self.tracer.start_span(name, ctx, kind, attrs, start_time=now)
+            caller = _caller_of(event)
+            if caller is not None:
+                # A run or a served call made by a span elsewhere: its child.
+                ctx = otel_trace.set_span_in_context(NonRecordingSpan(caller))
+                return self.tracer.start_span(name, ctx, kind, attrs, start_time=now)
+            if ids is not None:
+                ids.next_trace = int(w3c_trace_id(event.trace_id), 16)
             return self.tracer.start_span(name, otel_context.Context(), kind, attrs, start_time=now)
         finally:
             if ids is not None:
                 ids.next_trace = None
+                ids.next_span = None
 
     def _remember(self, key: str, span: Span, *, opened: bool) -> None:
         owner = self._owner
@@ -300,6 +354,24 @@ class BusTracer:
             self._end(turn[0])
 
 
+def _caller_of(event: Event) -> SpanContext | None:
+    """The caller's span named by the payload's ``traceparent``, when it is in the event's trace."""
+    payload = event.payload
+    value = payload.get("traceparent") if isinstance(payload, dict) else None
+    parsed = parse_traceparent(value)
+    if parsed is None:
+        return None
+    trace = w3c_trace_id(event.trace_id)
+    if w3c_trace_id(parsed[0]) != trace:
+        return None
+    return SpanContext(
+        int(trace, 16),
+        int(parsed[1], 16),
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+
+
 def instrument(
     agent: Any, tracer_provider: TracerProvider | None = None, *, max_open: int = 10_000
 ) -> BusTracer:
@@ -315,6 +387,11 @@ def instrument(
         name = getattr(server, "name", None)
         if isinstance(name, str):
             servers.append(name)
+    for toolset in getattr(agent, "toolsets", ()):
+        # An agent built in code: its MCP toolsets' servers (McpToolset.connections).
+        servers.extend(
+            name for name in getattr(toolset, "connections", {}) if isinstance(name, str)
+        )
     return BusTracer(
         agent.bus,
         tracer_provider,
@@ -322,3 +399,114 @@ def instrument(
         mcp_servers=servers,
         max_open=max_open,
     )
+
+
+# -- from the environment ---------------------------------------------------
+
+#: What a traces exporter's name needs installed (the names the packages register).
+_EXPORTER_PACKAGES = {
+    "otlp_proto_grpc": "opentelemetry-exporter-otlp-proto-grpc",
+    "otlp_proto_http": "opentelemetry-exporter-otlp-proto-http",
+    "zipkin_json": "opentelemetry-exporter-zipkin-json",
+    "zipkin_proto": "opentelemetry-exporter-zipkin-proto-http",
+}
+_OTLP_BY_PROTOCOL = {"grpc": "otlp_proto_grpc", "http/protobuf": "otlp_proto_http"}
+
+
+def _exporter_names() -> list[tuple[str, str]]:
+    """``(as given, entry point name)`` of each exporter ``OTEL_TRACES_EXPORTER`` names."""
+    given = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip() or "otlp"
+    if given.lower() == "none":
+        return []
+    names = []
+    for name in (part.strip() for part in given.split(",")):
+        if not name:
+            continue
+        if name == "otlp":
+            for variable in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+                protocol = os.environ.get(variable, "").strip()
+                if protocol:
+                    break
+            if protocol and protocol not in _OTLP_BY_PROTOCOL:
+                raise ValueError(
+                    f"{variable}={protocol!r} is not an OTLP protocol openstarry can use "
+                    f"(it takes {' or '.join(_OTLP_BY_PROTOCOL)})"
+                )
+            names.append((name, _OTLP_BY_PROTOCOL[protocol or "grpc"]))
+        else:
+            names.append((name, name))
+    return names
+
+
+def _exporter(given: str, name: str, console: TextIO | None) -> Any:
+    """The exporter registered as ``name``, made as its package's defaults and variables say."""
+    found = list(entry_points(group="opentelemetry_traces_exporter", name=name))
+    if not found:
+        package = _EXPORTER_PACKAGES.get(name)
+        what = f"{given!r} ({name})" if given != name else repr(given)
+        install = (
+            f"pip install {package}"
+            if package is not None
+            else f"install the package that provides the {name!r} traces exporter"
+        )
+        raise ValueError(
+            f"OTEL_TRACES_EXPORTER names the exporter {what}, which is not installed: "
+            f"{install} (or set OTEL_TRACES_EXPORTER=console, or none)"
+        )
+    try:
+        cls = found[0].load()
+        if name == "console" and console is not None:
+            return cls(out=console)
+        return cls()
+    except Exception as exc:
+        raise ValueError(f"the {given!r} traces exporter cannot be made: {exc}") from None
+
+
+def tracer_provider_from_env(
+    *, service_name: str = "openstarry", console: TextIO | None = None
+) -> SdkTracerProvider:
+    """A ``TracerProvider`` exporting as the ``OTEL_*`` variables say (see the module's text).
+
+    Args:
+        service_name: The resource's ``service.name`` when neither
+            ``OTEL_SERVICE_NAME`` nor ``OTEL_RESOURCE_ATTRIBUTES`` gives one.
+        console: Where the ``console`` exporter writes (default: stdout).
+
+    Raises:
+        ValueError: an exporter that is not installed or cannot be made, or an
+            OTLP protocol that is not one; the message is one line that says
+            which variable and what to do.
+        ImportError: the OpenTelemetry SDK is not installed (``openstarry[otel]``).
+    """
+    try:
+        from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+        from opentelemetry.sdk.trace import TracerProvider as SdkProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "tracing from OTEL_* needs the OpenTelemetry SDK: pip install 'openstarry[otel]'"
+        ) from exc
+    exporters = [_exporter(given, name, console) for given, name in _exporter_names()]
+    resource = Resource.create()
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: service_name}))
+    provider = SdkProvider(resource=resource)
+    for exporter in exporters:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def configure_from_env(
+    *, service_name: str = "openstarry", console: TextIO | None = None
+) -> SdkTracerProvider:
+    """What ``--otel`` does: :func:`tracer_provider_from_env`, made OpenTelemetry's global provider.
+
+    Pass it to :func:`instrument` for each agent, and call its ``shutdown()``
+    before the process ends (it exports the spans still waiting).
+
+    Raises:
+        ValueError: as :func:`tracer_provider_from_env`.
+    """
+    provider = tracer_provider_from_env(service_name=service_name, console=console)
+    otel_trace.set_tracer_provider(provider)
+    return provider

@@ -389,6 +389,10 @@ class UserMessage(_Payload):
     metadata: dict[str, Any] | None = _optional(
         description='Free-form, such as {"platform": "discord"}.'
     )
+    traceparent: str | None = _optional(
+        description="The W3C traceparent of the caller's span, when the input came with one "
+        "in the run's trace (an HTTP request's header): the run's spans are its children."
+    )
 
 
 class SystemCommand(_Payload):
@@ -473,6 +477,10 @@ class ToolCallPayload(_Payload):
         strict=True,
         description="For a call from another agent (MCP): how many agent-to-agent calls deep "
         "it is (spec 004 section 4); absent for the agent's own calls.",
+    )
+    traceparent: str | None = _optional(
+        description="For a call from another agent: the W3C traceparent of the caller's span "
+        "(its MCP call), whose child the call's span is; absent for the agent's own calls.",
     )
 
 

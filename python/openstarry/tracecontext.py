@@ -3,15 +3,40 @@
 An openstarry ``traceId`` is a UUID: its 128 bits are the W3C trace id, so a
 trace that leaves openstarry (an MCP call, an OpenTelemetry span) and comes
 back keeps one id. Any other trace id maps to a digest of it.
+
+Spans have ids known without OpenTelemetry too: the span an event opens (a
+run's ``INPUT:USER_MESSAGE``, a round's ``KERNEL:TICK_START``, an
+``EXEC:TOOL_CALL``) has the span id :func:`event_span_id` of the event's id,
+which :mod:`openstarry.otel` gives it. While the loop asks the provider, or
+runs a tool, :data:`current_event` names that event, and
+:func:`current_traceparent` is the ``traceparent`` of a call made from there:
+the HTTP providers send it to the model API, and MCP calls to the agent they
+call, so their spans become children of the provider's or the tool's span.
 """
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import re
 import uuid
 
-__all__ = ["parse_traceparent", "span_id_of", "traceparent", "w3c_trace_id"]
+__all__ = [
+    "current_event",
+    "current_traceparent",
+    "event_span_id",
+    "parse_traceparent",
+    "span_id_of",
+    "traceparent",
+    "w3c_trace_id",
+]
+
+#: ``(traceId, event id)`` of the event whose span the current task works in:
+#: the round's ``KERNEL:TICK_START`` while the provider answers, the
+#: ``EXEC:TOOL_CALL`` while its tool runs; ``None`` outside a run.
+current_event: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "openstarry_current_event", default=None
+)
 
 _HEX = frozenset("0123456789abcdef")
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
@@ -44,3 +69,19 @@ def parse_traceparent(value: object) -> tuple[str, str] | None:
     if match is None or match[1] == "ff" or match[2] == "0" * 32 or match[3] == "0" * 16:
         return None
     return str(uuid.UUID(hex=match[2])), match[3]
+
+
+def event_span_id(event_id: str) -> str:
+    """The span id (16 hex digits) of the span that the event ``event_id`` opens."""
+    return span_id_of(event_id)
+
+
+def current_traceparent() -> str | None:
+    """The ``traceparent`` of a call made now, from the span of :data:`current_event`.
+
+    ``None`` outside a run's provider call or tool call.
+    """
+    work = current_event.get()
+    if work is None:
+        return None
+    return traceparent(work[0], event_span_id(work[1]))

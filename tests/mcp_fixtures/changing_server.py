@@ -1,12 +1,15 @@
 """An MCP server (the official SDK's) whose tool list changes, and which has a resource.
 
-    python changing_server.py      # over stdio
+    python changing_server.py             # over stdio
+    python changing_server.py http PORT   # over Streamable HTTP on 127.0.0.1:PORT
 
 ``grow`` adds the tool ``grown`` and sends ``notifications/tools/list_changed``;
 the resource ``fixture://greeting`` reads ``hello from the fixture``.
 """
 
 from __future__ import annotations
+
+import sys
 
 from mcp.server.mcpserver import Context, MCPServer
 
@@ -34,4 +37,7 @@ def greeting() -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    if sys.argv[1:2] == ["http"]:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")

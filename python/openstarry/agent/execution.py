@@ -52,6 +52,7 @@ from openstarry.bus import Emit, EventBus, Subscription, describe_exception
 from openstarry.core import Event, ToolCall
 from openstarry.errors import QueueFull, ToolArgumentsError, ToolError
 from openstarry.events import EventType
+from openstarry.tracecontext import current_event
 
 __all__ = ["APPROVAL_REQUEST", "AWAITING", "ToolExecutor", "result_payload"]
 
@@ -247,13 +248,20 @@ class ToolExecutor:
         outcomes: list[ToolOutcome | None] = [None] * len(calls)
         if len(calls) == 1:
             parse_error = parse_errors.get(0) if parse_errors else None
-            outcomes[0] = await self.run(
-                calls[0], parse_error, context, observations, tools=known, wait=waits.get(0)
-            )
+            # A tool's calls are made from its call's span (tracecontext).
+            working = current_event.set((call_events[0].trace_id, call_events[0].id))
+            try:
+                outcomes[0] = await self.run(
+                    calls[0], parse_error, context, observations, tools=known, wait=waits.get(0)
+                )
+            finally:
+                current_event.reset(working)
         else:
             limiter = anyio.CapacityLimiter(self.limits.max_concurrent_tools)
 
             async def one(i: int) -> None:
+                # Each in a task of its own: its context variables are its own.
+                current_event.set((call_events[i].trace_id, call_events[i].id))
                 wait = waits.get(i)
                 if wait is not None and wait.kind == CLIENT_CALL:
                     # Waiting for the client takes no slot from the agent's tools.

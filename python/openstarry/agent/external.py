@@ -36,6 +36,7 @@ from openstarry.agent.memory import Session, ToolFailure, ToolOutcome
 from openstarry.bus import Signal
 from openstarry.core import Event, ToolCall
 from openstarry.events import EventType
+from openstarry.tracecontext import current_event
 
 __all__ = ["MAX_EXTERNAL_CALLS", "ExternalCalls"]
 
@@ -125,6 +126,7 @@ class ExternalCalls:
         call_depth: int,
         source: str,
         session_id: str,
+        traceparent: str | None = None,
     ) -> ToolOutcome:
         """Publish the call as an ``EXEC:TOOL_CALL`` and wait for its outcome.
 
@@ -139,6 +141,8 @@ class ExternalCalls:
             "args": args,
             "callDepth": max(int(call_depth), 0),
         }
+        if traceparent is not None:
+            payload["traceparent"] = traceparent  # the caller's span
         event = Event.new(
             _TOOL_CALL, payload, source=source, session_id=session_id, trace_id=trace_id
         )
@@ -217,6 +221,8 @@ class ExternalCalls:
             if not call.abandoned:  # the caller may have gone since the dispatch
                 with anyio.CancelScope() as scope:
                     call.scope = scope
+                    # Calls the tool makes are children of this call's span.
+                    current_event.set((event.trace_id, event.id))
                     outcome = await self._executor.run(tool_call, None, context, [])
             if outcome is None:
                 outcome = ToolOutcome(

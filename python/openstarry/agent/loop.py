@@ -459,6 +459,7 @@ class ExecutionLoop(Lifecycle):
         call_depth: int = 0,
         source: str = "mcp",
         session_id: str = "mcp",
+        traceparent: str | None = None,
     ) -> ToolOutcome:
         """Run one of the agent's tools for another agent (an MCP ``tools/call``).
 
@@ -474,6 +475,10 @@ class ExecutionLoop(Lifecycle):
         server checks ``mcp.expose_tools``); here an unknown tool fails with
         ``TOOL_NOT_FOUND``. Cancelling the caller cancels the tool.
 
+        ``traceparent`` names the caller's span (W3C): the call's payload
+        carries it, and its ``openstarry.tool`` span is that span's child
+        (:mod:`openstarry.otel`).
+
         Returns:
             The outcome, as in the ``EXEC:TOOL_RESULT`` payload.
 
@@ -487,6 +492,7 @@ class ExecutionLoop(Lifecycle):
             call_depth=call_depth,
             source=source,
             session_id=session_id,
+            traceparent=traceparent,
         )
 
     @property

@@ -17,10 +17,20 @@ progress are stopped, the toolsets' tools leave, connections close and the bus
 drains. A start that fails part way leaves what it had started, in the same
 order. An agent can be entered again once it has exited; entering it while it
 runs is refused before anything is touched.
+
+A toolset whose tools change while the agent runs (a remote MCP server's
+``list_changed``) gives the agent its new list. A new tool named like one the
+agent already has (a local tool, or another toolset's) is left out, and said
+once: a warning on the ``openstarry.agent`` logger and a ``KERNEL:ERROR``
+(``TOOL_NAME_CLASH``, session ``agent``) naming both tools. The agent runs on
+with the tool it had. At the start the same clash fails the start instead
+(a :class:`~openstarry.errors.ManifestError`): there nothing runs yet.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -31,9 +41,16 @@ from openstarry.agent.loop import ExecutionLoop, LoopLimits, RunResult
 from openstarry.agent.retrieval import ToolRetriever
 from openstarry.agent.store import SessionStore
 from openstarry.bus import EventBus
-from openstarry.errors import ManifestError
+from openstarry.core import Event
+from openstarry.errors import ManifestError, QueueClosed, QueueFull
+from openstarry.events import EventType
 
-__all__ = ["Agent"]
+__all__ = ["TOOL_NAME_CLASH", "Agent"]
+
+log = logging.getLogger("openstarry.agent")
+
+#: The ``code`` of the ``KERNEL:ERROR`` that says a toolset's new tool was left out.
+TOOL_NAME_CLASH = "TOOL_NAME_CLASH"
 
 
 class Agent(Lifecycle):
@@ -128,13 +145,13 @@ class Agent(Lifecycle):
                 local = self.loop.tools
                 self.loop.tools = self._with_toolsets(local)
                 stack.callback(setattr, self.loop, "tools", local)
+                #: The names left out for a clash, so each clash is said once.
+                clashes: set[str] = set()
                 for toolset in self.toolsets:
                     # A toolset whose tools change while it runs (a remote server's
                     # list_changed) says so; the agent takes the new list.
                     if hasattr(toolset, "on_change"):
-                        toolset.on_change = lambda: setattr(
-                            self.loop, "tools", self._with_toolsets(local)
-                        )
+                        toolset.on_change = lambda: self._take_changed_tools(local, clashes)
                         stack.callback(setattr, toolset, "on_change", None)
             await stack.enter_async_context(self.loop)
             yield self
@@ -159,6 +176,46 @@ class Agent(Lifecycle):
             merged.update(tools)
         return merged
 
+    def _take_changed_tools(self, local: Mapping[str, Tool], clashes: set[str]) -> None:
+        """A toolset's tools changed while the agent runs: take the new list.
+
+        Never raises (it runs in the toolset's notification callback): a new
+        tool named like one the agent has is left out, and a clash not yet
+        in ``clashes`` is said (a log line and a ``KERNEL:ERROR``).
+        """
+        merged = dict(local)
+        clashing: set[str] = set()
+        for toolset in self.toolsets:
+            for name, tool in toolset.tools.items():
+                other = merged.get(name)
+                if other is None:
+                    merged[name] = tool
+                    continue
+                clashing.add(name)
+                if name not in clashes:
+                    mine = "the local tool" if local.get(name) is other else "tool"
+                    self._say_clash(
+                        f"{toolset.origin}: tool {_described(tool)} is left out: its name "
+                        f"{name!r} is that of {mine} {_described(other)} "
+                        "(rename the local tool or the server)"
+                    )
+        # A clash that went away and comes back is said again.
+        clashes.clear()
+        clashes.update(clashing)
+        self.loop.tools = merged
+
+    def _say_clash(self, message: str) -> None:
+        log.warning("%s", message)
+        source = self.loop.source
+        error = Event.new(
+            EventType.ERROR.value,
+            {"code": TOOL_NAME_CLASH, "message": message, "source": source},
+            source=source,
+            session_id="agent",
+        )
+        with contextlib.suppress(QueueFull, QueueClosed):
+            self.bus.publish(error)
+
     async def ask(self, text: str, *, session_id: str | None = "default") -> RunResult:
         """Send one user turn and wait for the run it starts to end.
 
@@ -169,3 +226,12 @@ class Agent(Lifecycle):
         <openstarry.agent.loop.ExecutionLoop.ask>`).
         """
         return await self.loop.ask(text, session_id=session_id)
+
+
+def _described(tool: Tool) -> str:
+    """A tool in words: a remote one by its server and its name there."""
+    server = getattr(tool, "server", None)
+    remote_name = getattr(tool, "remote_name", None)
+    if isinstance(server, str) and isinstance(remote_name, str):
+        return f"{remote_name!r} of MCP server {server!r}"
+    return repr(tool.name)

@@ -61,6 +61,7 @@ from openstarry.events import (
     AgentState,
     EventType,
 )
+from openstarry.tracecontext import current_event
 
 if TYPE_CHECKING:
     from openstarry.agent.loop import ExecutionLoop
@@ -439,9 +440,12 @@ class Turn:
                 # cancels the run's scope and the run ends (see run()).
                 deadlines.begin(rt, limits.provider_timeout)
                 context.text_sink = sink
+                # The provider's calls are made from the round's span (tracecontext).
+                working = current_event.set((tick.trace_id, tick.id))
                 try:
                     raw = await provider.generate(prompt, context)
                 finally:
+                    current_event.reset(working)
                     context.text_sink = None
                     deadlines.end(rt)
                 response = raw if type(raw) is ProviderResponse else _coerce_response(raw)

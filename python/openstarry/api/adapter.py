@@ -54,7 +54,7 @@ from openstarry.api.models import (
     TextContent,
     WireModel,
 )
-from openstarry.api.tracecontext import incoming_trace
+from openstarry.api.tracecontext import incoming_parent, incoming_trace
 from openstarry.api.translate import RunTranslator, WireEvent, run_status
 from openstarry.bus import EventBus, Subscription
 from openstarry.core import Event
@@ -427,12 +427,14 @@ class RunStream:
                 raise _refuse("no_waiting_run", f"session {self.session_id!r} has no run waiting")
             pending.keep = False
         else:
+            # The trace of the HTTP request that started it, if any, and the
+            # caller's span the run's spans are children of (api.tracecontext).
+            caller = incoming_parent.get()
             pending = loop.start(
                 self._text,
                 session_id=self.session_id,
                 source=SOURCE,
-                extra=self._extra,
-                # The trace of the HTTP request that started it, if any (api.tracecontext).
+                extra=self._extra if caller is None else {**self._extra, "traceparent": caller},
                 trace_id=incoming_trace.get(),
             )
         self._pending = pending

@@ -8,6 +8,12 @@ when both come). :class:`TraceContextMiddleware` reads the headers into
 :data:`incoming_trace`, a context variable that the run's task inherits, and
 :class:`~openstarry.api.adapter.RunStream` starts the run with it; a malformed
 header is ignored (the run gets a trace of its own).
+
+A ``traceparent`` also names the caller's span: when the run is in that
+trace, :data:`incoming_parent` holds the header, and the run's
+``INPUT:USER_MESSAGE`` carries it in its payload (``"traceparent"``), so the
+run's ``openstarry.turn`` span is a child of the caller's span
+(:mod:`openstarry.otel`).
 """
 
 from __future__ import annotations
@@ -16,13 +22,23 @@ import contextvars
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from openstarry.tracecontext import parse_traceparent
+from openstarry.tracecontext import parse_traceparent, w3c_trace_id
 
-__all__ = ["TraceContextMiddleware", "incoming_trace", "trace_of_headers"]
+__all__ = [
+    "TraceContextMiddleware",
+    "incoming_parent",
+    "incoming_trace",
+    "trace_context_of_headers",
+    "trace_of_headers",
+]
 
 #: The trace of the HTTP request being served, ``None`` when it carries none.
 incoming_trace: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "openstarry_incoming_trace", default=None
+)
+#: The request's ``traceparent`` (normalized) when the run is in its trace, else ``None``.
+incoming_parent: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "openstarry_incoming_parent", default=None
 )
 
 _MAX_TRACE = 128
@@ -33,8 +49,20 @@ ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
 
 def trace_of_headers(headers: list[tuple[bytes, bytes]]) -> str | None:
     """The trace id of raw ASGI headers: ``X-OpenStarry-Trace-ID``, else ``traceparent``."""
+    return trace_context_of_headers(headers)[0]
+
+
+def trace_context_of_headers(
+    headers: list[tuple[bytes, bytes]],
+) -> tuple[str | None, str | None]:
+    """``(trace id, caller's traceparent)`` of raw ASGI headers.
+
+    The trace id as :func:`trace_of_headers`; the ``traceparent`` (normalized)
+    when it is well formed and in that trace, else ``None``.
+    """
     ours: str | None = None
     w3c: str | None = None
+    parent: str | None = None
     for name, value in headers:
         lowered = name.lower()
         if lowered == b"x-openstarry-trace-id":
@@ -44,8 +72,12 @@ def trace_of_headers(headers: list[tuple[bytes, bytes]]) -> str | None:
         elif lowered == b"traceparent":
             parsed = parse_traceparent(value.decode("latin-1"))
             if parsed is not None:
-                w3c = parsed[0]
-    return ours or w3c
+                w3c, span = parsed
+                parent = f"00-{w3c_trace_id(w3c)}-{span}-01"
+    trace = ours or w3c
+    if trace is None or w3c is None or w3c_trace_id(trace) != w3c_trace_id(w3c):
+        parent = None
+    return trace, parent
 
 
 class TraceContextMiddleware:
@@ -58,8 +90,11 @@ class TraceContextMiddleware:
         if scope.get("type") != "http":
             await self.app(scope, receive, send)
             return
-        token = incoming_trace.set(trace_of_headers(scope.get("headers") or []))
+        trace, parent = trace_context_of_headers(scope.get("headers") or [])
+        token = incoming_trace.set(trace)
+        parent_token = incoming_parent.set(parent)
         try:
             await self.app(scope, receive, send)
         finally:
+            incoming_parent.reset(parent_token)
             incoming_trace.reset(token)

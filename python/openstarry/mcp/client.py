@@ -27,7 +27,9 @@ when it stops. What happens when:
   the calling run's ``context.call_depth`` + 1 and the trace id its
   ``context.trace_id``, in the request's ``params._meta`` on every transport and
   in the ``X-OpenStarry-Trace-ID`` / ``X-OpenStarry-Trace-Depth`` headers of
-  that request over HTTP.
+  that request over HTTP, with a ``traceparent`` whose parent is the call's
+  ``openstarry.mcp.call`` span (while the SDK sends it, that span is
+  OpenTelemetry's current one, so the SDK's own client span nests under it).
 - **Failures** raise :class:`~openstarry.errors.ToolError`, which the loop
   feeds back as a failed ``EXEC:TOOL_RESULT``: ``REMOTE_ERROR`` for a result
   with ``isError: true`` or a JSON-RPC error, ``RECURSION_LIMIT`` when the
@@ -55,9 +57,12 @@ connection refreshes their descriptions and schemas, and a
 ``notifications/tools/list_changed`` from the server lists them again, adding
 new ones: the agent's tools then change (the model's next round sees them).
 
-(Over HTTP on the 2026-07-28 protocol the SDK's ``subscriptions/listen``
-stream cannot be closed reliably, so an HTTP server's new tools arrive with its
-next connection.)
+On the 2026-07-28 protocol the changes come on a ``subscriptions/listen``
+stream, over stdio and HTTP alike; an HTTP server's stream is renewed every
+:data:`LISTEN_RENEW` seconds, so that it never keeps a server that is stopping
+waiting for longer (see :func:`_listen_changes`). (On trio an HTTP server's
+new tools still arrive with its next connection: the SDK leaves a cancelled
+stream's async generators unclosed, which trio warns about at every renewal.)
 
 A server that lists resources gets one more tool, ``<server>.read_resource``
 (``{"uri": ...}``), which reads a resource of the server by its URI and
@@ -95,7 +100,13 @@ from openstarry.bus import describe_exception
 from openstarry.core import __version__
 from openstarry.errors import McpConnectError, ToolError
 from openstarry.manifest import McpServerConfig
-from openstarry.mcp.guard import MAX_DEPTH, RECURSION_LIMIT_EXCEEDED, TraceContext, next_hop
+from openstarry.mcp.guard import (
+    MAX_DEPTH,
+    RECURSION_LIMIT_EXCEEDED,
+    TraceContext,
+    next_hop,
+    w3c_trace_id,
+)
 
 try:
     import httpx2
@@ -105,6 +116,8 @@ try:
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
     from mcp.types.version import MODERN_PROTOCOL_VERSIONS
+    from opentelemetry import context as otel_context  # a dependency of the SDK
+    from opentelemetry import trace as otel_trace
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("openstarry.mcp needs the MCP SDK: pip install 'openstarry[mcp]'") from exc
 
@@ -167,8 +180,14 @@ MAX_CONNECTS = 10
 CONNECT_WINDOW = 60.0
 #: Calls in a row abandoned (timed out or stopped) after which the connection is made afresh.
 MAX_ABANDONED_CALLS = 2
+#: Seconds an HTTP server's ``subscriptions/listen`` stream is kept before a new
+#: one replaces it: how long, at most, it keeps a server that is stopping waiting
+#: (see :func:`_listen_changes`).
+LISTEN_RENEW = 10.0
 
 _MAX_LIST_PAGES = 100
+#: Seconds before a listen stream that ended by itself is opened again.
+_RELISTEN_PAUSE = 1.0
 #: Characters of a remote JSON-RPC error message that are kept.
 _MAX_ERROR_CHARS = 8192
 _MAX_TOOL_NAME = 128
@@ -613,6 +632,7 @@ class McpServerConnection:
                 code="REMOTE_ERROR",
             )
         token = _CURRENT_TRACE.set(trace)
+        span_token = _enter_span(trace)
         try:
             result = await client.call_tool(remote_name, args, meta=cast(Any, trace.meta()))
         except MCPError as exc:
@@ -656,6 +676,8 @@ class McpServerConnection:
                 code="REMOTE_UNAVAILABLE",
             ) from None
         finally:
+            if span_token is not None:
+                otel_context.detach(span_token)
             _CURRENT_TRACE.reset(token)
         self._abandoned = 0
         return _result_value(result, label)
@@ -863,23 +885,106 @@ async def _serve_until(
 
 
 async def _listen_changes(conn: McpServerConnection, client: Client) -> None:
-    """On the 2026-07-28 protocol a change arrives on a ``subscriptions/listen`` stream."""
+    """On the 2026-07-28 protocol a change arrives on a ``subscriptions/listen`` stream.
+
+    Over HTTP the stream is renewed every :data:`LISTEN_RENEW` seconds, the new
+    one acknowledged before the old one is closed, so no change falls between
+    them. Why: told to stop (SIGTERM), a server on the SDK's Streamable HTTP
+    transport and uvicorn waits until every response has ended, and the SDK's
+    listen responses do not end by themselves then (its older GET streams do,
+    through sse-starlette), so one listen stream held for ever would keep such
+    a server from stopping until it is killed (measured with mcp 2.3.0 and
+    uvicorn 0.54; closing the stream from this side, on cancel, is clean and
+    immediate). A stopping server refuses the new stream's connection: the old
+    one is then closed at once, and the server stops. (openstarry's own server
+    ends its listen streams itself when it stops.) A stream that ends by
+    itself is opened again, and the tools listed again, since changes may have
+    come meanwhile.
+    """
     tools = client.server_capabilities.tools
     if client.protocol_version not in MODERN_PROTOCOL_VERSIONS or not (
         tools is not None and tools.list_changed
     ):
         return  # the handshake era: a notification, to the message handler
-    if conn.config.url is not None:
-        # The SDK's HTTP listen stream does not always end when cancelled
-        # (measured: closing the connection then hangs until its deadline);
-        # an HTTP server's new tools are taken on its next connection.
+    if conn.config.url is not None and _on_trio():
+        # The SDK aborts a cancelled request's SSE response without closing
+        # httpx2's async generators (no aclosing); trio then warns for each
+        # (ResourceWarning: "garbage collected before it had been exhausted"),
+        # at every renewal. On trio an HTTP server's new tools are taken on
+        # its next connection; over stdio, and on asyncio, they come live.
         return
+    renew = LISTEN_RENEW if conn.config.url is not None else math.inf
+    current: anyio.CancelScope | None = None
+    opened = 0
+    missed = False
+    async with anyio.create_task_group() as streams:
+        while True:
+            ended = anyio.Event()
+            try:
+                scope: anyio.CancelScope = await streams.start(_listen_once, conn, client, ended)
+            except Exception as exc:
+                if current is not None:
+                    current.cancel()
+                    current = None
+                if opened == 0 or math.isinf(renew):
+                    # Refused outright: this server has no live list.
+                    log.info("MCP server %r: no live tool list: %s", conn.name, _describe(exc))
+                    return
+                log.info(
+                    "MCP server %r: its tool list stream could not be renewed: %s",
+                    conn.name,
+                    _describe(exc),
+                )
+                missed = True
+                await anyio.sleep(renew)
+                continue
+            opened += 1
+            if current is not None:
+                current.cancel()
+            current = scope
+            if missed:
+                conn._refresh.set()  # no stream was open for a while
+                missed = False
+            with anyio.move_on_after(renew):
+                await ended.wait()
+            if ended.is_set():
+                missed = True
+                current = None
+                await anyio.sleep(_RELISTEN_PAUSE)
+
+
+def _on_trio() -> bool:
     try:
-        async with client.listen(tools_list_changed=True) as changes:
-            async for _ in changes:
-                conn._refresh.set()
-    except Exception as exc:
-        log.info("MCP server %r: no live tool list: %s", conn.name, _describe(exc))
+        import sniffio
+    except ImportError:  # anyio then runs on asyncio only
+        return False
+    try:
+        return bool(sniffio.current_async_library() == "trio")
+    except sniffio.AsyncLibraryNotFoundError:
+        return False
+
+
+async def _listen_once(
+    conn: McpServerConnection,
+    client: Client,
+    ended: anyio.Event,
+    *,
+    task_status: anyio.abc.TaskStatus[anyio.CancelScope],
+) -> None:
+    """One listen stream: started once acknowledged; ``ended`` set when it ends by itself."""
+    with anyio.CancelScope() as scope:
+        started = False
+        try:
+            async with client.listen(tools_list_changed=True) as changes:
+                task_status.started(scope)
+                started = True
+                async for _ in changes:
+                    conn._refresh.set()
+        except Exception as exc:
+            if not started:
+                raise
+            log.info("MCP server %r: its tool list stream ended: %s", conn.name, _describe(exc))
+        ended.set()
 
 
 async def _refresh_until(conn: McpServerConnection, drop: anyio.Event, client: Client) -> None:
@@ -902,7 +1007,14 @@ async def _refresh_until(conn: McpServerConnection, drop: anyio.Event, client: C
                 log.warning("MCP server %r: listing the tools again failed: %s", conn.name, exc)
                 continue
             if conn.on_tools_changed is not None:
-                conn.on_tools_changed()
+                try:
+                    conn.on_tools_changed()
+                except Exception as exc:  # the agent's trouble must not end the connection
+                    log.warning(
+                        "MCP server %r: the agent could not take its new tools: %s",
+                        conn.name,
+                        _describe(exc),
+                    )
 
 
 async def _has_resources(client: Client) -> bool:
@@ -978,6 +1090,28 @@ async def _add_trace_headers(request: httpx2.Request) -> None:
     trace = _CURRENT_TRACE.get()
     if trace is not None:
         request.headers.update(trace.headers())
+
+
+def _enter_span(trace: TraceContext) -> contextvars.Token[Any] | None:
+    """Make the calling span OpenTelemetry's current span while the SDK sends the call.
+
+    The SDK opens a span of its own for each request it sends (``MCP send
+    tools/call``, when a tracer provider is set) and puts that span's
+    ``traceparent`` into ``_meta``: as a child of the call's
+    ``openstarry.mcp.call`` span, in the run's trace, rather than a trace of
+    its own. Returns the token to detach, ``None`` when there is no calling span.
+    """
+    if trace.parent_span is None:
+        return None
+    span = otel_trace.NonRecordingSpan(
+        otel_trace.SpanContext(
+            int(w3c_trace_id(trace.trace_id), 16),
+            int(trace.parent_span, 16),
+            is_remote=False,
+            trace_flags=otel_trace.TraceFlags(otel_trace.TraceFlags.SAMPLED),
+        )
+    )
+    return otel_context.attach(otel_trace.set_span_in_context(span))
 
 
 def _redacted(url: str) -> str:

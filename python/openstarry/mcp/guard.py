@@ -13,7 +13,10 @@ callers never affect each other. This module needs only the standard library.
 Beside them goes the W3C Trace Context ``traceparent`` (the header
 :data:`TRACEPARENT_HEADER`, and ``_meta`` key :data:`META_TRACEPARENT`), so a
 call to or from an agent written with another framework stays in one trace:
-its trace id is the openstarry trace id's 32 hex digits (:func:`w3c_trace_id`).
+its trace id is the openstarry trace id's 32 hex digits (:func:`w3c_trace_id`),
+its parent the span of the tool call that makes it (the ``EXEC:TOOL_CALL``'s
+span, :func:`openstarry.tracecontext.event_span_id`), so the called agent's
+spans are children of the caller's ``openstarry.mcp.call`` span.
 A request that carries only a ``traceparent`` gets that trace, as a UUID.
 """
 
@@ -24,7 +27,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from openstarry.errors import RecursionLimitExceeded
-from openstarry.tracecontext import parse_traceparent, span_id_of, traceparent, w3c_trace_id
+from openstarry.tracecontext import (
+    current_event,
+    event_span_id,
+    parse_traceparent,
+    span_id_of,
+    traceparent,
+    w3c_trace_id,
+)
 
 __all__ = [
     "DEPTH_HEADER",
@@ -69,13 +79,18 @@ _SHOWN = 40
 
 
 class TraceContext:
-    """A call's trace id and depth (1 for the first hop)."""
+    """A call's trace id and depth (1 for the first hop), and the span making it.
 
-    __slots__ = ("depth", "trace_id")
+    ``parent_span`` (16 hex digits) is the caller's span, the parent in the
+    ``traceparent`` sent; ``None``: a span id derived from the hop.
+    """
 
-    def __init__(self, trace_id: str, depth: int) -> None:
+    __slots__ = ("depth", "parent_span", "trace_id")
+
+    def __init__(self, trace_id: str, depth: int, parent_span: str | None = None) -> None:
         self.trace_id = trace_id
         self.depth = depth
+        self.parent_span = parent_span
 
     def __repr__(self) -> str:
         return f"TraceContext(trace_id={self.trace_id!r}, depth={self.depth})"
@@ -96,8 +111,9 @@ class TraceContext:
 
 
 def traceparent_of(trace: TraceContext) -> str:
-    """The ``traceparent`` sent with a call: the trace's W3C id, a span id of the hop."""
-    return traceparent(trace.trace_id, span_id_of(f"{trace.trace_id}/{trace.depth}"))
+    """The ``traceparent`` sent with a call: the trace's W3C id and the calling span's id."""
+    parent = trace.parent_span or span_id_of(f"{trace.trace_id}/{trace.depth}")
+    return traceparent(trace.trace_id, parent)
 
 
 def _from_traceparent(value: object) -> str | None:
@@ -109,9 +125,14 @@ def next_hop(trace_id: str | None, call_depth: int) -> TraceContext:
     """The trace of a call made by a run at ``call_depth`` (0 for a user's input).
 
     ``trace_id`` is the run's (``AgentContext.trace_id``); a fresh one is made
-    when it is empty.
+    when it is empty. The calling span is that of the tool call being run
+    (:data:`openstarry.tracecontext.current_event`), when it is in the trace.
     """
-    return TraceContext(trace_id or str(uuid.uuid4()), max(call_depth, 0) + 1)
+    if not trace_id:
+        return TraceContext(str(uuid.uuid4()), max(call_depth, 0) + 1)
+    work = current_event.get()
+    parent = event_span_id(work[1]) if work is not None and work[0] == trace_id else None
+    return TraceContext(trace_id, max(call_depth, 0) + 1, parent)
 
 
 def _shown(value: Any) -> str:

@@ -48,7 +48,12 @@ The protocol and its transports are the official MCP SDK's (``pip install
   exposed files change (one appears in an exposed folder, one goes away),
   ``notifications/resources/list_changed`` (the files are looked at every
   ``resource_poll`` seconds while the server runs over stdio or
-  :func:`serve_http`). A client is known once it has made a request.
+  :func:`serve_http`). A client is known once it has made a request. On the
+  2026-07-28 protocol the same changes go to the clients'
+  ``subscriptions/listen`` streams; :func:`serve_http` ends those streams
+  (their graceful close) as soon as it is told to stop, since the server
+  waits for every open response before it stops (a server of your own around
+  :meth:`AgentMcpServer.http_app` calls :meth:`AgentMcpServer.close_listen_streams`).
 
 Over stdio nothing but protocol reaches stdout: logs go to stderr, and while
 serving the SDK points file descriptor 1 at stderr so a stray ``print`` cannot
@@ -86,6 +91,7 @@ try:
     )
     from mcp.shared.exceptions import MCPError
     from mcp.shared.message import SessionMessage
+    from opentelemetry import trace as otel_trace  # a dependency of the SDK
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError(
         "openstarry.mcp needs the MCP SDK, which is not installed: "
@@ -104,13 +110,17 @@ from openstarry.errors import (
 from openstarry.events import EventType
 from openstarry.mcp.guard import (
     MAX_DEPTH,
+    META_TRACEPARENT,
     RECURSION_LIMIT_EXCEEDED,
+    TRACEPARENT_HEADER,
     TraceContext,
     check_depth,
     trace_from_headers,
     trace_from_meta,
+    w3c_trace_id,
 )
 from openstarry.mcp.resources import ResourceCatalog, UnknownResource
+from openstarry.tracecontext import parse_traceparent
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -213,6 +223,7 @@ class AgentMcpServer:
         self.calls_refused = 0
         identity = getattr(agent.manifest, "identity", None)
         self._listeners = InMemorySubscriptionBus()
+        self._listen = ListenHandler(self._listeners)
         self.server: Server[Any] = Server(
             getattr(identity, "name", None) or agent.name,
             version=getattr(identity, "version", None) or "0.0.0",
@@ -224,7 +235,7 @@ class AgentMcpServer:
             on_list_resource_templates=self._list_resource_templates,
             on_read_resource=self._read_resource,
             # The 2026-07-28 protocol: changes go to subscriptions/listen streams.
-            on_subscriptions_listen=ListenHandler(self._listeners),
+            on_subscriptions_listen=self._listen,
         )
         self.resources = resources if resources is not None else _catalog_of(agent.manifest)
         #: The clients' sessions, known once they made a request (for notifications);
@@ -331,6 +342,16 @@ class AgentMcpServer:
                 log.info("could not notify an MCP client: %s", exc)
                 self.sessions.pop(key, None)
 
+    def close_listen_streams(self) -> None:
+        """End every client's ``subscriptions/listen`` stream gracefully (the server stops).
+
+        Each stream sends its final result, so the client knows the server
+        closed it; a client that listens again is served as before. Call it
+        when the HTTP server is told to stop, before it waits for the open
+        responses: a listen stream never ends by itself.
+        """
+        self._listen.close()
+
     async def watch_resources(self, interval: float = DEFAULT_RESOURCE_POLL) -> None:
         """Look at the exposed files every ``interval`` s; notify the clients when they change."""
         if not self.resources.files and not self.resources.folders:
@@ -391,6 +412,7 @@ class AgentMcpServer:
                 call_depth=trace.depth,
                 source=f"mcp:{client}",
                 session_id=session_id,
+                traceparent=_caller_span(ctx, params, trace),
             )
         except (RuntimeError, QueueClosed) as exc:
             # The agent is not running (not started, or shutting down).
@@ -765,9 +787,21 @@ async def serve_http(
                 flush=True,
             )
         config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+
+        class Server(uvicorn.Server):
+            async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+                # uvicorn waits for every response to end: the listen streams first.
+                mcp_server.close_listen_streams()
+                await super().shutdown(sockets)
+                # uvicorn then raises the signal again, which ends the process
+                # before any finally: the spans still waiting go out now (--otel).
+                flush = getattr(otel_trace.get_tracer_provider(), "force_flush", None)
+                if flush is not None:
+                    flush()
+
         async with anyio.create_task_group() as watching:
             watching.start_soon(mcp_server.watch_resources)
-            await uvicorn.Server(config).serve(sockets=[listening])
+            await Server(config).serve(sockets=[listening])
             watching.cancel_scope.cancel()
     finally:
         if sock is None:
@@ -891,6 +925,28 @@ def _trace_of(
     if not found:
         return TraceContext(str(uuid.uuid4()), 1)
     return max(found, key=lambda trace: trace.depth)
+
+
+def _caller_span(
+    ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams, trace: TraceContext
+) -> str | None:
+    """The ``traceparent`` of the span the call's spans are children of, if any.
+
+    The SDK's own server span (``tools/call NAME``) when a tracer provider
+    records it, else the caller's span that ``_meta`` or the headers name:
+    the first of these in the call's trace.
+    """
+    w3c = w3c_trace_id(trace.trace_id)
+    current = otel_trace.get_current_span().get_span_context()
+    if current.is_valid and f"{current.trace_id:032x}" == w3c:
+        return f"00-{w3c}-{current.span_id:016x}-01"
+    headers = getattr(ctx.request, "headers", None)
+    meta = dict(params.meta) if params.meta else {}
+    for value in (meta.get(META_TRACEPARENT), headers.get(TRACEPARENT_HEADER) if headers else None):
+        parsed = parse_traceparent(value)
+        if parsed is not None and w3c_trace_id(parsed[0]) == w3c:
+            return f"00-{w3c}-{parsed[1]}-01"
+    return None
 
 
 def _result_of(outcome: ToolOutcome) -> types.CallToolResult:

@@ -72,6 +72,11 @@ under the tool set's fingerprint
 response's ``metadata`` carries as ``tools_fingerprint``, with ``latency_ms``
 (the call's duration, retries included).
 
+Each request carries the W3C ``traceparent`` of the round that makes it (its
+trace is the run's ``traceId``, its parent the round's ``openstarry.provider``
+span: :mod:`openstarry.tracecontext`), so the spans of a model gateway or a
+traced model server join the turn's trace; the API's own headers win.
+
 Connections: ``async with provider:`` (or :meth:`HTTPProvider.aclose`) keeps
 one httpx client, and its pooled connections, for every call made meanwhile;
 outside it each call opens a client and closes it before returning, so a
@@ -113,6 +118,7 @@ from openstarry.core import __version__
 from openstarry.errors import AgentPainException, ManifestError, ProviderError
 from openstarry.providers._common import TransientProviderError
 from openstarry.providers.wire import ToolNameMap
+from openstarry.tracecontext import current_traceparent
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -479,6 +485,9 @@ class HTTPProvider:
         url = self.base_url + self.api.path(self.model, stream=stream)
         headers = {k.lower(): v for k, v in self.api.headers(key).items()}
         headers.setdefault("content-type", "application/json")
+        parent = current_traceparent()
+        if parent is not None:
+            headers.setdefault("traceparent", parent)
         if stream:
             headers.setdefault("accept", "text/event-stream")
         try:
