@@ -11,6 +11,13 @@ The rules a page keeps (docs/design/contributing.md says them for writers):
   expected output. An ``sh``/``bash`` block is a script. Either runs in bash when it calls
   ``openstarry`` (the ``openstarry`` there is this interpreter's ``python -m openstarry.cli``).
 - ``<!-- not-run: REASON -->`` on the line before a block says it does not run, and why.
+- ``<!-- needs: PROGRAM -->`` before a block: the page's examples need PROGRAM on ``PATH``
+  (``redis-server``); without it the page is skipped, as the Redis tests are.
+- ``<!-- run -->`` before a shell block runs it though it does not call ``openstarry``
+  (a ``curl`` against the page's server).
+- ``<!-- serve: MANIFEST -->`` on a line of a page: its examples run against
+  ``openstarry serve MANIFEST``, started on a free port for the page, and every
+  ``127.0.0.1:8000`` in its blocks is that port (the page shows the default address).
 - ``<!-- expect-output -->`` before a block makes it the expected standard output of the
   runnable block just before it.
 - In an expected output, ``...`` or ``…`` matches anything within a line, and a line of
@@ -32,8 +39,11 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +63,10 @@ SHELL_LANGS = {"sh", "bash", "shell", "console"}
 CALLS_OPENSTARRY = re.compile(r"(?:^|[|;&]\s*|\$\s+)openstarry(?:\s|$)", re.MULTILINE)
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`]*)$")
 NOT_RUN = re.compile(r"^<!--\s*not-run:\s*(?P<reason>.*?)\s*-->$")
+SERVE = re.compile(r"^<!--\s*serve:\s*(?P<manifest>\S+)\s*-->$", re.MULTILINE)
+SERVED_AT = "127.0.0.1:8000"
+RUN = "<!-- run -->"
+NEEDS = re.compile(r"^<!--\s*needs:\s*(?P<program>\S+)\s*-->$")
 EXPECT_OUTPUT = "<!-- expect-output -->"
 SHELL_TIMEOUT = 120
 
@@ -67,6 +81,8 @@ class Block:
     source: str
     not_run: str | None  # the reason, when marked
     expect_output: bool  # this block is the expected output of the one before
+    needs: str | None  # a program the block needs on PATH
+    run_marked: bool  # a shell block marked to run though it does not call openstarry
 
     @property
     def where(self) -> str:
@@ -82,7 +98,8 @@ class Block:
 
     @property
     def runs(self) -> bool:
-        return self.not_run is None and (self.is_python or self.calls_openstarry)
+        shell = self.calls_openstarry or (self.run_marked and self.lang in SHELL_LANGS)
+        return self.not_run is None and (self.is_python or shell)
 
 
 def blocks_of(path: Path) -> list[Block]:
@@ -99,6 +116,7 @@ def blocks_of(path: Path) -> list[Block]:
         lang = opening["info"].strip().split(" ")[0].strip("{}.").lower()
         before = next((text.strip() for text in reversed(lines[:index]) if text.strip()), "")
         marker = NOT_RUN.match(before)
+        needs = NEEDS.match(before)
         body: list[str] = []
         index += 1
         while index < len(lines) and not (
@@ -114,6 +132,8 @@ def blocks_of(path: Path) -> list[Block]:
                 source="\n".join(body) + "\n",
                 not_run=marker["reason"] if marker else None,
                 expect_output=before == EXPECT_OUTPUT,
+                needs=needs["program"] if needs else None,
+                run_marked=before == RUN,
             )
         )
         index += 1
@@ -139,8 +159,8 @@ def output_pattern(expected: str) -> re.Pattern[str]:
             parts.append(r"(?:[^\n]*\n)*?")
             continue
         pieces = re.split(r"\.\.\.|…", line.rstrip())
-        parts.append(".*?".join(re.escape(piece) for piece in pieces) + r"\n")
-    return re.compile("".join(parts), re.DOTALL)
+        parts.append("[^\\n]*?".join(re.escape(piece) for piece in pieces) + r"\n")
+    return re.compile("".join(parts))
 
 
 def matches(expected: str, actual: str) -> bool:
@@ -153,6 +173,7 @@ def test_output_patterns() -> None:
     assert matches("a\n...\nz\n", "a\nb\nc\nz\n")
     assert matches("a\n...\nz\n", "a\nz\n")
     assert not matches("a b\n", "a c\n")
+    assert not matches("a ... c\n", "a b\nc\n")  # within a line only
     assert not matches("a\n", "a\nb\n")
 
 
@@ -253,16 +274,61 @@ def run_shell_block(block: Block, cwd: Path) -> str:
     return "".join(everything)
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def served(manifest: str, cwd: Path) -> Iterator[str]:
+    """``openstarry serve MANIFEST`` on a free port, until the block ends; its address."""
+    port = free_port()
+    command = [sys.executable, "-m", "openstarry.cli", "serve", manifest, "--port", str(port)]
+    process = subprocess.Popen(
+        command, cwd=cwd, env=shell_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    address = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, process.communicate()[1].decode()
+            try:
+                with urllib.request.urlopen(f"http://{address}/health", timeout=1):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, f"openstarry serve {manifest}: no answer"
+                time.sleep(0.1)
+        yield address
+    finally:
+        process.terminate()
+        try:
+            process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+
+
 @pytest.mark.parametrize("page", pages(), ids=page_id)
 def test_the_examples_of_a_page_run(page: Path, workdir: Path) -> None:
     blocks = blocks_of(page)
     if not any(block.runs for block in blocks):
         pytest.skip("no runnable block on this page")
+    for block in blocks:
+        # As the Redis tests do: a missing redis-server skips, except on CI, where it fails.
+        if block.needs and shutil.which(block.needs) is None and not os.environ.get("CI"):
+            pytest.skip(f"{block.where} needs {block.needs} (make test installs it)")
     namespace: dict[str, Any] = {"__name__": "__docs__"}
     loop = asyncio.new_event_loop()
     last_output: str | None = None
-    try:
+    serve = SERVE.search(page.read_text(encoding="utf-8"))
+    with contextlib.ExitStack() as stack:
+        address = SERVED_AT
+        if serve is not None:
+            address = stack.enter_context(served(serve["manifest"], workdir))
+        stack.callback(loop.close)
         for block in blocks:
+            block.source = block.source.replace(SERVED_AT, address)
             if block.expect_output:
                 assert last_output is not None, (
                     f"{block.where}: an expected output follows no runnable block"
@@ -280,8 +346,6 @@ def test_the_examples_of_a_page_run(page: Path, workdir: Path) -> None:
                 last_output = run_python(block, namespace, loop)
             else:
                 last_output = run_shell_block(block, workdir)
-    finally:
-        loop.close()
 
 
 def test_every_block_runs_or_says_why() -> None:
