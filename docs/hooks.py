@@ -9,7 +9,8 @@ code:
   (what ``openstarry schema manifest`` prints);
 - ``events``: the event envelope and the payload of each event type, from the
   protocol's JSON Schema (what ``openstarry schema protocol`` prints);
-- ``cli``: every ``openstarry`` command and option, from the argparse parsers.
+- ``cli``: every ``openstarry`` command and option, from the argparse parsers;
+- ``layers``: the layers contract of ``pyproject.toml`` (what ``make lint`` checks).
 
 An unknown marker fails the build. The generators import openstarry, so the
 build needs it importable with its extension built (``make docs`` builds it).
@@ -319,10 +320,35 @@ def cli_reference() -> str:
             os.environ["COLUMNS"] = saved
 
 
+# --- the layers ---------------------------------------------------------------------------------
+
+
+def layers_reference() -> str:
+    """The import-linter layers contract of ``pyproject.toml``, top layer first, as a table."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    config = tomllib.loads((_HERE.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    layers = next(c for c in contracts if c.get("type") == "layers")["layers"]
+    rows = ["| layer | modules | siblings |", "| ---: | --- | --- |"]
+    for number, layer in enumerate(layers, 1):
+        independent = "|" in layer
+        modules = [m.strip() for m in re.split(r"[|:]", layer)]
+        siblings = "may not import each other" if independent else "may import each other"
+        if len(modules) == 1:
+            siblings = ""
+        rows.append(f"| {number} | {', '.join(f'`{m}`' for m in modules)} | {siblings} |")
+    return "\n".join(rows)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "agent-json": agent_json_reference,
     "events": events_reference,
     "cli": cli_reference,
+    "layers": layers_reference,
 }
 
 
