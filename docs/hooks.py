@@ -23,13 +23,15 @@ import importlib.util
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 _HERE = Path(__file__).resolve().parent
 _spec = importlib.util.spec_from_file_location("_openstarry_griffe_rest", _HERE / "griffe_rest.py")
-assert _spec is not None and _spec.loader is not None
+if _spec is None or _spec.loader is None:
+    raise ImportError(f"cannot load {_HERE / 'griffe_rest.py'}")
 _griffe_rest = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_griffe_rest)
 markdown_of: Callable[[str], str] = _griffe_rest.markdown_of
@@ -325,10 +327,10 @@ def cli_reference() -> str:
 
 def layers_reference() -> str:
     """The import-linter layers contract of ``pyproject.toml``, top layer first, as a table."""
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
+    else:  # requirements-dev.txt brings tomli there
+        import tomli as tomllib  # type: ignore[import-not-found]
 
     config = tomllib.loads((_HERE.parent / "pyproject.toml").read_text(encoding="utf-8"))
     contracts = config["tool"]["importlinter"]["contracts"]
@@ -368,4 +370,3 @@ def expand(markdown: str, where: str = "a page") -> str:
 def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
     """MkDocs hook: expand the markers of each page."""
     return expand(markdown, page.file.src_path)
-

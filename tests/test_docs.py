@@ -39,6 +39,7 @@ import os
 import re
 import shutil
 import signal
+import site
 import socket
 import subprocess
 import sys
@@ -51,6 +52,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
+import openstarry
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -202,15 +205,18 @@ def run_python(block: Block, namespace: dict[str, Any], loop: asyncio.AbstractEv
 
 
 def shell_env() -> dict[str, str]:
+    """The environment of the examples' commands: this interpreter's openstarry, no colour."""
     env = dict(os.environ)
     env.pop("TERM", None)
     env["NO_COLOR"] = "1"
     env["OPENSTARRY_DOCS_PYTHON"] = sys.executable
-    # openstarry as the tests import it: the installed wheel, or python/ on PYTHONPATH.
-    package = Path(importlib.util.find_spec("openstarry").origin or "").parent.parent  # type: ignore[union-attr]
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(package), env.get("PYTHONPATH", "")) if p
-    )
+    # openstarry as the tests import it: the installed wheel, or python/ on PYTHONPATH
+    # (made absolute, as the commands run in another folder).
+    package_root = str(Path(openstarry.__file__).resolve().parent.parent)
+    if package_root not in site.getsitepackages():
+        env["PYTHONPATH"] = os.pathsep.join(
+            part for part in (package_root, env.get("PYTHONPATH", "")) if part
+        )
     return env
 
 
@@ -393,7 +399,8 @@ def test_the_readmes_links_lead_somewhere() -> None:
 
 def hooks() -> ModuleType:
     spec = importlib.util.spec_from_file_location("openstarry_docs_hooks", DOCS / "hooks.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
