@@ -57,10 +57,14 @@ class SchemaTables:
     describes it; a reference to such a definition becomes a link there.
     """
 
-    def __init__(self, schema: JSON, anchors: dict[str, str]) -> None:
+    def __init__(
+        self, schema: JSON, anchors: dict[str, str], link_texts: dict[str, str] | None = None
+    ) -> None:
         self.schema = schema
         self.defs: dict[str, JSON] = schema.get("$defs", {})
         self.anchors = anchors
+        #: What a link to a definition reads (its name when absent here).
+        self.link_texts = link_texts or {}
 
     def ref_name(self, node: JSON) -> str | None:
         ref = node.get("$ref")
@@ -80,7 +84,7 @@ class SchemaTables:
             if "enum" in target:
                 return " \\| ".join(f"`{json.dumps(v)}`" for v in target["enum"])
             if name in self.anchors:
-                return f"[{name}](#{self.anchors[name]})"
+                return f"[{self.link_texts.get(name, name)}](#{self.anchors[name]})"
             return name
         if "anyOf" in node:
             parts = [self.type_of(option) for option in node["anyOf"]]
@@ -125,8 +129,10 @@ class SchemaTables:
             elif "default" in prop:
                 default = f"`{json.dumps(prop['default'], ensure_ascii=False)}`"
             else:
-                default = "see its section" if self._section_of(prop) else ""
-            description = _cell(prop.get("description", ""))
+                default = "see below" if self._section_of(prop) else ""
+            # A bare reference has no description of its own: its definition's says it.
+            described = self.defs.get(self._section_of(prop) or "", {})
+            description = _cell(prop.get("description") or described.get("description", ""))
             rows.append(f"| `{key}` | {self.type_of(prop)} | {default} | {description} |")
         return rows
 
@@ -183,7 +189,8 @@ def agent_json_reference() -> str:
     schema = AgentManifest.json_schema()
     sections = list(_manifest_sections(schema))
     anchors = {name: _anchor(path) for path, name, _ in sections}
-    tables = SchemaTables(schema, anchors)
+    # In agent.json an object is known by where it sits, not by its model's name.
+    tables = SchemaTables(schema, anchors, {name: "object" for name in anchors})
     out = ["## The top level", "", *tables.table(schema), "", tables.closing_note(schema), ""]
     for path, _name, node in sections:
         out += [f"## `{path}` {{#{_anchor(path)}}}", ""]
@@ -300,6 +307,13 @@ def _command_sections(
         yield "| argument | what it does | default |"
         yield "| --- | --- | --- |"
         yield from rows
+        yield ""
+    if subcommands:
+        yield "| command | what it does |"
+        yield "| --- | --- |"
+        for sub_name, _, sub_help in subcommands:
+            full = f"{name} {sub_name}"
+            yield f"| [`{full}`](#{_anchor(full)}) | {_cell(sub_help or '')} |"
         yield ""
     for sub_name, sub_parser, sub_help in subcommands:
         yield from _command_sections(sub_parser, f"{name} {sub_name}", sub_help, level + 1)

@@ -453,6 +453,35 @@ def test_the_cli_reference_has_every_command_and_option() -> None:
         assert option in page, (command, option)
 
 
+def griffe_rest() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("openstarry_docs_griffe", DOCS / "griffe_rest.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_docstrings_roles_become_markdown() -> None:
+    markdown_of = griffe_rest().markdown_of
+    assert markdown_of("See :class:`~openstarry.bus.EventBus`.") == "See `EventBus`."
+    assert markdown_of(":meth:`EventQueue.pop` and :mod:`openstarry.core`") == (
+        "`EventQueue.pop` and `openstarry.core`"
+    )
+    assert markdown_of(":attr:`the queue <openstarry.core.AsyncEventQueue.queue>`") == (
+        "`the queue`"
+    )
+    assert markdown_of("For example::\n\n    code\n") == "For example:\n\n    code\n"
+
+
+def test_doc_comments_document_the_attributes_below_them() -> None:
+    doc_comment = griffe_rest().doc_comment
+    lines = ["", "#: Highest and lowest.", "HIGH: int", "LOW: int", "", "OTHER: int"]
+    assert doc_comment(lines, 3) == "Highest and lowest."
+    assert doc_comment(lines, 4) == "Highest and lowest."
+    assert doc_comment(lines, 6) is None
+
+
 def test_an_unknown_marker_fails_the_build() -> None:
     with pytest.raises(ValueError, match="unknown generated part"):
         hooks().expand("<!-- generated: nothing-of-the-kind -->", "page.md")
