@@ -23,8 +23,8 @@ from typing import Any
 import anyio
 import pytest
 
-from benches import redis_cluster
-from benches.harness import Benchmark, measure
+from benches import redis_cluster, redis_load
+from benches.harness import Benchmark, Side, measure, measure_alternating
 from openstarry.bus import EventBus
 from openstarry.core import Event
 from openstarry.redis_server import RedisServer, redis_server_path
@@ -37,6 +37,10 @@ pytestmark = pytest.mark.skipif(
 N = 20_000
 ROUNDS = 5
 SMOKE_N = 300
+#: The overload group: events a round, and a bound low enough that four
+#: producers fill the streams (8 partitions x 1,000) in the first part of a round.
+OVERLOAD_N = 40_000
+OVERLOAD_MAXLEN = 1_000
 
 
 @pytest.fixture(scope="module")
@@ -168,3 +172,65 @@ def test_publish_to_handler_latency(benchmark: Benchmark, server: RedisServer) -
         f"p50 {p50 * 1e6:.0f} µs, p99 {p99 * 1e6:.0f} µs over {n} events, one every 2 ms "
         "(producer and consumer buses in one process, sharing Redis on loopback)."
     )
+
+
+def test_overload_holds_the_peak(benchmark: Benchmark, server: RedisServer) -> None:
+    """Four producer processes against two workers, the streams at their bound, beside
+    one producer against the same workers, in alternating rounds: the bus holds its peak.
+
+    Each round's producers are started, connected and their events made before
+    the clock starts (:class:`benches.redis_load.Round`); a round ends when the
+    workers have handled its events. Every publish must be answered accepted.
+    """
+    disabled = bool(getattr(benchmark, "disabled", False))
+    n = 2_000 if disabled else OVERLOAD_N
+    settings = redis_load.Settings(url=server.url, maxlen=OVERLOAD_MAXLEN, claim_idle=2.0)
+    trials: dict[int, list[redis_load.Round]] = {1: [], 4: []}
+    with redis_load.Rig(settings, workers=2) as rig:
+
+        def side(producers: int) -> Side:
+            def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
+                trial = rig.prepare(producers, n)
+                trials[producers].append(trial)
+                return (trial,), {}
+
+            one = producers == 1
+            return Side(
+                name=f"producers-{producers}",
+                run=rig.go,
+                label=(
+                    "1 producer → 2 workers"
+                    if one
+                    else "4 producers → 2 workers, streams at their bound"
+                ),
+                ops=n,
+                setup=setup,
+                role="openstarry" if one else "baseline",
+                ceiling=None if one else 1.25,
+                note=""
+                if one
+                else (
+                    f"{n:,} events a round over 4 producer processes; bound "
+                    f"{OVERLOAD_MAXLEN:,} entries a stream, reached in every round (checked)"
+                ),
+            )
+
+        try:
+            measure_alternating(
+                benchmark,
+                [side(1), side(4)],
+                group="redis: overload, 2 workers (per event; ≤ 1.25x: ≥ 0.8x the peak)",
+                rounds=1 if disabled else ROUNDS,
+            )
+        finally:
+            answers = {p: [t.answers() for t in ts] for p, ts in trials.items()}
+            for ts in trials.values():
+                for t in ts:
+                    t.close()
+    for rounds in answers.values():
+        for round_answers in rounds:
+            assert sum(a["accepted"] for a in round_answers) == n
+            assert sum(a["reconnects"] for a in round_answers) == 0
+    refused = [sum(a["refused_full"] for a in r) for r in answers[4]]
+    if not disabled:
+        assert all(refused), f"a round of 4 producers never reached the bound: {refused}"

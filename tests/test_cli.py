@@ -157,6 +157,38 @@ def test_interactive_prompt_reads_lines_until_quit() -> None:
     assert "never read" not in proc.stdout
 
 
+def test_piped_input_and_output_are_unchanged_byte_for_byte() -> None:
+    """(Regression guard, passes.) Issue 29 changed the prompt at a terminal only:
+    from a pipe, every line is echoed as ``you> ...``, nothing else is printed
+    (no prompt, no hint), and the bytes are exactly these."""
+    proc = subprocess.run(
+        [*_command(), "run", str(EXAMPLE)],
+        input=b"Query weather in Taipei\n/read notes.txt\n/quit\nnever read\n",
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == b""
+    assert (
+        proc.stdout
+        == (
+            "you> Query weather in Taipei\n"
+            "agent> Sure, let me check.\n"
+            '  -> get_weather {"location": "Taipei"}\n'
+            '  <- get_weather: {"location": "Taipei", "temperature": 25, "unit": "celsius", '
+            '"condition": "Sunny", "summary": "25°C, Sunny"}\n'
+            "agent> The weather in Taipei is 25°C, Sunny.\n"
+            "you> /read notes.txt\n"
+            '  -> fs.read {"path": "notes.txt"}\n'
+            "  <- fs.read: Trip to Taipei: pack an umbrella just in case, and visit the night "
+            "markets.\n"
+            "agent> Goodbye.\n"
+        ).encode()
+    )
+
+
 def test_interactive_prompt_ends_at_eof() -> None:
     proc = subprocess.run(
         [*_command(), "run", str(EXAMPLE), "--events"],

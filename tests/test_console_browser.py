@@ -158,3 +158,81 @@ def test_the_console_chats_shows_the_trace_and_stops_a_run(browser: WebDriver) -
             By.CSS_SELECTOR, '#timeline .ev.p0[data-type="INPUT:SYSTEM_COMMAND"]'
         )
         assert browser.save_screenshot(str(ARTIFACTS / "console-stopped.png"))
+
+
+def test_behind_a_key_the_console_signs_in_once_then_chats_and_shows_the_timeline(
+    browser: WebDriver,
+) -> None:
+    """Issue 29: with ``--api-key-env`` the console could not be used from a browser,
+    which cannot send a bearer header to a page or an ``EventSource``."""
+    key = "browser-test-key-5c1d"
+    agent = Agent(DefaultProvider(), [get_weather], name="weather-agent")
+    with serving_app(create_app(agent, api_key=key), lifespan="on") as url:
+        browser.get(url + "/")
+        until(
+            browser,
+            "the sign-in form",
+            "return !document.getElementById('signin').hidden",
+        )
+        assert browser.find_element(By.ID, "bus-status").text == "connecting"
+        ARTIFACTS.mkdir(exist_ok=True)
+        assert browser.save_screenshot(str(ARTIFACTS / "console-signin.png"))
+
+        box = browser.find_element(By.ID, "signin-key")
+        box.send_keys("not the key")
+        browser.find_element(By.ID, "signin-button").click()
+        until(
+            browser,
+            "the wrong key refused",
+            "return document.getElementById('signin-error').textContent"
+            ".includes('the API key is not valid')",
+        )
+        box.clear()
+        box.send_keys(key)
+        browser.find_element(By.ID, "signin-button").click()
+        until(browser, "the form gone", "return document.getElementById('signin').hidden")
+        until(
+            browser,
+            "the bus connected with the cookie",
+            "return document.getElementById('bus-status').textContent === 'live'",
+        )
+        # The cookie is HttpOnly: the page's scripts cannot read it.
+        assert browser.execute_script("return document.cookie") == ""
+
+        send(browser, "Query weather in Taipei")
+        until(
+            browser,
+            "the weather answer",
+            f"return [...document.querySelectorAll('#chat-log .msg.assistant')]"
+            f".some(m => m.textContent.includes({FINAL_TEXT!r}))",
+        )
+        assert "run completed" in browser.find_element(By.ID, "chat-log").text
+        until(
+            browser,
+            "the tool call and result in the timeline",
+            "const types = [...document.querySelectorAll('#timeline .ev')]"
+            ".map(r => r.dataset.type);"
+            "return types.includes('EXEC:TOOL_CALL') && types.includes('EXEC:TOOL_RESULT');",
+        )
+        until(
+            browser,
+            "the charts polled with the cookie",
+            "return Number(document.body.dataset.polls || 0) >= 2",
+        )
+        assert browser.save_screenshot(str(ARTIFACTS / "console-signed-in.png"))
+
+        # A reload keeps the sign-in; signing out asks for the key again.
+        browser.refresh()
+        until(
+            browser,
+            "the bus connected again without a sign-in",
+            "return document.getElementById('bus-status').textContent === 'live'",
+        )
+        assert browser.execute_script("return document.getElementById('signin').hidden")
+        browser.find_element(By.ID, "signout").click()
+        until(browser, "the sign-in form again", "return !document.getElementById('signin').hidden")
+        refused = browser.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "fetch('/metrics.json').then(r => done(r.status));"
+        )
+        assert refused == 401

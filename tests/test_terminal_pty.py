@@ -1,4 +1,5 @@
-"""The ``openstarry run`` prompt in a real pseudo-terminal (pexpect), read as a screen (pyte).
+"""The ``[cli]`` extra's ``openstarry run`` prompt in a real pseudo-terminal (pexpect), read as
+a screen (pyte); the plain prompt's tests are in ``test_plain_prompt_pty.py``.
 
 Every wait is bounded by ``HANG``; nothing asserts on time. Each test keeps its
 history in its own data folder (``XDG_DATA_HOME``).
@@ -8,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from pty_terminal import EXAMPLE, HANG, ROOT, Terminal, openstarry_command
 
 pexpect = pytest.importorskip("pexpect", reason="pexpect is in requirements-dev.txt")
 pyte = pytest.importorskip("pyte", reason="pyte is in requirements-dev.txt")
@@ -23,84 +25,6 @@ pytest.importorskip("prompt_toolkit", reason="the [cli] extra is in requirements
 pytestmark = pytest.mark.skipif(
     sys.platform == "win32", reason="pexpect.spawn needs a POSIX pseudo-terminal"
 )
-
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "weather-agent" / "agent.json"
-#: A bound on any one wait, so a broken prompt fails a test instead of hanging it.
-HANG = 20.0
-ROWS, COLS = 30, 100
-
-
-def _command() -> list[str]:
-    script = shutil.which("openstarry", path=str(Path(sys.executable).parent))
-    return [script] if script else [sys.executable, "-m", "openstarry.cli"]
-
-
-class Terminal:
-    """A program in a pseudo-terminal, its output fed to a terminal emulator."""
-
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        self.screen = pyte.Screen(COLS, ROWS)
-        self.stream = pyte.Stream(self.screen)
-        self.raw = ""
-        self.child = pexpect.spawn(
-            argv[0], argv[1:], env=env, dimensions=(ROWS, COLS), encoding="utf-8", timeout=HANG
-        )
-
-    def lines(self) -> list[str]:
-        return [line.rstrip() for line in self.screen.display]
-
-    def dump(self) -> str:
-        return "\n".join(f"|{line}" for line in self.lines())
-
-    def _pump(self) -> bool:
-        try:
-            chunk = self.child.read_nonblocking(65536, timeout=0.1)
-        except pexpect.TIMEOUT:
-            return True
-        except pexpect.EOF:
-            return False
-        self.raw += chunk
-        self.stream.feed(chunk)
-        return True
-
-    def wait(self, check: Callable[[list[str]], bool], what: str) -> list[str]:
-        deadline = time.monotonic() + HANG
-        while not check(self.lines()):
-            alive = self._pump()
-            if not alive and not check(self.lines()):
-                pytest.fail(f"the program ended before {what}:\n{self.dump()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"no {what} within {HANG} s:\n{self.dump()}")
-        return self.lines()
-
-    def wait_text(self, text: str) -> list[str]:
-        return self.wait(lambda lines: any(text in line for line in lines), repr(text))
-
-    def input_line(self) -> str:
-        """The line the cursor is on: the one being edited."""
-        row: int = self.screen.cursor.y
-        return self.lines()[row]
-
-    def send(self, keys: str) -> None:
-        self.child.send(keys)
-
-    def leave(self) -> int:
-        """Ctrl-D, then the exit status once the program ended."""
-        self.send("\x04")
-        deadline = time.monotonic() + HANG
-        while self._pump():
-            if time.monotonic() > deadline:
-                self.child.kill(9)
-                pytest.fail(f"Ctrl-D did not end the program:\n{self.dump()}")
-        self.child.close()
-        status: int = self.child.exitstatus
-        return status
-
-    def close(self) -> None:
-        if self.child.isalive():
-            self.child.kill(9)
-        self.child.close(force=True)
 
 
 @pytest.fixture
@@ -121,7 +45,7 @@ def start(data_home: Path) -> Iterator[Callable[..., Terminal]]:
             "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]),
             **extra_env,
         }
-        terminal = Terminal([*_command(), "run", str(manifest)], env)
+        terminal = Terminal([*openstarry_command(), "run", str(manifest)], env)
         started.append(terminal)
         terminal.wait(lambda lines: any(line.startswith(">") for line in lines), "prompt")
         return terminal
@@ -237,22 +161,3 @@ def test_two_ctrl_c_on_an_empty_line_leave(start: Callable[..., Terminal]) -> No
         assert time.monotonic() < deadline, terminal.dump()
     terminal.child.close()
     assert terminal.child.exitstatus == 0
-
-
-def test_without_the_cli_extra_the_plain_prompt_says_how_to_get_it(
-    data_home: Path,
-) -> None:
-    code = (
-        "import sys; sys.modules['prompt_toolkit'] = None\n"
-        "from openstarry.cli import main\n"
-        f"sys.exit(main(['run', {str(EXAMPLE)!r}]))\n"
-    )
-    env = {**os.environ, "XDG_DATA_HOME": str(data_home), "TERM": "xterm"}
-    terminal = Terminal([sys.executable, "-c", code], env)
-    try:
-        terminal.wait_text("openstarry[cli]")
-        terminal.send("/get_weather Taipei\r")
-        terminal.wait_text("<- get_weather: ")
-        assert terminal.leave() == 0
-    finally:
-        terminal.close()

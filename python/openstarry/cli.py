@@ -23,6 +23,7 @@ bad command line or manifest.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
@@ -46,10 +47,17 @@ def _short(value: Any, limit: int = 200) -> str:
 
 
 class ConversationPrinter:
-    """Prints a session's events as a readable conversation."""
+    """Prints a session's events as a readable conversation.
 
-    def __init__(self, out: TextIO) -> None:
+    Args:
+        out: Where to print.
+        echo_input: Print the user's messages (``you> ...``); not at the plain
+            prompt, which leaves each typed line on the screen.
+    """
+
+    def __init__(self, out: TextIO, *, echo_input: bool = True) -> None:
         self.out = out
+        self.echo_input = echo_input
         self.errors = 0
 
     def __call__(self, event: Event) -> None:
@@ -57,7 +65,8 @@ class ConversationPrinter:
         payload = event.payload
         line: str | None = None
         if kind == EventType.USER_MESSAGE:
-            line = f"you> {payload.get('text', '')}"
+            if self.echo_input:
+                line = f"you> {payload.get('text', '')}"
         elif kind == OUTPUT_AGENT_MESSAGE:
             line = f"agent> {payload.get('text', '')}"
         elif kind == EventType.TOOL_CALL:
@@ -117,23 +126,93 @@ async def _run(args: argparse.Namespace) -> int:
     interactive = not args.input
     at_terminal = sys.stdout.isatty() and (not interactive or sys.stdin.isatty())
     terminal = _terminal_module() if at_terminal else None
-    printer: Any
-    if args.events:
-        printer = EventPrinter(sys.stdout)
-    elif terminal is not None:
-        printer = terminal.RichPrinter(terminal.make_console(), echo_input=not interactive)
-    else:
-        printer = ConversationPrinter(sys.stdout)
-    async with agent:
-        agent.bus.subscribe("*", printer)
-        if args.input:
-            for text in args.input:
-                await agent.ask(text, session_id=args.session)
-                await agent.bus.wait_idle()
+    screen = None
+    if interactive and terminal is None:
+        from openstarry import plain_prompt
+
+        if plain_prompt.usable():
+            screen = plain_prompt.Screen("> ", names=lambda: _slash_names(agent))
+    with screen.output() if screen is not None else contextlib.nullcontext():
+        printer: Any
+        if args.events:
+            printer = EventPrinter(sys.stdout)
+        elif terminal is not None:
+            printer = terminal.RichPrinter(terminal.make_console(), echo_input=not interactive)
         else:
-            await _interactive(agent, args.session, printer, terminal)
-            await agent.bus.wait_idle()
+            printer = ConversationPrinter(sys.stdout, echo_input=screen is None)
+        async with agent:
+            agent.bus.subscribe("*", printer)
+            if args.input:
+                for text in args.input:
+                    await agent.ask(text, session_id=args.session)
+                    await agent.bus.wait_idle()
+            elif screen is not None:
+                await _plain_prompt(agent, args.session, screen)
+                await agent.bus.wait_idle()
+            else:
+                await _interactive(agent, args.session, printer, terminal)
+                await agent.bus.wait_idle()
     return 1 if printer.errors else 0
+
+
+def _slash_names(agent: Any) -> list[str]:
+    """What Tab completes after ``/`` at the plain prompt: built-ins, tools, unique short names."""
+    from openstarry.agent.commands import BUILTIN_COMMANDS
+
+    tools = list(agent.tools)
+    short = [t.rsplit(".", 1)[-1] for t in tools if "." in t]
+    unique = [s for s in short if short.count(s) == 1 and s not in tools]
+    return sorted({*BUILTIN_COMMANDS, *tools, *unique})
+
+
+async def _plain_prompt(agent: Any, session_id: str, screen: Any) -> None:
+    """The prompt at a terminal without the ``[cli]`` extra (:mod:`openstarry.plain_prompt`).
+
+    As the ``[cli]`` prompt: turns run while the next line is typed, and what
+    they print goes above it; Ctrl-C stops a running turn, Ctrl-D or a second
+    Ctrl-C on an empty line leaves (stopping the turn in progress).
+    """
+    from openstarry.plain_prompt import ASK_LEAVE, STOP
+
+    quit_requested = anyio.Event()
+    agent.loop.on_quit(lambda sid: quit_requested.set() if sid == session_id else None)
+    print(f"openstarry: {agent.name}. Type /help for commands, /quit to leave.", flush=True)
+    print(CLI_EXTRA_HINT, file=sys.stderr, flush=True)
+    running = 0
+
+    def busy() -> bool:
+        return running > 0
+
+    async def follow(run: Any) -> None:
+        nonlocal running
+        try:
+            await run.wait()
+        finally:
+            running -= 1
+
+    async with anyio.create_task_group() as runs:
+        while not quit_requested.is_set():
+            line = await screen.read_line(running=busy)
+            if line is None:
+                if running:  # leaving stops the turn in progress
+                    agent.loop.command("/stop", session_id=session_id)
+                break
+            if line == STOP:
+                agent.loop.command("/stop", session_id=session_id)
+                continue
+            if line == ASK_LEAVE:
+                print("(Ctrl-C again or Ctrl-D to leave)", flush=True)
+                continue
+            text = line.strip()
+            if not text:
+                continue
+            if text in ("/stop", "/reset", "/quit"):
+                agent.loop.command(text, session_id=session_id)
+                if text == "/quit":
+                    break
+                continue
+            running += 1
+            runs.start_soon(follow, agent.loop.start(text, session_id=session_id))
 
 
 async def _interactive(
@@ -143,9 +222,10 @@ async def _interactive(
 
     At a terminal, reading goes on while a turn runs, so a ``/stop`` typed
     meanwhile goes out at priority 0 and cancels it; with the ``[cli]`` extra
-    the prompt is :func:`openstarry.terminal.prompt_loop`. From a pipe or a
-    file, each line waits for the previous turn to end, as a script expects.
-    At EOF the turns still queued are finished.
+    the prompt is :func:`openstarry.terminal.prompt_loop` (without it, and with
+    both ends at a terminal, :func:`_plain_prompt`). From a pipe or a file,
+    each line waits for the previous turn to end, as a script expects. At EOF
+    the turns still queued are finished.
     """
     quit_requested = anyio.Event()
     agent.loop.on_quit(lambda sid: quit_requested.set() if sid == session_id else None)
@@ -428,12 +508,18 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
         )
 
 
-def _auth_arguments(command: argparse.ArgumentParser) -> None:
+def _auth_arguments(command: argparse.ArgumentParser, *, console: bool = False) -> None:
+    needs = (
+        "every request (but GET /health and the console's page) then needs "
+        "'Authorization: Bearer <key>'; in a browser, the console asks for the key once "
+        "and signs in with a session cookie"
+        if console
+        else "every request (but GET /health) then needs 'Authorization: Bearer <key>'"
+    )
     command.add_argument(
         "--api-key-env",
         metavar="NAME",
-        help="the environment variable holding the API key: every request (but GET /health) "
-        "then needs 'Authorization: Bearer <key>'",
+        help=f"the environment variable holding the API key: {needs}",
     )
     command.add_argument(
         "--insecure",
@@ -492,7 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("manifest", help="path of the agent.json manifest")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     serve.add_argument("--port", type=_port, default=8000, help="port to listen on (8000)")
-    _auth_arguments(serve)
+    _auth_arguments(serve, console=True)
     serve.add_argument(
         "--shutdown-grace",
         type=_seconds,

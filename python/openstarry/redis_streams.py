@@ -70,32 +70,43 @@ Rules it keeps (spec 002 across processes):
   not let handlers raise (the execution loop never does: a failed run ends
   in a ``KERNEL:ERROR`` and counts as handled).
 - **Back-pressure, never silent loss.** Each stream holds at most ``maxlen``
-  entries (10,000: up to 480,000 events across the 8 partitions and 6
-  priorities). When a stream is full, the script trims only entries every
-  group has handled (oldest first, down to 90 %, or a little under when
-  whole nodes of the stream go at once); if none can go, the publish is
-  refused (a commit is refused whole while any stream it writes to is full,
-  and may then pass the bound by that one commit's events; the flush sent
-  behind a refused one is refused too, so publishes keep their order):
-  :meth:`~openstarry.bus.EventBus.apublish` waits and retries,
+  entries that a group has not handled (10,000: up to 480,000 events across
+  the 8 partitions and 6 priorities). When a stream is full, the script trims
+  only entries every group has handled (oldest first, whole nodes of the
+  stream down to 90 %, or entry by entry when no whole node can go: each
+  entry trimmed once, amortised O(1)); if none can go, the publish is refused,
+  at the cost of a few O(1) commands, once per stream and flush (the flush
+  sent behind a refused one has its publishes refused too, so publishes keep
+  their order). The producer then pauses (exponential backoff from 2 ms to
+  100 ms, with full jitter) and sends a small flush first, growing back as
+  flushes pass: :meth:`~openstarry.bus.EventBus.apublish` waits,
   :meth:`~openstarry.bus.EventBus.publish` keeps the event in its bounded
-  outgoing buffer and retries (raising ``QueueFull`` when that is full).
-  Handled entries stay in the stream, the retained history ``openstarry tail``
-  prints, until this bound pushes them out.
+  outgoing buffer (raising ``QueueFull`` when that is full). A commit is never
+  refused: the effects of a handled entry go in with its acknowledgement
+  whatever the streams' lengths, so the workers' own outputs can never block
+  the acknowledgements that make room. Handled entries stay in the stream, the
+  retained history ``openstarry tail`` prints, until this bound pushes them out.
+- **Bounded work per call.** A flush script carries at most 256 events
+  (publishes and commits' effects), about a millisecond of Redis's one
+  thread; a read asks each stream for its share of ``batch`` entries.
 - **Reconnects.** A lost connection (a Redis restart) is retried with
   exponential backoff (50 ms to 2 s); a flush whose answer was lost is sent
-  again: the flush's token (the producer's and a sequence number) makes a retried publish count as
-  accepted, not as a duplicate, and a retried commit finds its entry
-  acknowledged already and publishes nothing twice.
+  again as it was: each publish carries its own number (the producer's token
+  and a sequence number), recorded with its id, so a publish sent again (in
+  the same flush or a later one) is answered accepted, not as a duplicate,
+  while another publish of the same id is a duplicate; a retried commit finds
+  its entry acknowledged already and publishes nothing twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 import operator
 import os
+import random
 import socket
 import time
 import uuid
@@ -162,9 +173,10 @@ local token = ARGV[3]
 local group = ARGV[4]
 local ops = ARGV[5]
 local prefix = ARGV[6]
+local producer = ARGV[8]
 -- A flush sent before this producer heard that an earlier one was refused for a
--- full stream is refused whole: publishes keep their order.
-local hold = prefix .. 'hold:' .. ARGV[8]
+-- full stream has its new publishes refused: publishes keep their order.
+local hold = prefix .. 'hold:' .. producer
 local flush = tonumber(ARGV[9])
 local held = call('GET', hold)
 local blocked = held and tonumber(held) > tonumber(ARGV[10])
@@ -183,14 +195,14 @@ local k = 1
 for i = 1, #codes do
   local op = codes[i]
   starts[i] = k
-  if op == P then -- id, stream, wire
+  if op == P then -- id, stream, wire, the publish's own number
     local id = t[k]
     if known[id] == nil then
       known[id] = false
       nids = nids + 1
       ids[nids] = id
     end
-    k = k + 3
+    k = k + 4
   elseif op == C then -- stream, entry, n, then n times id, stream, wire
     local n = tonumber(t[k + 2])
     k = k + 3
@@ -224,22 +236,16 @@ for c = 1, nids, 1000 do
   end
 end
 
-local function parse(id)
-  local ms, seq = string.match(id, "^(%d+)-(%d+)$")
-  return tonumber(ms), tonumber(seq)
-end
-local function less(x, y)
-  local xm, xs = parse(x)
-  local ym, ys = parse(y)
-  return xm < ym or (xm == ym and xs < ys)
-end
-
--- Trim entries that every group has handled, oldest first, down to 90 % of maxlen
--- (or a little under: approximate trimming frees whole nodes of the stream).
+-- The bound counts what is not handled yet: past maxlen, the entries every
+-- group has handled go first (whole nodes of the stream, oldest first, down to
+-- 90 %; entry by entry when no whole node could go). Each entry is trimmed
+-- once, and a stream full of unhandled entries costs a few O(1) commands to
+-- find so, once per stream and flush: no scan, whatever the backlog.
 local function trim(skey, len)
   local ok, groups = pcall(call, 'XINFO', 'GROUPS', skey)
   if not ok or #groups == 0 then return len end
   local safe = nil
+  local sms, sseq
   for _, g in ipairs(groups) do
     local f = {}
     for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
@@ -248,87 +254,84 @@ local function trim(skey, len)
     if tonumber(p[1]) > 0 then
       cand = p[2]
     else
-      local ms, seq = parse(f['last-delivered-id'])
-      cand = ms .. '-' .. (seq + 1)
+      local ms, seq = string.match(f['last-delivered-id'], "^(%d+)-(%d+)$")
+      cand = ms .. '-' .. (tonumber(seq) + 1)
     end
-    if safe == nil or less(cand, safe) then safe = cand end
+    local cms, cseq = string.match(cand, "^(%d+)-(%d+)$")
+    cms, cseq = tonumber(cms), tonumber(cseq)
+    if safe == nil or cms < sms or (cms == sms and cseq < sseq) then
+      safe, sms, sseq = cand, cms, cseq
+    end
   end
   local need = len - math.floor(maxlen * 0.9)
-  -- Whole nodes of handled entries first (no entry read); exactly, entry by
-  -- entry, when that freed nothing (a short stream, or nodes not all handled).
   local freed = call('XTRIM', skey, 'MINID', '~', safe, 'LIMIT', need)
-  if freed > 0 then return len - freed end
-  local r = call('XRANGE', skey, '-', '+', 'COUNT', need + 1)
-  local minid = safe
-  if #r > need and less(r[need + 1][1], safe) then minid = r[need + 1][1] end
-  call('XTRIM', skey, 'MINID', minid)
-  return call('XLEN', skey)
+  if freed == 0 then freed = call('XTRIM', skey, 'MINID', safe) end
+  return len - freed
 end
 
--- Stream lengths, read once per script and kept up to date.
-local lens = {}
+-- Stream lengths, read once per script and kept up to date; a stream found full
+-- is not looked at again in this flush.
+local lens, full = {}, {}
 local function has_room(skey)
   local len = lens[skey]
   if len == nil then len = call('XLEN', skey) end
-  if len >= maxlen then len = trim(skey, len) end
+  if len >= maxlen and not full[skey] then
+    len = trim(skey, len)
+    if len >= maxlen then full[skey] = true end
+  end
   lens[skey] = len
   return len < maxlen
 end
 
 local fresh, nfresh = {}, 0
-local function append(id, skey, wire)
-  call('XADD', skey, '*', 'e', wire)
-  lens[skey] = lens[skey] + 1
-  known[id] = true -- a second time in this flush is a duplicate
-  nfresh = nfresh + 2
-  fresh[nfresh - 1] = id
-  fresh[nfresh] = token
-end
 
 for i = 1, #codes do
   local op = codes[i]
   local f = starts[i]
-  if blocked and (op == P or op == C) then
-    out[i] = -1
-  elseif op == P then
+  if op == P then
     local id = t[f]
     local seen = known[id]
     local skey = t[f + 1]
+    local mine = producer .. '#' .. t[f + 3]
     local len = lens[skey]
-    if seen == token then
-      out[i] = 1 -- this flush, sent again (its answer was lost): accepted then
+    if seen == mine then
+      out[i] = 1 -- this very publish, sent again (its answer was lost): accepted then
+      known[id] = true -- a second time in this flush is a duplicate
     elseif seen then
       out[i] = 0
+    elseif blocked then
+      out[i] = -1
     elseif (len and len < maxlen) or has_room(skey) then
-      -- append(id, skey, wire), inline
       call('XADD', skey, '*', 'e', t[f + 2])
       lens[skey] = lens[skey] + 1
       known[id] = true
       nfresh = nfresh + 2
       fresh[nfresh - 1] = id
-      fresh[nfresh] = token
+      fresh[nfresh] = mine
       out[i] = 1
     else
       out[i] = -1
       refused = true
     end
   elseif op == C then
-    local n = tonumber(t[f + 2])
-    local room = true
-    for j = 1, n do
-      if not has_room(t[f + 3 * j + 1]) then room = false; break end
-    end
-    if not room then
-      out[i] = -1 -- refused whole: retried when the streams have room
-      refused = true
-    elseif call('XACK', t[f], group, t[f + 1]) == 0 then
+    -- Never refused for room: the effects of a handled entry are appended with
+    -- its acknowledgement, so a full stream can always drain.
+    if call('XACK', t[f], group, t[f + 1]) == 0 then
       out[i] = -2 -- acknowledged before: its effects were committed then
     else
+      local n = tonumber(t[f + 2])
       local fresh_effects = 0
       for j = 1, n do
         local e = f + 3 * j
-        if not known[t[e]] then
-          append(t[e], t[e + 1], t[e + 2])
+        local id, skey = t[e], t[e + 1]
+        if not known[id] then
+          if lens[skey] == nil or lens[skey] >= maxlen then has_room(skey) end
+          call('XADD', skey, '*', 'e', t[e + 2])
+          lens[skey] = lens[skey] + 1
+          known[id] = true
+          nfresh = nfresh + 2
+          fresh[nfresh - 1] = id
+          fresh[nfresh] = token
           fresh_effects = fresh_effects + 1
         end
       end
@@ -400,7 +403,7 @@ def stream_key(name: str, partition: int, priority: int) -> str:
 class _Delivery:
     """One stream entry delivered to this consumer, until it is done."""
 
-    __slots__ = ("attempts", "effects", "entry", "stream")
+    __slots__ = ("attempts", "effects", "entry", "stream", "twins")
 
     def __init__(self, stream: bytes, entry: bytes) -> None:
         self.stream = stream
@@ -408,6 +411,10 @@ class _Delivery:
         self.attempts = 0
         #: What its handling published, held back until its commit (made on the first).
         self.effects: list[_Outgoing] | None = None
+        #: Other entries that hold the same envelope, delivered while this one
+        #: was held: the same event, acknowledged with this one once it is
+        #: handled or dead-lettered (made on the first).
+        self.twins: list[_Delivery] | None = None
 
 
 class _Outgoing:
@@ -420,7 +427,8 @@ class _Outgoing:
         self.blob = blob
         #: The fields the blob holds.
         self.fields = fields
-        #: The publishes a commit carries; the entries an acknowledgement carries.
+        #: The publishes a commit carries; the entries an acknowledgement carries;
+        #: a publish's 1.
         self.effects = effects
         #: Who awaits the answer of a publish, and the answer.
         self.waiter: _Answers | None = None
@@ -478,8 +486,23 @@ _EVENT = operator.itemgetter(0)
 #: Sessions whose partition the outbox remembers, at most.
 _SESSIONS = 4096
 
-#: Operations per flush script, at most (acknowledgements count one per stream).
-_FLUSH_OPS = 1024
+#: Events a flush script carries at most: its publishes and the effects of its
+#: commits (an acknowledgement counts one per stream). A script holds Redis's one
+#: thread while it runs: at a few microseconds an event, this keeps each call
+#: around a millisecond, so that no other client's command waits long behind it.
+_FLUSH_EVENTS = 256
+#: Events the first flush after a refusal carries (a probe: cheap for Redis when
+#: the streams are still full); each flush answered without a refusal doubles it,
+#: up to :data:`_FLUSH_EVENTS`.
+_PROBE_EVENTS = 16
+#: The pause after a flush refused for a full stream: exponential, from
+#: ``_BACKOFF_MIN`` to ``_BACKOFF_MAX`` seconds, with full jitter (each pause is
+#: drawn between none and that), so that waiting producers do not retry in step.
+_BACKOFF_MIN = 0.002
+_BACKOFF_MAX = 0.1
+#: Seconds a flush's answer may take before its connection is taken for lost
+#: (the flush is then sent again, and answered as it was the first time).
+_FLUSH_TIMEOUT = 30.0
 #: Events ``asend_many`` prepares before it lets a flush start on what it has.
 _PREPARE = 512
 #: Entries a read must bring for the next read to be sent before they are
@@ -505,6 +528,8 @@ class _Outbox:
         "flushes",
         "in_flight",
         "keys",
+        "limit",
+        "numbered",
         "queue",
         "streams",
         "unacked",
@@ -529,8 +554,25 @@ class _Outbox:
         ]
         #: The first of each recent session's stream keys in :attr:`keys`.
         self.bases: dict[str, int] = {}
+        #: Publishes numbered so far: a publish's number tells the flush script
+        #: that an id recorded under it is this very publish, sent again.
+        self.numbered = 0
+        #: Events the next flush may carry (less than :data:`_FLUSH_EVENTS` after a refusal).
+        self.limit = _FLUSH_EVENTS
+
+    def publish(self, event: Event) -> _Outgoing:
+        """A publish: the event's fields and the publish's own number."""
+        op = self.publish_op(event)
+        self.numbered = number = self.numbered + 1
+        digits = b"%d" % number
+        op.op = "P"
+        op.blob = b"".join((op.blob, _SHORT[len(digits)], digits))
+        op.fields = 4
+        op.effects = 1
+        return op
 
     def publish_op(self, event: Event) -> _Outgoing:
+        """An event's fields (id, stream, wire bytes), as a commit carries its effects."""
         session = event.session_id
         base = self.bases.get(session)
         if base is None:
@@ -547,7 +589,7 @@ class _Outbox:
                 wire,
             )
         )
-        return _Outgoing("P", blob, 3)
+        return _Outgoing("E", blob, 3)
 
     def _base(self, session: str) -> int:
         """Where a session's streams start in :attr:`keys` (remembered for the next)."""
@@ -567,13 +609,13 @@ class _Outbox:
         buffer = self.streams.buffer
         if len(self.queue) >= buffer:
             raise QueueFull(f"the Redis bus's outgoing buffer holds {buffer} events")
-        self.queue.append(self.publish_op(event))
+        self.queue.append(self.publish(event))
         self._wake()
 
     async def asend(self, event: Event) -> bool:
         while len(self.queue) >= self.streams.buffer:
             await self.flush()
-        op = self.publish_op(event)
+        op = self.publish(event)
         answers = op.waiter = _Answers(1)
         self.queue.append(op)
         self._wake()
@@ -585,7 +627,7 @@ class _Outbox:
         ops = []
         outgoing = self.queue
         buffer = self.streams.buffer
-        publish_op = self.publish_op
+        publish = self.publish
         for i, event in enumerate(events):
             if len(outgoing) >= buffer:
                 self._wake()
@@ -595,7 +637,7 @@ class _Outbox:
                 # Let the flusher send what is ready while the rest is prepared.
                 self._wake()
                 await anyio.sleep(0)
-            op = publish_op(event)
+            op = publish(event)
             op.waiter = answers
             outgoing.append(op)
             ops.append(op)
@@ -611,11 +653,17 @@ class _Outbox:
             await flushed.wait()
 
     def _take(self) -> list[_Outgoing]:
-        """The operations of the next flush: the oldest waiting, then the acknowledgements."""
+        """The operations of the next flush: the oldest waiting, then the acknowledgements.
+
+        They carry at most :attr:`limit` events (at least one operation).
+        """
         outgoing = self.queue
         ops: list[_Outgoing] = []
-        while outgoing and len(ops) < _FLUSH_OPS:
-            ops.append(outgoing.popleft())
+        room = self.limit
+        while outgoing and (room > 0 or not ops):
+            op = outgoing.popleft()
+            ops.append(op)
+            room -= op.effects or 1
         if self.unacked:
             acks, self.acks, self.unacked = self.acks, {}, 0
             for stream, entries in acks.items():
@@ -628,11 +676,15 @@ class _Outbox:
 
         Up to two flush scripts are in flight on a connection of their own:
         Redis runs one while the next travels. A flush sent again (its answer
-        was lost, or Redis lost the script) keeps its token and its place.
-        When a flush is refused for a full stream, the flush sent behind it is
-        refused whole by the server too (this producer's hold key), and both go
-        back to the front of the queue in order: what is published keeps its
-        order.
+        was lost, or Redis lost the script) keeps its token and its place, and
+        each of its publishes its number, so it is answered as it was the first
+        time. When a flush is refused for a full stream, the publishes of the
+        flush sent behind it are refused by the server too (this producer's
+        hold key), and both go back to the front of the queue in order: what is
+        published keeps its order. Then the flusher pauses (exponential
+        backoff with full jitter) and sends a small flush first (a probe), so
+        that waiting costs Redis next to nothing; each flush answered without a
+        refusal doubles the next one's size, back to the full size.
         """
         streams = self.streams
         outgoing = self.queue
@@ -645,9 +697,14 @@ class _Outbox:
         refused: list[_Outgoing] = []
         heard = 0  # the last flush whose refusal this process has heard of
         broken = False
+        backoff = 0.0  # the last pause's bound; 0 while no flush is refused
         try:
             while True:
-                while len(in_flight) < 2 and not refused and (outgoing or self.unacked):
+                while (
+                    len(in_flight) < (2 if self.limit >= _FLUSH_EVENTS else 1)
+                    and not refused
+                    and (outgoing or self.unacked)
+                ):
                     ops = self._take()
                     self.flushes += 1
                     args = self._args(ops, self.flushes, heard)
@@ -670,7 +727,7 @@ class _Outbox:
                 try:
                     if broken:
                         raise redis_errors.ConnectionError("the flush connection was lost")
-                    results = await conn.read_response()
+                    results = await conn.read_response(timeout=_FLUSH_TIMEOUT)
                 except (*_RETRY, redis_errors.NoScriptError) as exc:
                     streams.reconnects += 1
                     await self._send_again(conn, in_flight, exc)
@@ -682,12 +739,18 @@ class _Outbox:
                 if full:
                     refused.extend(full)
                     heard = self.flushes  # every flush sent so far
+                elif not refused:
+                    backoff = 0.0
+                    self.limit = min(_FLUSH_EVENTS, self.limit * 2)
                 if refused and not in_flight:
-                    # Back at the front, in order, retried after a pause.
+                    # Back at the front, in order, retried after a pause, a probe first.
                     outgoing.extendleft(reversed(refused))
                     streams.refused_full += len(refused)
                     refused = []
-                    await anyio.sleep(0.05)
+                    self.limit = _PROBE_EVENTS
+                    backoff = min(_BACKOFF_MAX, max(_BACKOFF_MIN, backoff * 2))
+                    streams.backoffs += 1
+                    await anyio.sleep(random.uniform(0, backoff))
                 flushed, self.flushed = self.flushed, anyio.Event()
                 flushed.set()
         finally:
@@ -752,10 +815,7 @@ class _Outbox:
             elif code == "A":
                 streams.acked += op.effects
                 streams.skipped_handled += op.effects - result
-            elif code == "C":
-                if result == -1:
-                    full.append(op)
-                    continue
+            elif code == "C":  # never refused: a full stream must be able to drain
                 streams.acked += 1
                 if result == -2:
                     streams.skipped_handled += 1
@@ -802,10 +862,13 @@ class _Outbox:
 class _Leases:
     """The partitions this consumer owns: taken toward an even share, renewed, handed on."""
 
-    __slots__ = ("draining", "owned", "reclaim", "streams")
+    __slots__ = ("draining", "lock", "owned", "reclaim", "streams")
 
     def __init__(self, streams: RedisStreams) -> None:
         self.streams = streams
+        #: Held while leases are renewed, taken or freed: a stop frees them only
+        #: once no balance is under way, and no balance takes one after.
+        self.lock = anyio.Lock()
         self.owned: set[int] = set()
         #: Owned partitions beyond this consumer's share: freed once nothing of theirs is held.
         self.draining: set[int] = set()
@@ -831,6 +894,11 @@ class _Leases:
 
     async def balance(self) -> None:
         """Renew this consumer's leases, then take or free partitions toward an even share."""
+        async with self.lock:
+            if not self.streams._stopping:
+                await self._balance()
+
+    async def _balance(self) -> None:
         streams = self.streams
         client = streams._client
         scripts = streams._scripts
@@ -878,6 +946,11 @@ class _Leases:
         client = streams._client
         if client is None:
             return
+        async with self.lock:
+            await self._free(client)
+
+    async def _free(self, client: Any) -> None:
+        streams = self.streams
         try:
             for p in list(self.owned):
                 await streams._scripts["free"](keys=[self.key(p)], args=[streams.consumer])
@@ -891,13 +964,19 @@ class _Deliveries:
     """The entries delivered to this consumer: fetched or reclaimed, fed to the bus,
     held until the bus says they are done."""
 
-    __slots__ = ("held", "ingestor", "scratch", "streams")
+    __slots__ = ("finished", "held", "ingestor", "reader", "reading", "scratch", "streams")
 
     def __init__(self, streams: RedisStreams) -> None:
         self.streams = streams
         self.held: dict[Event, _Delivery] = {}
         self.scratch = EventQueue(None)
         self.ingestor = Ingestor(self.scratch, None)
+        #: The fetch connection's client id, for ``CLIENT UNBLOCK`` at a stop.
+        self.reader: int | None = None
+        #: Whether a read is on its way (sent, not yet answered).
+        self.reading = False
+        #: Set when the fetcher has stopped: no read of its can deliver more.
+        self.finished = anyio.Event()
 
     async def create_groups(self) -> None:
         streams = self.streams
@@ -936,18 +1015,30 @@ class _Deliveries:
                 outbox.commit(delivery)
             else:
                 outbox.ack(delivery)
+            self._twins_done(delivery)
             return
         # A failed or handed-back attempt commits nothing: its effects go with it.
         delivery.effects = None
         if outcome == "failed":
             if delivery.attempts + 1 >= self.streams.max_deliveries:
                 outbox.dead_letter(event, delivery, "handler failed")
+                self._twins_done(delivery)
             else:
                 # Delivered again at once, to keep the session's order.
                 delivery.attempts += 1
                 self.streams.retried += 1
                 self.feed([(event, delivery)])
         # "returned": left pending; the partition's next owner reclaims it.
+
+    def _twins_done(self, delivery: _Delivery) -> None:
+        """Acknowledge the entries that held the same envelope as a settled delivery."""
+        twins = delivery.twins
+        if twins:
+            delivery.twins = None
+            outbox = self.streams._outbox
+            for twin in twins:
+                outbox.ack(twin)
+            self.streams.twins += len(twins)
 
     def feed(self, items: Sequence[tuple[Event, _Delivery]]) -> None:
         bus = self.streams._bus
@@ -964,14 +1055,40 @@ class _Deliveries:
         if len(held) != size + len(fresh):
             fresh = []
             for event, delivery in items:
-                if event in held:
-                    # Already held here (a reclaim of our own pending entry): one
-                    # delivery at a time, or its hold and effects would be lost.
+                first = held.get(event)
+                if first is not None:
+                    # The same event held already: one delivery at a time, or its
+                    # hold and effects would be lost. Another entry that holds the
+                    # same envelope is answered with it (never left pending); the
+                    # same entry (a reclaim of our own pending entry) is that one.
+                    if first.entry != delivery.entry or first.stream != delivery.stream:
+                        if first.twins is None:
+                            first.twins = [delivery]
+                        else:
+                            first.twins.append(delivery)
                     continue
                 held[event] = delivery
                 fresh.append(event)
         if fresh:
             bus.feed(fresh)
+
+    async def stop_reading(self) -> None:
+        """Stop the fetcher, a read blocked in Redis included, and wait until it has.
+
+        A blocking ``XREADGROUP`` still waiting in Redis would otherwise hand
+        entries to this consumer after it freed its leases, and they would stay
+        pending until the partition changed owner again: ``CLIENT UNBLOCK``
+        ends it at once (what it delivered before is fed to the bus as usual).
+        """
+        client = self.streams._client
+        while not self.finished.is_set():
+            reader = self.reader
+            if self.reading and reader is not None:
+                # A lost connection: the fetcher sees the same error and stops.
+                with contextlib.suppress(*_RETRY):
+                    await client.client_unblock(reader)
+            with anyio.move_on_after(0.05):
+                await self.finished.wait()
 
     async def drain(self) -> None:
         """Wait (briefly) for what the bus holds of ours to be dispatched."""
@@ -984,16 +1101,26 @@ class _Deliveries:
         """Fetch from the owned partitions whenever the bus runs low, reclaiming first.
 
         Reads go through a connection of their own, with the command packed
-        once for the partitions owned (a read names every stream of them).
+        once for the partitions owned (a read names every stream of them, and
+        asks each for its share of ``batch`` entries, so that one read stays
+        about ``batch`` entries of Redis's time whatever the partitions owned).
         When a read brings a batch (32 entries or more), the next read is sent
         before they are dispatched (one read ahead): its answer travels while
         the bus works.
         """
+        try:
+            await self._fetch()
+        finally:
+            self.reading = False
+            self.finished.set()
+
+    async def _fetch(self) -> None:
         streams = self.streams
         bus = streams._bus
         assert bus is not None
         leases = streams._leases
         low_water = streams.batch
+        max_held = streams.max_held
         packed: Any = None
         reading: list[int] = []
         sent = False  # a read is on its way
@@ -1002,7 +1129,7 @@ class _Deliveries:
         try:
             while sent or not streams._stopping:
                 if not sent:
-                    if len(bus) >= low_water:
+                    if len(bus) >= low_water or len(self.held) >= max_held:
                         await anyio.sleep(0.001)
                         continue
                     if leases.reclaim:
@@ -1019,24 +1146,35 @@ class _Deliveries:
                         # a batch arrives as the Ingestor orders it (see deliver).
                         name = streams.name
                         keys = [stream_key(name, p, r) for r in PRIORITIES for p in readable]
+                        count = max(16, -(-streams.batch // len(readable)))
                         packed = conn.pack_command(
                             *("XREADGROUP", "GROUP", streams.group, streams.consumer),
-                            *("COUNT", streams.batch, "BLOCK", 500, "STREAMS"),
+                            *("COUNT", count, "BLOCK", 500, "STREAMS"),
                             *keys,
                             *([">"] * len(keys)),
                         )
                 try:
                     if not sent:
+                        if self.reader is None:
+                            await conn.send_command("CLIENT", "ID", check_health=False)
+                            self.reader = int(await conn.read_response())
+                        if streams._stopping:
+                            continue
+                        self.reading = True
                         await conn.send_packed_command(packed, check_health=False)
                     sent = False
                     reply = await conn.read_response()
+                    self.reading = sent
                 except redis_errors.ResponseError as exc:
+                    self.reading = sent = False
                     if "NOGROUP" in str(exc):  # the streams were deleted under us
                         await streams._retrying(self.create_groups)
                         continue
                     raise
                 except _RETRY as exc:
                     await conn.disconnect()
+                    self.reader = None  # a new connection, a new id
+                    self.reading = sent = False
                     streams.reconnects += 1
                     log.warning("redis: %s; reconnecting", exc)
                     await anyio.sleep(0.2)
@@ -1058,12 +1196,16 @@ class _Deliveries:
                     and not streams._stopping
                     and not leases.reclaim
                     and len(bus) < low_water
+                    and len(self.held) < max_held
                     and sorted(leases.owned - leases.draining) == reading
                 ):
                     try:
+                        self.reading = True
                         await conn.send_packed_command(packed, check_health=False)
                         sent = True
                     except _RETRY:
+                        self.reading = False
+                        self.reader = None
                         await conn.disconnect()  # sent again, reconnected, next time
                 self.feed(self.deliver(entries, attempts=None))
                 # The bus dispatches what came before this task reads again.
@@ -1202,8 +1344,11 @@ class RedisStreams:
             renewing its leases are taken over, and their entries reclaimed.
         max_deliveries: Deliveries of an event whose handler keeps failing before
             it goes to the dead-letter stream.
-        batch: Entries fetched per stream per read.
+        batch: Entries a read fetches, about (each stream read is asked for its share).
         buffer: Events waiting to be sent, at most (then ``publish`` raises ``QueueFull``).
+        max_held: Events this consumer holds at most, fetched and not yet done
+            (an agent's inputs waiting behind their session's run among them):
+            it reads no more until it holds fewer. They wait in Redis instead.
     """
 
     def __init__(
@@ -1221,9 +1366,12 @@ class RedisStreams:
         max_deliveries: int = 3,
         batch: int = 256,
         buffer: int = 65_536,
+        max_held: int = 65_536,
     ) -> None:
-        if partitions < 1 or maxlen < 10 or max_deliveries < 1 or batch < 1:
-            raise ValueError("partitions, max_deliveries and batch must be >= 1, maxlen >= 10")
+        if partitions < 1 or maxlen < 10 or max_deliveries < 1 or batch < 1 or max_held < 1:
+            raise ValueError(
+                "partitions, max_deliveries, batch and max_held must be >= 1, maxlen >= 10"
+            )
         if not 0 < claim_idle <= 3600:
             raise ValueError(f"claim_idle must be in (0, 3600] seconds, not {claim_idle}")
         if not 0.001 <= dedup_window <= 86_400:
@@ -1240,6 +1388,7 @@ class RedisStreams:
         self.max_deliveries = max_deliveries
         self.batch = batch
         self.buffer = buffer
+        self.max_held = max_held
         #: The partition of each stream key, as Redis replies name them.
         self._partition_of_key = {
             key.encode(): p for p in range(partitions) for key in self._streams_of(p)
@@ -1257,9 +1406,11 @@ class RedisStreams:
         self.sent = 0
         self.duplicates = 0
         self.refused_full = 0
+        self.backoffs = 0
         self.delivered = 0
         self.acked = 0
         self.skipped_handled = 0
+        self.twins = 0
         self.retried = 0
         self.dead_lettered = 0
         self.reconnects = 0
@@ -1287,6 +1438,8 @@ class RedisStreams:
         outbox, leases, deliveries = self._outbox, self._leases, self._deliveries
         outbox.wake = anyio.Event()
         outbox.flushed = anyio.Event()
+        deliveries.finished = anyio.Event()
+        deliveries.reader = None
         client = aioredis.Redis.from_url(
             self.url, decode_responses=False, health_check_interval=0, socket_keepalive=True
         )
@@ -1309,9 +1462,13 @@ class RedisStreams:
                 try:
                     yield self
                 finally:
-                    # Stop fetching, let the bus dispatch what it holds (the bus
-                    # drains after this context), hand back the rest, free leases.
+                    # Stop fetching (a read blocked in Redis too), let the bus
+                    # dispatch what it holds (the bus drains after this context),
+                    # hand back the rest, free leases.
                     self._stopping = True
+                    if self.consume:
+                        with anyio.move_on_after(10, shield=True):
+                            await deliveries.stop_reading()
                     await deliveries.drain()
                     with anyio.move_on_after(10, shield=True):
                         await outbox.flush()
@@ -1369,7 +1526,7 @@ class RedisStreams:
         delivery = self._deliveries.held.pop(event, None)
         if delivery is None:
             return
-        if outcome == "handled" and delivery.effects is None:
+        if outcome == "handled" and delivery.effects is None and delivery.twins is None:
             # The common case: handled without effects, acknowledged by stream.
             self._outbox.ack(delivery)
             return
@@ -1425,9 +1582,11 @@ class RedisStreams:
             "sent": self.sent,
             "duplicates": self.duplicates,
             "refused_full": self.refused_full,
+            "backoffs": self.backoffs,
             "delivered": self.delivered,
             "acked": self.acked,
             "skipped_handled": self.skipped_handled,
+            "twins": self.twins,
             "retried": self.retried,
             "dead_lettered": self.dead_lettered,
             "reconnects": self.reconnects,

@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import anyio.to_thread
 
 from openstarry._lifecycle import Lifecycle
@@ -85,9 +86,14 @@ class RedisStore(Lifecycle):
 
     Its connection opens on first use and closes when the store, used as an
     async context manager (an :class:`~openstarry.agent.Agent` enters it), exits.
+    At most ``concurrency`` calls run at once (the others wait their turn), on
+    a pool of as many connections: a worker running hundreds of sessions never
+    runs out of connections, and never opens hundreds.
     """
 
-    def __init__(self, url: str, *, name: str = "openstarry") -> None:
+    def __init__(self, url: str, *, name: str = "openstarry", concurrency: int = 16) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, not {concurrency}")
         try:
             import redis.asyncio  # noqa: F401
         except ImportError as exc:
@@ -96,13 +102,17 @@ class RedisStore(Lifecycle):
             ) from exc
         self.url = url
         self.name = name
+        self.concurrency = concurrency
+        self._slots = anyio.Semaphore(concurrency)
         self._client: Any = None
 
     def _redis(self) -> Any:
         if self._client is None:
             import redis.asyncio as aioredis
 
-            self._client = aioredis.Redis.from_url(self.url, decode_responses=False)
+            self._client = aioredis.Redis.from_url(
+                self.url, decode_responses=False, max_connections=self.concurrency
+            )
         return self._client
 
     def _key(self, session_id: str) -> str:
@@ -115,7 +125,8 @@ class RedisStore(Lifecycle):
         delay, waited = 0.05, 0.0
         while True:
             try:
-                return await getattr(self._redis(), command)(*args)
+                async with self._slots:
+                    return await getattr(self._redis(), command)(*args)
             except (exceptions.ConnectionError, exceptions.TimeoutError, OSError):
                 if waited >= 30:
                     raise

@@ -23,7 +23,9 @@ class LoopLimits:
     max_failure_streak: int = 5
     #: Identical failing calls in a row that add a warning observation.
     repeated_failure_warning: int = 3
-    #: Inputs that may wait behind a session's run; more are refused with ``KERNEL:ERROR``.
+    #: Inputs that may wait behind a session's run; more are refused with ``KERNEL:ERROR``
+    #: (on the local bus: a worker of a remote bus answers every input it fetched,
+    #: and its backend bounds how many it holds, ``max_held``).
     max_pending_inputs: int = 64
     #: Sessions kept; past it the least recently used idle one is forgotten.
     max_sessions: int = 10_000

@@ -184,7 +184,7 @@ class ExecutionLoop(Lifecycle):
             release=bus.release,
             memory_window=memory_window,
             max_sessions=limits.max_sessions,
-            max_pending_inputs=limits.max_pending_inputs,
+            max_pending_inputs=limits.max_pending_inputs if bus.backend is None else None,
         )
         self._external = ExternalCalls(
             self._executor, self._context, self._outbox.publish_or_drop, self._outbox.error

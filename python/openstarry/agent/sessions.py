@@ -3,7 +3,8 @@
 Rules the scheduler keeps:
 
 - **One run at a time per session, in order.** A session's inputs wait in its
-  queue (at most ``max_pending_inputs``; more are refused) and one worker task
+  queue (at most ``max_pending_inputs``; more are refused, except on a remote
+  bus, whose backend bounds what a worker holds) and one worker task
   serves them one after the other; sessions never wait for each other.
 - **Workers are parked, not restarted.** After its last input a worker waits,
   idle, for the session's next one: waking it costs a signal, where a new task
@@ -182,7 +183,9 @@ class Sessions:
         waiters: Where the inputs that are waited for are finished when dropped.
         memory_window: User turns each session's memory keeps (``None``: all).
         max_sessions: Sessions kept at most.
-        max_pending_inputs: Inputs that may wait behind a session's run.
+        max_pending_inputs: Inputs that may wait behind a session's run (``None``:
+            no bound of its own, on a remote bus: the inputs a worker fetched
+            are its own to answer, and the backend bounds how many it holds).
         release: Told when a queued input is dropped: ``release(event, handled=...)``,
             ``handled=False`` when the loop is leaving (the input is handed back
             to a remote bus, to run elsewhere).
@@ -195,7 +198,7 @@ class Sessions:
         *,
         memory_window: int | None,
         max_sessions: int,
-        max_pending_inputs: int,
+        max_pending_inputs: int | None,
         release: Callable[..., None] | None = None,
     ) -> None:
         self._serve = serve
@@ -313,7 +316,8 @@ class Sessions:
             session's queue is full and the input is refused.
         """
         rt = self.get(event.session_id)
-        if len(rt.pending) >= self.max_pending_inputs:
+        limit = self.max_pending_inputs
+        if limit is not None and len(rt.pending) >= limit:
             return len(rt.pending)
         rt.pending.append(event)
         if rt.idle:

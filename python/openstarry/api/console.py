@@ -8,6 +8,10 @@
   ``GET /metrics.json``: the same numbers as JSON, for the console's charts;
 - ``POST /stop``: ``{"session_id": ...}`` sends ``/stop`` to that session at
   priority 0 (it overtakes everything waiting on the bus); ``202``.
+
+With an API key, the page and its files are served to anyone (they hold
+nothing but the console's code); everything else needs the key or the
+console's sign-in (:mod:`openstarry.api.signin`).
 """
 
 from __future__ import annotations
@@ -29,9 +33,11 @@ if TYPE_CHECKING:
 
     from openstarry.agent.runtime import Agent
 
-__all__ = ["console_routes"]
+__all__ = ["PUBLIC_PATHS", "console_routes"]
 
 _STATIC = ("index.html", "console.css", "console.js")
+#: The console's page and files: static, so they need no key (the page signs in).
+PUBLIC_PATHS = ("/", *(f"/console/{name}" for name in _STATIC))
 _TYPES = {".html": "text/html; charset=utf-8", ".css": "text/css", ".js": "text/javascript"}
 _PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -72,8 +72,11 @@ runs a tool directly (``/read notes.txt``) only for a tool in the manifest's
 ``session_id`` is 1 to 128 ASCII letters, digits, ``_``, ``-``, ``.``, ``:`` or
 ``@`` (``422`` otherwise).
 
-Who may call: with ``api_key``, every route but ``/health`` needs
-``Authorization: Bearer <key>`` (``401`` otherwise). :func:`serve` refuses a
+Who may call: with ``api_key``, every route but ``/health``, the console's
+page and its sign-in needs ``Authorization: Bearer <key>`` or the session
+cookie the console's sign-in gives a browser (``401`` otherwise; repeated
+wrong keys from one address are slowed down with ``429``: see
+:mod:`openstarry.api.signin`). :func:`serve` refuses a
 non-loopback address without a key unless told ``insecure``, closes a
 connection whose request head or body comes too slowly (``408``), caps the
 connections of one client address (``429``), and shuts down gracefully (see
@@ -106,10 +109,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from openstarry._http import BearerAuth, ConnectionLimits, check_bind, graceful_server
+from openstarry._http import ConnectionLimits, check_bind, graceful_server
 from openstarry.agent.commands import BUILTIN_COMMANDS, find_tool, parse_line
 from openstarry.api.adapter import RunStream, check_request, open_run
-from openstarry.api.console import console_routes
+from openstarry.api.console import PUBLIC_PATHS, console_routes
 from openstarry.api.heartbeat import with_heartbeats
 from openstarry.api.models import (
     AgentRequest,
@@ -119,6 +122,7 @@ from openstarry.api.models import (
     RunStatus,
     parse_request,
 )
+from openstarry.api.signin import ConsoleAuth, SignIn, signin_routes
 from openstarry.api.tracecontext import TraceContextMiddleware
 from openstarry.bus import describe_exception
 from openstarry.tools import tool_name
@@ -191,6 +195,8 @@ class ServerLimits:
         shutdown_grace: Seconds the runs in progress get to finish when the
             server is asked to stop (SIGTERM, SIGINT); then they are stopped and
             end ``canceled``.
+        signin_ttl: Seconds a console sign-in lasts (with an API key): its
+            session cookie expires then, and the page asks for the key again.
     """
 
     max_body_bytes: int = 1024 * 1024
@@ -207,6 +213,7 @@ class ServerLimits:
     body_timeout: float = 30.0
     max_unsent_bytes: int = 256 * 1024 * 1024
     shutdown_grace: float = 10.0
+    signin_ttl: float = 12 * 3600.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -226,7 +233,7 @@ class ServerLimits:
         for name in ("resume_grace", "shutdown_grace"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be 0 or more, not {getattr(self, name)}")
-        for name in ("response_ttl", "heartbeat", "header_timeout", "body_timeout"):
+        for name in ("response_ttl", "heartbeat", "header_timeout", "body_timeout", "signin_ttl"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
 
@@ -946,13 +953,16 @@ def create_app(
     Args:
         agent: The agent to serve (not yet started).
         limits: The server's bounds (default :class:`ServerLimits`).
-        api_key: When given, every route but ``/health`` needs
-            ``Authorization: Bearer <api_key>`` (``401`` otherwise).
+        api_key: When given, every route but ``/health`` and the console's
+            page needs ``Authorization: Bearer <api_key>`` or the console's
+            sign-in cookie (``401`` otherwise); ``/signin`` and ``/signout``
+            are added (:mod:`openstarry.api.signin`).
         expose_tools: The tools a slash command may run (default: the
             manifest's ``api.expose_tools``, else none); ``mcp.private_tools``
             never are.
     """
     api = _Api(agent, limits or ServerLimits(), expose_tools)
+    signin = SignIn(api_key, ttl=api.limits.signin_ttl) if api_key is not None else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -1032,14 +1042,25 @@ def create_app(
             Route("/health", health, methods=["GET"]),
             # The console, /events, /metrics and /stop (openstarry.api.console).
             *console_routes(agent),
+            # With a key, the console's sign-in (openstarry.api.signin).
+            *(signin_routes(signin, api.limits.body_timeout) if signin is not None else []),
         ],
         exception_handlers={HTTPException: http_error, Exception: server_error},
         lifespan=lifespan,
         middleware=(
-            [Middleware(BearerAuth, key=api_key, exempt={"/health"})] if api_key is not None else []
+            [
+                Middleware(
+                    ConsoleAuth,
+                    signin=signin,
+                    public={"/health", "/signin", "/signout", *PUBLIC_PATHS},
+                )
+            ]
+            if signin is not None
+            else []
         ),
     )
     app.state.openstarry = api
+    app.state.signin = signin
     # X-OpenStarry-Trace-ID / traceparent of a request continue into its run.
     app.add_middleware(TraceContextMiddleware)
     return app
@@ -1070,7 +1091,8 @@ def serve(
         port: The port (0: any free one).
         limits: The server's bounds.
         sock: A bound socket to serve on instead of ``host``/``port``.
-        api_key: Every route but ``/health`` needs ``Authorization: Bearer <api_key>``.
+        api_key: Every route but ``/health`` and the console's page needs
+            ``Authorization: Bearer <api_key>`` or the console's sign-in.
         insecure: Serve on an address other than loopback without ``api_key``.
 
     Returns:

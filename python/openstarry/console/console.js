@@ -1,6 +1,8 @@
 // The openstarry console: chat over POST /process, the bus over GET /events,
 // charts from GET /metrics.json. Plain JavaScript, no build step, nothing fetched
-// from elsewhere.
+// from elsewhere. When the server has an API key (GET /signin answers), the page
+// asks for it once; POST /signin trades it for an HttpOnly session cookie that
+// every request below then carries by itself, /events included.
 "use strict";
 
 const MAX_EVENTS = 2000;       // events kept in the timeline (the oldest go first)
@@ -74,6 +76,7 @@ class ChatRun {
       try {
         if (!response.ok) {
           const err = await response.json().catch(() => ({}));
+          if (response.status === 401) signedOut();
           say("error", `${response.status} ${err.code || ""}: ${err.message || ""}`);
           return;
         }
@@ -201,6 +204,7 @@ $("stop").addEventListener("click", async () => {
     headers: { "content-type": "application/json" },
     body: JSON.stringify({ session_id: session }),
   });
+  if (r.status === 401) signedOut();
   if (!r.ok) say("error", "/stop: " + r.status);
 });
 
@@ -295,11 +299,20 @@ function drawTrace(id) {
   tree.dataset.trace = ev.traceId;
 }
 
+let bus = null;
+
 function connectBus() {
+  if (bus) bus.close();
   const source = new EventSource("/events");   // reconnects itself, with Last-Event-ID
+  bus = source;
   const status = $("bus-status");
   source.onopen = () => { status.textContent = "live"; status.className = "status live"; };
-  source.onerror = () => { status.textContent = "reconnecting"; status.className = "status down"; };
+  source.onerror = () => {
+    status.textContent = "reconnecting";
+    status.className = "status down";
+    // Refused (a 401 after the sign-in expired): EventSource gives up, so ask why.
+    if (source.readyState === EventSource.CLOSED) checkSignIn();
+  };
   source.addEventListener("bus", (m) => addEvent(JSON.parse(m.data)));
 }
 
@@ -352,8 +365,10 @@ function draw(canvasId, legendId, group) {
 }
 
 async function poll() {
+  if (signingIn) return;
   try {
     const r = await fetch("/metrics.json");
+    if (r.status === 401) { signedOut(); return; }
     const m = await r.json();
     $("agent-name").textContent = m.agent || "";
     const dispatched = m.bus.dispatched;
@@ -377,6 +392,92 @@ async function poll() {
   }
 }
 
-connectBus();
-poll();
-setInterval(poll, 1000);
+// ---------------------------------------------------------------- sign-in
+
+let started = false;
+let signingIn = false;
+
+function start() {
+  connectBus();
+  if (started) return;
+  started = true;
+  poll();
+  setInterval(poll, 1000);
+}
+
+function showSignIn(message) {
+  signingIn = true;
+  $("signout").hidden = true;
+  $("signin-error").textContent = message || "";
+  $("signin").hidden = false;
+  $("signin-key").focus();
+}
+
+function signedOut() {
+  if (signingIn) return;
+  if (bus) { bus.close(); bus = null; }
+  showSignIn("The sign-in has expired: enter the key again.");
+}
+
+async function signInState() {
+  // {required, signed_in}; a server without a key has no /signin (404).
+  try {
+    const r = await fetch("/signin", { cache: "no-store" });
+    if (r.ok) return await r.json();
+  } catch (exc) {
+    // The server is away: carry on as without a key; requests will say more.
+  }
+  return { required: false, signed_in: true };
+}
+
+async function checkSignIn() {
+  const state = await signInState();
+  if (state.required && !state.signed_in) signedOut();
+}
+
+$("signin-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const box = $("signin-key");
+  const error = $("signin-error");
+  error.textContent = "";
+  let r;
+  try {
+    r = await fetch("/signin", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ key: box.value }),
+    });
+  } catch (exc) {
+    error.textContent = "The server cannot be reached: " + exc;
+    return;
+  }
+  if (r.ok) {
+    box.value = "";
+    $("signin").hidden = true;
+    $("signout").hidden = false;
+    signingIn = false;
+    start();
+    return;
+  }
+  const err = await r.json().catch(() => ({}));
+  error.textContent = r.status === 429
+    ? `Too many wrong keys: try again in ${r.headers.get("retry-after") || "a few"} s.`
+    : (err.message || `sign-in refused (${r.status})`);
+  box.select();
+});
+
+$("signout").addEventListener("click", async () => {
+  await fetch("/signout", { method: "POST" }).catch(() => null);
+  if (bus) { bus.close(); bus = null; }
+  showSignIn("");
+});
+
+(async () => {
+  const state = await signInState();
+  if (state.required && !state.signed_in) {
+    showSignIn("");
+  } else {
+    $("signout").hidden = !state.required;
+    start();
+  }
+})();
