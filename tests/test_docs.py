@@ -453,6 +453,12 @@ def test_the_cli_reference_has_every_command_and_option() -> None:
         assert option in page, (command, option)
 
 
+def test_the_layers_table_is_the_contract() -> None:
+    table = hooks().layers_reference()
+    assert "| 1 | `openstarry.cli`" in table
+    assert "`openstarry.errors`" in table.splitlines()[-1]
+
+
 def griffe_rest() -> ModuleType:
     spec = importlib.util.spec_from_file_location("openstarry_docs_griffe", DOCS / "griffe_rest.py")
     assert spec is not None
