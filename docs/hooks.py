@@ -12,6 +12,9 @@ code:
 - ``cli``: every ``openstarry`` command and option, from the argparse parsers;
 - ``layers``: the layers contract of ``pyproject.toml`` (what ``make lint`` checks).
 
+It also titles "Output" each block that the tests check as the output of the
+block before it (``<!-- expect-output -->``, see ``tests/test_docs.py``).
+
 An unknown marker fails the build. The generators import openstarry, so the
 build needs it importable with its extension built (``make docs`` builds it).
 """
@@ -37,6 +40,11 @@ _spec.loader.exec_module(_griffe_rest)
 markdown_of: Callable[[str], str] = _griffe_rest.markdown_of
 
 MARKER = re.compile(r"^<!-- generated: (?P<name>[a-z-]+) -->$", re.MULTILINE)
+# A block the tests check as the output of the one before (tests/test_docs.py) is titled so.
+EXPECTED_OUTPUT = re.compile(
+    r"^(?P<indent>[ \t]*)<!-- expect-output -->\n(?P=indent)(?P<fence>`{3,}|~{3,})text[ \t]*$",
+    re.MULTILINE,
+)
 
 JSON = dict[str, Any]
 
@@ -381,6 +389,13 @@ def expand(markdown: str, where: str = "a page") -> str:
     return MARKER.sub(replace, markdown)
 
 
+def title_outputs(markdown: str) -> str:
+    """Each expected output's block titled "Output" (pymdownx.highlight's ``title``)."""
+    return EXPECTED_OUTPUT.sub(
+        lambda match: f'{match["indent"]}{match["fence"]}text title="Output"', markdown
+    )
+
+
 def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
-    """MkDocs hook: expand the markers of each page."""
-    return expand(markdown, page.file.src_path)
+    """MkDocs hook: expand the markers of each page, and title its outputs."""
+    return title_outputs(expand(markdown, page.file.src_path))

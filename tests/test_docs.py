@@ -488,6 +488,11 @@ def test_doc_comments_document_the_attributes_below_them() -> None:
     assert doc_comment(lines, 6) is None
 
 
+def test_expected_outputs_are_titled() -> None:
+    page = "text\n\n<!-- expect-output -->\n```text\n5\n```\n"
+    assert hooks().title_outputs(page) == 'text\n\n```text title="Output"\n5\n```\n'
+
+
 def test_an_unknown_marker_fails_the_build() -> None:
     with pytest.raises(ValueError, match="unknown generated part"):
         hooks().expand("<!-- generated: nothing-of-the-kind -->", "page.md")
