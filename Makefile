@@ -19,6 +19,9 @@ EXAMPLE := examples/weather-agent/agent.json
 ABI ?= version
 ABI_FLAGS := $(if $(filter abi3,$(ABI)),,--no-default-features)
 SDIST_VENV := .venv-sdist
+# The docs site, strictly: a broken link, a page left out or a reference that
+# does not resolve fails. (The variable silences Material's notice about MkDocs 2.)
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 # maturin finds zig as `python3 -m ziglang`: the venv's python, which has ziglang.
 MATURIN_ZIG := env PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/maturin
 LINUX_TARGETS := x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu x86_64-unknown-linux-musl aarch64-unknown-linux-musl
@@ -94,6 +97,10 @@ wheel-version: $(DEPS) ## Build version-specific wheels for every CPython >= 3.1
 run: dev ## Set up, then run the example weather agent through the spec 000 section 5 sequence
 	$(PY) -m openstarry.cli run $(EXAMPLE) --input "Query weather in Taipei"
 
+.PHONY: docs
+docs: dev ## Build the docs site into site/ (open site/index.html), strictly; its references are generated from the code
+	$(MKDOCS)
+
 .PHONY: demo
 demo: dev ## Run the Rust ingestion demo on the shipped NDJSON sample
 	$(PY) -m openstarry.cli demo examples/events.ndjson
@@ -123,12 +130,13 @@ redis-server:
 	  else echo "make: the Redis bus tests need redis-server: install it (Debian: apt-get install redis-server)" >&2; exit 1; fi; }
 
 .PHONY: test
-test: wheel browser redis-server ## Set up, then run every test: cargo test, the layers contract, pytest against the wheel, smoke tests of the wheel (alone, with its dependencies, with its extras) in clean venvs
+test: wheel browser redis-server ## Set up, then run every test: cargo test, the layers contract, pytest against the wheel (the docs' examples included), the docs site built strictly, smoke tests of the wheel (alone, with its dependencies, with its extras) in clean venvs
 	cargo test --quiet
 	PYTHONPATH=python $(VENV)/bin/lint-imports --no-cache
 	$(PY) tests/check_wheel.py dist/openstarry-*.whl
 	$(PY) -m pip install --quiet --force-reinstall --no-deps dist/openstarry-*.whl
 	$(PY) -m pytest
+	$(MKDOCS)
 	rm -rf $(SMOKE_VENV)
 	$(PYTHON) -m venv $(SMOKE_VENV)
 	$(SMOKE_VENV)/bin/python -m pip install --quiet --no-deps --no-index dist/openstarry-*.whl
@@ -177,8 +185,8 @@ lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy --strict, stubtes
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --all-targets --features python -- -D warnings
-	$(VENV)/bin/ruff check python tests benches
-	$(VENV)/bin/ruff format --check python tests benches
+	$(VENV)/bin/ruff check python tests benches docs/*.py
+	$(VENV)/bin/ruff format --check python tests benches docs/*.py
 	$(VENV)/bin/mypy
 	$(PY) -m mypy.stubtest openstarry._core
 	PYTHONPATH=python $(VENV)/bin/lint-imports --no-cache
@@ -188,12 +196,12 @@ lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy --strict, stubtes
 .PHONY: format
 format: $(DEPS) ## Format the Rust and Python sources
 	cargo fmt
-	$(VENV)/bin/ruff format python tests benches
-	$(VENV)/bin/ruff check --fix python tests benches
+	$(VENV)/bin/ruff format python tests benches docs/*.py
+	$(VENV)/bin/ruff check --fix python tests benches docs/*.py
 
 .PHONY: clean
 clean: ## Remove build outputs and virtual environments
-	rm -rf target dist test-artifacts $(VENV) $(SMOKE_VENV) $(AGENT_VENV) $(EXTRAS_VENV) $(SDIST_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
+	rm -rf target dist site test-artifacts $(VENV) $(SMOKE_VENV) $(AGENT_VENV) $(EXTRAS_VENV) $(SDIST_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
 
 .PHONY: help
 help: ## Show this help
