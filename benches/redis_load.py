@@ -13,7 +13,9 @@ the last input handled. It prints one line of JSON:
 
 - ``events_per_s``: inputs handled per second;
 - ``redis_cpu_us_per_event``: Redis's CPU time (``INFO cpu``, user + system)
-  per input handled, effects included;
+  per input handled, effects included; ``workers_cpu_us_per_event`` and
+  ``producers_cpu_us_per_event``, the same for the worker and producer
+  processes (``/proc``, Linux; the producers' up to the last handled event);
 - ``script_us_per_call`` and ``script_calls``: the flush script's cost per
   call (``INFO commandstats``, ``evalsha``), and ``commands``: every command's
   calls and microseconds per call;
@@ -33,6 +35,7 @@ import asyncio
 import contextlib
 import json
 import multiprocessing
+import os
 import sys
 import tempfile
 import time
@@ -242,6 +245,16 @@ def _balanced(client: redis.Redis, settings: Settings, workers: int, timeout: fl
     raise TimeoutError("the workers did not share the partitions")
 
 
+def _process_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system) a process of this machine has used (Linux), else 0."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _cpu(client: redis.Redis) -> float:
     info: Any = client.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
@@ -264,12 +277,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             client.config_resetstat()
             cpu = _cpu(client)
+            workers_cpu = sum(_process_cpu(w.pid) for w in rig.workers)
+            producers_cpu = sum(_process_cpu(p.pid) for p in trial.processes)
             started = time.perf_counter()
             # A run that stalls is reported as such: handled < events.
             with contextlib.suppress(TimeoutError):
                 rig.go(trial, timeout=args.timeout)
             elapsed = time.perf_counter() - started
             cpu = _cpu(client) - cpu
+            workers_cpu = sum(_process_cpu(w.pid) for w in rig.workers) - workers_cpu
+            producers_cpu = sum(_process_cpu(p.pid) for p in trial.processes) - producers_cpu
             stats: Any = client.info("commandstats")
             answers = trial.answers()
             time.sleep(0.5)  # an input handled twice would show now
@@ -292,6 +309,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "seconds": round_(elapsed),
         "events_per_s": int(args.events / elapsed) if handled >= args.events else 0,
         "redis_cpu_us_per_event": round_(cpu / max(1, handled) * 1e6),
+        "workers_cpu_us_per_event": round_(workers_cpu / max(1, handled) * 1e6),
+        "producers_cpu_us_per_event": round_(producers_cpu / max(1, handled) * 1e6),
         "script_calls": script["calls"],
         "script_us_per_call": script["us_per_call"],
         "accepted": sum(a["accepted"] for a in answers),

@@ -39,8 +39,8 @@ ROUNDS = 5
 SMOKE_N = 300
 #: The overload group: events a round, and a bound low enough that four
 #: producers fill the streams (8 partitions x 1,000) in the first part of a round.
-OVERLOAD_N = 40_000
-OVERLOAD_MAXLEN = 1_000
+OVERLOAD_N = 160_000
+OVERLOAD_MAXLEN = 10_000
 
 
 @pytest.fixture(scope="module")

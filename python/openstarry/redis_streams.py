@@ -681,10 +681,13 @@ class _Outbox:
         time. When a flush is refused for a full stream, the publishes of the
         flush sent behind it are refused by the server too (this producer's
         hold key), and both go back to the front of the queue in order: what is
-        published keeps its order. Then the flusher pauses (exponential
-        backoff with full jitter) and sends a small flush first (a probe), so
-        that waiting costs Redis next to nothing; each flush answered without a
-        refusal doubles the next one's size, back to the full size.
+        published keeps its order. While the streams still take some of each
+        flush, the next carries about as much as they took, after a
+        millisecond; when they took none, the flusher pauses (exponential
+        backoff with full jitter, 2 ms to 100 ms) and sends a small flush first
+        (a probe), so that waiting costs Redis next to nothing. Each flush
+        answered without a refusal doubles the next one's size, back to the
+        full size.
         """
         streams = self.streams
         outgoing = self.queue
@@ -698,6 +701,7 @@ class _Outbox:
         heard = 0  # the last flush whose refusal this process has heard of
         broken = False
         backoff = 0.0  # the last pause's bound; 0 while no flush is refused
+        taken = 0  # publishes accepted by the flushes answered with a refusal
         try:
             while True:
                 while (
@@ -735,22 +739,32 @@ class _Outbox:
                     continue
                 in_flight.popleft()
                 self.in_flight -= len(ops)
+                sent_before = streams.sent
                 full = self._answer(ops, results)
                 if full:
                     refused.extend(full)
                     heard = self.flushes  # every flush sent so far
+                    taken += streams.sent - sent_before
                 elif not refused:
                     backoff = 0.0
                     self.limit = min(_FLUSH_EVENTS, self.limit * 2)
                 if refused and not in_flight:
-                    # Back at the front, in order, retried after a pause, a probe first.
+                    # Back at the front, in order, and sent again: at once, as
+                    # much as the streams just took, while they take some; after
+                    # a pause growing with each flush they took none of, a probe.
                     outgoing.extendleft(reversed(refused))
                     streams.refused_full += len(refused)
                     refused = []
-                    self.limit = _PROBE_EVENTS
-                    backoff = min(_BACKOFF_MAX, max(_BACKOFF_MIN, backoff * 2))
-                    streams.backoffs += 1
-                    await anyio.sleep(random.uniform(0, backoff))
+                    if taken:
+                        backoff = 0.0
+                        self.limit = max(_PROBE_EVENTS, min(_FLUSH_EVENTS, taken))
+                        await anyio.sleep(_BACKOFF_MIN / 2)
+                    else:
+                        self.limit = _PROBE_EVENTS
+                        backoff = min(_BACKOFF_MAX, max(_BACKOFF_MIN, backoff * 2))
+                        streams.backoffs += 1
+                        await anyio.sleep(random.uniform(0, backoff))
+                    taken = 0
                 flushed, self.flushed = self.flushed, anyio.Event()
                 flushed.set()
         finally:
