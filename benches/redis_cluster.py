@@ -158,25 +158,12 @@ class Consumers:
         asyncio.run(produce(self.url, events(total)))
         self.wait_for(total)
 
-    def _wait_balanced(self, timeout: float = 30.0) -> None:
-        """Until the partitions are shared evenly between the consumers' leases."""
+    def _wait_balanced(self) -> None:
         client = redis.Redis.from_url(self.url)
-        keys = [f"{{{NAME}}}:lease:{GROUP}:{p}" for p in range(PARTITIONS)]
-        share = -(-PARTITIONS // len(self.processes))
-        deadline = time.monotonic() + timeout
         try:
-            while time.monotonic() < deadline:
-                owners = client.mget(keys)
-                if all(owners):
-                    counts: dict[Any, int] = {}
-                    for owner in owners:
-                        counts[owner] = counts.get(owner, 0) + 1
-                    if len(counts) == len(self.processes) and max(counts.values()) <= share:
-                        return
-                time.sleep(0.05)
+            wait_balanced(client, NAME, GROUP, PARTITIONS, len(self.processes))
         finally:
             client.close()
-        raise TimeoutError("the consumers did not share the partitions")
 
     def close(self) -> None:
         self.stop.set()
@@ -185,6 +172,25 @@ class Consumers:
             if process.is_alive():
                 process.kill()
                 process.join()
+
+
+def wait_balanced(
+    client: redis.Redis, name: str, group: str, partitions: int, consumers: int, timeout: float = 30
+) -> None:
+    """Until the partitions are shared evenly between the leases of ``consumers`` consumers."""
+    keys = [f"{{{name}}}:lease:{group}:{p}" for p in range(partitions)]
+    share = -(-partitions // consumers)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        owners = client.mget(keys)
+        if all(owners):
+            counts: dict[Any, int] = {}
+            for owner in owners:
+                counts[owner] = counts.get(owner, 0) + 1
+            if len(counts) == consumers and max(counts.values()) <= share:
+                return
+        time.sleep(0.05)
+    raise TimeoutError("the consumers did not share the partitions")
 
 
 @contextmanager

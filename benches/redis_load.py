@@ -45,6 +45,7 @@ from typing import Any
 
 import redis
 
+from benches.redis_cluster import wait_balanced
 from openstarry.bus import EventBus
 from openstarry.core import Event
 
@@ -197,7 +198,7 @@ class Rig:
         for process in self.workers:
             process.start()
         try:
-            _balanced(client, self.settings, len(self.workers))
+            wait_balanced(client, NAME, GROUP, self.settings.partitions, len(self.workers))
         finally:
             client.close()
 
@@ -227,22 +228,6 @@ class Rig:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _balanced(client: redis.Redis, settings: Settings, workers: int, timeout: float = 30.0) -> None:
-    keys = [f"{{{NAME}}}:lease:{GROUP}:{p}" for p in range(settings.partitions)]
-    share = -(-settings.partitions // workers)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        owners = client.mget(keys)
-        if all(owners):
-            counts: dict[Any, int] = {}
-            for owner in owners:
-                counts[owner] = counts.get(owner, 0) + 1
-            if len(counts) == workers and max(counts.values()) <= share:
-                return
-        time.sleep(0.05)
-    raise TimeoutError("the workers did not share the partitions")
 
 
 def _process_cpu(pid: int | None) -> float:
