@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,3 +26,16 @@ def server() -> Iterator[FakeLLMServer]:
     """A scripted LLM API server on 127.0.0.1 (a module may define its own ``server``)."""
     with FakeLLMServer() as fake:
         yield fake
+
+
+@pytest.fixture
+def gated_manifest(tmp_path: Path) -> Path:
+    """The weather agent plus ``wait_for`` (``tests/prompt_tools.py``), a tool that
+    waits until a file exists: the prompt's terminal tests hold a turn open with it."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "weather-agent" / "agent.json"
+    data = json.loads(example.read_text(encoding="utf-8"))
+    data["tools"] = [*data["tools"], "prompt_tools:wait_for"]
+    data["fs"] = {"allowedPaths": [str(example.parent / "workspace")], "allowOutside": True}
+    path = tmp_path / "agent.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path

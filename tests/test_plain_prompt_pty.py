@@ -8,7 +8,6 @@ tested without a terminal in ``test_plain_prompt.py``.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
@@ -62,17 +61,6 @@ def start(tmp_path: Path) -> Iterator[Callable[..., Terminal]]:
     yield spawn
     for terminal in started:
         terminal.close()
-
-
-@pytest.fixture
-def gated_manifest(tmp_path: Path) -> Path:
-    """The weather agent plus ``wait_for``, a tool that waits until a file exists."""
-    data = json.loads(EXAMPLE.read_text(encoding="utf-8"))
-    data["tools"] = [*data["tools"], "prompt_tools:wait_for"]
-    data["fs"] = {"allowedPaths": [str(EXAMPLE.parent / "workspace")], "allowOutside": True}
-    path = tmp_path / "agent.json"
-    path.write_text(json.dumps(data), encoding="utf-8")
-    return path
 
 
 def test_a_typed_line_appears_once_and_the_next_prompt_stays_out_of_the_output(

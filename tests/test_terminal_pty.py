@@ -7,7 +7,6 @@ history in its own data folder (``XDG_DATA_HOME``).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -53,17 +52,6 @@ def start(data_home: Path) -> Iterator[Callable[..., Terminal]]:
     yield spawn
     for terminal in started:
         terminal.close()
-
-
-@pytest.fixture
-def gated_manifest(tmp_path: Path) -> Path:
-    """The weather agent plus ``wait_for``, a tool that waits until a file exists."""
-    data = json.loads(EXAMPLE.read_text(encoding="utf-8"))
-    data["tools"] = [*data["tools"], "prompt_tools:wait_for"]
-    data["fs"] = {"allowedPaths": [str(EXAMPLE.parent / "workspace")], "allowOutside": True}
-    path = tmp_path / "agent.json"
-    path.write_text(json.dumps(data), encoding="utf-8")
-    return path
 
 
 def test_a_typed_line_appears_once(start: Callable[..., Terminal]) -> None:

@@ -50,6 +50,9 @@ from openstarry.events import OUTPUT_AGENT_MESSAGE, EventType
 
 __all__ = ["main"]
 
+#: The commands a prompt hands to the loop at once, never queued behind a run.
+_AT_ONCE = frozenset(("/stop", "/reset", "/quit"))
+
 
 def _short(value: Any, limit: int = 200) -> str:
     text = value.strip() if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
@@ -217,7 +220,7 @@ async def _plain_prompt(agent: Any, session_id: str, screen: Any) -> None:
             text = line.strip()
             if not text:
                 continue
-            if text in ("/stop", "/reset", "/quit"):
+            if text in _AT_ONCE:
                 agent.loop.command(text, session_id=session_id)
                 if text == "/quit":
                     break
@@ -264,7 +267,7 @@ async def _interactive(
             text = line.strip()
             if not text:
                 continue
-            if text in ("/stop", "/reset", "/quit"):
+            if text in _AT_ONCE:
                 agent.loop.command(text, session_id=session_id)
                 if text == "/quit":
                     break
