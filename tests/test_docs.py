@@ -315,11 +315,21 @@ def served(manifest: str, cwd: Path) -> Iterator[str]:
             process.communicate()
 
 
-@pytest.mark.parametrize("page", pages(), ids=page_id)
+def runnable_pages() -> list[Path]:
+    """The pages with a block to run (the reference, speed and design pages have none)."""
+    return [page for page in pages() if any(block.runs for block in blocks_of(page))]
+
+
+def test_the_readme_and_the_guides_have_examples_to_run() -> None:
+    """A page whose examples all lost their fences would leave the run silently."""
+    runnable = set(runnable_pages())
+    assert README in runnable
+    assert len(runnable) >= 10
+
+
+@pytest.mark.parametrize("page", runnable_pages(), ids=page_id)
 def test_the_examples_of_a_page_run(page: Path, workdir: Path) -> None:
     blocks = blocks_of(page)
-    if not any(block.runs for block in blocks):
-        pytest.skip("no runnable block on this page")
     for block in blocks:
         # As the Redis tests do: a missing redis-server skips, except on CI, where it fails.
         if block.needs and shutil.which(block.needs) is None and not os.environ.get("CI"):
