@@ -22,8 +22,9 @@ import anyio.lowlevel
 import pytest
 
 import openstarry.bus as bus_module
+import openstarry.bus.handles as bus_handles
 from agent_harness import HANG, UnprintableError
-from openstarry.bus import EventBus, Published, Subscription
+from openstarry.bus import BusHost, EventBus, Published, Subscription
 from openstarry.core import DedupWindow, Event, encode_event
 from openstarry.errors import QueueClosed, QueueFull
 
@@ -1468,7 +1469,7 @@ async def test_latency_from_a_controlled_clock(
 ) -> None:
     """With the bus's clock replaced, the latencies (publish to dispatch) are exact."""
     clock = [0]
-    monkeypatch.setattr(bus_module, "_perf_ns", lambda: clock[0])
+    monkeypatch.setattr(bus_handles, "_perf_ns", lambda: clock[0])
     gate = Gate()
     async with EventBus(latency_samples=samples, latency_every=1) as bus:
         with anyio.fail_after(TIMEOUT):
@@ -1958,7 +1959,7 @@ class _RecordingBackend:
         return True
 
     @contextlib.asynccontextmanager
-    async def running(self, bus: EventBus) -> AsyncIterator[None]:
+    async def running(self, bus: BusHost) -> AsyncIterator[None]:
         yield
 
     def done(self, event: Event, outcome: str) -> None:

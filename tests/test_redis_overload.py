@@ -20,9 +20,10 @@ import anyio
 import pytest
 
 from openstarry.bus import EventBus
+from openstarry.bus.redis import partition_of, stream_key
+from openstarry.bus.redis.leases import _Leases
 from openstarry.core import Event, encode_event
 from openstarry.redis_server import RedisServer, redis_server_path
-from openstarry.redis_streams import _Leases, partition_of, stream_key
 from openstarry.stores import RedisStore
 
 pytestmark = [
@@ -76,7 +77,7 @@ async def test_producers_outrunning_the_workers_lose_nothing_and_count_exactly(
     the streams reach their bound (the producers are refused and wait), yet every
     input is handled exactly once, every output committed and handled exactly once,
     every publish answered exactly, and nothing logs a timeout or a lost lease."""
-    caplog.set_level(logging.WARNING, logger="openstarry.redis_streams")
+    caplog.set_level(logging.WARNING, logger="openstarry.bus.redis")
     batches = [
         [_input(f"p{p}-{i}", session=f"s{i % 50}") for i in range(PER_PRODUCER)]
         for p in range(PRODUCERS)

@@ -1,4 +1,4 @@
-"""``openstarry tail`` and :mod:`openstarry.redis_reader` on a bus with a long history.
+"""``openstarry tail`` and :mod:`openstarry.bus.redis.reader` on a bus with a long history.
 
 Each test starts its own ``redis-server`` on a free loopback port and writes
 the history straight into the bus's streams (``XADD``, pipelined), as a busy
@@ -25,14 +25,14 @@ from openstarry.redis_server import RedisServer, redis_server_path
 redis = pytest.importorskip("redis")
 aioredis = pytest.importorskip("redis.asyncio")
 
-from openstarry.redis_reader import (  # noqa: E402
+from openstarry.bus.redis import PRIORITIES, partition_of, stream_key  # noqa: E402
+from openstarry.bus.redis.reader import (  # noqa: E402
     entry_after,
     entry_before,
     read_ends,
     read_history,
     read_new,
 )
-from openstarry.redis_streams import PRIORITIES, partition_of, stream_key  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     redis_server_path() is None and not os.environ.get("CI"),

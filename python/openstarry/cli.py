@@ -732,8 +732,8 @@ def _unreachable(args: argparse.Namespace) -> tuple[int, str] | None:
     if not urls:
         return None
     try:
+        from openstarry.bus.redis.reader import ping
         from openstarry.cluster import redacted
-        from openstarry.redis_reader import ping
     except ImportError:
         return None  # no [redis] extra: the command says so itself
     for what, url in urls:

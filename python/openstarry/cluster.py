@@ -20,7 +20,7 @@ over at once) and exits 0. ``publish`` prints one JSON line
 invalid (each invalid line is named on standard error, and never reaches
 the bus). ``tail`` prints the bus's retained history as NDJSON, then follows
 new events: it reads a page of each stream at a time, merged by entry id as it
-goes (:mod:`openstarry.redis_reader`), so it starts printing at once and
+goes (:mod:`openstarry.bus.redis.reader`), so it starts printing at once and
 holds a few pages whatever the history's length; ``--count`` stops it as soon
 as it has printed N events. ``--since`` starts it at a time (ISO-8601; the
 Redis server's clock stamps each entry), at a Redis entry id, or after an
@@ -288,8 +288,8 @@ def redacted(url: str) -> str:
 async def _tail(args: argparse.Namespace) -> int:
     from redis import exceptions as redis_errors
 
-    from openstarry.redis_reader import connect, read_ends, read_history, read_new
-    from openstarry.redis_streams import PRIORITIES, stream_key
+    from openstarry.bus.redis import PRIORITIES, stream_key
+    from openstarry.bus.redis.reader import connect, read_ends, read_history, read_new
 
     matches = _matcher(args.type)
     left = args.count

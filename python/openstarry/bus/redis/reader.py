@@ -28,7 +28,7 @@ Rules it keeps:
 
 The client must answer bytes in RESP2 (``decode_responses=False``, redis-py's
 default protocol), as :func:`connect` and
-:class:`~openstarry.redis_streams.RedisStreams` make it.
+:class:`~openstarry.bus.redis.RedisStreams` make it.
 """
 
 from __future__ import annotations

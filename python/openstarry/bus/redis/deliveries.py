@@ -1,0 +1,395 @@
+"""The deliveries: the entries fetched (or reclaimed) for this consumer, fed to the bus,
+held until the bus is done with them, then acknowledged, retried or dead-lettered."""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from openstarry.bus.redis.keys import PRIORITIES, _field, _text, stream_key
+from openstarry.bus.redis.leases import _Leases
+from openstarry.bus.redis.outbox import _EVENT, _READ_AHEAD, _WIRE, _Outbox
+from openstarry.bus.redis.records import _Delivery
+from openstarry.bus.redis.state import _RETRY, Streams, log, redis_errors
+from openstarry.core import Event, EventQueue, Ingestor, encode_event
+
+__all__: list[str] = []
+
+
+class _Deliveries:
+    """The entries delivered to this consumer: fetched or reclaimed, fed to the bus,
+    held until the bus says they are done."""
+
+    __slots__ = (
+        "finished",
+        "held",
+        "ingestor",
+        "leases",
+        "outbox",
+        "reader",
+        "reading",
+        "scratch",
+        "streams",
+    )
+
+    def __init__(self, streams: Streams, outbox: _Outbox, leases: _Leases) -> None:
+        self.streams = streams
+        self.outbox = outbox
+        self.leases = leases
+        #: The stream's own record of what it holds (cleared in place, never replaced).
+        self.held: dict[Event, _Delivery] = streams.held
+        self.scratch = EventQueue(None)
+        self.ingestor = Ingestor(self.scratch, None)
+        #: The fetch connection's client id, for ``CLIENT UNBLOCK`` at a stop.
+        self.reader: int | None = None
+        #: Whether a read is on its way (sent, not yet answered).
+        self.reading = False
+        #: Set when the fetcher has stopped: no read of its can deliver more.
+        self.finished = anyio.Event()
+
+    async def create_groups(self) -> None:
+        streams = self.streams
+        pipe = streams._client.pipeline(transaction=False)
+        for p in range(streams.partitions):
+            for key in streams._streams_of(p):
+                pipe.xgroup_create(key, streams.group, id="0", mkstream=True)
+        for result in await pipe.execute(raise_on_error=False):
+            if isinstance(result, Exception) and "BUSYGROUP" not in str(result):
+                raise result
+
+    def effect(self, event: Event, cause: Event | None) -> bool:
+        """Hold ``event`` back as an effect of the delivery ``cause``, if it is one of ours."""
+        if cause is None:
+            return False
+        delivery = self.held.get(cause)
+        if delivery is None:
+            return False
+        op = self.outbox.publish_op(event)
+        if delivery.effects is None:
+            delivery.effects = [op]
+        else:
+            delivery.effects.append(op)
+        return True
+
+    def done(self, event: Event, outcome: str) -> None:
+        delivery = self.held.pop(event, None)
+        if delivery is not None:
+            self.settle(event, delivery, outcome)
+
+    def settle(self, event: Event, delivery: _Delivery, outcome: str) -> None:
+        """What becomes of a delivery the bus is done with."""
+        outbox = self.outbox
+        if outcome == "handled":
+            if delivery.effects:
+                outbox.commit(delivery)
+            else:
+                outbox.ack(delivery)
+            self._twins_done(delivery)
+            return
+        # A failed or handed-back attempt commits nothing: its effects go with it.
+        delivery.effects = None
+        if outcome == "failed":
+            if delivery.attempts + 1 >= self.streams.max_deliveries:
+                outbox.dead_letter(event, delivery, "handler failed")
+                self._twins_done(delivery)
+            else:
+                # Delivered again at once, to keep the session's order.
+                delivery.attempts += 1
+                self.streams.retried += 1
+                self.feed([(event, delivery)])
+        # "returned": left pending; the partition's next owner reclaims it.
+
+    def _twins_done(self, delivery: _Delivery) -> None:
+        """Acknowledge the entries that held the same envelope as a settled delivery."""
+        twins = delivery.twins
+        if twins:
+            delivery.twins = None
+            outbox = self.outbox
+            for twin in twins:
+                outbox.ack(twin)
+            self.streams.twins += len(twins)
+
+    def feed(self, items: Sequence[tuple[Event, _Delivery]]) -> None:
+        bus = self.streams._bus
+        if bus is None or not items or bus.closed:
+            return  # not fed: left pending, reclaimed by the partition's next owner
+        held = self.held
+        fresh = list(map(_EVENT, items))
+        size = len(held)
+        if held.keys().isdisjoint(fresh):  # the common case, without a Python loop
+            held.update(items)
+            if len(held) != size + len(fresh):  # the batch holds one event twice
+                for event in fresh:
+                    held.pop(event, None)
+        if len(held) != size + len(fresh):
+            fresh = []
+            for event, delivery in items:
+                first = held.get(event)
+                if first is not None:
+                    # The same event held already: one delivery at a time, or its
+                    # hold and effects would be lost. Another entry that holds the
+                    # same envelope is answered with it (never left pending); the
+                    # same entry (a reclaim of our own pending entry) is that one.
+                    if first.entry != delivery.entry or first.stream != delivery.stream:
+                        if first.twins is None:
+                            first.twins = [delivery]
+                        else:
+                            first.twins.append(delivery)
+                    continue
+                held[event] = delivery
+                fresh.append(event)
+        if fresh:
+            bus.feed(fresh)
+
+    async def stop_reading(self) -> None:
+        """Stop the fetcher, a read blocked in Redis included, and wait until it has.
+
+        A blocking ``XREADGROUP`` still waiting in Redis would otherwise hand
+        entries to this consumer after it freed its leases, and they would stay
+        pending until the partition changed owner again: ``CLIENT UNBLOCK``
+        ends it at once (what it delivered before is fed to the bus as usual).
+        """
+        client = self.streams._client
+        while not self.finished.is_set():
+            reader = self.reader
+            if self.reading and reader is not None:
+                # A lost connection: the fetcher sees the same error and stops.
+                with contextlib.suppress(*_RETRY):
+                    await client.client_unblock(reader)
+            with anyio.move_on_after(0.05):
+                await self.finished.wait()
+
+    async def drain(self) -> None:
+        """Wait (briefly) for what the bus holds of ours to be dispatched."""
+        bus = self.streams._bus
+        with anyio.move_on_after(5, shield=True):
+            while bus is not None and self.held and len(bus) and not bus.closed:
+                await anyio.sleep(0.01)
+
+    async def run(self) -> None:
+        """Fetch from the owned partitions whenever the bus runs low, reclaiming first.
+
+        Reads go through a connection of their own, with the command packed
+        once for the partitions owned (a read names every stream of them, and
+        asks each for its share of ``batch`` entries, so that one read stays
+        about ``batch`` entries of Redis's time whatever the partitions owned).
+        When a read brings a batch (32 entries or more), the next read is sent
+        before they are dispatched (one read ahead): its answer travels while
+        the bus works.
+        """
+        try:
+            await self._fetch()
+        finally:
+            self.reading = False
+            self.finished.set()
+
+    async def _fetch(self) -> None:
+        streams = self.streams
+        bus = streams._bus
+        assert bus is not None
+        leases = self.leases
+        low_water = streams.batch
+        max_held = streams.max_held
+        packed: Any = None
+        reading: list[int] = []
+        sent = False  # a read is on its way
+        pool = streams._client.connection_pool
+        conn = await pool.get_connection()
+        try:
+            while sent or not streams._stopping:
+                if not sent:
+                    if len(bus) >= low_water or len(self.held) >= max_held:
+                        await anyio.sleep(0.001)
+                        continue
+                    if leases.reclaim:
+                        await streams._retrying(lambda: self.reclaim_partition(leases.reclaim[0]))
+                        leases.reclaim.popleft()
+                        continue
+                    readable = sorted(leases.owned - leases.draining)
+                    if not readable:
+                        await anyio.sleep(0.05)
+                        continue
+                    if readable != reading:
+                        reading = readable
+                        # Priority first: a reply lists the streams in this order, so
+                        # a batch arrives as the Ingestor orders it (see deliver).
+                        name = streams.name
+                        keys = [stream_key(name, p, r) for r in PRIORITIES for p in readable]
+                        count = max(16, -(-streams.batch // len(readable)))
+                        packed = conn.pack_command(
+                            *("XREADGROUP", "GROUP", streams.group, streams.consumer),
+                            *("COUNT", count, "BLOCK", 500, "STREAMS"),
+                            *keys,
+                            *([">"] * len(keys)),
+                        )
+                try:
+                    if not sent:
+                        if self.reader is None:
+                            await conn.send_command("CLIENT", "ID", check_health=False)
+                            self.reader = int(await conn.read_response())
+                        if streams._stopping:
+                            continue
+                        self.reading = True
+                        await conn.send_packed_command(packed, check_health=False)
+                    sent = False
+                    reply = await conn.read_response()
+                    self.reading = sent
+                except redis_errors.ResponseError as exc:
+                    self.reading = sent = False
+                    if "NOGROUP" in str(exc):  # the streams were deleted under us
+                        await streams._retrying(self.create_groups)
+                        continue
+                    raise
+                except _RETRY as exc:
+                    await conn.disconnect()
+                    self.reader = None  # a new connection, a new id
+                    self.reading = sent = False
+                    streams.reconnects += 1
+                    log.warning("redis: %s; reconnecting", exc)
+                    await anyio.sleep(0.2)
+                    continue
+                if not reply:
+                    continue
+                # The reply as hiredis gives it (no dict per entry): by stream (a
+                # map on RESP3, pairs on RESP2), [entry, [field, value, ...]] each;
+                # "e" is the only field openstarry writes.
+                entries = [
+                    (stream, entry, fields[1] if fields[0] == b"e" else _field(fields))
+                    for stream, stream_entries in (
+                        reply.items() if isinstance(reply, dict) else reply
+                    )
+                    for entry, fields in stream_entries
+                ]
+                if (
+                    len(entries) >= _READ_AHEAD
+                    and not streams._stopping
+                    and not leases.reclaim
+                    and len(bus) < low_water
+                    and len(self.held) < max_held
+                    and sorted(leases.owned - leases.draining) == reading
+                ):
+                    try:
+                        self.reading = True
+                        await conn.send_packed_command(packed, check_health=False)
+                        sent = True
+                    except _RETRY:
+                        self.reading = False
+                        self.reader = None
+                        await conn.disconnect()  # sent again, reconnected, next time
+                self.feed(self.deliver(entries, attempts=None))
+                # The bus dispatches what came before this task reads again.
+                await anyio.sleep(0)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await conn.disconnect()
+                await pool.release(conn)
+
+    async def reclaim_partition(self, partition: int) -> None:
+        """Take every entry still pending in a partition just acquired (its previous
+        owner died or stopped). What was handled is not pending: its XACK was
+        committed with its effects."""
+        streams = self.streams
+        client = streams._client
+        group, consumer = streams.group, streams.consumer
+        for key in streams._streams_of(partition):
+            stream = key.encode()
+            cursor = "0-0"
+            while True:
+                reply = await client.xautoclaim(
+                    key, group, consumer, min_idle_time=0, start_id=cursor, count=1000
+                )
+                cursor = _text(reply[0])
+                entries = [
+                    (stream, entry, fields.get(b"e", b"")) for entry, fields in reply[1] if fields
+                ]
+                deleted = reply[2] if len(reply) > 2 else []
+                if deleted:
+                    await client.xack(key, group, *deleted)
+                if entries:
+                    pending = await client.xpending_range(
+                        key,
+                        group,
+                        min=entries[0][1],
+                        max=entries[-1][1],
+                        count=len(entries) + 1,
+                        consumername=consumer,
+                    )
+                    counts = {p["message_id"]: int(p["times_delivered"]) for p in pending}
+                    self.feed(self.deliver(entries, attempts=counts))
+                if cursor == "0-0":
+                    break
+
+    def deliver(
+        self,
+        entries: Sequence[tuple[bytes, bytes, bytes]],
+        attempts: dict[bytes, int] | None,
+    ) -> list[tuple[Event, _Delivery]]:
+        """Decode, check and order a fetched batch in one Ingestor call.
+
+        ``entries`` are ``(stream, entry id, wire bytes)``; ``attempts``
+        (deliveries so far, by entry) is given for reclaimed entries. Invalid
+        envelopes and events delivered too often go to the dead-letter stream.
+        Returns the events to dispatch, in dispatch order.
+        """
+        streams = self.streams
+        scratch = self.scratch
+        result = self.ingestor.ingest([wire for _, _, wire in entries])
+        events = scratch.pop_many(len(scratch))
+        streams.delivered += len(events)
+        if (
+            attempts is None
+            and not result.invalid
+            and len(events) == len(entries)
+            # An event keeps the very bytes object it was decoded from.
+            and all(map(operator.is_, map(encode_event, events), map(_WIRE, entries)))
+        ):
+            # A fresh read, in the order the Ingestor dispatches (priority first,
+            # then as read): event i is entry i; first deliveries all.
+            return [
+                (event, _Delivery(stream, entry))
+                for event, (stream, entry, _) in zip(events, entries, strict=True)
+            ]
+        return self._match(entries, attempts, result.invalid, events)
+
+    def _match(
+        self,
+        entries: Sequence[tuple[bytes, bytes, bytes]],
+        attempts: dict[bytes, int] | None,
+        invalid_lines: Sequence[tuple[int, str]],
+        events: list[Event],
+    ) -> list[tuple[Event, _Delivery]]:
+        """:meth:`deliver`'s general case: each event found by its bytes."""
+        streams = self.streams
+        outbox = self.outbox
+        invalid = {line for line, _ in invalid_lines} if invalid_lines else ()
+        # An event keeps the very bytes it was decoded from: they find its entry
+        # (a list only where one batch holds the same bytes twice).
+        by_wire: dict[bytes, Any] = {}
+        for i, (stream, entry, wire) in enumerate(entries):
+            delivery = _Delivery(stream, entry)
+            if invalid and i in invalid:
+                outbox.dead_letter(None, delivery, "invalid envelope", wire)
+                continue
+            if attempts is not None:
+                delivery.attempts = max(0, attempts.get(entry, 1) - 1)
+            found = by_wire.get(wire)
+            if found is None:
+                by_wire[wire] = delivery
+            elif type(found) is list:
+                found.append(delivery)
+            else:
+                by_wire[wire] = [found, delivery]
+        max_deliveries = streams.max_deliveries
+        items: list[tuple[Event, _Delivery]] = []
+        for event in events:
+            found = by_wire[encode_event(event)]
+            delivery = found.pop(0) if type(found) is list else found
+            if delivery.attempts >= max_deliveries:
+                outbox.dead_letter(event, delivery, "delivered too many times")
+                continue
+            items.append((event, delivery))
+        return items

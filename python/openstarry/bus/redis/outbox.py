@@ -1,0 +1,421 @@
+"""The outbox: what this process sends to Redis, in order, through the flush script.
+
+Publishes, commits, acknowledgements and dead letters wait here and go in
+flushes of at most :data:`_FLUSH_EVENTS` events, pipelined on one connection;
+at the bound a refused producer backs off and probes (see :meth:`_Outbox.run`).
+"""
+
+from __future__ import annotations
+
+import operator
+import random
+import zlib
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from openstarry.bus.redis.keys import PRIORITIES, stream_key
+from openstarry.bus.redis.lua import FLUSH
+from openstarry.bus.redis.records import _Answers, _Delivery, _Outgoing
+from openstarry.bus.redis.state import _RETRY, Streams, log, redis_errors
+from openstarry.bus.redis.wire import _SHORT, _array, _fields, _head
+from openstarry.core import Event, encode_event
+from openstarry.errors import QueueFull
+
+__all__: list[str] = []
+
+#: The wire bytes of a fetched entry ``(stream, entry id, wire)``.
+_WIRE = operator.itemgetter(2)
+#: The event of a delivered ``(event, delivery)``.
+_EVENT = operator.itemgetter(0)
+
+#: Sessions whose partition the outbox remembers, at most.
+_SESSIONS = 4096
+
+#: Events a flush script carries at most: its publishes and the effects of its
+#: commits (an acknowledgement counts one per stream). A script holds Redis's one
+#: thread while it runs: at a few microseconds an event, this keeps each call
+#: around a millisecond, so that no other client's command waits long behind it.
+_FLUSH_EVENTS = 256
+#: Events the first flush after a refusal carries (a probe: cheap for Redis when
+#: the streams are still full); each flush answered without a refusal doubles it,
+#: up to :data:`_FLUSH_EVENTS`.
+_PROBE_EVENTS = 16
+#: The pause after a flush refused for a full stream: exponential, from
+#: ``_BACKOFF_MIN`` to ``_BACKOFF_MAX`` seconds, with full jitter (each pause is
+#: drawn between none and that), so that waiting producers do not retry in step.
+_BACKOFF_MIN = 0.002
+_BACKOFF_MAX = 0.1
+#: Seconds a flush's answer may take before its connection is taken for lost
+#: (the flush is then sent again, and answered as it was the first time).
+_FLUSH_TIMEOUT = 30.0
+#: Events ``asend_many`` prepares before it lets a flush start on what it has.
+_PREPARE = 512
+#: Entries a read must bring for the next read to be sent before they are
+#: dispatched (a few are dispatched sooner than a read travels; reading ahead
+#: of them would only delay their handlers).
+_READ_AHEAD = 32
+
+
+class _Outbox:
+    """What this process sends, in order, until the flush script has answered for it.
+
+    Publishes, commits (a handled entry's XACK with the effects of its handling)
+    and dead letters wait in one queue; handled entries without effects wait
+    by stream, to be acknowledged with one XACK per stream. One task runs them
+    through the flush script, up to 1,024 operations at a time. The counts are
+    the backend's.
+    """
+
+    __slots__ = (
+        "acks",
+        "bases",
+        "flushed",
+        "flushes",
+        "in_flight",
+        "keys",
+        "limit",
+        "numbered",
+        "queue",
+        "streams",
+        "unacked",
+        "wake",
+    )
+
+    def __init__(self, streams: Streams) -> None:
+        self.streams = streams
+        self.queue: deque[_Outgoing] = deque()
+        #: Handled entries without effects, by stream, waiting for their XACK.
+        self.acks: dict[bytes, list[bytes]] = {}
+        self.unacked = 0
+        self.wake: anyio.Event = anyio.Event()
+        self.flushed: anyio.Event = anyio.Event()
+        self.in_flight = 0  # operations taken by the flush under way
+        self.flushes = 0
+        #: The stream keys, by partition * 6 + priority, as the blob carries them.
+        self.keys = [
+            _fields(stream_key(streams.name, p, r))
+            for p in range(streams.partitions)
+            for r in PRIORITIES
+        ]
+        #: The first of each recent session's stream keys in :attr:`keys`.
+        self.bases: dict[str, int] = {}
+        #: Publishes numbered so far: a publish's number tells the flush script
+        #: that an id recorded under it is this very publish, sent again.
+        self.numbered = 0
+        #: Events the next flush may carry (less than :data:`_FLUSH_EVENTS` after a refusal).
+        self.limit = _FLUSH_EVENTS
+
+    def publish(self, event: Event) -> _Outgoing:
+        """A publish: the event's fields and the publish's own number."""
+        op = self.publish_op(event)
+        self.numbered = number = self.numbered + 1
+        digits = b"%d" % number
+        op.op = "P"
+        op.blob = b"".join((op.blob, _SHORT[len(digits)], digits))
+        op.fields = 4
+        op.effects = 1
+        return op
+
+    def publish_op(self, event: Event) -> _Outgoing:
+        """An event's fields (id, stream, wire bytes), as a commit carries its effects."""
+        session = event.session_id
+        base = self.bases.get(session)
+        if base is None:
+            base = self._base(session)
+        event_id = event.id.encode("utf-8", "surrogatepass")
+        wire = encode_event(event)
+        n, m = len(event_id), len(wire)
+        blob = b"".join(
+            (
+                _SHORT[n] if n < 256 else _head(n),
+                event_id,
+                self.keys[base + event.priority],
+                _SHORT[m] if m < 256 else _head(m),
+                wire,
+            )
+        )
+        return _Outgoing("E", blob, 3)
+
+    def _base(self, session: str) -> int:
+        """Where a session's streams start in :attr:`keys` (remembered for the next)."""
+        partition = zlib.crc32(session.encode("utf-8", "surrogatepass")) % self.streams.partitions
+        bases = self.bases
+        if len(bases) >= _SESSIONS:
+            bases.clear()  # a bound, not a cache policy: recomputing is cheap
+        base = bases[session] = partition * 6
+        return base
+
+    def _wake(self) -> None:
+        wake = self.wake
+        if not wake.is_set():
+            wake.set()
+
+    def send(self, event: Event) -> None:
+        buffer = self.streams.buffer
+        if len(self.queue) >= buffer:
+            raise QueueFull(f"the Redis bus's outgoing buffer holds {buffer} events")
+        self.queue.append(self.publish(event))
+        self._wake()
+
+    async def asend(self, event: Event) -> bool:
+        while len(self.queue) >= self.streams.buffer:
+            await self.flush()
+        op = self.publish(event)
+        answers = op.waiter = _Answers(1)
+        self.queue.append(op)
+        self._wake()
+        await answers.signal.wait()
+        return op.accepted
+
+    async def asend_many(self, events: Sequence[Event]) -> list[bool]:
+        answers = _Answers(len(events))
+        ops = []
+        outgoing = self.queue
+        buffer = self.streams.buffer
+        publish = self.publish
+        for i, event in enumerate(events):
+            if len(outgoing) >= buffer:
+                self._wake()
+                while len(outgoing) >= buffer:
+                    await self.flush()
+            elif i and i % _PREPARE == 0:
+                # Let the flusher send what is ready while the rest is prepared.
+                self._wake()
+                await anyio.sleep(0)
+            op = publish(event)
+            op.waiter = answers
+            outgoing.append(op)
+            ops.append(op)
+        self._wake()
+        if ops:
+            await answers.signal.wait()
+        return [op.accepted for op in ops]
+
+    async def flush(self) -> None:
+        while (self.queue or self.unacked or self.in_flight) and self.streams._client is not None:
+            flushed = self.flushed
+            self._wake()
+            await flushed.wait()
+
+    def _take(self) -> list[_Outgoing]:
+        """The operations of the next flush: the oldest waiting, then the acknowledgements.
+
+        They carry at most :attr:`limit` events (at least one operation).
+        """
+        outgoing = self.queue
+        ops: list[_Outgoing] = []
+        room = self.limit
+        while outgoing and (room > 0 or not ops):
+            op = outgoing.popleft()
+            ops.append(op)
+            room -= op.effects or 1
+        if self.unacked:
+            acks, self.acks, self.unacked = self.acks, {}, 0
+            for stream, entries in acks.items():
+                blob = _fields(stream, b",".join(entries))
+                ops.append(_Outgoing("A", blob, 2, len(entries)))
+        return ops
+
+    async def run(self) -> None:
+        """Flush what waits, whenever something does.
+
+        Up to two flush scripts are in flight on a connection of their own:
+        Redis runs one while the next travels. A flush sent again (its answer
+        was lost, or Redis lost the script) keeps its token and its place, and
+        each of its publishes its number, so it is answered as it was the first
+        time. When a flush is refused for a full stream, the publishes of the
+        flush sent behind it are refused by the server too (this producer's
+        hold key), and both go back to the front of the queue in order: what is
+        published keeps its order. While the streams still take some of each
+        flush, the next carries about as much as they took, after a
+        millisecond; when they took none, the flusher pauses (exponential
+        backoff with full jitter, 2 ms to 100 ms) and sends a small flush first
+        (a probe), so that waiting costs Redis next to nothing. Each flush
+        answered without a refusal doubles the next one's size, back to the
+        full size.
+        """
+        streams = self.streams
+        outgoing = self.queue
+        client = streams._client
+        pool = client.connection_pool
+        sha = streams._scripts["flush"].sha
+        dead = streams._key("dead")
+        conn = await pool.get_connection()
+        in_flight: deque[tuple[list[_Outgoing], Any]] = deque()
+        refused: list[_Outgoing] = []
+        heard = 0  # the last flush whose refusal this process has heard of
+        broken = False
+        backoff = 0.0  # the last pause's bound; 0 while no flush is refused
+        taken = 0  # publishes accepted by the flushes answered with a refusal
+        try:
+            while True:
+                while (
+                    len(in_flight) < (2 if self.limit >= _FLUSH_EVENTS else 1)
+                    and not refused
+                    and (outgoing or self.unacked)
+                ):
+                    ops = self._take()
+                    self.flushes += 1
+                    args = self._args(ops, self.flushes, heard)
+                    packed = conn.pack_command("EVALSHA", sha, 1, dead, *args)
+                    in_flight.append((ops, packed))
+                    self.in_flight += len(ops)
+                    if not broken:
+                        try:
+                            await conn.send_packed_command(packed, check_health=False)
+                        except _RETRY:
+                            broken = True
+                if not in_flight:
+                    flushed, self.flushed = self.flushed, anyio.Event()
+                    flushed.set()
+                    self.wake = anyio.Event()
+                    if not outgoing and not self.unacked:
+                        await self.wake.wait()
+                    continue
+                ops, packed = in_flight[0]
+                try:
+                    if broken:
+                        raise redis_errors.ConnectionError("the flush connection was lost")
+                    results = await conn.read_response(timeout=_FLUSH_TIMEOUT)
+                except (*_RETRY, redis_errors.NoScriptError) as exc:
+                    streams.reconnects += 1
+                    await self._send_again(conn, in_flight, exc)
+                    broken = False
+                    continue
+                in_flight.popleft()
+                self.in_flight -= len(ops)
+                sent_before = streams.sent
+                full = self._answer(ops, results)
+                if full:
+                    refused.extend(full)
+                    heard = self.flushes  # every flush sent so far
+                    taken += streams.sent - sent_before
+                elif not refused:
+                    backoff = 0.0
+                    self.limit = min(_FLUSH_EVENTS, self.limit * 2)
+                if refused and not in_flight:
+                    # Back at the front, in order, and sent again: at once, as
+                    # much as the streams just took, while they take some; after
+                    # a pause growing with each flush they took none of, a probe.
+                    outgoing.extendleft(reversed(refused))
+                    streams.refused_full += len(refused)
+                    refused = []
+                    if taken:
+                        backoff = 0.0
+                        self.limit = max(_PROBE_EVENTS, min(_FLUSH_EVENTS, taken))
+                        await anyio.sleep(_BACKOFF_MIN / 2)
+                    else:
+                        self.limit = _PROBE_EVENTS
+                        backoff = min(_BACKOFF_MAX, max(_BACKOFF_MIN, backoff * 2))
+                        streams.backoffs += 1
+                        await anyio.sleep(random.uniform(0, backoff))
+                    taken = 0
+                flushed, self.flushed = self.flushed, anyio.Event()
+                flushed.set()
+        finally:
+            self.in_flight = 0
+            with anyio.CancelScope(shield=True):
+                await conn.disconnect()
+                await pool.release(conn)
+
+    async def _send_again(
+        self, conn: Any, in_flight: deque[tuple[Any, Any]], exc: Exception
+    ) -> None:
+        """Reconnect (with backoff) and send the flushes in flight again, in order."""
+        streams = self.streams
+        delay = 0.05
+        while True:
+            log.warning("redis: %s; sending %d flushes again", exc, len(in_flight))
+            try:
+                await conn.disconnect()
+                if isinstance(exc, redis_errors.NoScriptError):
+                    await streams._client.script_load(FLUSH)
+                for _, packed in in_flight:
+                    await conn.send_packed_command(packed, check_health=False)
+                return
+            except _RETRY as again:
+                exc = again
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _args(self, ops: list[_Outgoing], flush: int, heard: int) -> list[bytes | str | int]:
+        streams = self.streams
+        return [
+            streams.window_ms,
+            streams.maxlen,
+            # Sent again as it is when its answer is lost: the same token.
+            f"{streams.token}:{flush}",
+            streams.group,
+            "".join([op.op for op in ops]),
+            streams._key(""),
+            b"".join([_array(sum([op.fields for op in ops])), *[op.blob for op in ops]]),
+            streams.token,
+            flush,
+            heard,
+        ]
+
+    def _answer(self, ops: list[_Outgoing], results: list[int]) -> list[_Outgoing]:
+        """Count a flush's answers; returns the operations refused (a full stream)."""
+        streams = self.streams
+        full: list[_Outgoing] = []
+        for op, result in zip(ops, results, strict=True):
+            code = op.op
+            if code == "P":
+                if result == 1:
+                    streams.sent += 1
+                elif result == 0:
+                    streams.duplicates += 1
+                else:
+                    full.append(op)
+                    continue
+                if op.waiter is not None:
+                    op.accepted = result == 1
+                    op.waiter.answered()
+            elif code == "A":
+                streams.acked += op.effects
+                streams.skipped_handled += op.effects - result
+            elif code == "C":  # never refused: a full stream must be able to drain
+                streams.acked += 1
+                if result == -2:
+                    streams.skipped_handled += 1
+                else:
+                    streams.sent += result
+                    streams.duplicates += op.effects - result
+            else:  # "D": 0 when the entry was acknowledged before
+                streams.dead_lettered += result
+        return full
+
+    def ack(self, delivery: _Delivery) -> None:
+        """Acknowledge a handled delivery without effects (one XACK per stream and flush)."""
+        entries = self.acks.get(delivery.stream)
+        if entries is None:
+            self.acks[delivery.stream] = [delivery.entry]
+        else:
+            entries.append(delivery.entry)
+        self.unacked += 1
+        if self.unacked == 1:  # else woken already: the flusher takes them all at once
+            self._wake()
+
+    def commit(self, delivery: _Delivery) -> None:
+        """Commit a handled delivery: its XACK and its effects at once."""
+        effects = delivery.effects or []
+        blob = _fields(delivery.stream, delivery.entry, b"%d" % len(effects))
+        blob = b"".join([blob, *[effect.blob for effect in effects]])
+        delivery.effects = None
+        self.queue.append(_Outgoing("C", blob, 3 + 3 * len(effects), len(effects)))
+        self._wake()
+
+    def dead_letter(
+        self, event: Event | None, delivery: _Delivery, reason: str, wire: bytes = b""
+    ) -> None:
+        fields = _fields(
+            delivery.stream,
+            delivery.entry,
+            encode_event(event) if event is not None else wire,
+            reason,
+        )
+        self.queue.append(_Outgoing("D", fields, 4))
+        self._wake()

@@ -1,0 +1,58 @@
+"""What the Redis bus keeps in memory about its work in flight: a delivered entry,
+an operation waiting for the next flush, and the answers an ``asend`` waits for."""
+
+from __future__ import annotations
+
+import anyio
+
+__all__: list[str] = []
+
+
+class _Delivery:
+    """One stream entry delivered to this consumer, until it is done."""
+
+    __slots__ = ("attempts", "effects", "entry", "stream", "twins")
+
+    def __init__(self, stream: bytes, entry: bytes) -> None:
+        self.stream = stream
+        self.entry = entry
+        self.attempts = 0
+        #: What its handling published, held back until its commit (made on the first).
+        self.effects: list[_Outgoing] | None = None
+        #: Other entries that hold the same envelope, delivered while this one
+        #: was held: the same event, acknowledged with this one once it is
+        #: handled or dead-lettered (made on the first).
+        self.twins: list[_Delivery] | None = None
+
+
+class _Outgoing:
+    """One operation waiting for the next flush: its code and its fields, encoded."""
+
+    __slots__ = ("accepted", "blob", "effects", "fields", "op", "waiter")
+
+    def __init__(self, op: str, blob: bytes, fields: int, effects: int = 0) -> None:
+        self.op = op
+        self.blob = blob
+        #: The fields the blob holds.
+        self.fields = fields
+        #: The publishes a commit carries; the entries an acknowledgement carries;
+        #: a publish's 1.
+        self.effects = effects
+        #: Who awaits the answer of a publish, and the answer.
+        self.waiter: _Answers | None = None
+        self.accepted = False
+
+
+class _Answers:
+    """The answers awaited by one ``asend`` or ``asend_many``: one signal for them all."""
+
+    __slots__ = ("left", "signal")
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+        self.signal = anyio.Event()
+
+    def answered(self) -> None:
+        self.left -= 1
+        if self.left <= 0:
+            self.signal.set()

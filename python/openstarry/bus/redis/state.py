@@ -1,0 +1,80 @@
+"""What the parts of the Redis bus share: the client library, the errors worth a retry,
+and :class:`Streams`, the face of :class:`~openstarry.bus.redis.RedisStreams` that its
+parts (the outbox, the leases, the deliveries) see: its settings, its connection and its
+counters."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from openstarry.bus.backend import BusHost
+from openstarry.bus.redis.records import _Delivery
+from openstarry.core import Event
+
+try:
+    import redis.asyncio as aioredis
+    from redis import exceptions as redis_errors
+except ImportError as exc:  # pragma: no cover - exercised by the smoke test without extras
+    raise ImportError(
+        "the Redis bus needs redis-py with hiredis: pip install 'openstarry[redis]'"
+    ) from exc
+
+__all__ = ["Streams", "aioredis", "log", "redis_errors"]
+
+log = logging.getLogger("openstarry.bus.redis")
+
+#: Errors after which a connection is retried with backoff.
+_RETRY = (
+    redis_errors.ConnectionError,
+    redis_errors.TimeoutError,
+    redis_errors.BusyLoadingError,
+    OSError,
+)
+
+
+class Streams(Protocol):
+    """The settings, connection and counters of a Redis bus, as its parts use them."""
+
+    # Settings.
+    url: str
+    group: str
+    consumer: str
+    consume: bool
+    name: str
+    partitions: int
+    maxlen: int
+    window_ms: int
+    claim_idle: float
+    max_deliveries: int
+    batch: int
+    buffer: int
+    max_held: int
+    token: str
+    # The connection, the bus it runs for, the scripts; what is held.
+    _client: Any
+    _bus: BusHost | None
+    _stopping: bool
+    _scripts: dict[str, Any]
+    _partition_of_key: dict[bytes, int]
+    #: The entries delivered to this consumer and not yet done, by event.
+    held: dict[Event, _Delivery]
+    # Counters.
+    sent: int
+    duplicates: int
+    refused_full: int
+    backoffs: int
+    delivered: int
+    acked: int
+    skipped_handled: int
+    twins: int
+    retried: int
+    dead_lettered: int
+    reconnects: int
+
+    def _key(self, suffix: str) -> str: ...
+
+    def _streams_of(self, partition: int) -> list[str]: ...
+
+    async def _retrying(self, action: Callable[[], Any]) -> Any: ...
