@@ -41,9 +41,9 @@ from typing import Any
 
 import redis
 
+from openstarry.bus.redis import PRIORITIES, stream_key
 from openstarry.core import Event, decode_event, encode_event
 from openstarry.redis_server import RedisServer
-from openstarry.redis_streams import PRIORITIES, stream_key
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "weather-agent" / "agent.json"
 CITIES = ("Paris", "Taipei", "Lima", "Oslo", "Cairo", "Quito", "Perth", "Tokyo")

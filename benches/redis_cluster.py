@@ -29,8 +29,8 @@ from typing import Any
 import redis
 
 from openstarry.bus import EventBus
+from openstarry.bus.redis import PRIORITIES, stream_key
 from openstarry.core import Event, encode_event
-from openstarry.redis_streams import PRIORITIES, stream_key
 
 NAME = "bench"
 GROUP = "bench"
