@@ -398,3 +398,11 @@ async def main(sections: list[str]) -> None:
 
 if __name__ == "__main__":
     asyncio.run(main(sys.argv[1:] or ["a", "b", "d", "e", "c"]))
+
+
+# Scripts and functions on a replica (CLUSTER_NOTES.md, a):
+#     a = redis.Redis(port=master.port); b = redis.Redis(port=its_replica.port)
+#     sha = a.script_load("return 1")
+#     a.function_load("#!lua name=x\nredis.register_function('f', function() return 1 end)")
+#     time.sleep(0.3)
+#     b.script_exists(sha) -> [False]; bool(b.function_list("x")) -> True
