@@ -322,7 +322,37 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--maxlen", type=int, default=10_000, help="the streams' bound")
     p.add_argument("--claim-idle", type=float, default=2.0)
     p.add_argument("--timeout", type=float, default=300.0, help="give up after S seconds")
+    p.add_argument(
+        "--cluster",
+        type=int,
+        default=None,
+        metavar="N",
+        help="start a Redis Cluster of N masters (no replicas), print its URL and hold it "
+        "until interrupted (the bus does not speak redis+cluster:// yet)",
+    )
     return p
+
+
+def hold_cluster(masters: int) -> int:
+    """Start a cluster of ``masters`` masters, print its URL, and stop it on Ctrl-C/SIGTERM.
+
+    Only a launcher for now: once the bus speaks ``redis+cluster://``, ``main`` runs the
+    load on this URL as it does on ``--url``.
+    """
+    import signal
+
+    from benches.redis_cluster_rig import cluster_url
+
+    if masters < 3:
+        print("redis_load: --cluster needs at least 3 masters", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with cluster_url(masters) as url:
+        print(json.dumps({"cluster": url}), flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(3600)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -330,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.producers, args.workers, args.events) < 1:
         print("redis_load: --producers, --workers and --events must be >= 1", file=sys.stderr)
         return 2
+    if args.cluster is not None:
+        return hold_cluster(args.cluster)
     if args.url is not None:
         result = run(args)
     else:

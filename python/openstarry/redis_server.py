@@ -22,9 +22,18 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["RedisServer", "redis_server_path"]
+__all__ = [
+    "ClusterNode",
+    "RedisClusterServer",
+    "RedisServer",
+    "key_slot",
+    "parse_cluster_nodes",
+    "redis_server_path",
+]
 
 
 def redis_server_path() -> str | None:
@@ -103,3 +112,452 @@ class RedisServer:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+
+# -- A throwaway Redis Cluster -------------------------------------------------------------------
+
+#: Every hash slot of a Redis Cluster.
+SLOTS = 16384
+
+
+def _redis() -> Any:
+    try:
+        import redis
+    except ImportError as e:  # pragma: no cover - the tests have the extra
+        raise ImportError(
+            "RedisClusterServer needs redis-py: pip install 'openstarry[redis]'"
+        ) from e
+    return redis
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    """One node as ``CLUSTER NODES`` shows it."""
+
+    port: int
+    node_id: str
+    #: ``"master"`` or ``"replica"``.
+    role: str
+    #: The node id of its master (replicas), else ``None``.
+    master_id: str | None
+    #: Inclusive ``(first, last)`` slot ranges it serves (masters).
+    slots: tuple[tuple[int, int], ...]
+    #: Flags such as ``fail``, ``fail?`` (pfail), ``handshake``, ``noaddr``.
+    flags: frozenset[str]
+    #: Whether the node that answered has a live cluster-bus link to it.
+    connected: bool
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def serves(self, slot: int) -> bool:
+        return any(first <= slot <= last for first, last in self.slots)
+
+
+def parse_cluster_nodes(text: str) -> list[ClusterNode]:
+    """The nodes of a ``CLUSTER NODES`` answer (importing slots are left out)."""
+    nodes = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split()
+        node_id, address, flags_text, master, _, _, _, link = fields[:8]
+        port = int(address.split("@")[0].rpartition(":")[2] or 0)
+        flags = frozenset(flags_text.split(","))
+        slots = []
+        for item in fields[8:]:
+            if item.startswith("["):  # a slot migrating or importing
+                continue
+            first, _, last = item.partition("-")
+            slots.append((int(first), int(last or first)))
+        nodes.append(
+            ClusterNode(
+                port=port,
+                node_id=node_id,
+                role="master" if "master" in flags else "replica",
+                master_id=None if master == "-" else master,
+                slots=tuple(sorted(slots)),
+                flags=flags,
+                connected=link == "connected",
+            )
+        )
+    return sorted(nodes, key=lambda n: n.port)
+
+
+class RedisClusterServer:
+    """A Redis Cluster of local ``redis-server`` processes on free loopback ports.
+
+        with RedisClusterServer(tmp_path, masters=3, replicas=1) as cluster:
+            client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.ports[0])
+            node = cluster.master_for_key("{openstarry:3}:stream")
+            killed = cluster.kill_master(node.port)
+            port, promoted = cluster.wait_failover(node.port)
+
+    Each node lives in ``folder/<port>`` (its ``nodes.conf``, AOF and
+    ``redis.log``). The first ``masters`` ports are the masters that
+    ``redis-cli --cluster create`` is given, so :attr:`url` lists them.
+    ``node_timeout_ms`` is ``cluster-node-timeout``: a dead master's replica
+    takes over about two of them after its death. ``require_full_coverage``
+    is ``cluster-require-full-coverage``: with Redis's default (``True``) the
+    whole cluster refuses commands (``CLUSTERDOWN``) from the moment a master
+    is marked failed until its replica is promoted.
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        masters: int = 3,
+        replicas: int = 1,
+        node_timeout_ms: int = 1000,
+        aof: bool = False,
+        require_full_coverage: bool = True,
+        timeout: float = 30.0,
+    ) -> None:
+        if masters < 3:
+            raise ValueError("a Redis Cluster needs at least 3 masters")
+        if replicas < 0:
+            raise ValueError("replicas must be >= 0")
+        self.folder = folder
+        self.masters_wanted = masters
+        self.replicas = replicas
+        self.node_timeout_ms = node_timeout_ms
+        self.aof = aof
+        self.require_full_coverage = require_full_coverage
+        self.timeout = timeout
+        self.ports: list[int] = []
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        self._bus_ports: dict[int, int] = {}
+        self._seeds: list[int] = []
+        #: The masters :meth:`kill_master` killed, as they were: their slots.
+        self._killed: dict[int, ClusterNode] = {}
+        #: Seconds :meth:`start` spent: ``processes`` up, ``create`` (redis-cli), ``healthy``.
+        self.timings: dict[str, float] = {}
+
+    # -- lifecycle
+
+    @property
+    def url(self) -> str:
+        """``redis+cluster://127.0.0.1:P1,127.0.0.1:P2,...``: the masters it was created with."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self._seeds)
+
+    @property
+    def pids(self) -> dict[int, int]:
+        """The pid of every process it started and has not seen exit, by port."""
+        return {port: p.pid for port, p in self.processes.items() if p.poll() is None}
+
+    def start(self) -> None:
+        """Start every node, create the cluster and wait until it is whole; on failure, stop."""
+        total = self.masters_wanted * (1 + self.replicas)
+        started = time.monotonic()
+        try:
+            # Client ports and cluster-bus ports, given: the default bus port (port + 10000)
+            # may be over 65535.
+            ports = _free_ports(2 * total)
+            self.ports = ports[:total]
+            self._bus_ports = dict(zip(self.ports, ports[total:], strict=True))
+            self._seeds = self.ports[: self.masters_wanted]
+            for port in self.ports:
+                self._spawn(port)
+            for port in self.ports:
+                self._wait_ping(port, time.monotonic() + self.timeout)
+            self.timings["processes"] = time.monotonic() - started
+            started = time.monotonic()
+            self._create()
+            self.timings["create"] = time.monotonic() - started
+            self.wait_healthy()
+            self.timings["healthy"] = time.monotonic() - started
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop every process it started (SIGKILL after 10 s) and reap it; nothing is left."""
+        processes = list(self.processes.values())
+        self.processes = {}
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def __enter__(self) -> RedisClusterServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- what the cluster looks like now
+
+    @property
+    def nodes(self) -> list[ClusterNode]:
+        """Every node, as a live node's ``CLUSTER NODES`` shows them now."""
+        return parse_cluster_nodes(self._ask_any("CLUSTER", "NODES"))
+
+    def masters(self) -> list[ClusterNode]:
+        """The masters that serve slots now, with their slot ranges, by first slot."""
+        found = [n for n in self.nodes if n.role == "master" and n.slots and "fail" not in n.flags]
+        return sorted(found, key=lambda n: n.slots[0])
+
+    def replicas_of(self, master: int | ClusterNode) -> list[ClusterNode]:
+        node = self._node(master)
+        return [n for n in self.nodes if n.master_id == node.node_id]
+
+    def master_for_slot(self, slot: int) -> ClusterNode:
+        if not 0 <= slot < SLOTS:
+            raise ValueError(f"no slot {slot}")
+        for node in self.masters():
+            if node.serves(slot):
+                return node
+        raise LookupError(f"no live master serves slot {slot}")
+
+    def master_for_key(self, key: str | bytes) -> ClusterNode:
+        return self.master_for_slot(key_slot(key))
+
+    # -- faults
+
+    def kill_node(self, port: int | ClusterNode, sig: int = signal.SIGKILL) -> float:
+        """Send ``sig`` to a node; return ``time.monotonic()`` right after; reap it."""
+        port = port.port if isinstance(port, ClusterNode) else port
+        process = self.processes[port]
+        process.send_signal(sig)
+        killed = time.monotonic()
+        process.wait(timeout=self.timeout)
+        return killed
+
+    def kill_master(self, port: int | ClusterNode, sig: int = signal.SIGKILL) -> float:
+        """Kill a master (SIGKILL by default); return when, as ``time.monotonic()``."""
+        node = self._node(port)
+        if node.role != "master":
+            raise ValueError(f"{node.address} is a {node.role}")
+        self._killed[node.port] = node
+        return self.kill_node(node.port, sig)
+
+    def wait_failover(self, dead_port: int, timeout: float = 30.0) -> tuple[int, float]:
+        """Wait until a replica of the master that was on ``dead_port`` has taken its
+        slots and every live node says ``cluster_state:ok``; return that replica's port and
+        when this was first seen (``time.monotonic()``, polled every 10 ms)."""
+        deadline = time.monotonic() + timeout
+        dead = self._killed.get(dead_port)
+        while time.monotonic() < deadline:
+            try:
+                nodes = self.nodes
+                if dead is None:  # killed without kill_master: its slots as seen now
+                    dead = next((n for n in nodes if n.port == dead_port and n.slots), None)
+                if dead is not None:
+                    heirs = [
+                        n
+                        for n in nodes
+                        if n.role == "master"
+                        and n.port != dead_port
+                        and n.port in self.pids
+                        and self._was_replica_of(n, dead)
+                    ]
+                    if heirs and self._all_ok():
+                        return heirs[0].port, time.monotonic()
+            except Exception:
+                pass
+            time.sleep(0.01)
+        raise TimeoutError(f"no replica of 127.0.0.1:{dead_port} took over within {timeout} s")
+
+    def restart_node(self, port: int, timeout: float = 30.0) -> None:
+        """Start a node that was killed again, on its port and with its ``nodes.conf``:
+        a master that was failed over rejoins as a replica of its heir. Waits until the
+        cluster is whole again."""
+        if port in self.pids:
+            raise ValueError(f"127.0.0.1:{port} is running")
+        self._spawn(port)
+        deadline = time.monotonic() + timeout
+        self._wait_ping(port, deadline)
+        self.wait_healthy(timeout=max(0.1, deadline - time.monotonic()))
+
+    def wait_healthy(self, timeout: float | None = None) -> None:
+        """Wait until every running node says ``cluster_state:ok`` with all slots served,
+        knows every running node, sees none failing, and every replica's link to its
+        master is up."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        last: object = None
+        while time.monotonic() < deadline:
+            try:
+                if self._healthy():
+                    return
+            except Exception as e:
+                last = e
+            time.sleep(0.02)
+        raise TimeoutError(f"the cluster was not whole within the timeout ({last!r})")
+
+    # -- inside
+
+    def _spawn(self, port: int) -> None:
+        path = redis_server_path()
+        if path is None:
+            raise RuntimeError("redis-server is missing: `make test` installs it")
+        folder = self.folder / str(port)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.processes[port] = subprocess.Popen(
+            [
+                path,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(folder),
+                "--cluster-enabled",
+                "yes",
+                "--cluster-port",
+                str(self._bus_ports[port]),
+                "--cluster-config-file",
+                str(folder / "nodes.conf"),
+                "--cluster-node-timeout",
+                str(self.node_timeout_ms),
+                "--cluster-require-full-coverage",
+                "yes" if self.require_full_coverage else "no",
+                # A replica's first sync starts at once, not 5 s later (Redis's default).
+                "--repl-diskless-sync-delay",
+                "0",
+                "--appendonly",
+                "yes" if self.aof else "no",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+                "--protected-mode",
+                "no",
+                "--logfile",
+                str(folder / "redis.log"),
+                "--loglevel",
+                "notice",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def _wait_ping(self, port: int, deadline: float) -> None:
+        process = self.processes[port]
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(64).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            if process.poll() is not None:
+                log = self.folder / str(port) / "redis.log"
+                tail = log.read_text()[-500:] if log.exists() else ""
+                raise RuntimeError(f"redis-server :{port} exited with {process.returncode}: {tail}")
+            time.sleep(0.01)
+        raise RuntimeError(f"redis-server :{port} did not answer in time")
+
+    def _create(self) -> None:
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RuntimeError("redis-cli is missing (Debian's redis-tools)")
+        args = [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports)]
+        args += ["--cluster-replicas", str(self.replicas), "--cluster-yes"]
+        done = subprocess.run(args, capture_output=True, timeout=self.timeout, check=False)
+        if done.returncode != 0:
+            out = (done.stdout + done.stderr).decode(errors="replace")[-2000:]
+            raise RuntimeError(f"redis-cli --cluster create failed: {out}")
+
+    def _client(self, port: int) -> Any:
+        return _redis().Redis(
+            host="127.0.0.1",
+            port=port,
+            decode_responses=True,
+            socket_timeout=1.0,
+            socket_connect_timeout=0.5,
+        )
+
+    def _ask(self, port: int, *command: Any) -> Any:
+        client = self._client(port)
+        try:
+            return client.execute_command(*command)
+        finally:
+            client.close()
+
+    def _ask_any(self, *command: Any) -> Any:
+        last: Exception | None = None
+        for port in sorted(self.pids):
+            try:
+                return self._ask(port, *command)
+            except Exception as e:
+                last = e
+        raise RuntimeError(f"no node answered {command!r}: {last!r}")
+
+    def _node(self, node: int | ClusterNode) -> ClusterNode:
+        port = node.port if isinstance(node, ClusterNode) else node
+        for found in self.nodes:
+            if found.port == port:
+                return found
+        raise LookupError(f"no node on port {port}")
+
+    @staticmethod
+    def _was_replica_of(node: ClusterNode, dead: ClusterNode) -> bool:
+        # The heir has taken every slot the dead master had (a master that was a replica).
+        return bool(dead.slots) and all(
+            node.serves(first) and node.serves(last) for first, last in dead.slots
+        )
+
+    def _all_ok(self) -> bool:
+        for port in self.pids:
+            info = self._ask(port, "CLUSTER", "INFO")
+            if "cluster_state:ok" not in info:
+                return False
+        return True
+
+    def _healthy(self) -> bool:
+        live = self.pids
+        for port in live:
+            info = dict(line.split(":", 1) for line in self._ask(port, "CLUSTER", "INFO").split())
+            if info["cluster_state"] != "ok" or int(info["cluster_slots_ok"]) != SLOTS:
+                return False
+            nodes = [n for n in parse_cluster_nodes(self._ask(port, "CLUSTER", "NODES"))]
+            seen = {n.port for n in nodes if n.connected and not n.flags & _BAD_FLAGS}
+            if not set(live) <= seen:
+                return False
+            by_id = {n.node_id: n for n in nodes}
+            for n in nodes:
+                if n.port in live and n.role == "replica":
+                    master = by_id.get(n.master_id or "")
+                    if master is None or master.role != "master":
+                        return False
+        for port in live:
+            role = self._ask(port, "ROLE")
+            if role[0] == "slave" and role[3] != "connected":
+                return False
+        return True
+
+
+_BAD_FLAGS = frozenset({"fail", "fail?", "handshake", "noaddr"})
+
+
+def key_slot(key: str | bytes) -> int:
+    """The hash slot of a key (CRC16 of its hash tag, as Redis Cluster computes it)."""
+    from redis.crc import key_slot as slot
+
+    return int(slot(key.encode() if isinstance(key, str) else key))
+
+
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports (bound at once, so the kernel gives distinct ones)."""
+    sockets = []
+    try:
+        ports: list[int] = []
+        while len(ports) < n:
+            s = socket.socket()
+            sockets.append(s)
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+            ports.append(port)
+        return ports
+    finally:
+        for s in sockets:
+            s.close()
