@@ -1,15 +1,47 @@
 """The names of the Redis bus's keys, and which partition a session belongs to.
 
-Every key of the bus starts with the hash tag ``{name}`` (``{openstarry}`` by
-default), so that a script's keys are on one node of a Redis Cluster.
+Two layouts, one per kind of deployment (:class:`Layout`):
+
+- **one Redis server**: every key starts with the hash tag ``{name}``
+  (``{openstarry}`` by default): ``{name}:s:P:R`` (the stream of partition
+  ``P`` at priority ``R``), ``{name}:ids:B``, ``{name}:hold:PRODUCER``,
+  ``{name}:dead``, ``{name}:lease:GROUP:P``, ``{name}:consumers:GROUP``;
+- **a Redis Cluster**: the partition is the unit of sharding, so every key of
+  partition ``P`` carries that partition's own hash tag ``{name:P.K}``: its
+  streams, its duplicate window, its producers' holds, its dead letters, its
+  lease and its relay stream (effects bound for another partition, ``x``). The
+  suffix ``K`` is the smallest number that puts the tag's slot in the ``P``-th
+  of ``partitions`` equal slices of the 16,384 slots, so that a cluster whose
+  masters hold equal ranges of slots (what ``redis-cli --cluster create`` makes)
+  holds equal numbers of partitions: 24 partitions are 8/8/8 on 3 masters,
+  6 each on 4, 4 each on 6. Keys no partition owns (the consumer registry of a
+  group) keep the tag ``{name}`` and are off the hot path.
+
+A duplicate always lands in its original's partition (the partition comes
+from ``sessionId``), so each partition's duplicate window is exact.
 """
 
 from __future__ import annotations
 
+import functools
+import urllib.parse
 import zlib
 from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["PRIORITIES", "partition_of", "stream_key"]
+__all__ = [
+    "CLUSTER_PARTITIONS",
+    "PARTITIONS",
+    "PRIORITIES",
+    "Layout",
+    "cluster_nodes",
+    "default_partitions",
+    "is_cluster_url",
+    "key_slot",
+    "partition_of",
+    "partition_tag",
+    "stream_key",
+]
 
 #: The priorities of the streams of a partition, 0 (read first) to 5.
 PRIORITIES = range(6)
@@ -20,9 +52,94 @@ def partition_of(session_id: str, partitions: int) -> int:
     return zlib.crc32(session_id.encode("utf-8", "surrogatepass")) % partitions
 
 
-def stream_key(name: str, partition: int, priority: int) -> str:
-    """The stream of one partition at one priority."""
-    return f"{{{name}}}:s:{partition}:{priority}"
+def stream_key(name: str, partition: int, priority: int, *, cluster: bool = False) -> str:
+    """The stream of one partition at one priority (on a cluster: ``cluster=True``)."""
+    return f"{partition_tag(name, partition, cluster)}:s:{partition}:{priority}"
+
+
+#: Hash slots of a Redis Cluster.
+SLOTS = 16384
+
+
+def _crc16(data: bytes) -> int:
+    """CRC-16/XMODEM, the checksum of Redis Cluster's key slots."""
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc
+
+
+def key_slot(key: str) -> int:
+    """The hash slot of a key: of its hash tag (``{...}``) when it has one."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            key = key[start + 1 : end]
+    return _crc16(key.encode("utf-8", "surrogatepass")) % SLOTS
+
+
+@functools.lru_cache(maxsize=4096)
+def partition_tag(name: str, partition: int, cluster: bool, partitions: int = 0) -> str:
+    """The hash tag of a partition's keys: ``{name}``, or on a cluster ``{name:P.K}``.
+
+    On a cluster, ``partitions`` (when given) places the tag's slot in the
+    partition's slice of the slots (see the module); 0 takes ``K = 0``.
+    """
+    if not cluster:
+        return f"{{{name}}}"
+    if partitions <= 0:
+        return f"{{{name}:{partition}.0}}"
+    low = partition * SLOTS // partitions
+    high = (partition + 1) * SLOTS // partitions
+    k = 0
+    while True:
+        tag = f"{name}:{partition}.{k}"
+        if low <= key_slot(tag) < high or high <= low:
+            return f"{{{tag}}}"
+        k += 1
+
+
+class Layout:
+    """The names of a bus's keys: on one Redis server, or sharded by partition on a cluster."""
+
+    __slots__ = ("cluster", "name", "partitions", "tags")
+
+    def __init__(self, name: str, partitions: int, *, cluster: bool = False) -> None:
+        self.name = name
+        self.partitions = partitions
+        self.cluster = cluster
+        #: Each partition's hash tag.
+        self.tags = [partition_tag(name, p, cluster, partitions) for p in range(partitions)]
+
+    def stream(self, partition: int, priority: int) -> str:
+        """The stream of one partition at one priority."""
+        return f"{self.tags[partition]}:s:{partition}:{priority}"
+
+    def streams(self, partition: int) -> list[str]:
+        """A partition's streams, priority 0 first."""
+        return [self.stream(partition, r) for r in PRIORITIES]
+
+    def prefix(self, partition: int) -> str:
+        """What the flush script puts before ``ids:B``, ``hold:PRODUCER``, ``dead``, ``x``."""
+        return f"{self.tags[partition]}:"
+
+    def lease(self, group: str, partition: int) -> str:
+        return f"{self.tags[partition]}:lease:{group}:{partition}"
+
+    def dead(self, partition: int) -> str:
+        return f"{self.tags[partition]}:dead"
+
+    def relay(self, partition: int) -> str:
+        """A partition's relay stream: effects committed here, bound for another partition."""
+        return f"{self.tags[partition]}:x"
+
+    def consumers(self, group: str) -> str:
+        """The live consumers of a group (no partition owns it)."""
+        return f"{{{self.name}}}:consumers:{group}"
 
 
 def _field(fields: Sequence[bytes]) -> bytes:
@@ -35,3 +152,56 @@ def _field(fields: Sequence[bytes]) -> bytes:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+#: URL schemes of a Redis Cluster: ``redis+cluster://host:port[,host:port...]`` (and over TLS).
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+
+#: Partitions by default: on one server, and on a cluster (24 spreads evenly over 2, 3, 4,
+#: 6, 8 and 12 masters).
+PARTITIONS = 8
+CLUSTER_PARTITIONS = 24
+
+
+def is_cluster_url(url: str) -> bool:
+    """Whether ``url`` names a Redis Cluster (``redis+cluster://``)."""
+    return url.partition("://")[0].lower() in CLUSTER_SCHEMES
+
+
+def default_partitions(url: str) -> int:
+    """The partitions of a bus at ``url`` when none are given: 24 on a cluster, else 8."""
+    return CLUSTER_PARTITIONS if is_cluster_url(url) else PARTITIONS
+
+
+def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    """The seed nodes of a ``redis+cluster://`` URL and its connection options.
+
+    ``redis+cluster://[user:password@]host:port[,host:port...][?option=value]``:
+    any node of the cluster will do as a seed; several make the first connection
+    survive one that is down. ``rediss+cluster://`` connects over TLS.
+
+    Raises:
+        ValueError: not a cluster URL, no node, or a node without a valid port.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in CLUSTER_SCHEMES:
+        raise ValueError("not a Redis Cluster URL: expected redis+cluster://host:port[,...]")
+    rest, _, query = rest.partition("?")
+    rest = rest.split("/", 1)[0]  # a cluster has one database: /0 or nothing
+    options: dict[str, Any] = {"ssl": scheme.lower() == "rediss+cluster"}
+    auth, at, hosts = rest.rpartition("@")
+    if at:
+        user, colon, password = auth.partition(":")
+        options["password"] = urllib.parse.unquote(password if colon else user)
+        if colon and user:
+            options["username"] = urllib.parse.unquote(user)
+    nodes: list[tuple[str, int]] = []
+    for part in hosts.split(","):
+        host, colon, port = part.strip().rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"Redis Cluster URL: expected host:port, not {part.strip()!r}")
+        nodes.append((host.strip("[]"), int(port)))
+    for pair in filter(None, query.split("&")):
+        key, _, value = pair.partition("=")
+        options[key] = value
+    return nodes, options
