@@ -104,8 +104,8 @@ owns), :mod:`~openstarry.bus.redis.deliveries` (what was fetched, held until don
 :mod:`~openstarry.bus.redis.keys` (key names, partitions), the Lua scripts in
 ``scripts/*.lua`` (:mod:`~openstarry.bus.redis.lua`) and
 :mod:`~openstarry.bus.redis.reader` (paging through the streams, for ``tail``).
-It registers itself as the bus's backend for ``redis://``, ``rediss://`` and
-``unix://`` URLs (the ``openstarry.bus_backends`` entry points, and
+It registers itself as the bus's backend for ``redis://``, ``rediss://``,
+``unix://`` and ``redis+cluster://`` (``rediss+cluster://``) URLs (the ``openstarry.bus_backends`` entry points, and
 :func:`~openstarry.bus.register_backend` when imported).
 """
 
@@ -120,7 +120,7 @@ from openstarry.bus.redis.streams import RedisStreams
 __all__ = ["PRIORITIES", "RedisStreams", "from_url", "partition_of", "stream_key"]
 
 #: The URL schemes this backend serves.
-SCHEMES = ("redis", "rediss", "unix")
+SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 
 
 def from_url(

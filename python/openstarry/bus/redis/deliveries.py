@@ -10,11 +10,11 @@ from typing import Any
 
 import anyio
 
-from openstarry.bus.redis.keys import PRIORITIES, _field, _text, stream_key
+from openstarry.bus.redis.keys import PRIORITIES, _field, _text
 from openstarry.bus.redis.leases import _Leases
-from openstarry.bus.redis.outbox import _EVENT, _READ_AHEAD, _WIRE, _Outbox
+from openstarry.bus.redis.outbox import _EVENT, _READ_AHEAD, _WIRE, _Outbox, _Outboxes
 from openstarry.bus.redis.records import _Delivery
-from openstarry.bus.redis.state import _RETRY, Streams, log, redis_errors
+from openstarry.bus.redis.state import _MOVED, _RETRY, Streams, log, redis_errors
 from openstarry.core import Event, EventQueue, Ingestor, encode_event
 
 __all__: list[str] = []
@@ -36,7 +36,7 @@ class _Deliveries:
         "streams",
     )
 
-    def __init__(self, streams: Streams, outbox: _Outbox, leases: _Leases) -> None:
+    def __init__(self, streams: Streams, outbox: _Outbox | _Outboxes, leases: _Leases) -> None:
         self.streams = streams
         self.outbox = outbox
         self.leases = leases
@@ -55,7 +55,7 @@ class _Deliveries:
         streams = self.streams
         pipe = streams._client.pipeline(transaction=False)
         for p in range(streams.partitions):
-            for key in streams._streams_of(p):
+            for key in streams.layout.streams(p):
                 pipe.xgroup_create(key, streams.group, id="0", mkstream=True)
         for result in await pipe.execute(raise_on_error=False):
             if isinstance(result, Exception) and "BUSYGROUP" not in str(result):
@@ -182,7 +182,10 @@ class _Deliveries:
         the bus works.
         """
         try:
-            await self._fetch()
+            if self.streams.cluster:
+                await self._fetch_from_nodes()
+            else:
+                await self._fetch()
         finally:
             self.reading = False
             self.finished.set()
@@ -217,8 +220,8 @@ class _Deliveries:
                         reading = readable
                         # Priority first: a reply lists the streams in this order, so
                         # a batch arrives as the Ingestor orders it (see deliver).
-                        name = streams.name
-                        keys = [stream_key(name, p, r) for r in PRIORITIES for p in readable]
+                        layout = streams.layout
+                        keys = [layout.stream(p, r) for r in PRIORITIES for p in readable]
                         count = max(16, -(-streams.batch // len(readable)))
                         packed = conn.pack_command(
                             *("XREADGROUP", "GROUP", streams.group, streams.consumer),
@@ -288,6 +291,75 @@ class _Deliveries:
                 await conn.disconnect()
                 await pool.release(conn)
 
+    async def _fetch_from_nodes(self) -> None:
+        """:meth:`_fetch` on a Redis Cluster: one read per owned partition (its six
+        streams share its slot), sent in one pipeline, one batch per node, all
+        nodes at once. Reads do not block (a blocked read would hold its node's
+        batch): when a round brings nothing, the next waits 1 ms, doubling up to
+        50 ms while the partitions stay empty."""
+        streams = self.streams
+        bus = streams._bus
+        assert bus is not None
+        leases = self.leases
+        client = streams._client
+        low_water = streams.batch
+        max_held = streams.max_held
+        idle = 0.0
+        nodes: dict[int, Any] = {}
+        while not streams._stopping:
+            if len(bus) >= low_water or len(self.held) >= max_held:
+                await anyio.sleep(0.001)
+                continue
+            if leases.reclaim:
+                await streams._retrying(lambda: self.reclaim_partition(leases.reclaim[0]))
+                leases.reclaim.popleft()
+                continue
+            readable = sorted(leases.owned - leases.draining)
+            if not readable:
+                await anyio.sleep(0.05)
+                continue
+            count = max(16, -(-streams.batch // len(readable)))
+            layout = streams.layout
+            try:
+                pipe = client.pipeline(transaction=False)
+                for p in readable:
+                    keys = layout.streams(p)
+                    node = nodes.get(p)
+                    if node is None:
+                        node = nodes[p] = client.get_node_from_key(keys[0])
+                    pipe.execute_command(
+                        *("XREADGROUP", "GROUP", streams.group, streams.consumer),
+                        *("COUNT", count, "STREAMS", *keys),
+                        *([">"] * len(keys)),
+                        target_nodes=node,
+                    )
+                replies = await pipe.execute()
+            except (*_RETRY, *_MOVED) as exc:
+                nodes.clear()  # the slots moved (a failover): looked up again
+                streams.reconnects += 1
+                log.warning("redis: %s; reading again", exc)
+                await anyio.sleep(0.1)
+                continue
+            except redis_errors.ResponseError as exc:
+                if "NOGROUP" in str(exc):  # the streams were deleted under us
+                    await streams._retrying(self.create_groups)
+                    continue
+                raise
+            entries = [
+                (stream, entry, _value(fields))
+                for reply in replies
+                if reply
+                for stream, stream_entries in (reply.items() if isinstance(reply, dict) else reply)
+                for entry, fields in stream_entries
+            ]
+            if not entries:
+                idle = min(0.05, max(0.001, idle * 2))
+                await anyio.sleep(idle)
+                continue
+            idle = 0.0
+            self.feed(self.deliver(entries, attempts=None))
+            await anyio.sleep(0)
+
     async def reclaim_partition(self, partition: int) -> None:
         """Take every entry still pending in a partition just acquired (its previous
         owner died or stopped). What was handled is not pending: its XACK was
@@ -295,7 +367,7 @@ class _Deliveries:
         streams = self.streams
         client = streams._client
         group, consumer = streams.group, streams.consumer
-        for key in streams._streams_of(partition):
+        for key in streams.layout.streams(partition):
             stream = key.encode()
             cursor = "0-0"
             while True:
@@ -393,3 +465,11 @@ class _Deliveries:
                 continue
             items.append((event, delivery))
         return items
+
+
+def _value(fields: Any) -> bytes:
+    """The ``e`` field of an entry as a parsed reply gives it (a dict, or a flat list)."""
+    if isinstance(fields, dict):
+        value: bytes = fields.get(b"e", b"")
+        return value
+    return _field(fields) if fields else b""

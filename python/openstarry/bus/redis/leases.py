@@ -39,7 +39,7 @@ class _Leases:
 
     def key(self, partition: int) -> str:
         streams = self.streams
-        return streams._key(f"lease:{streams.group}:{partition}")
+        return streams.layout.lease(streams.group, partition)
 
     async def run(self) -> None:
         """Balance every third of ``claim_idle`` until the backend stops."""
@@ -63,7 +63,7 @@ class _Leases:
         partitions = streams.partitions
         ttl = int(streams.claim_idle * 1000)
         now = int(time.time() * 1000)
-        consumers = streams._key(f"consumers:{streams.group}")
+        consumers = streams.layout.consumers(streams.group)
         pipe = client.pipeline(transaction=False)
         pipe.zadd(consumers, {consumer: now})
         pipe.zremrangebyscore(consumers, "-inf", now - ttl)
@@ -111,7 +111,7 @@ class _Leases:
         try:
             for p in list(self.owned):
                 await streams._scripts["free"](keys=[self.key(p)], args=[streams.consumer])
-            await client.zrem(streams._key(f"consumers:{streams.group}"), streams.consumer)
+            await client.zrem(streams.layout.consumers(streams.group), streams.consumer)
         except _RETRY:
             pass  # the leases expire by themselves
         self.owned.clear()

@@ -16,10 +16,10 @@ from typing import Any
 
 import anyio
 
-from openstarry.bus.redis.keys import PRIORITIES, stream_key
+from openstarry.bus.redis.keys import PRIORITIES
 from openstarry.bus.redis.lua import FLUSH
 from openstarry.bus.redis.records import _Answers, _Delivery, _Outgoing
-from openstarry.bus.redis.state import _RETRY, Streams, log, redis_errors
+from openstarry.bus.redis.state import _MOVED, _RETRY, Streams, log, redis_errors
 from openstarry.bus.redis.wire import _SHORT, _array, _fields, _head
 from openstarry.core import Event, encode_event
 from openstarry.errors import QueueFull
@@ -72,20 +72,28 @@ class _Outbox:
     __slots__ = (
         "acks",
         "bases",
+        "conn",
         "flushed",
         "flushes",
         "in_flight",
         "keys",
         "limit",
+        "node",
         "numbered",
+        "partition",
         "queue",
         "streams",
         "unacked",
         "wake",
     )
 
-    def __init__(self, streams: Streams) -> None:
+    def __init__(self, streams: Streams, partition: int | None = None) -> None:
         self.streams = streams
+        #: The partition whose operations this outbox sends (a cluster: one per
+        #: partition, each flush one script on its node), or ``None`` for all of them.
+        self.partition = partition
+        self.conn: Any = None
+        self.node: Any = None
         self.queue: deque[_Outgoing] = deque()
         #: Handled entries without effects, by stream, waiting for their XACK.
         self.acks: dict[bytes, list[bytes]] = {}
@@ -95,10 +103,9 @@ class _Outbox:
         self.in_flight = 0  # operations taken by the flush under way
         self.flushes = 0
         #: The stream keys, by partition * 6 + priority, as the blob carries them.
+        layout = streams.layout
         self.keys = [
-            _fields(stream_key(streams.name, p, r))
-            for p in range(streams.partitions)
-            for r in PRIORITIES
+            _fields(layout.stream(p, r)) for p in range(streams.partitions) for r in PRIORITIES
         ]
         #: The first of each recent session's stream keys in :attr:`keys`.
         self.bases: dict[str, int] = {}
@@ -239,11 +246,11 @@ class _Outbox:
         """
         streams = self.streams
         outgoing = self.queue
-        client = streams._client
-        pool = client.connection_pool
         sha = streams._scripts["flush"].sha
-        dead = streams._key("dead")
-        conn = await pool.get_connection()
+        dead = streams.layout.dead(self.partition or 0)
+        replicas = streams.min_replicas
+        wait = ("WAIT", replicas, streams.replica_timeout_ms)
+        conn = await self._connect()
         in_flight: deque[tuple[list[_Outgoing], Any]] = deque()
         refused: list[_Outgoing] = []
         heard = 0  # the last flush whose refusal this process has heard of
@@ -253,14 +260,20 @@ class _Outbox:
         try:
             while True:
                 while (
-                    len(in_flight) < (2 if self.limit >= _FLUSH_EVENTS else 1)
+                    len(in_flight) < (2 if self.limit >= _FLUSH_EVENTS and not replicas else 1)
                     and not refused
                     and (outgoing or self.unacked)
                 ):
                     ops = self._take()
                     self.flushes += 1
                     args = self._args(ops, self.flushes, heard)
-                    packed = conn.pack_command("EVALSHA", sha, 1, dead, *args)
+                    command = ("EVALSHA", sha, 1, dead, *args)
+                    # With min_replicas, each flush is followed by a WAIT on its connection.
+                    packed = (
+                        conn.pack_commands([command, wait])
+                        if replicas
+                        else conn.pack_command(*command)
+                    )
                     in_flight.append((ops, packed))
                     self.in_flight += len(ops)
                     if not broken:
@@ -280,9 +293,11 @@ class _Outbox:
                     if broken:
                         raise redis_errors.ConnectionError("the flush connection was lost")
                     results = await conn.read_response(timeout=_FLUSH_TIMEOUT)
-                except (*_RETRY, redis_errors.NoScriptError) as exc:
+                    if replicas:
+                        await self._replicated(conn, wait)
+                except (*_RETRY, *_MOVED, redis_errors.NoScriptError) as exc:
                     streams.reconnects += 1
-                    await self._send_again(conn, in_flight, exc)
+                    conn = await self._send_again(conn, in_flight, exc)
                     broken = False
                     continue
                 in_flight.popleft()
@@ -318,43 +333,94 @@ class _Outbox:
         finally:
             self.in_flight = 0
             with anyio.CancelScope(shield=True):
-                await conn.disconnect()
-                await pool.release(conn)
+                await self._release()
+
+    async def _connect(self) -> Any:
+        """A connection of the flusher's own: to the server, or to the node of its partition."""
+        client = self.streams._client
+        if self.partition is None:
+            self.conn = await client.connection_pool.get_connection()
+        else:
+            self.node = client.get_node_from_key(self.streams.layout.dead(self.partition))
+            self.conn = self.node.acquire_connection()
+        return self.conn
+
+    async def _release(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is None:
+            return
+        await conn.disconnect()
+        if self.partition is None:
+            await self.streams._client.connection_pool.release(conn)
+        else:
+            self.node.release(conn)
+
+    async def _replicated(self, conn: Any, wait: tuple[str, int, int]) -> None:
+        """Read a flush's ``WAIT``; while fewer replicas have it, wait again (and say so)."""
+        replicas = wait[1]
+        got = int(await conn.read_response(timeout=_FLUSH_TIMEOUT))
+        waited = 0.0
+        while got < replicas:
+            waited += wait[2] / 1000
+            if waited >= 5 and waited % 5 < wait[2] / 1000:
+                log.warning(
+                    "redis: a flush reached %d of %d replicas after %.0f s; its publishes wait",
+                    got,
+                    replicas,
+                    waited,
+                )
+            await conn.send_command(*wait, check_health=False)
+            got = int(await conn.read_response(timeout=_FLUSH_TIMEOUT))
 
     async def _send_again(
         self, conn: Any, in_flight: deque[tuple[Any, Any]], exc: Exception
-    ) -> None:
-        """Reconnect (with backoff) and send the flushes in flight again, in order."""
+    ) -> Any:
+        """Reconnect (with backoff) and send the flushes in flight again, in order.
+
+        On a cluster the partition's node is looked up again first: after a
+        failover (or a slot moved) it is another server, which may lack the
+        script (``SCRIPT LOAD`` is not replicated): it is loaded again.
+        Returns the connection the flushes went on.
+        """
         streams = self.streams
         delay = 0.05
         while True:
             log.warning("redis: %s; sending %d flushes again", exc, len(in_flight))
             try:
-                await conn.disconnect()
-                if isinstance(exc, redis_errors.NoScriptError):
+                await self._release()
+                if self.partition is not None:
+                    await anyio.sleep(delay)  # a failover takes a node timeout or more
+                    await streams._client.nodes_manager.initialize()
+                conn = await self._connect()
+                if self.partition is not None or isinstance(exc, redis_errors.NoScriptError):
                     await streams._client.script_load(FLUSH)
                 for _, packed in in_flight:
                     await conn.send_packed_command(packed, check_health=False)
-                return
-            except _RETRY as again:
+                return conn
+            except (*_RETRY, *_MOVED) as again:
                 exc = again
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
     def _args(self, ops: list[_Outgoing], flush: int, heard: int) -> list[bytes | str | int]:
         streams = self.streams
+        partition = self.partition
         return [
             streams.window_ms,
             streams.maxlen,
             # Sent again as it is when its answer is lost: the same token.
-            f"{streams.token}:{flush}",
+            f"{streams.token}:{flush}"
+            if partition is None
+            else f"{streams.token}:{partition}:{flush}",
             streams.group,
             "".join([op.op for op in ops]),
-            streams._key(""),
+            streams.layout.prefix(partition or 0),
             b"".join([_array(sum([op.fields for op in ops])), *[op.blob for op in ops]]),
             streams.token,
             flush,
             heard,
+            # On a cluster, effects bound for another partition go to this one's relay stream.
+            0 if partition is None else 1,
         ]
 
     def _answer(self, ops: list[_Outgoing], results: list[int]) -> list[_Outgoing]:
@@ -364,13 +430,17 @@ class _Outbox:
         for op, result in zip(ops, results, strict=True):
             code = op.op
             if code == "P":
-                if result == 1:
-                    streams.sent += 1
-                elif result == 0:
-                    streams.duplicates += 1
-                else:
+                if result < 0:
                     full.append(op)
                     continue
+                if op.relay:
+                    # An effect committed in another partition, counted there: it
+                    # arrived now (1), or with an earlier relay of it (0).
+                    streams.relayed += 1
+                elif result == 1:
+                    streams.sent += 1
+                else:
+                    streams.duplicates += 1
                 if op.waiter is not None:
                     op.accepted = result == 1
                     op.waiter.answered()
@@ -419,3 +489,72 @@ class _Outbox:
         )
         self.queue.append(_Outgoing("D", fields, 4))
         self._wake()
+
+
+class _Outboxes:
+    """A bus's outboxes on a Redis Cluster: one per partition, each flushing to its node.
+
+    The same calls as one :class:`_Outbox`, sent to the outbox of the event's
+    partition (from its session) or the delivery's (from its stream). Each
+    partition's operations keep their order; partitions go independently.
+    """
+
+    __slots__ = ("all", "partition_of_key", "partitions", "streams")
+
+    def __init__(self, streams: Streams) -> None:
+        self.streams = streams
+        self.partitions = streams.partitions
+        self.all = [_Outbox(streams, p) for p in range(streams.partitions)]
+        self.partition_of_key = streams._partition_of_key
+
+    def of(self, event: Event) -> _Outbox:
+        session = event.session_id.encode("utf-8", "surrogatepass")
+        return self.all[zlib.crc32(session) % self.partitions]
+
+    def of_delivery(self, delivery: _Delivery) -> _Outbox:
+        return self.all[self.partition_of_key[delivery.stream]]
+
+    @property
+    def queued(self) -> int:
+        return sum(len(outbox.queue) for outbox in self.all)
+
+    def send(self, event: Event) -> None:
+        self.of(event).send(event)
+
+    async def asend(self, event: Event) -> bool:
+        return await self.of(event).asend(event)
+
+    async def asend_many(self, events: Sequence[Event], *, relay: bool = False) -> list[bool]:
+        answers = _Answers(len(events))
+        ops = []
+        for event in events:
+            outbox = self.of(event)
+            while len(outbox.queue) >= self.streams.buffer:
+                await outbox.flush()
+            op = outbox.publish(event)
+            op.waiter = answers
+            op.relay = relay
+            outbox.queue.append(op)
+            outbox._wake()
+            ops.append(op)
+        if ops:
+            await answers.signal.wait()
+        return [op.accepted for op in ops]
+
+    async def flush(self) -> None:
+        for outbox in self.all:
+            await outbox.flush()
+
+    def publish_op(self, event: Event) -> _Outgoing:
+        return self.all[0].publish_op(event)  # the fields name the stream: any outbox makes them
+
+    def ack(self, delivery: _Delivery) -> None:
+        self.of_delivery(delivery).ack(delivery)
+
+    def commit(self, delivery: _Delivery) -> None:
+        self.of_delivery(delivery).commit(delivery)
+
+    def dead_letter(
+        self, event: Event | None, delivery: _Delivery, reason: str, wire: bytes = b""
+    ) -> None:
+        self.of_delivery(delivery).dead_letter(event, delivery, reason, wire)

@@ -28,7 +28,7 @@ class _Delivery:
 class _Outgoing:
     """One operation waiting for the next flush: its code and its fields, encoded."""
 
-    __slots__ = ("accepted", "blob", "effects", "fields", "op", "waiter")
+    __slots__ = ("accepted", "blob", "effects", "fields", "op", "relay", "waiter")
 
     def __init__(self, op: str, blob: bytes, fields: int, effects: int = 0) -> None:
         self.op = op
@@ -41,6 +41,8 @@ class _Outgoing:
         #: Who awaits the answer of a publish, and the answer.
         self.waiter: _Answers | None = None
         self.accepted = False
+        #: A publish by the relay (an effect committed in another partition, on a cluster).
+        self.relay = False
 
 
 class _Answers:

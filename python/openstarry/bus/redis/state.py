@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from openstarry.bus.backend import BusHost
+from openstarry.bus.redis.keys import Layout
 from openstarry.bus.redis.records import _Delivery
 from openstarry.core import Event
 
@@ -33,6 +34,16 @@ _RETRY = (
     OSError,
 )
 
+#: What a cluster answers while a partition's slot is between nodes (a failover,
+#: a resharding): the client looks the slots up again and the command is sent again.
+_MOVED = (
+    redis_errors.AskError,  # MovedError too
+    redis_errors.TryAgainError,
+    redis_errors.ClusterError,  # ClusterDownError, MasterDownError
+    redis_errors.ReadOnlyError,  # a master that came back as a replica
+    redis_errors.SlotNotCoveredError,
+)
+
 
 class Streams(Protocol):
     """The settings, connection and counters of a Redis bus, as its parts use them."""
@@ -52,6 +63,13 @@ class Streams(Protocol):
     buffer: int
     max_held: int
     token: str
+    #: Whether the bus runs on a Redis Cluster (a script per partition, reads per node).
+    cluster: bool
+    #: The names of the bus's keys.
+    layout: Layout
+    #: Replicas that must have a flush before its publishes are answered (``WAIT``).
+    min_replicas: int
+    replica_timeout_ms: int
     # The connection, the bus it runs for, the scripts; what is held.
     _client: Any
     _bus: BusHost | None
@@ -72,9 +90,6 @@ class Streams(Protocol):
     retried: int
     dead_lettered: int
     reconnects: int
-
-    def _key(self, suffix: str) -> str: ...
-
-    def _streams_of(self, partition: int) -> list[str]: ...
+    relayed: int
 
     async def _retrying(self, action: Callable[[], Any]) -> Any: ...

@@ -22,13 +22,14 @@ import sniffio
 
 from openstarry.bus.backend import BusHost
 from openstarry.bus.redis.deliveries import _Deliveries
-from openstarry.bus.redis.keys import PRIORITIES, stream_key
+from openstarry.bus.redis.keys import Layout, cluster_nodes, default_partitions, is_cluster_url
 from openstarry.bus.redis.leases import _Leases
 from openstarry.bus.redis.lua import FLUSH, FREE, RENEW
-from openstarry.bus.redis.outbox import _Outbox
+from openstarry.bus.redis.outbox import _Outbox, _Outboxes
 from openstarry.bus.redis.reader import read_history, read_new
 from openstarry.bus.redis.records import _Delivery
-from openstarry.bus.redis.state import _RETRY, aioredis, log
+from openstarry.bus.redis.relay import _Relay
+from openstarry.bus.redis.state import _MOVED, _RETRY, aioredis, log
 from openstarry.core import Event
 from openstarry.errors import QueueClosed
 
@@ -49,7 +50,8 @@ class RedisStreams:
         consumer: This consumer's name in the group (default: host name and process id).
         consume: Whether this bus consumes (a worker) or only publishes (a producer).
         name: The prefix of every key (the hash tag), to run several buses on one Redis.
-        partitions: Partitions of the sessions (fixed for the life of the data).
+        partitions: Partitions of the sessions (fixed for the life of the data):
+            8 by default on one server, 24 on a cluster (``redis+cluster://``).
         maxlen: Entries each stream holds at most.
         dedup_window: Seconds an id stays known to every producer, at least (and
             less than twice that: ids are kept in one hash per window).
@@ -62,6 +64,13 @@ class RedisStreams:
         max_held: Events this consumer holds at most, fetched and not yet done
             (an agent's inputs waiting behind their session's run among them):
             it reads no more until it holds fewer. They wait in Redis instead.
+        min_replicas: Replicas that must hold a flush before its publishes are
+            answered (``WAIT``, after each flush): an accepted publish then
+            survives the loss of its master. 0 (the default) answers at once;
+            Redis replicates asynchronously, so a failover may lose the last
+            writes (see the Redis guide, "Failover and durability").
+        replica_timeout: Seconds each ``WAIT`` waits for the replicas before it
+            is sent again (publishes wait while fewer replicas answer).
     """
 
     def __init__(
@@ -72,7 +81,7 @@ class RedisStreams:
         consumer: str | None = None,
         consume: bool = True,
         name: str = "openstarry",
-        partitions: int = 8,
+        partitions: int | None = None,
         maxlen: int = 10_000,
         dedup_window: float = 60.0,
         claim_idle: float = 10.0,
@@ -80,11 +89,17 @@ class RedisStreams:
         batch: int = 256,
         buffer: int = 65_536,
         max_held: int = 65_536,
+        min_replicas: int = 0,
+        replica_timeout: float = 1.0,
     ) -> None:
+        if partitions is None:
+            partitions = default_partitions(url)
         if partitions < 1 or maxlen < 10 or max_deliveries < 1 or batch < 1 or max_held < 1:
             raise ValueError(
                 "partitions, max_deliveries, batch and max_held must be >= 1, maxlen >= 10"
             )
+        if not 0 <= min_replicas <= 16 or not 0.001 <= replica_timeout <= 60:
+            raise ValueError("min_replicas must be in [0, 16], replica_timeout in [0.001, 60] s")
         if not 0 < claim_idle <= 3600:
             raise ValueError(f"claim_idle must be in (0, 3600] seconds, not {claim_idle}")
         if not 0.001 <= dedup_window <= 86_400:
@@ -102,9 +117,15 @@ class RedisStreams:
         self.batch = batch
         self.buffer = buffer
         self.max_held = max_held
+        self.min_replicas = min_replicas
+        self.replica_timeout_ms = int(replica_timeout * 1000)
+        self.cluster = is_cluster_url(url)
+        if self.cluster:
+            cluster_nodes(url)  # a URL without nodes is refused now, not at the first connection
+        self.layout = Layout(name, partitions, cluster=self.cluster)
         #: The partition of each stream key, as Redis replies name them.
         self._partition_of_key = {
-            key.encode(): p for p in range(partitions) for key in self._streams_of(p)
+            key.encode(): p for p in range(partitions) for key in self.layout.streams(p)
         }
         #: Identifies this producer's flushes, so that a retried flush is not a duplicate.
         self.token = uuid.uuid4().hex[:16]
@@ -113,7 +134,8 @@ class RedisStreams:
         self._stopping = False
         self._scripts: dict[str, Any] = {}
         self.held: dict[Event, _Delivery] = {}
-        self._outbox = _Outbox(self)
+        #: One outbox on one server; one per partition on a cluster (a script per partition).
+        self._outbox: _Outbox | _Outboxes = _Outboxes(self) if self.cluster else _Outbox(self)
         self._leases = _Leases(self)
         self._deliveries = _Deliveries(self, self._outbox, self._leases)
         # Metrics.
@@ -128,14 +150,29 @@ class RedisStreams:
         self.retried = 0
         self.dead_lettered = 0
         self.reconnects = 0
+        self.relayed = 0
 
-    # -- keys ------------------------------------------------------------
+    def _outboxes(self) -> list[_Outbox]:
+        outbox = self._outbox
+        return outbox.all if isinstance(outbox, _Outboxes) else [outbox]
 
-    def _key(self, suffix: str) -> str:
-        return f"{{{self.name}}}:{suffix}"
+    def _connect(self) -> Any:
+        """A client of the server, or of the cluster (which finds each key's node)."""
+        options: dict[str, Any] = {
+            "decode_responses": False,
+            "health_check_interval": 0,
+            "socket_keepalive": True,
+        }
+        if not self.cluster:
+            return aioredis.Redis.from_url(self.url, **options)
+        from redis.asyncio.cluster import ClusterNode, RedisCluster
 
-    def _streams_of(self, partition: int) -> list[str]:
-        return [stream_key(self.name, partition, r) for r in PRIORITIES]
+        nodes, url_options = cluster_nodes(self.url)
+        del options["health_check_interval"]
+        return RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in nodes],
+            **{**url_options, **options},
+        )
 
     # -- life ------------------------------------------------------------
 
@@ -150,13 +187,12 @@ class RedisStreams:
         self._bus = bus
         self._stopping = False
         outbox, leases, deliveries = self._outbox, self._leases, self._deliveries
-        outbox.wake = anyio.Event()
-        outbox.flushed = anyio.Event()
+        for each in self._outboxes():
+            each.wake = anyio.Event()
+            each.flushed = anyio.Event()
         deliveries.finished = anyio.Event()
         deliveries.reader = None
-        client = aioredis.Redis.from_url(
-            self.url, decode_responses=False, health_check_interval=0, socket_keepalive=True
-        )
+        client = self._connect()
         self._client = client
         try:
             self._scripts = {
@@ -164,14 +200,20 @@ class RedisStreams:
                 "renew": client.register_script(RENEW),
                 "free": client.register_script(FREE),
             }
-            # The flusher sends the script by its hash: loaded before it starts.
+            if self.cluster:
+                await self._retrying(client.initialize)  # the slots, before any node is named
+            # The flusher sends the script by its hash: loaded (on every master) before it starts.
             await self._retrying(functools.partial(client.script_load, FLUSH))
             if self.consume:
                 await self._retrying(deliveries.create_groups)
             async with anyio.create_task_group() as tasks:
-                tasks.start_soon(outbox.run, name="openstarry.redis flusher")
+                for each in self._outboxes():
+                    tasks.start_soon(each.run, name="openstarry.redis flusher")
                 if self.consume:
                     tasks.start_soon(leases.run, name="openstarry.redis leases")
+                    if isinstance(outbox, _Outboxes):
+                        relay = _Relay(self, outbox, leases)
+                        tasks.start_soon(relay.run, name="openstarry.redis relay")
                     tasks.start_soon(deliveries.run, name="openstarry.redis fetcher")
                 try:
                     yield self
@@ -203,7 +245,7 @@ class RedisStreams:
         while True:
             try:
                 return await action()
-            except _RETRY as exc:
+            except (*_RETRY, *_MOVED) as exc:
                 self.reconnects += 1
                 log.warning("redis: %s; retrying in %.2f s", exc, delay)
                 await anyio.sleep(delay)
@@ -264,7 +306,7 @@ class RedisStreams:
             start: ``"-"`` (the oldest) or an entry id ``MS-SEQ``: entries at
                 or after it.
         """
-        keys = [key for p in range(self.partitions) for key in self._streams_of(p)]
+        keys = [key for p in range(self.partitions) for key in self.layout.streams(p)]
         return read_history(self._reader(), keys, cursors, start=start)
 
     async def follow(self, cursors: dict[str, str], timeout: float) -> list[tuple[str, bytes]]:
@@ -278,7 +320,7 @@ class RedisStreams:
         entry-id order.
         """
         for p in range(self.partitions):
-            for key in self._streams_of(p):
+            for key in self.layout.streams(p):
                 cursors.setdefault(key, "0-0")
         return await read_new(self._reader(), cursors, timeout)
 
@@ -302,7 +344,8 @@ class RedisStreams:
             "retried": self.retried,
             "dead_lettered": self.dead_lettered,
             "reconnects": self.reconnects,
-            "outgoing": len(self._outbox.queue),
+            "relayed": self.relayed,
+            "outgoing": sum(len(outbox.queue) for outbox in self._outboxes()),
             "holding": len(self._deliveries.held),
             "partitions": sorted(self._leases.owned),
         }

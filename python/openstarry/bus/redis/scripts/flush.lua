@@ -26,6 +26,10 @@ local token = ARGV[3]
 local group = ARGV[4]
 local ops = ARGV[5]
 local prefix = ARGV[6]
+-- On a Redis Cluster every key of this script carries this partition's hash tag:
+-- an effect bound for another partition goes to this one's relay stream (x),
+-- from which the partition's owner publishes it there (deduplicated there).
+local relay = ARGV[11] == '1' and (prefix .. 'x') or nil
 local producer = ARGV[8]
 -- A flush sent before this producer heard that an earlier one was refused for a
 -- full stream has its new publishes refused: publishes keep their order.
@@ -177,7 +181,10 @@ for i = 1, #codes do
       for j = 1, n do
         local e = f + 3 * j
         local id, skey = t[e], t[e + 1]
-        if not known[id] then
+        if relay and string.sub(skey, 1, #prefix) ~= prefix then
+          call('XADD', relay, '*', 'e', t[e + 2])
+          fresh_effects = fresh_effects + 1
+        elseif not known[id] then
           if lens[skey] == nil or lens[skey] >= maxlen then has_room(skey) end
           call('XADD', skey, '*', 'e', t[e + 2])
           lens[skey] = lens[skey] + 1
