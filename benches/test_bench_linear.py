@@ -22,7 +22,8 @@ import anyio
 import pytest
 
 from benches.harness import Benchmark, measure
-from openstarry.api.server import ServerLimits, _Record
+from openstarry.api.replay import _Record
+from openstarry.api.server import ServerLimits
 from openstarry.providers.anthropic import AnthropicAPI
 from openstarry.providers.gemini import GeminiAPI
 from openstarry.providers.http import SSEDecoder

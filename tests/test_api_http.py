@@ -37,7 +37,8 @@ from openstarry.api.client import (
     StreamAssembler,
 )
 from openstarry.api.models import AgentResponse, Message, parse_event
-from openstarry.api.server import ServerLimits, _Record, create_app
+from openstarry.api.replay import _Record
+from openstarry.api.server import ServerLimits, create_app
 from openstarry.assembly import agent_from_manifest
 from openstarry.testing import FunctionProvider, ScriptedProvider, text, tool_call
 

@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 import openstarry.api
-from openstarry.api import models
+from openstarry.api import messages, models, requests
 from openstarry.api.models import (
     MAX_CONTENT_ITEMS,
     MAX_INPUT_MESSAGES,
@@ -330,12 +330,13 @@ def test_parse_request_takes_a_dict() -> None:
 
 def test_a_request_over_the_byte_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     body = json.dumps(_request()).encode()
-    monkeypatch.setattr(models, "MAX_REQUEST_BYTES", len(body) - 1)
+    # The limit lives beside parse_request (openstarry.api.requests), where it is read.
+    monkeypatch.setattr(requests, "MAX_REQUEST_BYTES", len(body) - 1)
     error = _invalid(body)
     assert error.code == "request_too_large"
     assert error.http_status == 413
     assert str(len(body)) in str(error)
-    monkeypatch.setattr(models, "MAX_REQUEST_BYTES", len(body))
+    monkeypatch.setattr(requests, "MAX_REQUEST_BYTES", len(body))
     assert parse_request(body).input[0].get_text_content() == "hi"
 
 
@@ -568,7 +569,7 @@ def test_add_delta_content_refuses_what_it_cannot_apply() -> None:
 
 
 def test_add_delta_content_bounds_the_merged_text(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(models, "MAX_TEXT_LENGTH", 4)
+    monkeypatch.setattr(messages, "MAX_TEXT_LENGTH", 4)  # read where Message lives
     message = Message(id="msg_1")
     message.add_delta_content(TextContent(text="abc"))
     with pytest.raises(ValueError, match="would exceed 4 characters"):

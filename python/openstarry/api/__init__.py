@@ -1,7 +1,9 @@
 """The Agent API (spec 003): wire models and the builders that produce its event stream.
 
 :mod:`openstarry.api.models` holds the pydantic models of requests, responses,
-messages and content, wire-compatible with AgentScope Runtime;
+messages and content, wire-compatible with AgentScope Runtime (defined by what
+they describe in :mod:`~openstarry.api.wire`, :mod:`~openstarry.api.messages`,
+:mod:`~openstarry.api.requests` and :mod:`~openstarry.api.responses`);
 :mod:`openstarry.api.builders` the :class:`ResponseBuilder`,
 :class:`MessageBuilder` and :class:`ContentBuilder` that emit a response's events
 in order, numbered and checked; :mod:`openstarry.api.adapter` turns an

@@ -392,7 +392,7 @@ class RunStream:
         self._translator = RunTranslator(builder, lambda label: server_tools(agent, label))
         #: ``n`` above 1: the runs of the choices, merged into this response.
         self._choices = (
-            Choices(agent, request, self.session_id, builder, self._translator.out)
+            Choices(agent, request, self.session_id, builder, self._translator.out, collect_run)
             if (request.n or 1) > 1 and self.rejection is None
             else None
         )

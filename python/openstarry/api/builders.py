@@ -49,6 +49,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from openstarry.api.messages import _copy_json
 from openstarry.api.models import (
     MAX_CONTENT_ITEMS,
     MAX_TEXT_LENGTH,
@@ -68,7 +69,6 @@ from openstarry.api.models import (
     RunStatus,
     StatusTransitionError,
     TextContent,
-    _copy_json,
     content_class,
     merge_delta,
     new_message_id,

@@ -17,6 +17,10 @@ What cannot run ``n`` times is refused (422 ``unsupported_n``) by
 :func:`check_choices`: a run that could wait for its client (client tools,
 answers to a waiting run, an agent with tools that need approval) and slash
 commands.
+
+Each choice is run by the function :class:`Choices` is given
+(:func:`openstarry.api.adapter.collect_run`): the adapter imports this module, and
+this module never imports the adapter.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -43,7 +48,11 @@ if TYPE_CHECKING:
     from openstarry.api.builders import ResponseBuilder
     from openstarry.api.translate import WireEvent
 
-__all__ = ["Choices", "check_choices"]
+__all__ = ["Choices", "CollectRun", "check_choices"]
+
+#: Runs one request to its end and returns the terminal response
+#: (:func:`openstarry.api.adapter.collect_run`).
+CollectRun = Callable[["Agent", AgentRequest], Awaitable[AgentResponse]]
 
 #: The ``source`` of the commands that forget the private sessions.
 SOURCE = "openstarry.api"
@@ -89,7 +98,7 @@ class Choices:
     """The ``n`` runs of one request and the response that merges them.
 
     :meth:`run` appends the response's events to ``out``, the terminal one
-    last, which it also keeps as :attr:`final`.
+    last, which it also keeps as :attr:`final`; ``collect`` runs each choice.
     """
 
     def __init__(
@@ -99,8 +108,10 @@ class Choices:
         session_id: str,
         builder: ResponseBuilder,
         out: deque[WireEvent],
+        collect: CollectRun,
     ) -> None:
         self.agent = agent
+        self._collect = collect
         self.session_id = session_id
         self.n = request.n or 1
         self._builder = builder
@@ -120,15 +131,13 @@ class Choices:
             self._scope.cancel()
 
     async def run(self) -> AgentResponse:
-        from openstarry.api.adapter import collect_run  # the adapter imports this module
-
         loop = self.agent.loop
         shared = list(loop.session(self.session_id).memory)
         for sid in self.private_ids:
             loop.session(sid).memory.extend(shared)
 
         async def one(index: int) -> None:
-            self.responses[index] = await collect_run(self.agent, self._requests[index])
+            self.responses[index] = await self._collect(self.agent, self._requests[index])
 
         try:
             with anyio.CancelScope() as scope:

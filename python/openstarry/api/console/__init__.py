@@ -1,8 +1,9 @@
 """The console and the observability endpoints of ``openstarry serve``.
 
 - ``GET /``: the console, a page to talk to the agent and watch its bus (static
-  HTML, CSS and JavaScript shipped in ``openstarry/console/``; nothing is
-  fetched from elsewhere);
+  HTML, CSS and JavaScript shipped beside this module, in
+  ``openstarry/api/console/``, read as this package's data; nothing is fetched
+  from elsewhere);
 - ``GET /events``: the bus as Server-Sent Events (:mod:`openstarry.api.events`);
 - ``GET /metrics``: the Prometheus text format (:mod:`openstarry.api.metrics`);
   ``GET /metrics.json``: the same numbers as JSON, for the console's charts;
@@ -43,7 +44,7 @@ _PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def _static(name: str) -> bytes:
-    return resources.files("openstarry").joinpath("console").joinpath(name).read_bytes()
+    return resources.files(__name__).joinpath(name).read_bytes()
 
 
 def console_routes(agent: Agent) -> list[BaseRoute]:
