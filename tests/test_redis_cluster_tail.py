@@ -252,3 +252,22 @@ def test_a_cluster_url_without_a_port_is_refused_in_one_line() -> None:
         "openstarry tail: --bus: not a Redis URL: redis+cluster://127.0.0.1: "
         "Redis Cluster URL: expected host:port, not '127.0.0.1'"
     ]
+
+
+def test_connect_gives_a_cluster_client_for_a_cluster_url() -> None:
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+    from openstarry.bus.redis.reader import connect
+
+    client = connect(
+        "redis+cluster://u:s%40cret@10.0.0.1:7000,10.0.0.2:7001?require_full_coverage=no"
+    )
+    assert isinstance(client, AsyncRedisCluster)
+    assert sorted(client.nodes_manager.startup_nodes) == ["10.0.0.1:7000", "10.0.0.2:7001"]
+    assert client.nodes_manager.require_full_coverage is False
+    options = client.nodes_manager.connection_kwargs
+    assert (options["username"], options["password"]) == ("u", "s@cret")
+    assert (options["socket_timeout"], options["decode_responses"]) == (5.0, False)
+    with pytest.raises(ValueError, match="unknown option"):
+        connect("redis+cluster://10.0.0.1:7000?no_such_option=1")
+    assert not isinstance(connect("redis://10.0.0.1:7000/0"), AsyncRedisCluster)
