@@ -717,7 +717,8 @@ def _redis_urls(args: argparse.Namespace) -> list[tuple[str, str]]:
     return [
         (what, url)
         for what, url in found
-        if url.partition("://")[0].lower() in ("redis", "rediss", "unix")
+        if url.partition("://")[0].lower()
+        in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
     ]
 
 

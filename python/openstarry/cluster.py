@@ -5,8 +5,10 @@
     openstarry tail --bus redis://localhost:6379/0 [--type PATTERN] [--count N] [--timeout S]
                     [--since WHEN | --from-end]
 
-All three take ``--name`` (the bus's key prefix, default ``openstarry``) and
-``--partitions`` (default 8): the processes of one bus must agree on both,
+All three take ``--bus`` (one Redis server, ``redis://host:port/db``, or a
+Redis Cluster, ``redis+cluster://host:port[,host:port...]``), ``--name`` (the
+bus's key prefix, default ``openstarry``) and ``--partitions`` (default 8 on
+one server, 24 on a cluster): the processes of one bus must agree on both,
 since a session's partition is ``crc32(sessionId) % partitions``. A
 ``"bus"`` object in ``agent.json`` does not reach these commands (``worker
 --bus`` runs on its command line's bus, not the manifest's): give every
@@ -26,7 +28,8 @@ as it has printed N events. ``--since`` starts it at a time (ISO-8601; the
 Redis server's clock stamps each entry), at a Redis entry id, or after an
 event (by its id, found by reading the history from its start);
 ``--from-end`` skips the history. A lost or unreachable Redis ends ``tail``
-with one line on standard error and exit status 1.
+with one line on standard error and exit status 1. ``bus info`` shows where
+the bus's partitions live and what they hold (:mod:`openstarry.businfo`).
 """
 
 from __future__ import annotations
@@ -56,34 +59,59 @@ MAX_LINE_BYTES = 1 << 20
 def _bus_arguments(parser: argparse.ArgumentParser) -> None:
     """``--bus``, ``--name`` and ``--partitions``: the same for every process of one bus."""
     parser.add_argument(
-        "--bus", required=True, type=_bus_url, metavar="URL", help="redis://host:port/db"
+        "--bus",
+        required=True,
+        type=_bus_url,
+        metavar="URL",
+        help="redis://host:port/db, or a Redis Cluster: redis+cluster://host:port[,host:port...]",
     )
     parser.add_argument(
         "--name", default="openstarry", help="the bus's key prefix (default: openstarry)"
     )
     parser.add_argument(
         "--partitions",
-        type=int,
-        default=8,
-        help="session partitions; every process of the bus must agree (default: 8)",
+        type=_count,
+        default=None,
+        help="session partitions; every process of the bus must agree "
+        "(default: 8 on one server, 24 on a cluster)",
     )
 
 
+#: The schemes of ``--bus``: one Redis server, or a Redis Cluster.
+BUS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+
+
 def _bus_url(text: str) -> str:
-    """``--bus``: a Redis URL (``redis://``, ``rediss://`` or ``unix://``)."""
-    if text.partition("://")[0].lower() not in ("redis", "rediss", "unix") or "://" not in text:
+    """``--bus``: a Redis URL (``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://``)."""
+    if text.partition("://")[0].lower() not in BUS_SCHEMES or "://" not in text:
         raise argparse.ArgumentTypeError(
-            f"expected redis://host:port/db, rediss://... or unix:///path, not {redacted(text)!r}"
+            f"expected redis://host:port/db, rediss://..., unix:///path or "
+            f"redis+cluster://host:port[,host:port...], not {redacted(text)!r}"
         )
     return text
 
 
+def resolve_partitions(args: argparse.Namespace) -> int | None:
+    """``--partitions``, or the default of the bus's kind (8 on one server, 24 on a cluster).
+
+    ``None`` without the ``[redis]`` extra (the bus then says what is missing).
+    """
+    if args.partitions is None:
+        try:
+            from openstarry.bus.redis.keys import default_partitions
+        except ImportError:
+            return None
+        args.partitions = default_partitions(args.bus)
+    partitions: int = args.partitions
+    return partitions
+
+
 def _bus_options(args: argparse.Namespace) -> dict[str, Any]:
-    return {"name": args.name, "partitions": args.partitions}
+    return {"name": args.name, "partitions": resolve_partitions(args)}
 
 
 def add_commands(commands: Any) -> None:
-    """Add ``worker``, ``publish`` and ``tail`` to the ``openstarry`` parser."""
+    """Add ``worker``, ``publish``, ``tail`` and ``bus info`` to the ``openstarry`` parser."""
     worker = commands.add_parser("worker", help="run an agent as a consumer of a shared bus")
     worker.add_argument("manifest", help="path of the agent.json manifest")
     _bus_arguments(worker)
@@ -137,6 +165,10 @@ def add_commands(commands: Any) -> None:
         help="skip the history: only events published from now on",
     )
     tail.set_defaults(handler=lambda args: anyio.run(_tail, args))
+
+    from openstarry.businfo import add_info_command
+
+    add_info_command(commands, _bus_arguments)
 
 
 async def _worker(args: argparse.Namespace) -> int:
@@ -286,16 +318,16 @@ def redacted(url: str) -> str:
 
 
 async def _tail(args: argparse.Namespace) -> int:
-    from redis import exceptions as redis_errors
-
-    from openstarry.bus.redis import PRIORITIES, stream_key
-    from openstarry.bus.redis.reader import connect, read_ends, read_history, read_new
+    from openstarry.bus.redis.keys import Layout, is_cluster_url
+    from openstarry.bus.redis.reader import ERRORS, connect, read_ends, read_history, read_new
 
     matches = _matcher(args.type)
     left = args.count
     out = sys.stdout.buffer
     since: _Since = args.since or _Since("-")
-    keys = [stream_key(args.name, p, r) for p in range(args.partitions) for r in PRIORITIES]
+    partitions = resolve_partitions(args) or 0
+    layout = Layout(args.name, partitions, cluster=is_cluster_url(args.bus))
+    keys = [key for p in range(partitions) for key in layout.streams(p)]
 
     def show(wire: bytes) -> bool:
         try:
@@ -345,8 +377,9 @@ async def _tail(args: argparse.Namespace) -> int:
                         if left <= 0:
                             return 0
         return 0
-    except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
-        print(f"openstarry tail: {reading} on {redacted(args.bus)}: {exc}", file=sys.stderr)
+    except ERRORS as exc:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"openstarry tail: {reading} on {redacted(args.bus)}: {text}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         # The reader went away (`tail | head`): stop quietly, as `cat` does.

@@ -26,6 +26,18 @@ Rules it keeps:
   nothing twice, nothing skipped. Entry ids are ordered within a stream, not
   across streams: :func:`read_new` orders each reply's entries by id.
 
+On a Redis Cluster (``redis+cluster://``, :func:`connect` answers a
+``RedisCluster`` client) the same rules hold, and no command names keys of two
+slots: the first pages are one pipeline of single-stream ``XRANGE`` s, which
+the cluster client sends as one batch per node, concurrently (one round trip
+per node); :func:`read_new` reads each partition's streams (one hash tag, one
+slot) with one ``XREAD``, all of them in one pipeline whose commands name
+their node (``target_nodes``, so the client does not ask the server where an
+``XREAD``'s keys are: ``COMMAND GETKEYS`` would cost a round trip per
+command). A cluster has no blocking read across slots, so :func:`read_new`
+reads without blocking and, while nothing came, reads again every
+:data:`POLL` seconds until its timeout.
+
 The client must answer bytes in RESP2 (``decode_responses=False``, redis-py's
 default protocol), as :func:`connect` and
 :class:`~openstarry.bus.redis.RedisStreams` make it.
@@ -33,14 +45,18 @@ default protocol), as :func:`connect` and
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import re
+import time
 from collections import deque
 from collections.abc import AsyncGenerator, Iterable, Sequence
 from typing import Any
 
 try:
     import redis.asyncio as aioredis
+    from redis import exceptions as redis_errors
+    from redis.asyncio.cluster import ClusterNode, RedisCluster
     from redis.asyncio.retry import Retry
     from redis.backoff import ExponentialBackoff, NoBackoff
 except ImportError as exc:  # pragma: no cover - exercised by the smoke test without extras
@@ -48,8 +64,12 @@ except ImportError as exc:  # pragma: no cover - exercised by the smoke test wit
         "reading the Redis bus needs redis-py with hiredis: pip install 'openstarry[redis]'"
     ) from exc
 
+from openstarry.bus.redis.keys import cluster_nodes, is_cluster_url
+
 __all__ = [
+    "ERRORS",
     "PAGE",
+    "POLL",
     "connect",
     "entry_after",
     "entry_before",
@@ -66,6 +86,19 @@ PAGE = 256
 
 #: The longest wait of one blocking read, under the client's socket timeout (5 s).
 MAX_BLOCK = 2.0
+
+#: Seconds between two reads of :func:`read_new` on a cluster while nothing comes.
+POLL = 0.1
+
+#: What a lost or unreachable Redis raises: a refused or lost connection, no
+#: answer in time, and on a cluster no node to be reached, or the cluster down
+#: (while a failover is under way).
+ERRORS: tuple[type[Exception], ...] = (
+    redis_errors.ConnectionError,
+    redis_errors.TimeoutError,
+    redis_errors.RedisClusterException,
+    redis_errors.ClusterDownError,
+)
 
 _MAX_PART = (1 << 64) - 1
 _ENTRY_ID = re.compile(r"(\d+)(?:-(\d+))?")
@@ -104,9 +137,28 @@ def connect(url: str, *, timeout: float = 5.0, retries: int = 3) -> Any:
     """A client for reading: connect and socket timeouts of ``timeout`` seconds.
 
     A failed call is retried ``retries`` times (50 ms to 1 s apart), so a
-    blip does not end a long ``tail``; ``retries=0`` reports it at once.
+    blip does not end a long ``tail``; ``retries=0`` reports it at once. A
+    ``redis+cluster://host:port[,host:port...]`` URL gives a
+    ``redis.asyncio.cluster.RedisCluster`` with the same settings, its nodes
+    as the seeds (no connection is made before the first command).
+
+    Raises:
+        ValueError: a cluster URL without a valid node, or with an unknown option.
     """
     backoff = ExponentialBackoff(cap=1.0, base=0.05) if retries else NoBackoff()
+    if is_cluster_url(url):
+        nodes, options = cluster_nodes(url)
+        try:
+            return RedisCluster(
+                startup_nodes=[ClusterNode(host, port) for host, port in nodes],
+                decode_responses=False,
+                socket_connect_timeout=timeout,
+                socket_timeout=timeout,
+                retry=Retry(backoff, retries),
+                **{key: _option(value) for key, value in options.items()},
+            )
+        except TypeError as exc:
+            raise ValueError(f"Redis Cluster URL: an unknown option: {exc}") from None
     return aioredis.Redis.from_url(
         url,
         decode_responses=False,
@@ -126,8 +178,28 @@ async def ping(url: str, timeout: float = 5.0) -> None:
     client = connect(url, timeout=timeout, retries=0)
     try:
         await client.ping()
+    except redis_errors.RedisClusterException as exc:
+        # No seed answered ("Redis Cluster cannot be connected"): as one server's refusal.
+        raise redis_errors.ConnectionError(str(exc)) from exc
     finally:
         await client.aclose()
+
+
+def _option(value: Any) -> Any:
+    """A ``?option=value`` of a cluster URL as redis-py takes it: a bool, a number or text."""
+    if not isinstance(value, str):
+        return value
+    lowered = value.lower()
+    if lowered in ("true", "yes", "on"):
+        return True
+    if lowered in ("false", "no", "off"):
+        return False
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
 
 
 def _order(entry_id: bytes) -> tuple[int, int]:
@@ -217,8 +289,11 @@ async def read_new(
     Waits up to ``timeout`` seconds (at most :data:`MAX_BLOCK`) when there are
     none yet; the cursors move past what is returned.
     """
-    block = max(1, int(min(timeout, MAX_BLOCK) * 1000))
-    reply = await client.xread(dict(cursors), count=page, block=block)
+    if isinstance(client, RedisCluster):
+        reply = await _read_cluster(client, cursors, timeout, page)
+    else:
+        block = max(1, int(min(timeout, MAX_BLOCK) * 1000))
+        reply = await client.xread(dict(cursors), count=page, block=block)
     found: list[tuple[int, int, bytes, bytes]] = []
     for stream, entries in reply or ():
         for entry, fields in entries:
@@ -228,3 +303,32 @@ async def read_new(
             cursors[name] = entries[-1][0].decode()
     found.sort(key=lambda item: item[:2])
     return [(entry.decode(), wire) for _, _, entry, wire in found]
+
+
+async def _read_cluster(
+    client: Any, cursors: dict[str, str], timeout: float, page: int
+) -> list[Any]:
+    """:func:`read_new`'s ``XREAD`` on a cluster: one per slot, in one pipeline, polled."""
+    await client.initialize()  # get_node_from_key needs the slot map (a no-op once known)
+    slots: dict[int, list[str]] = {}
+    for key in cursors:
+        slots.setdefault(client.keyslot(key), []).append(key)
+    deadline = time.monotonic() + min(timeout, MAX_BLOCK)
+    while True:
+        async with client.pipeline() as pipe:
+            for keys in slots.values():
+                pipe.execute_command(
+                    "XREAD",
+                    "COUNT",
+                    page,
+                    "STREAMS",
+                    *keys,
+                    *(cursors[key] for key in keys),
+                    target_nodes=client.get_node_from_key(keys[0]),
+                )
+            replies: list[Any] = await pipe.execute()
+        reply = [stream for streams in replies if streams for stream in streams]
+        left = deadline - time.monotonic()
+        if reply or left <= 0:
+            return reply
+        await asyncio.sleep(min(POLL, left))
