@@ -37,7 +37,8 @@ from openstarry.bus import EventBus
 from openstarry.core import Event
 from openstarry.errors import ManifestError, ToolError
 from openstarry.manifest import McpServerConfig, load_manifest
-from openstarry.mcp import client as mcp_client
+from openstarry.mcp import connection as mcp_connection
+from openstarry.mcp import proxies as mcp_proxies
 from openstarry.mcp.client import McpConnectError, McpToolset, RemoteTool
 from openstarry.mcp.guard import (
     DEPTH_HEADER,
@@ -497,7 +498,7 @@ async def test_a_session_the_http_server_forgot_is_opened_afresh(
 ) -> None:
     # The initialize handshake of servers before the 2026 revision keeps an
     # HTTP session, which a restarted server no longer knows.
-    monkeypatch.setattr(mcp_client, "_PROTOCOL_MODE", "legacy")
+    monkeypatch.setattr(mcp_connection, "_PROTOCOL_MODE", "legacy")
     port = free_port()
     toolset = McpToolset([McpServerConfig(name="fx", url=f"http://127.0.0.1:{port}/mcp")])
     with anyio.fail_after(HANG):
@@ -600,7 +601,7 @@ async def test_a_server_with_named_tools_is_connected_on_first_use() -> None:
 
 @pytest.mark.anyio
 async def test_connection_attempts_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mcp_client, "MAX_CONNECTS", 3)
+    monkeypatch.setattr(mcp_connection, "MAX_CONNECTS", 3)
     url = f"http://127.0.0.1:{free_port()}/mcp"
     toolset = McpToolset([McpServerConfig(name="away", url=url, tools=["echo"])])
     with anyio.fail_after(HANG):
@@ -622,7 +623,7 @@ async def test_connection_attempts_are_bounded(monkeypatch: pytest.MonkeyPatch) 
 async def test_a_result_over_the_limit_is_cut(
     monkeypatch: pytest.MonkeyPatch, http_url: str
 ) -> None:
-    monkeypatch.setattr(mcp_client, "MAX_RESULT_CHARS", 1000)
+    monkeypatch.setattr(mcp_proxies, "MAX_RESULT_CHARS", 1000)
     toolset = McpToolset([config_for("http", http_url, tools=["big"])])
     with anyio.fail_after(HANG):
         async with toolset:
@@ -638,7 +639,7 @@ async def test_a_result_over_the_limit_is_cut(
 async def test_too_many_tools_fail_the_connection(
     monkeypatch: pytest.MonkeyPatch, http_url: str
 ) -> None:
-    monkeypatch.setattr(mcp_client, "MAX_TOOLS_PER_SERVER", 3)
+    monkeypatch.setattr(mcp_connection, "MAX_TOOLS_PER_SERVER", 3)
     agent = with_servers(ScriptedProvider([]), servers=[config_for("http", http_url)])
     with anyio.fail_after(HANG), pytest.raises(McpConnectError, match="more than 3 tools"):
         await agent.__aenter__()
@@ -936,9 +937,7 @@ async def test_an_http_call_may_take_as_long_as_the_tool_timeout(
     at 300 s as REMOTE_UNAVAILABLE and the whole connection, with every other
     call on it, was torn down. The read timeout is now at least the tool
     timeout; here the fixed floor is lowered to show it in a second."""
-    from openstarry.mcp import client as mcp_client
-
-    monkeypatch.setattr(mcp_client, "_HTTP_READ_TIMEOUT", 0.3)
+    monkeypatch.setattr(mcp_connection, "_HTTP_READ_TIMEOUT", 0.3)
     config = McpServerConfig(name="fx", url=http_url, timeout=HANG)
     provider = ScriptedProvider([tool_call("fx.hang", {}), text("gave up")])
     agent = with_servers(provider, servers=[config], limits=LoopLimits(tool_timeout=1.0))
@@ -968,7 +967,9 @@ async def test_mcp_servers_without_the_sdk_fail_the_start_as_a_manifest_error(
     import sys
 
     monkeypatch.setitem(sys.modules, "httpx2", None)
-    monkeypatch.delitem(sys.modules, "openstarry.mcp.client")
+    # The client and the modules under it that import the SDK, imported afresh.
+    for module in ("client", "connection", "listchanges", "proxies", "transport"):
+        monkeypatch.delitem(sys.modules, f"openstarry.mcp.{module}")
     config = McpServerConfig(name="peer", url=_secret_url(), tools=["relay"])
     # The composition root builds the toolset, so it is where the extra is missed.
     with anyio.fail_after(HANG), pytest.raises(ManifestError) as caught:

@@ -338,10 +338,10 @@ async def test_an_http_server_s_new_tools_arrive_live_on_the_newest_protocol(
     (here every 0.2 s, so that the change comes after a few renewals)."""
     from openstarry.agent.loop import TOOLS_CHANGED
     from openstarry.manifest import McpServerConfig
-    from openstarry.mcp import client as mcp_client
+    from openstarry.mcp import listchanges
     from openstarry.testing import ScriptedProvider
 
-    monkeypatch.setattr(mcp_client, "LISTEN_RENEW", 0.2)
+    monkeypatch.setattr(listchanges, "LISTEN_RENEW", 0.2)
     changed = anyio.Event()
     with changing_http_server() as (url, _), anyio.fail_after(30):
         toolset = McpToolset([McpServerConfig(name="peer", url=url)], default_timeout=HANG)
@@ -367,9 +367,9 @@ async def test_a_listening_client_does_not_keep_an_sdk_http_server_from_stopping
     listen stream does not end by itself: the client's renewal (0.5 s here) is what
     lets it stop. Killed after ``HANG`` seconds otherwise (exit status -9)."""
     from openstarry.manifest import McpServerConfig
-    from openstarry.mcp import client as mcp_client
+    from openstarry.mcp import listchanges
 
-    monkeypatch.setattr(mcp_client, "LISTEN_RENEW", 0.5)
+    monkeypatch.setattr(listchanges, "LISTEN_RENEW", 0.5)
     with changing_http_server() as (url, process), anyio.fail_after(60):
         toolset = McpToolset([McpServerConfig(name="peer", url=url)], default_timeout=HANG)
         async with toolset:

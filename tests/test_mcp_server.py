@@ -535,7 +535,7 @@ def test_a_bad_manifest_exits_2_naming_the_file(tmp_path: Path) -> None:
 
 
 def test_a_result_json_cannot_carry_is_an_error() -> None:
-    from openstarry.mcp.server import _result_of
+    from openstarry.mcp.calls import result_of as _result_of
 
     result = _result_of(ToolOutcome("id", "odd", True, result={"x": float("nan")}))
     assert result.is_error is True

@@ -34,7 +34,7 @@ from openstarry.agent.memory import (
 )
 from openstarry.errors import AgentPainException, ManifestError, ProviderError, ToolError
 from openstarry.protocol import ProviderResponse, ToolCall
-from openstarry.providers import gemini
+from openstarry.providers import _gemini_response, gemini
 from openstarry.providers._memory import MISSING_OUTCOME
 from openstarry.providers.anthropic import OBSERVATION_PREFIX
 from openstarry.providers.gemini import SKIP_THOUGHT_SIGNATURE, GeminiAPI, gemini_schema
@@ -987,7 +987,8 @@ def test_a_chunk_that_is_not_a_response_is_agent_pain(data: str) -> None:
 
 
 def test_a_stream_past_the_limit_is_agent_pain(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gemini, "MAX_STREAM_CHARS", 200)
+    # The stream reads its bound where it is defined, beside the response reader.
+    monkeypatch.setattr(_gemini_response, "MAX_STREAM_CHARS", 200)
     assembler = API.stream(NAMES)
     assembler.feed(*chunk([{"text": "a"}]))
     with pytest.raises(AgentPainException, match="exceeds 200 characters"):

@@ -23,10 +23,11 @@ without it, creating one raises an ``ImportError`` that says
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from openstarry.errors import ManifestError
+from openstarry.providers._config import ProviderConfigLike, ProviderFactory
 from openstarry.providers.default import DefaultProvider
 
 if TYPE_CHECKING:
@@ -42,33 +43,6 @@ __all__ = [
     "register_provider",
 ]
 
-
-class ProviderConfigLike(Protocol):
-    """What a provider factory reads of a manifest's ``provider`` section.
-
-    :class:`openstarry.manifest.ProviderConfig` has these attributes (snake_case
-    in Python, camelCase in the manifest); so may any object a test builds (a
-    ``types.SimpleNamespace`` does).
-    """
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def model(self) -> str | None: ...
-    @property
-    def options(self) -> Mapping[str, Any] | None: ...
-    @property
-    def base_url(self) -> str | None:
-        """``baseUrl`` in ``agent.json``."""
-
-    @property
-    def api_key_env(self) -> str | None:
-        """``apiKeyEnv`` in ``agent.json``: the variable's name, never the key."""
-
-
-#: Makes a provider from its configuration. Raise :class:`~openstarry.errors.ManifestError`
-#: (with ``field``) for a configuration it cannot use.
-ProviderFactory = Callable[[ProviderConfigLike], "Provider"]
 
 _FACTORIES: dict[str, ProviderFactory] = {}
 

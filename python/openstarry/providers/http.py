@@ -92,13 +92,10 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
         "openstarry's HTTP providers need httpx: pip install 'openstarry[http]'"
     ) from exc
 
-import contextlib
 import dataclasses
-import email.utils
 import functools
 import json
 import logging
-import math
 import os
 import random
 import re
@@ -107,16 +104,26 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from openstarry import core, protocol, sse
+from openstarry import core, protocol
 from openstarry.agent.registry import SchemaCache
 from openstarry.core import __version__
 from openstarry.errors import AgentPainException, ManifestError, ProviderError
-from openstarry.providers._common import TransientProviderError
+from openstarry.providers._http_transport import (
+    MAX_ERROR_BODY,
+    MAX_SSE_EVENT,
+    MAX_SSE_LINE,
+    Exchange,
+    Retry,
+    SSEDecoder,
+    SSEError,
+    StreamCut,
+    TransportOptions,
+    redact,
+)
 from openstarry.providers.wire import ToolNameMap
 from openstarry.tracecontext import current_traceparent
 
@@ -125,11 +132,16 @@ if TYPE_CHECKING:
 
     from openstarry.agent.interfaces import AgentContext, Tool
     from openstarry.protocol import ProviderResponse
-    from openstarry.providers import ProviderConfigLike
-    from openstarry.providers.wire import StreamAssembler, WireAPI
+    from openstarry.providers._config import ProviderConfigLike
+    from openstarry.providers.wire import WireAPI
 
 __all__ = [
+    "MAX_BACKOFF",
+    "MAX_ERROR_BODY",
     "MAX_RETRY_AFTER",
+    "MAX_SSE_EVENT",
+    "MAX_SSE_LINE",
+    "TOOL_SET_CACHE",
     "HTTPProvider",
     "SSEDecoder",
     "SSEError",
@@ -142,139 +154,11 @@ logger = logging.getLogger("openstarry.providers.http")
 MAX_RETRY_AFTER: Final = 60.0
 #: The longest exponential backoff between two attempts, in seconds.
 MAX_BACKOFF: Final = 8.0
-#: The most of an error response read for its message.
-MAX_ERROR_BODY: Final = 64 * 1024
-#: The longest line of a server-sent event stream, in characters.
-MAX_SSE_LINE: Final = sse.MAX_LINE
-#: The most data one server-sent event may carry, in characters.
-MAX_SSE_EVENT: Final = sse.MAX_EVENT
 #: Tool sets whose translated declarations a provider keeps.
 TOOL_SET_CACHE: Final = 64
 
-_REDACTED: Final = "[redacted]"
 #: What an API key may hold: visible ASCII characters, as a header value carries them.
 _KEY_CHARS: Final = re.compile(r"[\x21-\x7e]+")
-
-
-# --- options -------------------------------------------------------------------------------------
-
-
-#: Each transport option's name in ``agent.json``, and its snake_case alias.
-_OPTION_NAMES: Final = {
-    "stream": "stream",
-    "timeout": "timeout",
-    "maxRetries": "max_retries",
-    "retryBackoff": "retry_backoff",
-    "maxResponseBytes": "max_response_bytes",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class TransportOptions:
-    """How :class:`HTTPProvider` talks to its server (see the module's documentation).
-
-    Attributes:
-        stream: Ask for a streamed response.
-        timeout: Seconds to connect, and seconds the server may stay silent.
-        max_retries: Further attempts after a failed one.
-        retry_backoff: The first wait between attempts, in seconds.
-        max_response_bytes: The largest response read.
-    """
-
-    stream: bool = True
-    timeout: float = 60.0
-    max_retries: int = 3
-    retry_backoff: float = 0.5
-    max_response_bytes: int = 16 * 1024 * 1024
-
-    @classmethod
-    def split(cls, options: Mapping[str, Any] | None) -> tuple[TransportOptions, dict[str, Any]]:
-        """The transport options of ``options``, and what is left for the translator.
-
-        Raises:
-            ManifestError: for a bad value, with ``field="provider.options.<name>"``.
-        """
-        rest = dict(options or {})
-        values: dict[str, Any] = {}
-        for camel, snake in _OPTION_NAMES.items():
-            given = [name for name in dict.fromkeys((camel, snake)) if name in rest]
-            if len(given) > 1:
-                raise ManifestError(
-                    f"give {camel!r} or {snake!r}, not both", field=f"provider.options.{camel}"
-                )
-            if given:
-                values[snake] = _check_option(camel, rest.pop(given[0]))
-        return cls(**values), rest
-
-
-def _check_option(name: str, value: Any) -> Any:
-    """``value`` of transport option ``name``, checked (seconds as a float)."""
-    if name == "stream":
-        ok, expected = isinstance(value, bool), "true or false"
-    elif name in ("maxRetries", "maxResponseBytes"):
-        low, high = (0, 10) if name == "maxRetries" else (1024, 1 << 30)
-        ok = type(value) is int and low <= value <= high
-        expected = f"an integer from {low} to {high}"
-    else:  # timeout, retryBackoff
-        low_f = 0.0 if name == "retryBackoff" else 0.001
-        ok = type(value) in (int, float) and math.isfinite(value) and low_f <= value <= 3600
-        expected = f"a number of seconds from {low_f:g} to 3600"
-        value = float(value) if ok else value
-    if not ok:
-        raise ManifestError(
-            f"provider option {name!r} must be {expected}, not {value!r}",
-            field=f"provider.options.{name}",
-        )
-    return value
-
-
-# --- server-sent events --------------------------------------------------------------------------
-
-
-class SSEError(ProviderError):
-    """A server-sent event stream that breaks the size bounds."""
-
-
-class SSEDecoder:
-    """Server-sent events from a byte stream, as ``(event name or None, data)`` pairs.
-
-    The stream is read by :class:`openstarry.sse.SSEReader`, by the rules that
-    module states (lines end in CRLF, LF or CR only; several ``data:`` lines
-    make one multi-line value; comments, ``id:``, ``retry:`` and unknown fields
-    are ignored here; an event without data is not dispatched; an event still
-    open when the stream ends is dropped). The API translators need only each
-    event's name and data.
-
-    Args:
-        max_line: The longest line, in characters.
-        max_event: The most data one event may carry, in characters.
-
-    Raises:
-        SSEError: from :meth:`feed` and :meth:`close`, for a line or an event beyond the bounds.
-    """
-
-    __slots__ = ("_reader",)
-
-    def __init__(self, max_line: int = MAX_SSE_LINE, max_event: int = MAX_SSE_EVENT) -> None:
-        self._reader = sse.SSEReader(max_line, max_event, error=SSEError)
-
-    @property
-    def max_line(self) -> int:
-        """The longest line, in characters."""
-        return self._reader.lines.max_line
-
-    @property
-    def max_event(self) -> int:
-        """The most data one event may carry, in characters."""
-        return self._reader.parser.max_event
-
-    def feed(self, chunk: bytes) -> list[tuple[str | None, str]]:
-        """The events that ``chunk`` completes, in order: ``(event name or None, data)``."""
-        return [(event.event, event.data) for event in self._reader.feed(chunk)]
-
-    def close(self) -> list[tuple[str | None, str]]:
-        """The end of the stream: complete what the last bytes held (an open event is dropped)."""
-        return [(event.event, event.data) for event in self._reader.close()]
 
 
 # --- the tool-set fingerprint and the declaration cache ------------------------------------------
@@ -293,23 +177,6 @@ class _ToolSet:
 
 
 # --- the provider ---------------------------------------------------------------------------------
-
-
-class _Retry(Exception):
-    """An attempt failed in a way worth another attempt."""
-
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.retry_after = retry_after
-
-
-class _StreamCut(_Retry):
-    """A stream broke off before any of its text was passed on (finished if it was the last try)."""
-
-    def __init__(self, message: str, assembler: StreamAssembler) -> None:
-        super().__init__(message)
-        self.assembler = assembler
 
 
 @functools.cache
@@ -497,19 +364,20 @@ class HTTPProvider:
         except (TypeError, ValueError) as exc:
             raise ProviderError(f"{self.name}: the request cannot be sent as JSON: {exc}") from None
         attempts = self.transport.max_retries + 1
+        exchange = Exchange(self.name, self.api, self.transport, self.api_key_envs)
         async with self._session() as client:
             attempt = 0
             while True:
                 attempt += 1
                 try:
-                    response = await self._attempt(
+                    response = await exchange.attempt(
                         client, url, headers, content, context, tool_set.names, key, stream=stream
                     )
                     break
-                except _Retry as failure:
-                    message = _redact(failure.message, key)
+                except Retry as failure:
+                    message = redact(failure.message, key)
                     if attempt >= attempts:
-                        if isinstance(failure, _StreamCut):
+                        if isinstance(failure, StreamCut):
                             response = failure.assembler.finish()
                             break
                         raise ProviderError(
@@ -642,257 +510,12 @@ class HTTPProvider:
             tool_set.declarations = {k: v for k, v in full.items() if k not in bare}
         return full
 
-    async def _attempt(
-        self,
-        client: httpx.AsyncClient,
-        url: str,
-        headers: Mapping[str, str],
-        content: bytes,
-        context: AgentContext,
-        names: ToolNameMap,
-        key: str | None,
-        *,
-        stream: bool,
-    ) -> ProviderResponse:
-        where = _display_url(url)
-        timeout = self.transport.timeout
-        request = client.build_request("POST", url, content=content, headers=headers)
-        try:
-            response = await client.send(request, stream=True)
-        except httpx.ConnectTimeout:
-            raise _Retry(f"could not connect to {where} within {timeout:g} s") from None
-        except httpx.TimeoutException:
-            raise ProviderError(
-                f"{self.name}: no answer from {where} within {timeout:g} s "
-                "(provider.options.timeout)"
-            ) from None
-        except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-            # Refused, reset, or closed before any answer: the request was not served.
-            raise _Retry(f"connection to {where} failed: {_describe(exc)}") from None
-        except httpx.HTTPError as exc:
-            raise ProviderError(
-                f"{self.name}: request to {where} failed: {_redact(_describe(exc), key)}"
-            ) from None
-        try:
-            status = response.status_code
-            if status >= 400:
-                raise await self._error(response, where, key)
-            if status >= 300:
-                raise self._redirected(response, where)
-            content_type = response.headers.get("content-type", "")
-            if stream and content_type.split(";")[0].strip().lower() == "text/event-stream":
-                return await self._read_stream(response, context, names, where)
-            raw = await self._read_body(response, where, self.transport.max_response_bytes)
-            try:
-                body = json.loads(raw)
-            except ValueError:
-                raise AgentPainException(
-                    f"{self.name}: the answer from {where} is not JSON "
-                    f"({content_type or 'no content type'}, {len(raw)} bytes)"
-                ) from None
-            return self.api.parse_response(body, names)
-        finally:
-            await response.aclose()
-
-    def _redirected(self, response: httpx.Response, where: str) -> ProviderError:
-        """A 3xx answer: redirects are not followed (the key would go along), so say where to."""
-        location = response.headers.get("location", "")
-        target = ""
-        if location:
-            try:
-                target = _display_url(str(response.url.join(location)))
-            except (httpx.InvalidURL, ValueError):
-                target = ""
-        to = f" to {target}" if target else ""
-        return ProviderError(
-            f"{self.name}: HTTP {response.status_code} from {where}: the server redirects{to}; "
-            "openstarry does not follow redirects: set provider.baseUrl to the address it names"
-        )
-
-    async def _error(self, response: httpx.Response, where: str, key: str | None) -> Exception:
-        """An error answer as a ``_Retry`` (429 and 5xx) or a ``ProviderError`` (the rest)."""
-        status = response.status_code
-        try:
-            raw = await self._read_body(response, where, MAX_ERROR_BODY, truncate=True)
-        except (_Retry, ProviderError):
-            raw = b""
-        text = raw.decode("utf-8", errors="replace")
-        body: Any
-        try:
-            body = json.loads(text)
-        except ValueError:
-            body = text
-        try:
-            said = self.api.error_message(status, body)
-        except Exception:
-            said = ""
-        said = _redact(" ".join(str(said).split())[:2000], key) or response.reason_phrase
-        message = f"HTTP {status} from {where}: {said}"
-        if (status == 429 and not _out_of_quota(body)) or status >= 500:
-            return _Retry(message, _retry_after(response.headers))
-        if status in (401, 403):
-            message += f" (the key comes from {' or '.join(self.api_key_envs)})"
-        return ProviderError(f"{self.name}: {message}")
-
-    async def _read_body(
-        self, response: httpx.Response, where: str, limit: int, *, truncate: bool = False
-    ) -> bytes:
-        declared = response.headers.get("content-length", "")
-        if not truncate and declared.isdigit() and int(declared) > limit:
-            raise ProviderError(
-                f"{self.name}: the answer from {where} is {declared} bytes: "
-                f"more than {limit} bytes (provider.options.maxResponseBytes)"
-            )
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            pieces = response.aiter_bytes()
-            async for chunk in pieces:
-                size += len(chunk)
-                if size > limit:
-                    await _abandon(response, pieces)
-                    if not truncate:
-                        raise ProviderError(
-                            f"{self.name}: the answer from {where} is more than {limit} "
-                            "bytes (provider.options.maxResponseBytes)"
-                        )
-                    chunks.append(chunk[: len(chunk) - (size - limit)])
-                    break
-                chunks.append(chunk)
-        except httpx.TimeoutException:
-            raise ProviderError(
-                f"{self.name}: the answer from {where} stalled for "
-                f"{self.transport.timeout:g} s (provider.options.timeout)"
-            ) from None
-        except httpx.TransportError as exc:
-            raise _Retry(f"the answer from {where} broke off: {_describe(exc)}") from None
-        return b"".join(chunks)
-
-    async def _read_stream(
-        self,
-        response: httpx.Response,
-        context: AgentContext,
-        names: ToolNameMap,
-        where: str,
-    ) -> ProviderResponse:
-        assembler = self.api.stream(names)
-        decoder = SSEDecoder()
-        limit = self.transport.max_response_bytes
-        emitted = False
-        size = 0
-        broke: str | None = None
-        pieces = response.aiter_bytes()
-        try:
-            async for chunk in pieces:
-                size += len(chunk)
-                if size > limit:
-                    raise ProviderError(
-                        f"{self.name}: the stream from {where} is more than {limit} bytes "
-                        "(provider.options.maxResponseBytes)"
-                    )
-                emitted = _pass_on(decoder.feed(chunk), assembler, context) or emitted
-            emitted = _pass_on(decoder.close(), assembler, context) or emitted
-        except (ProviderError, AgentPainException) as exc:
-            # The stream refused (its size, an event the assembler cannot take, an
-            # error the API reported): stop reading first, so no half-read
-            # generator is left behind (trio warns of one).
-            await _abandon(response, pieces)
-            if isinstance(exc, TransientProviderError) and not emitted:
-                # Overloaded, say, before anything was passed on: worth another attempt.
-                raise _Retry(str(exc)) from None
-            raise
-        except httpx.TimeoutException:
-            if not emitted and not assembler.done:
-                raise ProviderError(
-                    f"{self.name}: the stream from {where} stalled for "
-                    f"{self.transport.timeout:g} s (provider.options.timeout)"
-                ) from None
-            broke = f"stalled for {self.transport.timeout:g} s"
-        except httpx.TransportError as exc:
-            broke = f"broke off: {_describe(exc)}"
-        if not assembler.done:
-            why = broke or "ended before the answer was complete"
-            if not emitted:
-                raise _StreamCut(f"the stream from {where} {why}", assembler)
-            logger.warning("%s: the stream from %s %s", self.name, where, why)
-        return assembler.finish()
-
 
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def _pass_on(
-    events: list[tuple[str | None, str]], assembler: StreamAssembler, context: AgentContext
-) -> bool:
-    """Feed ``events`` to ``assembler``, their text to the context; whether any text went."""
-    emitted = False
-    for event, data in events:
-        delta = assembler.feed(event, data)
-        if delta:
-            context.emit_text_delta(delta)
-            emitted = True
-    return emitted
-
-
-async def _abandon(response: httpx.Response, pieces: AsyncIterator[bytes]) -> None:
-    """Stop reading ``response`` half-way through ``pieces``, its ``aiter_bytes()``.
-
-    httpx reads a body through a chain of async generators, and trio warns
-    about any left half-done (httpx issue 3686); closing the generator we hold
-    leaves the inner ones so. So the response is closed first, and ``pieces``
-    then runs out: what was buffered, then an error from the closed connection.
-    """
-    await response.aclose()
-    with contextlib.suppress(httpx.HTTPError):
-        async for _ in pieces:
-            pass
-
-
 def _is_http_url(text: str) -> bool:
     return text.lower().startswith(("http://", "https://"))
-
-
-def _display_url(url: str) -> str:
-    """``url`` for messages: no user info, no query string."""
-    parsed = httpx.URL(url)
-    port = f":{parsed.port}" if parsed.port else ""
-    return f"{parsed.scheme}://{parsed.host}{port}{parsed.path}"
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _redact(text: str, key: str | None) -> str:
-    return text.replace(key, _REDACTED) if key else text
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """The wait an answer asks for: ``retry-after-ms``, or ``Retry-After`` (seconds or a date)."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            value = float(millis) / 1000
-        except ValueError:
-            value = math.nan
-        if math.isfinite(value):
-            return max(value, 0.0)
-    text = headers.get("retry-after")
-    if text is None:
-        return None
-    text = text.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
-        return max((when - datetime.now(timezone.utc)).total_seconds(), 0.0)
-    return max(seconds, 0.0) if math.isfinite(seconds) else None
 
 
 def generation_options(
@@ -944,16 +567,3 @@ def _as_core(
         return response.model_copy(update={"metadata": merged}).to_core()
     except ValueError as exc:
         raise AgentPainException(f"the API's answer cannot be carried: {exc}") from None
-
-
-#: Error codes of a 429 that waiting does not cure: the account is out of credit
-#: (OpenAI's ``insufficient_quota``), not sending too fast.
-_QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
-
-
-def _out_of_quota(body: Any) -> bool:
-    """Whether an error body says the account's quota is spent (not worth a retry)."""
-    error = body.get("error") if isinstance(body, dict) else None
-    if not isinstance(error, dict):
-        return False
-    return any(error.get(key) in _QUOTA_CODES for key in ("code", "type"))
