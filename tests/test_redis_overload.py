@@ -164,7 +164,7 @@ async def test_a_flush_sent_again_is_answered_as_the_first_time(redis: RedisServ
 
         async def flush(number: int, heard: int, sent: list[Any]) -> list[int]:
             args = outbox._args(sent, number, heard)
-            return list(await client.evalsha(sha, 1, backend._key("dead"), *args))
+            return list(await client.evalsha(sha, 1, backend.layout.dead(0), *args))
 
         first = await flush(1, 0, ops)
         assert first == [1] * 10 + [-1] * 5  # the bound: 10

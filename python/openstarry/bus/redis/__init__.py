@@ -105,8 +105,9 @@ owns), :mod:`~openstarry.bus.redis.deliveries` (what was fetched, held until don
 ``scripts/*.lua`` (:mod:`~openstarry.bus.redis.lua`) and
 :mod:`~openstarry.bus.redis.reader` (paging through the streams, for ``tail``).
 It registers itself as the bus's backend for ``redis://``, ``rediss://``,
-``unix://`` and ``redis+cluster://`` (``rediss+cluster://``) URLs (the ``openstarry.bus_backends`` entry points, and
-:func:`~openstarry.bus.register_backend` when imported).
+``unix://`` and ``redis+cluster://`` (``rediss+cluster://``) URLs (the
+``openstarry.bus_backends`` entry points, and :func:`~openstarry.bus.register_backend`
+when imported).
 """
 
 from __future__ import annotations

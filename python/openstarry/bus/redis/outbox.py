@@ -341,8 +341,11 @@ class _Outbox:
         if self.partition is None:
             self.conn = await client.connection_pool.get_connection()
         else:
-            self.node = client.get_node_from_key(self.streams.layout.dead(self.partition))
-            self.conn = self.node.acquire_connection()
+            # A connection of the flusher's own, not the node's pool: the cluster
+            # client closes a node's pooled connections when it looks the slots up
+            # again, whoever is using them.
+            self.node = node = client.get_node_from_key(self.streams.layout.dead(self.partition))
+            self.conn = node.connection_class(**node.connection_kwargs)
         return self.conn
 
     async def _release(self) -> None:
@@ -352,8 +355,6 @@ class _Outbox:
         await conn.disconnect()
         if self.partition is None:
             await self.streams._client.connection_pool.release(conn)
-        else:
-            self.node.release(conn)
 
     async def _replicated(self, conn: Any, wait: tuple[str, int, int]) -> None:
         """Read a flush's ``WAIT``; while fewer replicas have it, wait again (and say so)."""

@@ -42,6 +42,9 @@ _MOVED = (
     redis_errors.ClusterError,  # ClusterDownError, MasterDownError
     redis_errors.ReadOnlyError,  # a master that came back as a replica
     redis_errors.SlotNotCoveredError,
+    # redis-py's cluster pipeline, when the client closed a node's connections
+    # under it (it does so when it looks the slots up again after an error).
+    AttributeError,
 )
 
 
