@@ -31,6 +31,7 @@ __all__ = [
     "BUILTIN_COMMANDS",
     "SlashCommand",
     "find_tool",
+    "help_text",
     "parse_line",
     "parse_tool_args",
 ]
@@ -162,3 +163,13 @@ def parse_tool_args(tool: Tool, argline: str) -> dict[str, Any]:
         # A parameter that takes text gets the word as written, even when it looks like JSON.
         args[key] = word if _takes_text(prop) else _value(word)
     return args
+
+
+def help_text(tools: Mapping[str, Tool]) -> str:
+    """What ``/help`` answers: the built-in commands, then the tools a slash line runs."""
+    lines = ["Commands:"]
+    lines += [f"  /{key:<8} {text}" for key, text in BUILTIN_COMMANDS.items()]
+    if tools:
+        lines.append("Tools (run one directly with /name args):")
+        lines += [f"  /{t.name:<8} {t.description}" for t in tools.values()]
+    return "\n".join(lines)
