@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import weakref
 from collections.abc import Callable
 from functools import partial
 from types import TracebackType
@@ -53,8 +54,16 @@ except ImportError:  # pragma: no cover - another anyio: its own scope is used
     _task_states = None
 
 
+#: The weak map's own dict, keyed by weak references: read without the
+#: mapping's Python-level ``get`` (a reference to a task is made once and reused).
+_states_by_ref: dict[Any, Any] | None = getattr(_task_states, "data", None)
+
+
 def _current_anyio_scope(task: asyncio.Task[Any]) -> Any:
-    state = _task_states.get(task) if _task_states is not None else None
+    if _states_by_ref is not None:
+        state = _states_by_ref.get(weakref.ref(task))
+    else:
+        state = _task_states.get(task) if _task_states is not None else None
     return getattr(state, "cancel_scope", None)
 
 

@@ -435,7 +435,9 @@ class Turn:
         loop = self.loop
         source = loop.source
         limits = loop.limits
-        memory = self.rt.session.memory
+        rt = self.rt
+        session = rt.session
+        memory = session.memory
         memory.append(UserTurn(prompt))
         context = self.context
         tools = context.tools
@@ -469,10 +471,17 @@ class Turn:
                     tick = event.child(_TICK_START, {"round": round_no}, source=source)
                     await apublish(tick)
             self.tick = tick  # once published: later events may name it as parent
-            if not self.state_now(_THINKING):
-                await self.set_state(_THINKING)
+            old = self.state
+            if old is not _THINKING:
+                # (What state_now does, without its call.)
+                try:
+                    if emit_child is None:
+                        raise QueueFull
+                    emit_child(tick, _STATE_CHANGE, _CHANGE[old, _THINKING], source)
+                    self.state = session.state = _THINKING
+                except QueueFull:
+                    await self.set_state(_THINKING)
             context.round = round_no
-            rt = self.rt
             try:
                 # The provider deadline: when it passes, the loop's watcher
                 # cancels the run's scope and the run ends (see run()).
@@ -562,8 +571,15 @@ class Turn:
                 await self.fail(tick, "TOOL_ROUND_LIMIT", message)
                 break
             tool_rounds += 1
-            if not self.state_now(_EXECUTING):
-                await self.set_state(_EXECUTING)
+            old = self.state
+            if old is not _EXECUTING:
+                try:
+                    if emit_child is None:
+                        raise QueueFull
+                    emit_child(tick, _STATE_CHANGE, _CHANGE[old, _EXECUTING], source)
+                    self.state = session.state = _EXECUTING
+                except QueueFull:
+                    await self.set_state(_EXECUTING)
             # (What execute() does, without its coroutine.)
             observations = self.observations
             outcomes = await executor.execute(
