@@ -40,7 +40,13 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from openstarry._lifecycle import Lifecycle
-from openstarry.agent.commands import BUILTIN_COMMANDS, help_text, parse_line
+from openstarry.agent.commands import (
+    InvalidCommand,
+    help_text,
+    parse_line,
+    system_command,
+    user_message,
+)
 from openstarry.agent.deadlines import Deadlines, clock_of_backend
 from openstarry.agent.execution import ToolExecutor, tools_by_name
 from openstarry.agent.external import MAX_EXTERNAL_CALLS, ExternalCalls
@@ -296,7 +302,7 @@ class ExecutionLoop(Lifecycle):
         self, text: str, *, session_id: str, source: str = "user", priority: int | None = None
     ) -> Event:
         """Publish an ``INPUT:USER_MESSAGE`` and return it; its ``trace_id`` names the run."""
-        event = _user_message(text, session_id, source, priority)
+        event = user_message(text, session_id, source, priority)
         self.bus.publish(event)
         return event
 
@@ -334,7 +340,7 @@ class ExecutionLoop(Lifecycle):
             rt = sessions.get(sid)
             if rt.free:
                 rt.ephemeral = rt.ephemeral or stateless
-                event = _user_message(text, sid, source, None)
+                event = user_message(text, sid, source, None)
                 if self._take is not None and self._take(event, _USER_MESSAGE, inputs):
                     result = RunResult(event.trace_id)
                     waiters = self._waiters
@@ -394,7 +400,7 @@ class ExecutionLoop(Lifecycle):
         if session_id is None:
             session_id = f"stateless-{uuid.uuid4().hex}"
             self._sessions.get(session_id).ephemeral = True
-        event = _user_message(text, session_id, source, None, extra, trace_id)
+        event = user_message(text, session_id, source, None, extra, trace_id)
         waiters = self._waiters
         bus = self.bus
         pending = PendingRun(event, self._new_signal(), waiters, bus.apublish)
@@ -526,23 +532,12 @@ class ExecutionLoop(Lifecycle):
             self._waiters.finish(event.id)
 
     def _on_system_command(self, event: Event) -> None:
-        payload = event.payload
-        name = payload.get("command") if isinstance(payload, dict) else None
-        args = payload.get("args", []) if isinstance(payload, dict) else []
-        if not isinstance(name, str) or not isinstance(args, list):
-            self._outbox.error(
-                event, "INVALID_INPUT", "INPUT:SYSTEM_COMMAND needs {'command': str, 'args': [str]}"
-            )
+        try:
+            name, args = system_command(event.payload)
+        except InvalidCommand as exc:
+            self._outbox.error(event, exc.code, str(exc))
             return
-        name = name.lstrip("/")
-        if name not in BUILTIN_COMMANDS:
-            self._outbox.error(
-                event,
-                "UNKNOWN_COMMAND",
-                f"unknown system command {name!r}; known: {sorted(BUILTIN_COMMANDS)}",
-            )
-            return
-        self._builtin(event, name, [str(a) for a in args])
+        self._builtin(event, name, args)
 
     def _builtin(self, event: Event, name: str, args: list[str]) -> None:
         # A command creates no session: sent for an unknown id, it could
@@ -596,25 +591,3 @@ class ExecutionLoop(Lifecycle):
 
 #: Published when the agent's tools change while the loop runs: ``{"tools": [names]}``.
 TOOLS_CHANGED = "KERNEL:TOOLS_CHANGED"
-
-
-def _user_message(
-    text: str,
-    session_id: str,
-    source: str,
-    priority: int | None,
-    extra: Mapping[str, Any] | None = None,
-    trace_id: str | None = None,
-) -> Event:
-    """The ``INPUT:USER_MESSAGE`` that :meth:`~ExecutionLoop.submit` and ``start`` publish."""
-    payload: dict[str, Any] = {"text": text, "mimeType": "text/plain"}
-    if extra:
-        payload.update({k: v for k, v in extra.items() if k not in payload})
-    return Event.new(
-        _USER_MESSAGE,
-        payload,
-        source=source,
-        session_id=session_id,
-        priority=priority,
-        trace_id=trace_id,
-    )
