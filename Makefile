@@ -36,6 +36,13 @@ $(DEPS): requirements-dev.txt | $(PY)
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
+# The frameworks the agent turn is timed against (benches/test_bench_peers.py):
+# `make bench` only, so that `make test`'s set-up does not carry them.
+PEERS := $(VENV)/.peers-stamp
+$(PEERS): benches/requirements-peers.txt $(DEPS)
+	$(PY) -m pip install --quiet -r benches/requirements-peers.txt
+	touch $@
+
 .PHONY: setup
 setup: $(DEPS) ## Create the virtual environment with the test and benchmark tools
 
@@ -165,7 +172,7 @@ compat: wheel ## The abi3 wheel on every CPython >= 3.10 found (python3.N on PAT
 	done; rm -rf .venv-compat; [ $$found = 1 ] || echo "no other CPython found"
 
 .PHONY: bench
-bench: dev redis-server ## Run the benchmarks: each openstarry piece beside its pure-Python baseline, as ratios (ABI=abi3 for the stable-ABI build)
+bench: dev redis-server $(PEERS) ## Run the benchmarks: each openstarry piece beside its pure-Python baseline, the agent turn beside its peers, as ratios (ABI=abi3 for the stable-ABI build)
 	@# The build the run loads (told from its file name), not the one asked for.
 	@$(PY) -c "from openstarry.bench import describe_extension; print(describe_extension())"
 	$(PY) -m pytest benches --benchmark-enable --benchmark-only --benchmark-group-by=group --benchmark-columns=min,median,mean,ops -q -p no:randomly

@@ -25,14 +25,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from openstarry.agent.interfaces import Tool
+from openstarry.core import Event
 from openstarry.errors import ToolArgumentsError
+from openstarry.events import EventType
 
 __all__ = [
     "BUILTIN_COMMANDS",
+    "InvalidCommand",
     "SlashCommand",
     "find_tool",
+    "help_text",
     "parse_line",
     "parse_tool_args",
+    "system_command",
+    "user_message",
 ]
 
 #: The built-in commands and what each does, as ``/help`` shows them.
@@ -162,3 +168,69 @@ def parse_tool_args(tool: Tool, argline: str) -> dict[str, Any]:
         # A parameter that takes text gets the word as written, even when it looks like JSON.
         args[key] = word if _takes_text(prop) else _value(word)
     return args
+
+
+def help_text(tools: Mapping[str, Tool]) -> str:
+    """What ``/help`` answers: the built-in commands, then the tools a slash line runs."""
+    lines = ["Commands:"]
+    lines += [f"  /{key:<8} {text}" for key, text in BUILTIN_COMMANDS.items()]
+    if tools:
+        lines.append("Tools (run one directly with /name args):")
+        lines += [f"  /{t.name:<8} {t.description}" for t in tools.values()]
+    return "\n".join(lines)
+
+
+_USER_MESSAGE = EventType.USER_MESSAGE.value
+
+
+class InvalidCommand(ValueError):
+    """An ``INPUT:SYSTEM_COMMAND`` the loop cannot run; ``code`` is its ``KERNEL:ERROR`` code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def system_command(payload: Any) -> tuple[str, list[str]]:
+    """The built-in command an ``INPUT:SYSTEM_COMMAND`` payload names, and its arguments.
+
+    Raises:
+        InvalidCommand: ``INVALID_INPUT`` for a payload not of the form
+            ``{"command": str, "args": [...]}``, ``UNKNOWN_COMMAND`` for a
+            command that is not built in.
+    """
+    name = payload.get("command") if isinstance(payload, dict) else None
+    args = payload.get("args", []) if isinstance(payload, dict) else []
+    if not isinstance(name, str) or not isinstance(args, list):
+        raise InvalidCommand(
+            "INVALID_INPUT", "INPUT:SYSTEM_COMMAND needs {'command': str, 'args': [str]}"
+        )
+    name = name.lstrip("/")
+    if name not in BUILTIN_COMMANDS:
+        raise InvalidCommand(
+            "UNKNOWN_COMMAND",
+            f"unknown system command {name!r}; known: {sorted(BUILTIN_COMMANDS)}",
+        )
+    return name, [str(a) for a in args]
+
+
+def user_message(
+    text: str,
+    session_id: str,
+    source: str,
+    priority: int | None,
+    extra: Mapping[str, Any] | None = None,
+    trace_id: str | None = None,
+) -> Event:
+    """The ``INPUT:USER_MESSAGE`` of a line of text (the loop's submit, start and ask)."""
+    payload: dict[str, Any] = {"text": text, "mimeType": "text/plain"}
+    if extra:
+        payload.update({k: v for k, v in extra.items() if k not in payload})
+    return Event.new(
+        _USER_MESSAGE,
+        payload,
+        source=source,
+        session_id=session_id,
+        priority=priority,
+        trace_id=trace_id,
+    )

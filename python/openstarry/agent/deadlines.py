@@ -20,7 +20,9 @@ costs a clock read, an attribute write and a set insertion and removal:
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -28,7 +30,7 @@ import anyio
 
 from openstarry.bus import Signal
 
-__all__ = ["Deadlines", "ToolCallWatch", "Watched"]
+__all__ = ["Deadlines", "ToolCallWatch", "Watched", "clock_of_backend"]
 
 
 class _Cancellable(Protocol):
@@ -135,3 +137,18 @@ class Deadlines:
     def __len__(self) -> int:
         """Calls in progress."""
         return len(self._active)
+
+
+def clock_of_backend() -> Callable[[], float]:
+    """The clock cancel-scope deadlines are read on: ``anyio.current_time``, looked up once."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        import trio  # only when running on trio
+
+        # What anyio's trio backend reads (trio.current_time), without the
+        # two frames between it and the run's clock.
+        return trio.lowlevel.current_clock().current_time
+    if type(loop).time is asyncio.BaseEventLoop.time:
+        return time.monotonic  # what that loop's time() returns, without its frame
+    return loop.time  # what anyio's asyncio backend reads

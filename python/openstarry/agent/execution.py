@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -54,7 +54,7 @@ from openstarry.errors import QueueFull, ToolArgumentsError, ToolError
 from openstarry.events import EventType
 from openstarry.tracecontext import current_event
 
-__all__ = ["APPROVAL_REQUEST", "AWAITING", "ToolExecutor", "result_payload"]
+__all__ = ["APPROVAL_REQUEST", "AWAITING", "ToolExecutor", "result_payload", "tools_by_name"]
 
 _TOOL_CALL = EventType.TOOL_CALL.value
 _TOOL_RESULT = EventType.TOOL_RESULT.value
@@ -502,3 +502,16 @@ class ToolExecutor:
             session.locked = True
             return True
         return False
+
+
+def tools_by_name(tools: Iterable[Tool] | Mapping[str, Tool]) -> dict[str, Tool]:
+    """The tools by name; each must be a :class:`Tool`, and no two may share a name."""
+    items = tools.values() if isinstance(tools, Mapping) else tools
+    by_name: dict[str, Tool] = {}
+    for tool in items:
+        if not isinstance(tool, Tool):
+            raise TypeError(f"tools must be openstarry Tool objects, not {type(tool).__name__}")
+        if tool.name in by_name:
+            raise ValueError(f"two tools are named {tool.name!r}")
+        by_name[tool.name] = tool
+    return by_name

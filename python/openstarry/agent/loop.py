@@ -25,13 +25,11 @@ bus) cancels the run in progress at once; the session stays usable.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import threading
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -42,9 +40,15 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from openstarry._lifecycle import Lifecycle
-from openstarry.agent.commands import BUILTIN_COMMANDS, parse_line
-from openstarry.agent.deadlines import Deadlines
-from openstarry.agent.execution import ToolExecutor
+from openstarry.agent.commands import (
+    InvalidCommand,
+    help_text,
+    parse_line,
+    system_command,
+    user_message,
+)
+from openstarry.agent.deadlines import Deadlines, clock_of_backend
+from openstarry.agent.execution import ToolExecutor, tools_by_name
 from openstarry.agent.external import MAX_EXTERNAL_CALLS, ExternalCalls
 from openstarry.agent.interfaces import AgentContext, Provider, Tool
 from openstarry.agent.limits import LoopLimits
@@ -55,9 +59,10 @@ from openstarry.agent.memory import (
 from openstarry.agent.outbox import Outbox
 from openstarry.agent.results import PendingRun, RunResult, Waiters, add_usage, wakeup_factory
 from openstarry.agent.retrieval import ToolRetriever
-from openstarry.agent.sessions import CancelScopeLike, SessionRuntime, Sessions, scope_factory
-from openstarry.agent.store import SessionStore, memory_from_data, memory_to_data
-from openstarry.agent.turn import Turn
+from openstarry.agent.runs import serve_input
+from openstarry.agent.sessions import Sessions
+from openstarry.agent.store import SessionStore
+from openstarry.agent.taskscope import CancelScopeLike, scope_factory
 from openstarry.bus import Emit, EventBus, Signal, Subscription
 from openstarry.core import Event
 from openstarry.errors import QueueClosed, QueueFull
@@ -86,21 +91,6 @@ _STATE_CHANGE = EventType.STATE_CHANGE.value
 _TOOL_CALL = EventType.TOOL_CALL.value
 _AGENT_DELTA = OUTPUT_AGENT_MESSAGE_DELTA
 _IDLE, _THINKING, _EXECUTING = AgentState.IDLE, AgentState.THINKING, AgentState.EXECUTING
-
-
-def _clock_of_backend() -> Callable[[], float]:
-    """The clock cancel-scope deadlines are read on: ``anyio.current_time``, looked up once."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        import trio  # only when running on trio
-
-        # What anyio's trio backend reads (trio.current_time), without the
-        # two frames between it and the run's clock.
-        return trio.lowlevel.current_clock().current_time
-    if type(loop).time is asyncio.BaseEventLoop.time:
-        return time.monotonic  # what that loop's time() returns, without its frame
-    return loop.time  # what anyio's asyncio backend reads
 
 
 class ExecutionLoop(Lifecycle):
@@ -174,12 +164,12 @@ class ExecutionLoop(Lifecycle):
         self._publish: Emit | None = bus.emit if bus.backend is None else None
         self._outbox = Outbox(bus, source, self._waiters)
         self._executor = ToolExecutor(
-            bus, _tools_by_name(tools), limits, source, approval_tools=frozenset(approval_tools)
+            bus, tools_by_name(tools), limits, source, approval_tools=frozenset(approval_tools)
         )
         #: The calls waiting for someone outside: client tools' outputs, approvals.
         self.waits = self._executor.waits
         self._sessions = Sessions(
-            self._run,
+            partial(serve_input, self),
             self._waiters,
             release=bus.release,
             memory_window=memory_window,
@@ -222,7 +212,7 @@ class ExecutionLoop(Lifecycle):
         turns it into ``notifications/tools/list_changed``. The next round of
         every run sees the new tools.
         """
-        self._executor.tools = by_name = _tools_by_name(tools)
+        self._executor.tools = by_name = tools_by_name(tools)
         if self._open:
             changed = Event.new(
                 TOOLS_CHANGED, {"tools": list(by_name)}, source=self.source, session_id="agent"
@@ -248,7 +238,7 @@ class ExecutionLoop(Lifecycle):
             self._sessions.open(task_group, new_signal, self._new_scope)
             self._start_soon = task_group.start_soon
             self._external.open(task_group)
-            self._clock = clock = _clock_of_backend()
+            self._clock = clock = clock_of_backend()
             self._deadlines = self._executor.deadlines = Deadlines(clock)
             task_group.start_soon(self._deadlines.watch, bus.new_signal)
             self._loop_thread = threading.get_ident()
@@ -312,7 +302,7 @@ class ExecutionLoop(Lifecycle):
         self, text: str, *, session_id: str, source: str = "user", priority: int | None = None
     ) -> Event:
         """Publish an ``INPUT:USER_MESSAGE`` and return it; its ``trace_id`` names the run."""
-        event = _user_message(text, session_id, source, priority)
+        event = user_message(text, session_id, source, priority)
         self.bus.publish(event)
         return event
 
@@ -350,7 +340,7 @@ class ExecutionLoop(Lifecycle):
             rt = sessions.get(sid)
             if rt.free:
                 rt.ephemeral = rt.ephemeral or stateless
-                event = _user_message(text, sid, source, None)
+                event = user_message(text, sid, source, None)
                 if self._take is not None and self._take(event, _USER_MESSAGE, inputs):
                     result = RunResult(event.trace_id)
                     waiters = self._waiters
@@ -410,7 +400,7 @@ class ExecutionLoop(Lifecycle):
         if session_id is None:
             session_id = f"stateless-{uuid.uuid4().hex}"
             self._sessions.get(session_id).ephemeral = True
-        event = _user_message(text, session_id, source, None, extra, trace_id)
+        event = user_message(text, session_id, source, None, extra, trace_id)
         waiters = self._waiters
         bus = self.bus
         pending = PendingRun(event, self._new_signal(), waiters, bus.apublish)
@@ -542,23 +532,12 @@ class ExecutionLoop(Lifecycle):
             self._waiters.finish(event.id)
 
     def _on_system_command(self, event: Event) -> None:
-        payload = event.payload
-        name = payload.get("command") if isinstance(payload, dict) else None
-        args = payload.get("args", []) if isinstance(payload, dict) else []
-        if not isinstance(name, str) or not isinstance(args, list):
-            self._outbox.error(
-                event, "INVALID_INPUT", "INPUT:SYSTEM_COMMAND needs {'command': str, 'args': [str]}"
-            )
+        try:
+            name, args = system_command(event.payload)
+        except InvalidCommand as exc:
+            self._outbox.error(event, exc.code, str(exc))
             return
-        name = name.lstrip("/")
-        if name not in BUILTIN_COMMANDS:
-            self._outbox.error(
-                event,
-                "UNKNOWN_COMMAND",
-                f"unknown system command {name!r}; known: {sorted(BUILTIN_COMMANDS)}",
-            )
-            return
-        self._builtin(event, name, [str(a) for a in args])
+        self._builtin(event, name, args)
 
     def _builtin(self, event: Event, name: str, args: list[str]) -> None:
         # A command creates no session: sent for an unknown id, it could
@@ -587,38 +566,8 @@ class ExecutionLoop(Lifecycle):
         elif name == "metrics":
             metrics = self.metrics()
             say(event, json.dumps(metrics, indent=2, sort_keys=True), command=name, data=metrics)
-        else:  # help
-            lines = ["Commands:"]
-            lines += [f"  /{key:<8} {text}" for key, text in BUILTIN_COMMANDS.items()]
-            if self.tools:
-                lines.append("Tools (run one directly with /name args):")
-                lines += [f"  /{t.name:<8} {t.description}" for t in self.tools.values()]
-            say(event, "\n".join(lines), command=name)
-
-    def _run(self, rt: SessionRuntime, event: Event) -> Awaitable[None]:
-        """Serve one input of a session to its end (the session's worker awaits it)."""
-        if self.bus.backend is None:
-            # The local bus: no acknowledgement, no effects held back.
-            store = None if rt.ephemeral else self.store
-            if store is None:
-                return Turn(self, rt, event).run()
-            return self._run_stored(store, rt, event)
-        return _run_remote(self, rt, event)
-
-    async def _run_stored(self, store: SessionStore, rt: SessionRuntime, event: Event) -> None:
-        """A run between loading its session from the store and saving it back."""
-        memory = rt.session.memory
-        data = await store.load(rt.session.id)
-        memory.clear()
-        if data:
-            memory.extend(memory_from_data(data))
-        epoch = rt.epoch
-        try:
-            await Turn(self, rt, event).run()
-        finally:
-            if rt.epoch == epoch:  # a /reset meanwhile deleted it
-                with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-                    await store.save(rt.session.id, memory_to_data(memory))
+        else:
+            say(event, help_text(self.tools), command=name)
 
     # -- metrics ---------------------------------------------------------
 
@@ -640,67 +589,5 @@ class ExecutionLoop(Lifecycle):
         }
 
 
-async def _run_remote(loop: ExecutionLoop, rt: SessionRuntime, event: Event) -> None:
-    """A run on a remote bus, whose events are the effects of its input."""
-    bus = loop.bus
-    store = None if rt.ephemeral else loop.store
-    try:
-        # On a remote bus the run's events are the input's effects: they
-        # are published with its acknowledgement, atomically. So a run
-        # stopped or timed out is finished here, inside them, in a scope
-        # of its own rather than in the worker's.
-        with bus.effects_of(event):
-            worker_scope = rt.live_scope
-            try:
-                with loop._new_scope() as rt.live_scope:
-                    if store is None:
-                        await Turn(loop, rt, event).run()
-                    else:
-                        await loop._run_stored(store, rt, event)
-            finally:
-                rt.live_scope = worker_scope
-            stopped, rt.stopped_turn = rt.stopped_turn, None
-            if stopped is not None:
-                await stopped.finish_stopped()
-    finally:
-        # A run cut short by the agent stopping is handed back (another
-        # worker runs it); a run that ended, or was /stop-ped, is handled.
-        bus.release(event, handled=loop._open)
-
-
 #: Published when the agent's tools change while the loop runs: ``{"tools": [names]}``.
 TOOLS_CHANGED = "KERNEL:TOOLS_CHANGED"
-
-
-def _tools_by_name(tools: Iterable[Tool] | Mapping[str, Tool]) -> dict[str, Tool]:
-    items = tools.values() if isinstance(tools, Mapping) else tools
-    by_name: dict[str, Tool] = {}
-    for tool in items:
-        if not isinstance(tool, Tool):
-            raise TypeError(f"tools must be openstarry Tool objects, not {type(tool).__name__}")
-        if tool.name in by_name:
-            raise ValueError(f"two tools are named {tool.name!r}")
-        by_name[tool.name] = tool
-    return by_name
-
-
-def _user_message(
-    text: str,
-    session_id: str,
-    source: str,
-    priority: int | None,
-    extra: Mapping[str, Any] | None = None,
-    trace_id: str | None = None,
-) -> Event:
-    """The ``INPUT:USER_MESSAGE`` that :meth:`~ExecutionLoop.submit` and ``start`` publish."""
-    payload: dict[str, Any] = {"text": text, "mimeType": "text/plain"}
-    if extra:
-        payload.update({k: v for k, v in extra.items() if k not in payload})
-    return Event.new(
-        _USER_MESSAGE,
-        payload,
-        source=source,
-        session_id=session_id,
-        priority=priority,
-        trace_id=trace_id,
-    )

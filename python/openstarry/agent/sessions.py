@@ -35,11 +35,10 @@ Rules the scheduler keeps:
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -47,45 +46,11 @@ import anyio.lowlevel
 
 from openstarry.agent.memory import Memory, Session
 from openstarry.agent.results import Waiters
-from openstarry.agent.taskscope import run_scope_factory
+from openstarry.agent.taskscope import CancelScopeLike, run_scope_factory, scope_factory
 from openstarry.bus import Signal
 from openstarry.core import Event
 
 __all__ = ["CancelScopeLike", "SessionRuntime", "Sessions", "scope_factory"]
-
-
-class CancelScopeLike(Protocol):
-    """What the loop uses of a cancel scope: ``anyio.CancelScope``'s, or trio's own."""
-
-    @property
-    def cancel_called(self) -> bool: ...
-
-    @property
-    def cancelled_caught(self) -> bool: ...
-
-    def cancel(self, reason: str | None = None) -> None: ...
-
-    def __enter__(self) -> CancelScopeLike: ...
-
-    def __exit__(self, *exc_info: Any) -> bool | None: ...
-
-
-def scope_factory() -> Callable[..., CancelScopeLike]:
-    """The cheapest cancel scope class of the running backend, taking ``deadline=``, ``shield=``.
-
-    ``anyio.CancelScope()`` looks up the running library on every creation
-    (a turn makes two); on asyncio this is the class it returns, on trio
-    trio's own scope, which anyio's wraps. Both cancel, and are cancelled, as
-    anyio's do.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        import trio  # only when running on trio
-
-        return trio.CancelScope
-    scope_class: Callable[..., CancelScopeLike] = type(anyio.CancelScope())
-    return scope_class
 
 
 #: Seconds a run served by its asker, stopped, may wait for room on the bus to

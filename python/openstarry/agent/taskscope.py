@@ -1,7 +1,12 @@
-"""The cancel scope of a run served in its asker's task.
+"""Cancel scopes of runs: what the loop needs of one, and the cheapest on each backend.
 
-A run is served in a cancel scope, which a ``/stop``, the provider deadline or
-the loop leaving cancels. A session's worker serves its runs in one anyio
+:class:`CancelScopeLike` is what the agent uses of a cancel scope;
+:func:`scope_factory` gives the running backend's cheapest scope for a
+session's worker and a tool call, :func:`run_scope_factory` the one for a run
+served in its asker's task (:class:`TaskScope` on asyncio).
+
+A run is served in a cancel scope, which a ``/stop``, the provider deadline
+or the loop leaving cancels. A session's worker serves its runs in one anyio
 ``CancelScope`` for many runs; a run served in the task that asked for it
 (:meth:`Sessions.serve_here <openstarry.agent.sessions.Sessions.serve_here>`)
 needs a scope of its own each time. On asyncio, anyio's scope keeps the task's
@@ -32,15 +37,15 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import weakref
 from collections.abc import Callable
 from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from openstarry.agent.sessions import CancelScopeLike
+import anyio
 
-__all__ = ["TaskScope", "run_scope_factory"]
+__all__ = ["CancelScopeLike", "TaskScope", "run_scope_factory", "scope_factory"]
 
 _task_states: Any
 try:  # anyio's record of each task's current cancel scope (its asyncio backend)
@@ -49,9 +54,51 @@ except ImportError:  # pragma: no cover - another anyio: its own scope is used
     _task_states = None
 
 
+#: The weak map's own dict, keyed by weak references: read without the
+#: mapping's Python-level ``get`` (a reference to a task is made once and reused).
+_states_by_ref: dict[Any, Any] | None = getattr(_task_states, "data", None)
+
+
 def _current_anyio_scope(task: asyncio.Task[Any]) -> Any:
-    state = _task_states.get(task) if _task_states is not None else None
+    if _states_by_ref is not None:
+        state = _states_by_ref.get(weakref.ref(task))
+    else:
+        state = _task_states.get(task) if _task_states is not None else None
     return getattr(state, "cancel_scope", None)
+
+
+class CancelScopeLike(Protocol):
+    """What the loop uses of a cancel scope: ``anyio.CancelScope``'s, or trio's own."""
+
+    @property
+    def cancel_called(self) -> bool: ...
+
+    @property
+    def cancelled_caught(self) -> bool: ...
+
+    def cancel(self, reason: str | None = None) -> None: ...
+
+    def __enter__(self) -> CancelScopeLike: ...
+
+    def __exit__(self, *exc_info: Any) -> bool | None: ...
+
+
+def scope_factory() -> Callable[..., CancelScopeLike]:
+    """The cheapest cancel scope class of the running backend, taking ``deadline=``, ``shield=``.
+
+    ``anyio.CancelScope()`` looks up the running library on every creation
+    (a turn makes two); on asyncio this is the class it returns, on trio
+    trio's own scope, which anyio's wraps. Both cancel, and are cancelled, as
+    anyio's do.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        import trio  # only when running on trio
+
+        return trio.CancelScope
+    scope_class: Callable[..., CancelScopeLike] = type(anyio.CancelScope())
+    return scope_class
 
 
 class TaskScope:
@@ -183,8 +230,6 @@ def run_scope_factory() -> Callable[[], CancelScopeLike]:
 
         return trio.CancelScope
     if _task_states is None or sys.version_info < (3, 11):  # pragma: no cover
-        import anyio
-
         scope_class: Callable[[], CancelScopeLike] = type(anyio.CancelScope())
         return scope_class
     return partial(TaskScope, loop)

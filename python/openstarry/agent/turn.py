@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.from_thread
@@ -40,13 +40,24 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from openstarry.agent.commands import BUILTIN_COMMANDS, find_tool, parse_line, parse_tool_args
-from openstarry.agent.interfaces import Tool
-from openstarry.agent.memory import AssistantTurn, Observation, ToolFailure, ToolOutcome, UserTurn
-from openstarry.agent.results import RunResult, add_usage
-from openstarry.agent.retrieval import LexicalRetriever
+from openstarry.agent.deadlines import Deadlines
+from openstarry.agent.execution import ToolExecutor
+from openstarry.agent.interfaces import AgentContext, Provider, Tool
+from openstarry.agent.limits import LoopLimits
+from openstarry.agent.memory import (
+    AssistantTurn,
+    Observation,
+    Session,
+    ToolFailure,
+    ToolOutcome,
+    UserTurn,
+)
+from openstarry.agent.outbox import Outbox
+from openstarry.agent.results import RunResult, Waiters, add_usage
+from openstarry.agent.retrieval import LexicalRetriever, ToolRetriever
 from openstarry.agent.sessions import SessionRuntime
 from openstarry.agent.waits import ClientTool
-from openstarry.bus import describe_exception
+from openstarry.bus import Emit, EventBus, describe_exception
 from openstarry.core import ContentSegment, Event, ProviderResponse, ToolCall, decode_response
 from openstarry.errors import (
     AgentPainException,
@@ -63,10 +74,7 @@ from openstarry.events import (
 )
 from openstarry.tracecontext import current_event
 
-if TYPE_CHECKING:
-    from openstarry.agent.loop import ExecutionLoop
-
-__all__ = ["Turn"]
+__all__ = ["Turn", "TurnHost"]
 
 _TICK_START = EventType.TICK_START.value
 _STATE_CHANGE = EventType.STATE_CHANGE.value
@@ -118,6 +126,36 @@ def _coerce_response(response: Any) -> ProviderResponse:
     )
 
 
+class TurnHost(Protocol):
+    """What a turn uses of the loop that serves it (an
+    :class:`~openstarry.agent.loop.ExecutionLoop`): its parts, its limits, its counters.
+
+    The loop imports the turn, never the other way round: this is the turn's
+    side of that seam.
+    """
+
+    bus: EventBus
+    provider: Provider
+    limits: LoopLimits
+    source: str
+    max_tools: int | None
+    retriever: ToolRetriever | None
+    runs_completed: int
+    runs_stopped: int
+    _waiters: Waiters
+    _publish: Emit | None
+    _executor: ToolExecutor
+    _outbox: Outbox
+    _deadlines: Deadlines
+    _loop_thread: int
+    _token: Any
+
+    @property
+    def tools(self) -> Mapping[str, Tool]: ...
+
+    def _context(self, session: Session, trace_id: str, call_depth: int = 0) -> AgentContext: ...
+
+
 class Turn:
     """One input of a session being served, round by round.
 
@@ -139,7 +177,7 @@ class Turn:
         "tick",
     )
 
-    def __init__(self, loop: ExecutionLoop, rt: SessionRuntime, event: Event) -> None:
+    def __init__(self, loop: TurnHost, rt: SessionRuntime, event: Event) -> None:
         self.loop = loop
         self.rt = rt
         self.input = event
@@ -397,7 +435,9 @@ class Turn:
         loop = self.loop
         source = loop.source
         limits = loop.limits
-        memory = self.rt.session.memory
+        rt = self.rt
+        session = rt.session
+        memory = session.memory
         memory.append(UserTurn(prompt))
         context = self.context
         tools = context.tools
@@ -431,10 +471,17 @@ class Turn:
                     tick = event.child(_TICK_START, {"round": round_no}, source=source)
                     await apublish(tick)
             self.tick = tick  # once published: later events may name it as parent
-            if not self.state_now(_THINKING):
-                await self.set_state(_THINKING)
+            old = self.state
+            if old is not _THINKING:
+                # (What state_now does, without its call.)
+                try:
+                    if emit_child is None:
+                        raise QueueFull
+                    emit_child(tick, _STATE_CHANGE, _CHANGE[old, _THINKING], source)
+                    self.state = session.state = _THINKING
+                except QueueFull:
+                    await self.set_state(_THINKING)
             context.round = round_no
-            rt = self.rt
             try:
                 # The provider deadline: when it passes, the loop's watcher
                 # cancels the run's scope and the run ends (see run()).
@@ -524,8 +571,15 @@ class Turn:
                 await self.fail(tick, "TOOL_ROUND_LIMIT", message)
                 break
             tool_rounds += 1
-            if not self.state_now(_EXECUTING):
-                await self.set_state(_EXECUTING)
+            old = self.state
+            if old is not _EXECUTING:
+                try:
+                    if emit_child is None:
+                        raise QueueFull
+                    emit_child(tick, _STATE_CHANGE, _CHANGE[old, _EXECUTING], source)
+                    self.state = session.state = _EXECUTING
+                except QueueFull:
+                    await self.set_state(_EXECUTING)
             # (What execute() does, without its coroutine.)
             observations = self.observations
             outcomes = await executor.execute(

@@ -1,0 +1,88 @@
+"""How the loop serves one input of a session, by the bus it runs on and its store.
+
+- **The local bus**: the :class:`~openstarry.agent.turn.Turn` alone; no
+  acknowledgement, no effects held back.
+- **A store**: the session's memory is loaded before the turn and saved after
+  it (unless a ``/reset`` deleted it meanwhile), the save shielded from a stop.
+- **A remote bus**: the run's events are its input's effects, published with
+  its acknowledgement, all or nothing; a run stopped or timed out is finished
+  inside them, in a scope of its own, and a run cut short by the agent
+  stopping is handed back for another worker to run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import anyio
+
+from openstarry.agent.sessions import SessionRuntime
+from openstarry.agent.store import SessionStore, memory_from_data, memory_to_data
+from openstarry.agent.taskscope import CancelScopeLike
+from openstarry.agent.turn import Turn, TurnHost
+from openstarry.core import Event
+
+__all__ = ["RunHost", "serve_input"]
+
+
+class RunHost(TurnHost, Protocol):
+    """What serving an input uses of the loop, beyond what its turn does."""
+
+    store: SessionStore | None
+    _new_scope: Callable[..., CancelScopeLike]
+    _open: bool
+
+
+def serve_input(loop: RunHost, rt: SessionRuntime, event: Event) -> Awaitable[None]:
+    """Serve one input of a session to its end (the session's worker, or its asker, awaits it)."""
+    if loop.bus.backend is None:
+        store = None if rt.ephemeral else loop.store
+        if store is None:
+            return Turn(loop, rt, event).run()
+        return _run_stored(loop, store, rt, event)
+    return _run_remote(loop, rt, event)
+
+
+async def _run_stored(loop: RunHost, store: SessionStore, rt: SessionRuntime, event: Event) -> None:
+    """A run between loading its session from the store and saving it back."""
+    memory = rt.session.memory
+    data = await store.load(rt.session.id)
+    memory.clear()
+    if data:
+        memory.extend(memory_from_data(data))
+    epoch = rt.epoch
+    try:
+        await Turn(loop, rt, event).run()
+    finally:
+        if rt.epoch == epoch:  # a /reset meanwhile deleted it
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await store.save(rt.session.id, memory_to_data(memory))
+
+
+async def _run_remote(loop: RunHost, rt: SessionRuntime, event: Event) -> None:
+    """A run on a remote bus, whose events are the effects of its input."""
+    bus = loop.bus
+    store = None if rt.ephemeral else loop.store
+    try:
+        # On a remote bus the run's events are the input's effects: they
+        # are published with its acknowledgement, atomically. So a run
+        # stopped or timed out is finished here, inside them, in a scope
+        # of its own rather than in the worker's.
+        with bus.effects_of(event):
+            worker_scope = rt.live_scope
+            try:
+                with loop._new_scope() as rt.live_scope:
+                    if store is None:
+                        await Turn(loop, rt, event).run()
+                    else:
+                        await _run_stored(loop, store, rt, event)
+            finally:
+                rt.live_scope = worker_scope
+            stopped, rt.stopped_turn = rt.stopped_turn, None
+            if stopped is not None:
+                await stopped.finish_stopped()
+    finally:
+        # A run cut short by the agent stopping is handed back (another
+        # worker runs it); a run that ended, or was /stop-ped, is handled.
+        bus.release(event, handled=loop._open)
