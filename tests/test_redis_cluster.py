@@ -8,7 +8,10 @@ and stops it after; nothing fakes a node. Partitions are the unit of sharding:
 from __future__ import annotations
 
 import gc
+import json
 import os
+import signal
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -19,7 +22,7 @@ import anyio
 import pytest
 
 from openstarry.bus import EventBus
-from openstarry.core import Event
+from openstarry.core import Event, decode_event
 from openstarry.redis_server import RedisClusterServer, redis_server_path
 
 pytest.importorskip("redis")
@@ -273,3 +276,74 @@ async def test_without_min_replicas_only_the_last_writes_before_the_kill_are_at_
     for event_id in accepted:
         if answers[event_id] != 1:
             assert event_id in at_risk, (answers[event_id], at[event_id] - killed)
+
+
+# -- through the command line ---------------------------------------------------------
+
+
+def _cli_inputs(n: int, sessions: int, repeated: int) -> bytes:
+    """``n`` inputs over ``sessions`` sessions, then the first ``repeated`` lines again."""
+    from test_redis_bus import _envelopes
+
+    data = _envelopes(n, sessions=sessions)
+    return data + b"".join(data.splitlines(keepends=True)[:repeated])
+
+
+def test_two_workers_and_two_publishers_answer_each_input_once(
+    cluster: RedisClusterServer, tmp_path: Path
+) -> None:
+    from test_redis_bus import OPENSTARRY, _assert_each_answered_once, _outputs, _worker
+
+    manifest = tmp_path / "agent.json"
+    manifest.write_text('{"identity": {"name": "w"}, "provider": {"name": "default"}}')
+    n = 400
+    data = _cli_inputs(n, sessions=120, repeated=n // 10)
+    path = tmp_path / "in.ndjson"
+    path.write_bytes(data)
+    workers = [_worker(manifest, cluster.url, f"w{i}") for i in (1, 2)]
+    try:
+        producers = [
+            subprocess.Popen(
+                [*OPENSTARRY, "publish", "--bus", cluster.url, str(path)], stdout=subprocess.PIPE
+            )
+            for _ in range(2)
+        ]
+        counts = [json.loads(p.communicate(timeout=120)[0]) for p in producers]
+        # Every input accepted once across the shards; every other line a duplicate.
+        assert sum(c["accepted"] for c in counts) == n
+        assert sum(c["duplicates"] for c in counts) == 2 * len(data.splitlines()) - n
+        outputs = _outputs(cluster.url, n, timeout=60)
+    finally:
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        for worker in workers:
+            assert worker.wait(timeout=30) == 0
+    assert len(outputs) == n
+    inputs = {e.id: e for e in (decode_event(line) for line in data.splitlines())}
+    for out in outputs:  # each answer in its input's trace and session
+        cause = inputs[out.parent_id or ""]
+        assert (out.trace_id, out.session_id) == (cause.trace_id, cause.session_id)
+    _assert_each_answered_once(cluster.url, data[: len(b"".join(data.splitlines(True)[:n]))])
+
+
+def test_kill_9_of_a_worker_mid_backlog_with_another_running(
+    cluster: RedisClusterServer, tmp_path: Path
+) -> None:
+    from test_redis_bus import _assert_each_answered_once, _outputs, _run, _wait_answered, _worker
+
+    manifest = tmp_path / "agent.json"
+    manifest.write_text('{"identity": {"name": "w"}, "provider": {"name": "default"}}')
+    data = _cli_inputs(600, sessions=100, repeated=0)
+    first = _worker(manifest, cluster.url, "w1")
+    time.sleep(1.5)
+    assert _run(["publish", "--bus", cluster.url], stdin=data).returncode == 0
+    second = _worker(manifest, cluster.url, "w2")
+    try:
+        _outputs(cluster.url, 50, timeout=60)  # w1 is in the middle of the backlog
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        _wait_answered(cluster.url, 600, timeout=90)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=30) == 0
+    _assert_each_answered_once(cluster.url, data)

@@ -103,19 +103,37 @@ class RedisStore(Lifecycle):
         self.url = url
         self.name = name
         self.concurrency = concurrency
+        self._cluster = url.partition("://")[0].lower() in ("redis+cluster", "rediss+cluster")
+        self._ready = False
+        self._init = anyio.Lock()
         self._slots = anyio.Semaphore(concurrency)
         self._client: Any = None
 
     def _redis(self) -> Any:
         if self._client is None:
-            import redis.asyncio as aioredis
+            from openstarry.bus.redis.keys import cluster_nodes, is_cluster_url
 
-            self._client = aioredis.Redis.from_url(
-                self.url, decode_responses=False, max_connections=self.concurrency
-            )
+            if is_cluster_url(self.url):
+                from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+                nodes, options = cluster_nodes(self.url)
+                self._client = RedisCluster(
+                    startup_nodes=[ClusterNode(host, port) for host, port in nodes],
+                    decode_responses=False,
+                    max_connections=self.concurrency,
+                    **options,
+                )
+            else:
+                import redis.asyncio as aioredis
+
+                self._client = aioredis.Redis.from_url(
+                    self.url, decode_responses=False, max_connections=self.concurrency
+                )
         return self._client
 
     def _key(self, session_id: str) -> str:
+        if self._cluster:  # each session its own slot: sessions spread over the masters
+            return f"{self.name}:session:{{{session_id}}}"
         return f"{{{self.name}}}:session:{session_id}"
 
     async def _retrying(self, command: str, *args: Any) -> Any:
@@ -126,8 +144,22 @@ class RedisStore(Lifecycle):
         while True:
             try:
                 async with self._slots:
-                    return await getattr(self._redis(), command)(*args)
-            except (exceptions.ConnectionError, exceptions.TimeoutError, OSError):
+                    client = self._redis()
+                    if self._cluster and not self._ready:
+                        # Once, before the calls run at once: redis-py's cluster client
+                        # looking its slots up from several calls closes their connections.
+                        async with self._init:
+                            if not self._ready:
+                                await client.initialize()
+                                self._ready = True
+                    return await getattr(client, command)(*args)
+            except (
+                exceptions.ConnectionError,
+                exceptions.TimeoutError,
+                exceptions.ClusterError,
+                OSError,
+                AttributeError,  # redis-py's cluster client, a connection closed under a call
+            ):
                 if waited >= 30:
                     raise
                 await anyio.sleep(delay)
@@ -151,6 +183,7 @@ class RedisStore(Lifecycle):
             yield self
         finally:
             client, self._client = self._client, None
+            self._ready = False
             if client is not None:
                 with anyio.CancelScope(shield=True):
                     await client.aclose()
@@ -161,7 +194,7 @@ def open_store(spec: str | None) -> SessionStore | None:
 
     ``None`` or ``"memory"``: none (sessions in the agent's process);
     ``"sqlite:///PATH"`` or ``"sqlite:PATH"``: :class:`SQLiteStore`;
-    ``"redis://..."``: :class:`RedisStore`.
+    ``"redis://..."`` or ``"redis+cluster://..."``: :class:`RedisStore`.
 
     Raises:
         ValueError: any other value.
@@ -172,8 +205,9 @@ def open_store(spec: str | None) -> SessionStore | None:
         path = spec.removeprefix("sqlite:")
         path = path.removeprefix("//") if path.startswith("///") else path
         return SQLiteStore(path)
-    if spec.split("://", 1)[0] in ("redis", "rediss", "unix"):
+    if spec.split("://", 1)[0] in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         return RedisStore(spec)
     raise ValueError(
-        f"sessions store {spec!r}: expected 'memory', 'sqlite:///PATH' or 'redis://...'"
+        f"sessions store {spec!r}: expected 'memory', 'sqlite:///PATH', 'redis://...' "
+        "or 'redis+cluster://...'"
     )
