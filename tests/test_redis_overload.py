@@ -23,7 +23,7 @@ from openstarry.bus import EventBus
 from openstarry.bus.redis import partition_of, stream_key
 from openstarry.bus.redis.leases import _Leases
 from openstarry.core import Event, encode_event
-from openstarry.redis_server import RedisServer, redis_server_path
+from openstarry.redis_server import RedisClusterServer, RedisServer, redis_server_path
 from openstarry.stores import RedisStore
 
 pytestmark = [
@@ -50,6 +50,21 @@ def redis(tmp_path: Path) -> Iterator[RedisServer]:
         server.stop()
 
 
+@pytest.fixture(params=["one node", "cluster"])
+def bus_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """One redis-server, or a Redis Cluster of three masters: the same tests on each."""
+    if request.param == "one node":
+        server = RedisServer(tmp_path, aof=False)
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+    else:
+        with RedisClusterServer(tmp_path / "cluster", masters=3, replicas=0) as cluster:
+            yield cluster
+
+
 def _input(text: str, session: str) -> Event:
     return Event.new("INPUT:USER_MESSAGE", {"text": text}, source="test", session_id=session)
 
@@ -71,7 +86,7 @@ OUTPUTS = 3
 
 
 async def test_producers_outrunning_the_workers_lose_nothing_and_count_exactly(
-    redis: RedisServer, caplog: pytest.LogCaptureFixture
+    bus_server: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Four producers against two workers whose handlers publish three outputs each:
     the streams reach their bound (the producers are refused and wait), yet every
@@ -91,7 +106,7 @@ async def test_producers_outrunning_the_workers_lose_nothing_and_count_exactly(
     answers: list[list[bool]] = [[] for _ in range(PRODUCERS)]
 
     def worker_bus(name: str) -> EventBus:
-        bus = EventBus.from_url(redis.url, group="g", consumer=name, claim_idle=2.0, **BOUND)
+        bus = EventBus.from_url(bus_server.url, group="g", consumer=name, claim_idle=2.0, **BOUND)
 
         def on_input(event: Event) -> None:
             inputs[event.id] += 1
@@ -106,7 +121,8 @@ async def test_producers_outrunning_the_workers_lose_nothing_and_count_exactly(
         bus.subscribe("OUTPUT:*", on_output)
         return bus
 
-    producers = [EventBus.from_url(redis.url, consume=False, **BOUND) for _ in range(PRODUCERS)]
+    url = bus_server.url
+    producers = [EventBus.from_url(url, consume=False, **BOUND) for _ in range(PRODUCERS)]
     async with worker_bus("w1") as w1, worker_bus("w2") as w2:
         workers = [w1.backend, w2.backend]
         await _until(
@@ -245,7 +261,7 @@ async def test_the_session_store_bounds_its_connections(redis: RedisServer) -> N
 
 
 async def test_a_worker_answers_every_input_it_fetched_past_the_sessions_queue(
-    redis: RedisServer,
+    bus_server: Any,
 ) -> None:
     """More inputs for one session than ``max_pending_inputs`` reach a worker at once:
     on a Redis bus each is answered in turn (the inputs it fetched are its own to
@@ -256,10 +272,10 @@ async def test_a_worker_answers_every_input_it_fetched_past_the_sessions_queue(
     inputs = [_input(f"question {i}", session="busy") for i in range(30)]
     answers: list[Event] = []
     errors: list[Event] = []
-    async with EventBus.from_url(redis.url, consume=False) as producer:
+    async with EventBus.from_url(bus_server.url, consume=False) as producer:
         backend: Any = producer.backend
         assert all(await backend.asend_many(inputs))
-    bus = EventBus.from_url(redis.url, group="g", consumer="w", claim_idle=1.0, max_held=100)
+    bus = EventBus.from_url(bus_server.url, group="g", consumer="w", claim_idle=1.0, max_held=100)
     bus.subscribe("OUTPUT:AGENT_MESSAGE", answers.append)
     bus.subscribe("KERNEL:ERROR", errors.append)
     provider = ScriptedProvider(["ok"], cycle=True)
