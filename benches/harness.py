@@ -134,6 +134,7 @@ def measure_alternating(
     group: str,
     rounds: int,
     block: int = 1,
+    extra_info: Callable[[Side], dict[str, Any]] | None = None,
 ) -> None:
     """Time ``sides`` in alternating rounds, one entry each in the run's JSON.
 
@@ -148,8 +149,10 @@ def measure_alternating(
     :func:`measure`. Each side is recorded as its own pytest-benchmark entry
     (its median over its ``rounds`` rounds, with ``extra_info`` as
     :func:`measure` writes it), so ``ratios.py`` pairs them as it pairs
-    separate tests. With benchmarks disabled, each side runs once untimed, as
-    a smoke test.
+    separate tests. ``extra_info(side)``, when given, is called once the
+    rounds are over and what it returns goes into that side's ``extra_info``
+    (its ``note`` too): figures the rounds themselves gathered. With
+    benchmarks disabled, each side runs once untimed, as a smoke test.
     """
     if len({side.name for side in sides}) != len(sides):
         raise ValueError("each side needs a name of its own")
@@ -196,6 +199,8 @@ def measure_alternating(
         )
         if side.ceiling is not None:
             entry.extra_info["ceiling"] = side.ceiling
+        if extra_info is not None:
+            entry.extra_info.update(extra_info(side))
         for elapsed in kept:
             entry.update(elapsed)
         fixture._add_stats(entry)

@@ -30,6 +30,7 @@ import redis
 
 from openstarry.bus import EventBus
 from openstarry.bus.redis import PRIORITIES, stream_key
+from openstarry.bus.redis.keys import Layout
 from openstarry.core import Event, encode_event
 
 NAME = "bench"
@@ -175,14 +176,27 @@ class Consumers:
 
 
 def wait_balanced(
-    client: redis.Redis, name: str, group: str, partitions: int, consumers: int, timeout: float = 30
+    client: Any,
+    name: str,
+    group: str,
+    partitions: int,
+    consumers: int,
+    timeout: float = 30,
+    *,
+    cluster: bool = False,
 ) -> None:
-    """Until the partitions are shared evenly between the leases of ``consumers`` consumers."""
-    keys = [f"{{{name}}}:lease:{group}:{p}" for p in range(partitions)]
+    """Until the partitions are shared evenly between the leases of ``consumers`` consumers.
+
+    ``client`` is a ``redis.Redis``, or with ``cluster`` a ``redis.cluster.RedisCluster``
+    (the leases are then spread over the masters, one hash tag per partition).
+    """
+    layout = Layout(name, partitions, cluster=cluster)
+    keys = [layout.lease(group, p) for p in range(partitions)]
+    read = client.mget_nonatomic if cluster else client.mget
     share = -(-partitions // consumers)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        owners = client.mget(keys)
+        owners = read(keys)
         if all(owners):
             counts: dict[Any, int] = {}
             for owner in owners:

@@ -3,9 +3,8 @@
     with cluster_url(3) as url:       # "redis+cluster://127.0.0.1:P1,127.0.0.1:P2,..."
         ...
 
-``python -m benches.redis_load --cluster N`` starts one and prints its URL. The bus does
-not speak ``redis+cluster://`` yet, so nothing runs on it; once it does, the load
-runs there like on ``--url``.
+``python -m benches.redis_load --cluster N`` starts one and runs its load on it;
+``test_bench_redis.py``'s cluster rows start one of 3 masters.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ Without ``--benchmark-enable`` each runs once, small, as a smoke test.
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import shutil
 import statistics
 import time
@@ -25,6 +26,7 @@ import pytest
 
 from benches import redis_cluster, redis_load
 from benches.harness import Benchmark, Side, measure, measure_alternating
+from benches.redis_cluster_rig import start_cluster
 from openstarry.bus import EventBus
 from openstarry.core import Event
 from openstarry.redis_server import RedisServer, redis_server_path
@@ -234,3 +236,168 @@ def test_overload_holds_the_peak(benchmark: Benchmark, server: RedisServer) -> N
     refused = [sum(a["refused_full"] for a in r) for r in answers[4]]
     if not disabled:
         assert all(refused), f"a round of 4 producers never reached the bound: {refused}"
+
+
+#: The cluster group: events a round, on one server and on a cluster of 3 masters in turn.
+CLUSTER_N = 20_000
+CLUSTER_MASTERS = 3
+#: Sessions of the cluster group's inputs: enough for each master's 8 partitions to get
+#: close to a third of them (1,024 sessions: 31%, 35%, 34%; 256 would be 34%, 29%, 37%).
+CLUSTER_SESSIONS = 1024
+#: Each master's share of the events: a third, ±15%.
+SHARE_LOW, SHARE_HIGH = 0.85 / CLUSTER_MASTERS, 1.15 / CLUSTER_MASTERS
+
+
+class _Tally:
+    """What each master of one side did while that side's rounds ran (not between them)."""
+
+    def __init__(self, url: str, partitions: int) -> None:
+        self.nodes = redis_load.Nodes(url, redis_load.NAME, partitions)
+        self.before: dict[str, redis_load.Sample] | None = None
+        self.cpu: dict[str, float] = dict.fromkeys(self.nodes.held, 0.0)
+        self.events: dict[str, int] = dict.fromkeys(self.nodes.held, 0)
+
+    def open(self) -> None:
+        self.before = self.nodes.sample()
+
+    def close(self) -> None:
+        if self.before is None:
+            return
+        after = self.nodes.sample()
+        for address, was in self.before.items():
+            self.cpu[address] += after[address].cpu - was.cpu
+            self.events[address] += after[address].added - was.added
+        self.before = None
+
+    def figures(self) -> dict[str, Any]:
+        total = max(1, sum(self.events.values()))
+        return {
+            "redis_cpu_us_per_event": sum(self.cpu.values()) / total * 1e6,
+            "nodes": [
+                {
+                    "address": address,
+                    "partitions": len(self.nodes.held[address]),
+                    "events": self.events[address],
+                    "share": self.events[address] / total,
+                    "cpu_us_per_event": self.cpu[address] / max(1, self.events[address]) * 1e6,
+                }
+                for address in self.nodes.held
+            ],
+        }
+
+
+def test_cluster_beside_one_node(
+    benchmark: Benchmark, server: RedisServer, tmp_path: pathlib.Path
+) -> None:
+    """One producer → two workers on one server, and the same on a cluster of 3 masters,
+    in alternating rounds: per event each, Redis CPU per event on each master, and each
+    master's share of the events (a third each, ±15%). Every input is handled exactly once
+    on both sides.
+
+    On a 2-core machine 3 masters, 2 workers and a producer share 2 cores: the cluster
+    cannot be faster there, and no ratio is asserted (``ratios.py`` shows it, no target).
+    ``python -m benches.redis_load --cluster 3`` measures the scaling where there are cores.
+    """
+    disabled = bool(getattr(benchmark, "disabled", False))
+    n = 2_000 if disabled else CLUSTER_N
+    cluster = start_cluster(CLUSTER_MASTERS, tmp_path / "cluster")
+    try:
+        urls = {"one-node": server.url, "cluster": cluster.url}
+        settings = {
+            name: redis_load.Settings(url=url, sessions=CLUSTER_SESSIONS, track=True)
+            for name, url in urls.items()
+        }
+        rigs = {name: redis_load.Rig(s, workers=2) for name, s in settings.items()}
+        trials: dict[str, list[redis_load.Round]] = {name: [] for name in urls}
+        tallies: dict[str, _Tally] = {}
+        try:
+            for name, rig in rigs.items():
+                rig.start()
+                tallies[name] = _Tally(urls[name], settings[name].partitions)
+
+            def side(name: str) -> Side:
+                rig, tally = rigs[name], tallies[name]
+
+                def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
+                    for each in tallies.values():  # the other side's round is over
+                        each.close()
+                    trial = rig.prepare(1, n)
+                    trials[name].append(trial)
+                    tally.open()
+                    return (trial,), {}
+
+                one = name == "one-node"
+                return Side(
+                    name=name,
+                    run=rig.go,
+                    label=(
+                        "1 producer → 2 workers, one Redis (8 partitions)"
+                        if one
+                        else f"the same on a {CLUSTER_MASTERS}-master cluster (24 partitions)"
+                    ),
+                    ops=n,
+                    setup=setup,
+                    role="openstarry" if one else "baseline",
+                )
+
+            measure_alternating(
+                benchmark,
+                [side("one-node"), side("cluster")],
+                group="redis: one node vs a 3-master cluster, 1 producer → 2 workers (per event)",
+                rounds=1 if disabled else ROUNDS,
+                extra_info=lambda s: _cluster_info(s.name, tallies),
+            )
+            for each in tallies.values():  # (when disabled, no entry asked for figures)
+                each.close()
+        finally:
+            for name, rig in rigs.items():
+                rig.close()
+                for t in trials[name]:
+                    t.close()
+            for tally in tallies.values():
+                tally.nodes.close()
+        answers = {name: [t.answers() for t in ts] for name, ts in trials.items()}
+    finally:
+        cluster.stop()
+    figures = {name: tally.figures() for name, tally in tallies.items()}
+    benchmark.extra_info["cluster"] = figures
+    for name, side_figures in figures.items():
+        cpu = side_figures["redis_cpu_us_per_event"]
+        print(f"\n{name}: Redis CPU {cpu:.1f} µs per event in all")
+        for node in side_figures["nodes"]:
+            print(
+                f"  {node['address']}: {node['partitions']} partitions, {node['events']} events "
+                f"({node['share']:.1%}), {node['cpu_us_per_event']:.1f} µs CPU per event"
+            )
+    for name, rounds in answers.items():
+        made = [i for t in trials[name] for i in t.ids]
+        assert all(sum(a["accepted"] for a in r) == n for r in rounds), name
+        seen = rigs[name].seen
+        assert len(seen) == len(made) == len(set(made)), name
+        assert set(seen) == set(made), f"{name}: inputs lost or never made"
+        assert set(seen.values()) == {1}, f"{name}: inputs handled more than once"
+        assert sum(tallies[name].events.values()) == len(made), name
+    shares = [node["share"] for node in figures["cluster"]["nodes"]]
+    assert len(shares) == CLUSTER_MASTERS
+    assert all(SHARE_LOW <= s <= SHARE_HIGH for s in shares), shares
+
+
+def _cluster_info(name: str, tallies: dict[str, _Tally]) -> dict[str, Any]:
+    """A side's figures for its entry: Redis CPU per event on each master and their shares."""
+    for tally in tallies.values():  # the last round's figures counted in
+        tally.close()
+    figures = tallies[name].figures()
+    per_node = ", ".join(
+        f"{node['share']:.0%} of the events at {node['cpu_us_per_event']:.1f} µs"
+        for node in figures["nodes"]
+    )
+    if name == "one-node":
+        note = f"Redis CPU {figures['redis_cpu_us_per_event']:.1f} µs per event."
+    else:
+        note = (
+            f"2 cores: no target (3 masters, 2 workers and the producer share them; "
+            f"`python -m benches.redis_load --cluster 3` measures scaling). Redis CPU "
+            f"{figures['redis_cpu_us_per_event']:.1f} µs per event over all masters; "
+            f"per master: {per_node}."
+        )
+    return {"note": note, "cluster": figures}
