@@ -61,9 +61,9 @@ async def _ainfo(args: argparse.Namespace) -> int:
 
     from openstarry.bus.redis.keys import Layout, is_cluster_url
     from openstarry.bus.redis.reader import ERRORS, connect
-    from openstarry.cluster import redacted, resolve_partitions
+    from openstarry.busargs import redacted, resolve_partitions
 
-    layout = Layout(args.name, resolve_partitions(args) or 0, cluster=is_cluster_url(args.bus))
+    layout = Layout(args.name, resolve_partitions(args), cluster=is_cluster_url(args.bus))
     client = connect(args.bus)
     try:
         found = await collect(client, layout, args.group)

@@ -734,7 +734,7 @@ def _unreachable(args: argparse.Namespace) -> tuple[int, str] | None:
         return None
     try:
         from openstarry.bus.redis.reader import ping
-        from openstarry.cluster import redacted
+        from openstarry.busargs import redacted
     except ImportError:
         return None  # no [redis] extra: the command says so itself
     for what, url in urls:

@@ -43,11 +43,11 @@ import sys
 from contextlib import aclosing
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 
 from openstarry.bus import EventBus
+from openstarry.busargs import bus_arguments, bus_options, count, redacted, resolve_partitions
 from openstarry.core import DedupWindow, Event, EventQueue, Ingestor, decode_event
 
 __all__ = ["add_commands"]
@@ -56,65 +56,11 @@ __all__ = ["add_commands"]
 MAX_LINE_BYTES = 1 << 20
 
 
-def _bus_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--bus``, ``--name`` and ``--partitions``: the same for every process of one bus."""
-    parser.add_argument(
-        "--bus",
-        required=True,
-        type=_bus_url,
-        metavar="URL",
-        help="redis://host:port/db, or a Redis Cluster: redis+cluster://host:port[,host:port...]",
-    )
-    parser.add_argument(
-        "--name", default="openstarry", help="the bus's key prefix (default: openstarry)"
-    )
-    parser.add_argument(
-        "--partitions",
-        type=_count,
-        default=None,
-        help="session partitions; every process of the bus must agree "
-        "(default: 8 on one server, 24 on a cluster)",
-    )
-
-
-#: The schemes of ``--bus``: one Redis server, or a Redis Cluster.
-BUS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
-
-
-def _bus_url(text: str) -> str:
-    """``--bus``: a Redis URL (``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://``)."""
-    if text.partition("://")[0].lower() not in BUS_SCHEMES or "://" not in text:
-        raise argparse.ArgumentTypeError(
-            f"expected redis://host:port/db, rediss://..., unix:///path or "
-            f"redis+cluster://host:port[,host:port...], not {redacted(text)!r}"
-        )
-    return text
-
-
-def resolve_partitions(args: argparse.Namespace) -> int | None:
-    """``--partitions``, or the default of the bus's kind (8 on one server, 24 on a cluster).
-
-    ``None`` without the ``[redis]`` extra (the bus then says what is missing).
-    """
-    if args.partitions is None:
-        try:
-            from openstarry.bus.redis.keys import default_partitions
-        except ImportError:
-            return None
-        args.partitions = default_partitions(args.bus)
-    partitions: int = args.partitions
-    return partitions
-
-
-def _bus_options(args: argparse.Namespace) -> dict[str, Any]:
-    return {"name": args.name, "partitions": resolve_partitions(args)}
-
-
 def add_commands(commands: Any) -> None:
     """Add ``worker``, ``publish``, ``tail`` and ``bus info`` to the ``openstarry`` parser."""
     worker = commands.add_parser("worker", help="run an agent as a consumer of a shared bus")
     worker.add_argument("manifest", help="path of the agent.json manifest")
-    _bus_arguments(worker)
+    bus_arguments(worker)
     worker.add_argument("--group", default=None, help="the consumer group (default: openstarry)")
     worker.add_argument("--consumer", default=None, help="this worker's name (default: host-pid)")
     worker.add_argument(
@@ -126,7 +72,7 @@ def add_commands(commands: Any) -> None:
     worker.set_defaults(handler=lambda args: anyio.run(_worker, args))
 
     publish = commands.add_parser("publish", help="publish NDJSON envelopes onto a shared bus")
-    _bus_arguments(publish)
+    bus_arguments(publish)
     publish.add_argument("file", nargs="?", help="NDJSON file (default: standard input)")
     publish.set_defaults(handler=lambda args: anyio.run(_publish, args))
 
@@ -137,10 +83,10 @@ def add_commands(commands: Any) -> None:
         "new events. The history is read a page at a time, so printing starts at once "
         "on a bus of any length.",
     )
-    _bus_arguments(tail)
+    bus_arguments(tail)
     tail.add_argument("--type", default="*", metavar="PATTERN", help="TYPE, NAMESPACE:* or *")
     tail.add_argument(
-        "--count", type=_count, default=None, metavar="N", help="stop after N matching events"
+        "--count", type=count, default=None, metavar="N", help="stop after N matching events"
     )
     tail.add_argument(
         "--timeout",
@@ -168,7 +114,7 @@ def add_commands(commands: Any) -> None:
 
     from openstarry.businfo import add_info_command
 
-    add_info_command(commands, _bus_arguments)
+    add_info_command(commands, bus_arguments)
 
 
 async def _worker(args: argparse.Namespace) -> int:
@@ -181,7 +127,7 @@ async def _worker(args: argparse.Namespace) -> int:
         group=args.group,
         consumer=args.consumer,
         claim_idle=claim_idle,
-        **_bus_options(args),
+        **bus_options(args),
     )
     agent = agent_from_manifest(args.manifest, bus=bus)
     tracer_provider = getattr(args, "tracer_provider", None)  # --otel, set up by cli.main
@@ -216,7 +162,7 @@ async def _publish(args: argparse.Namespace) -> int:
     for line, message in result.invalid:
         print(f"openstarry publish: line {line + 1}: {message}", file=sys.stderr)
     events: list[Event] = scratch.pop_many(len(scratch))
-    bus = EventBus.from_url(args.bus, consume=False, dedup=False, **_bus_options(args))
+    bus = EventBus.from_url(args.bus, consume=False, dedup=False, **bus_options(args))
     async with bus:
         backend: Any = bus.backend
         answers = await backend.asend_many(events) if events else []
@@ -280,16 +226,6 @@ def _since(text: str) -> _Since:
     return _Since("-", after_event=text)
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"at least 1, not {value}")
-    return value
-
-
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -307,16 +243,6 @@ def _event_id(wire: bytes) -> str | None:
         return None
 
 
-def redacted(url: str) -> str:
-    """``url`` with its password, if any, replaced by ``***`` (for messages)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
 async def _tail(args: argparse.Namespace) -> int:
     from openstarry.bus.redis.keys import Layout, is_cluster_url
     from openstarry.bus.redis.reader import ERRORS, connect, read_ends, read_history, read_new
@@ -325,7 +251,7 @@ async def _tail(args: argparse.Namespace) -> int:
     left = args.count
     out = sys.stdout.buffer
     since: _Since = args.since or _Since("-")
-    partitions = resolve_partitions(args) or 0
+    partitions = resolve_partitions(args)
     layout = Layout(args.name, partitions, cluster=is_cluster_url(args.bus))
     keys = [key for p in range(partitions) for key in layout.streams(p)]
 

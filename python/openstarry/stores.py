@@ -111,7 +111,7 @@ class RedisStore(Lifecycle):
 
     def _redis(self) -> Any:
         if self._client is None:
-            from openstarry.bus.redis.keys import cluster_nodes, is_cluster_url
+            from openstarry._redisurl import cluster_nodes, is_cluster_url
 
             if is_cluster_url(self.url):
                 from redis.asyncio.cluster import ClusterNode, RedisCluster

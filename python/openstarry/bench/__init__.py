@@ -29,13 +29,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import importlib.util
-import itertools
 import os
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -43,6 +40,7 @@ import anyio
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.loop import ExecutionLoop, LoopLimits
 from openstarry.agent.memory import Session
+from openstarry.bench.baseline import PurePythonBus
 from openstarry.bus import EventBus
 from openstarry.core import ContentSegment, Event, ProviderResponse, ToolCall
 
@@ -54,7 +52,6 @@ __all__ = [
     "bench_turn_vs_sessions",
     "describe_extension",
     "extension_build",
-    "main",
     "run",
 ]
 
@@ -69,54 +66,6 @@ def _percentiles(samples: list[int]) -> dict[str, float]:
         "p99_us": ordered[min(n - 1, int(n * 0.99))] / 1000,
         "max_us": ordered[-1] / 1000,
     }
-
-
-class PurePythonBus:
-    """The baseline: what a bus in plain asyncio looks like."""
-
-    def __init__(self, window: int = 100_000) -> None:
-        self._queue: asyncio.PriorityQueue[tuple[int, int, Event]] = asyncio.PriorityQueue()
-        self._seq = itertools.count()
-        self._seen: set[str] = set()
-        self._order: deque[str] = deque()
-        self._window = window
-        self._handlers: dict[str, list[Callable[[Event], None]]] = {}
-        self._task: asyncio.Task[None] | None = None
-
-    def subscribe(self, event_type: str, handler: Callable[[Event], None]) -> None:
-        self._handlers.setdefault(event_type, []).append(handler)
-
-    def publish(self, event: Event) -> bool:
-        event_id = event.id
-        if event_id in self._seen:
-            return False
-        self._seen.add(event_id)
-        self._order.append(event_id)
-        if len(self._order) > self._window:
-            self._seen.discard(self._order.popleft())
-        self._queue.put_nowait((event.priority, next(self._seq), event))
-        return True
-
-    async def _dispatch(self) -> None:
-        while True:
-            _, _, event = await self._queue.get()
-            for handler in self._handlers.get(event.type, ()):
-                handler(event)
-
-    async def __aenter__(self) -> PurePythonBus:
-        self._task = asyncio.get_running_loop().create_task(self._dispatch())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def wait_idle(self) -> None:
-        while not self._queue.empty():
-            await asyncio.sleep(0)
-        await asyncio.sleep(0)
 
 
 def _events(n: int) -> list[Event]:
@@ -372,16 +321,3 @@ def run(args: argparse.Namespace) -> int:
     if figures in (None, "loop"):
         _print_loop(scale)
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``openstarry bench`` with ``argv`` as its arguments; returns the exit status.
-
-    Without a sub-command it prints the bus and loop figures; ``latency``,
-    ``bus`` and ``loop`` run one set (see ``openstarry bench --help``).
-    """
-    from openstarry.cli import add_bench_arguments
-
-    parser = argparse.ArgumentParser(prog="openstarry bench", description=__doc__.split("\n\n")[0])
-    add_bench_arguments(parser)
-    return run(parser.parse_args(argv))

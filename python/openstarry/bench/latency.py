@@ -58,7 +58,7 @@ from typing import Any, TextIO
 import anyio
 
 from openstarry._core import LatencyRecorder
-from openstarry.bench import PurePythonBus
+from openstarry.bench.baseline import PurePythonBus
 from openstarry.bus import EventBus
 from openstarry.core import Event
 

@@ -1,0 +1,81 @@
+"""The options every command on a shared bus takes (``--bus``, ``--name``,
+``--partitions``), and a URL fit for messages: one place for ``worker``,
+``publish``, ``tail`` and ``bus info``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from openstarry._redisurl import default_partitions
+
+__all__ = ["bus_arguments", "bus_options", "count", "redacted", "resolve_partitions"]
+
+
+def bus_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--bus``, ``--name`` and ``--partitions``: the same for every process of one bus."""
+    parser.add_argument(
+        "--bus",
+        required=True,
+        type=_bus_url,
+        metavar="URL",
+        help="redis://host:port/db, or a Redis Cluster: redis+cluster://host:port[,host:port...]",
+    )
+    parser.add_argument(
+        "--name", default="openstarry", help="the bus's key prefix (default: openstarry)"
+    )
+    parser.add_argument(
+        "--partitions",
+        type=count,
+        default=None,
+        help="session partitions; every process of the bus must agree "
+        "(default: 8 on one server, 24 on a cluster)",
+    )
+
+
+#: The schemes of ``--bus``: one Redis server, or a Redis Cluster.
+BUS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+
+
+def _bus_url(text: str) -> str:
+    """``--bus``: a Redis URL (``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://``)."""
+    if text.partition("://")[0].lower() not in BUS_SCHEMES or "://" not in text:
+        raise argparse.ArgumentTypeError(
+            f"expected redis://host:port/db, rediss://..., unix:///path or "
+            f"redis+cluster://host:port[,host:port...], not {redacted(text)!r}"
+        )
+    return text
+
+
+def resolve_partitions(args: argparse.Namespace) -> int:
+    """``--partitions``, or the default of the bus's kind (8 on one server, 24 on a cluster)."""
+    if args.partitions is None:
+        args.partitions = default_partitions(args.bus)
+    partitions: int = args.partitions
+    return partitions
+
+
+def bus_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"name": args.name, "partitions": resolve_partitions(args)}
+
+
+def redacted(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***`` (for messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def count(text: str) -> int:
+    """A whole number, at least 1 (``--partitions``, ``tail --count``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"at least 1, not {value}")
+    return value
