@@ -36,7 +36,6 @@ import argparse
 import contextlib
 import json
 import logging
-import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,6 +46,7 @@ import anyio
 from openstarry.core import Event, encode_event
 from openstarry.errors import ManifestError, McpConnectError
 from openstarry.events import OUTPUT_AGENT_MESSAGE, EventType
+from openstarry.netcheck import network_failure, one_line, unreachable
 
 __all__ = ["main"]
 
@@ -692,81 +692,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: Seconds each Redis a command will use has to answer a PING before the command starts.
-REDIS_CHECK_TIMEOUT = 5.0
-
-
-def _redis_urls(args: argparse.Namespace) -> list[tuple[str, str]]:
-    """The Redis servers a command will use, ``(what, URL)``: its ``--bus``, its manifest's."""
-    found: list[tuple[str, str]] = []
-    bus = getattr(args, "bus", None)
-    if bus:
-        found.append(("--bus", bus))
-    if getattr(args, "manifest", None):
-        from openstarry.manifest import load_manifest
-
-        try:
-            manifest = load_manifest(args.manifest)
-        except ManifestError:
-            pass  # the command itself reports it
-        else:
-            if not bus and manifest.bus.url:
-                found.append(("the manifest's bus.url", manifest.bus.url))
-            if manifest.sessions.store:
-                found.append(("the manifest's sessions.store", manifest.sessions.store))
-    return [
-        (what, url)
-        for what, url in found
-        if url.partition("://")[0].lower()
-        in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
-    ]
-
-
-def _unreachable(args: argparse.Namespace) -> tuple[int, str] | None:
-    """What a command cannot reach before it starts: exit status and one line, or ``None``.
-
-    Without this check, a worker, a producer or an agent on a Redis bus would
-    retry its first connection forever (the bus backs off and retries a lost
-    connection, which is right once it has run, not when nothing ever answered).
-    """
-    urls = _redis_urls(args)
-    if not urls:
-        return None
-    try:
-        from openstarry.bus.redis.reader import ping
-        from openstarry.busargs import redacted
-    except ImportError:
-        return None  # no [redis] extra: the command says so itself
-    for what, url in urls:
-        try:
-            anyio.run(ping, url, REDIS_CHECK_TIMEOUT)
-        except ValueError as exc:  # redis-py's parsing of the URL
-            return 2, f"{what}: not a Redis URL: {redacted(url)}: {_one_line(exc)}"
-        except Exception as exc:
-            if _network_failure(exc) is None:
-                raise
-            return 1, f"cannot reach Redis at {redacted(url)} ({what}): {_one_line(exc)}"
-    return None
-
-
-def _network_failure(exc: BaseException) -> BaseException | None:
-    """The network error ``exc`` is (for a group: holds, and nothing else), else ``None``."""
-    inner = getattr(exc, "exceptions", None)
-    if type(exc).__name__.endswith("ExceptionGroup") and isinstance(inner, tuple) and inner:
-        failures = [_network_failure(e) for e in inner]
-        return failures[0] if all(failures) else None
-    kinds: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, socket.gaierror)
-    redis_errors = sys.modules.get("redis.exceptions")
-    if redis_errors is not None:  # if redis never loaded, no error came from it
-        kinds += (redis_errors.ConnectionError, redis_errors.TimeoutError)
-    return exc if isinstance(exc, kinds) else None
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text or type(exc).__name__
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``openstarry`` command; returns the exit status.
 
@@ -785,9 +710,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"openstarry {args.command}: --otel: {problem}", file=sys.stderr)
             return 2
     try:
-        unreachable = _unreachable(args)
-        if unreachable is not None:
-            code, message = unreachable
+        away = unreachable(args)
+        if away is not None:
+            code, message = away
             print(f"openstarry {args.command}: {message}", file=sys.stderr)
             return code
         if args.command == "run":
@@ -803,11 +728,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        failure = _network_failure(exc)
+        failure = network_failure(exc)
         if failure is None:
             raise
         kind = "Redis" if type(failure).__module__.startswith("redis") else "network error"
-        print(f"openstarry {args.command}: {kind}: {_one_line(failure)}", file=sys.stderr)
+        print(f"openstarry {args.command}: {kind}: {one_line(failure)}", file=sys.stderr)
         return 1
     finally:
         if args.tracer_provider is not None:
