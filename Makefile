@@ -140,6 +140,7 @@ redis-server:
 test: wheel browser redis-server ## Set up, then run every test: cargo test, the layers contract, pytest against the wheel (the docs' examples included), the docs site built strictly, smoke tests of the wheel (alone, with its dependencies, with its extras) in clean venvs
 	cargo test --quiet
 	PYTHONPATH=python $(VENV)/bin/lint-imports --no-cache
+	PYTHONPATH=python $(PY) tests/check_house.py python/openstarry
 	$(PY) tests/check_wheel.py dist/openstarry-*.whl
 	$(PY) -m pip install --quiet --force-reinstall --no-deps dist/openstarry-*.whl
 	$(PY) -m pytest
@@ -188,7 +189,7 @@ fuzz: ## Fuzz the Rust decoders (JSON scanner, envelope, segment, DedupWindow.re
 	fuzz/run.sh $(FUZZ_SECONDS)
 
 .PHONY: lint
-lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy --strict, stubtest, the layers contract, the release workflow
+lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy --strict, stubtest, the import contracts (layers, no cycles, backends), the house rules (module and class sizes), the release workflow
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --all-targets --features python -- -D warnings
@@ -197,6 +198,7 @@ lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy --strict, stubtes
 	$(VENV)/bin/mypy
 	$(PY) -m mypy.stubtest openstarry._core
 	PYTHONPATH=python $(VENV)/bin/lint-imports --no-cache
+	PYTHONPATH=python $(PY) tests/check_house.py python/openstarry
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	$(PY) tests/check_workflow.py .github/workflows/release.yml
 

@@ -14,8 +14,8 @@ from openstarry.bench import (
     bench_bus_throughput,
     bench_loop_turn,
     bench_turn_vs_sessions,
-    main,
 )
+from openstarry.cli import main
 
 
 def test_bus_latency_measures_every_event() -> None:
@@ -37,7 +37,7 @@ def test_loop_turn_completes_each_turn() -> None:
 
 
 def test_bench_command_prints_the_three_measurements(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--quick"]) == 0
+    assert main(["bench", "--quick"]) == 0
     out = capsys.readouterr().out
     assert "bus latency" in out
     assert "bus throughput" in out

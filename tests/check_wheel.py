@@ -75,7 +75,37 @@ def auditwheel(wheel: Path) -> dict[str, Any]:
     return report
 
 
+#: Files that are not Python modules, which the package reads at run time.
+DATA = (
+    "openstarry/bus/redis/scripts/flush.lua",
+    "openstarry/bus/redis/scripts/renew.lua",
+    "openstarry/bus/redis/scripts/free.lua",
+    "openstarry/api/console/index.html",
+    "openstarry/api/console/console.js",
+    "openstarry/api/console/console.css",
+    "openstarry/py.typed",
+)
+#: The bus backends a wheel registers (entry points), by URL scheme.
+BACKENDS = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+
+
+def package_data(wheel: Path) -> None:
+    """The wheel carries the package's data files and registers the bus backends."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        missing = [name for name in DATA if name not in names]
+        if missing:
+            raise WheelError(f"files missing from the wheel: {missing}")
+        entry = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        text = zf.read(entry[0]).decode() if entry else ""
+    section = text.partition("[openstarry.bus_backends]")[2].partition("[")[0]
+    schemes = {line.split("=")[0].strip() for line in section.splitlines() if "=" in line}
+    if not set(BACKENDS) <= schemes:
+        raise WheelError(f"bus backends not registered: {sorted(set(BACKENDS) - schemes)}")
+
+
 def check(wheel: Path) -> str:
+    package_data(wheel)
     tag = platform_tag(wheel)
     match = re.fullmatch(r"(manylinux|musllinux)_(\d+)_(\d+)_(x86_64|aarch64)", tag)
     if not match:

@@ -136,15 +136,19 @@ def test_a_killed_master_is_replaced_by_its_replica_and_stop_leaves_nothing(
     assert not any(alive(pid) for pid in pids.values())
 
 
-def test_a_start_that_fails_midway_stops_what_it_started(tmp_path: Path) -> None:
+def test_a_start_that_fails_midway_stops_what_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import openstarry.redis_server as rig
+
     server = RedisClusterServer(tmp_path, timeout=5)
     started: list[int] = []
 
-    def failing_create() -> None:
+    def failing_create(ports: list[int], replicas: int, timeout: float) -> None:
         started.extend(server.pids.values())
         raise RuntimeError("redis-cli failed")
 
-    server._create = failing_create  # type: ignore[method-assign]
+    monkeypatch.setattr(rig, "_create", failing_create)
     with pytest.raises(RuntimeError, match="redis-cli failed"):
         server.start()
     assert len(started) == 6

@@ -259,12 +259,12 @@ class RedisClusterServer:
             self._bus_ports = dict(zip(self.ports, ports[total:], strict=True))
             self._seeds = self.ports[: self.masters_wanted]
             for port in self.ports:
-                self._spawn(port)
+                _spawn(self, port)
             for port in self.ports:
-                self._wait_ping(port, time.monotonic() + self.timeout)
+                _wait_ping(self, port, time.monotonic() + self.timeout)
             self.timings["processes"] = time.monotonic() - started
             started = time.monotonic()
-            self._create()
+            _create(self.ports, self.replicas, self.timeout)
             self.timings["create"] = time.monotonic() - started
             self.wait_healthy()
             self.timings["healthy"] = time.monotonic() - started
@@ -298,7 +298,7 @@ class RedisClusterServer:
     @property
     def nodes(self) -> list[ClusterNode]:
         """Every node, as a live node's ``CLUSTER NODES`` shows them now."""
-        return parse_cluster_nodes(self._ask_any("CLUSTER", "NODES"))
+        return parse_cluster_nodes(_ask_any(list(self.pids), "CLUSTER", "NODES"))
 
     def masters(self) -> list[ClusterNode]:
         """The masters that serve slots now, with their slot ranges, by first slot."""
@@ -357,7 +357,7 @@ class RedisClusterServer:
                         if n.role == "master"
                         and n.port != dead_port
                         and n.port in self.pids
-                        and self._was_replica_of(n, dead)
+                        and _was_replica_of(n, dead)
                     ]
                     if heirs and self._all_ok():
                         return heirs[0].port, time.monotonic()
@@ -372,9 +372,9 @@ class RedisClusterServer:
         cluster is whole again."""
         if port in self.pids:
             raise ValueError(f"127.0.0.1:{port} is running")
-        self._spawn(port)
+        _spawn(self, port)
         deadline = time.monotonic() + timeout
-        self._wait_ping(port, deadline)
+        _wait_ping(self, port, deadline)
         self.wait_healthy(timeout=max(0.1, deadline - time.monotonic()))
 
     def wait_healthy(self, timeout: float | None = None) -> None:
@@ -394,104 +394,6 @@ class RedisClusterServer:
 
     # -- inside
 
-    def _spawn(self, port: int) -> None:
-        path = redis_server_path()
-        if path is None:
-            raise RuntimeError("redis-server is missing: `make test` installs it")
-        folder = self.folder / str(port)
-        folder.mkdir(parents=True, exist_ok=True)
-        self.processes[port] = subprocess.Popen(
-            [
-                path,
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(folder),
-                "--cluster-enabled",
-                "yes",
-                "--cluster-port",
-                str(self._bus_ports[port]),
-                "--cluster-config-file",
-                str(folder / "nodes.conf"),
-                "--cluster-node-timeout",
-                str(self.node_timeout_ms),
-                "--cluster-require-full-coverage",
-                "yes" if self.require_full_coverage else "no",
-                # A replica's first sync starts at once, not 5 s later (Redis's default).
-                "--repl-diskless-sync-delay",
-                "0",
-                "--appendonly",
-                "yes" if self.aof else "no",
-                "--appendfsync",
-                "always",
-                "--save",
-                "",
-                "--protected-mode",
-                "no",
-                "--logfile",
-                str(folder / "redis.log"),
-                "--loglevel",
-                "notice",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
-    def _wait_ping(self, port: int, deadline: float) -> None:
-        process = self.processes[port]
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(64).startswith(b"+PONG"):
-                        return
-            except OSError:
-                pass
-            if process.poll() is not None:
-                log = self.folder / str(port) / "redis.log"
-                tail = log.read_text()[-500:] if log.exists() else ""
-                raise RuntimeError(f"redis-server :{port} exited with {process.returncode}: {tail}")
-            time.sleep(0.01)
-        raise RuntimeError(f"redis-server :{port} did not answer in time")
-
-    def _create(self) -> None:
-        cli = shutil.which("redis-cli")
-        if cli is None:
-            raise RuntimeError("redis-cli is missing (Debian's redis-tools)")
-        args = [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports)]
-        args += ["--cluster-replicas", str(self.replicas), "--cluster-yes"]
-        done = subprocess.run(args, capture_output=True, timeout=self.timeout, check=False)
-        if done.returncode != 0:
-            out = (done.stdout + done.stderr).decode(errors="replace")[-2000:]
-            raise RuntimeError(f"redis-cli --cluster create failed: {out}")
-
-    def _client(self, port: int) -> Any:
-        return _redis().Redis(
-            host="127.0.0.1",
-            port=port,
-            decode_responses=True,
-            socket_timeout=1.0,
-            socket_connect_timeout=0.5,
-        )
-
-    def _ask(self, port: int, *command: Any) -> Any:
-        client = self._client(port)
-        try:
-            return client.execute_command(*command)
-        finally:
-            client.close()
-
-    def _ask_any(self, *command: Any) -> Any:
-        last: Exception | None = None
-        for port in sorted(self.pids):
-            try:
-                return self._ask(port, *command)
-            except Exception as e:
-                last = e
-        raise RuntimeError(f"no node answered {command!r}: {last!r}")
-
     def _node(self, node: int | ClusterNode) -> ClusterNode:
         port = node.port if isinstance(node, ClusterNode) else node
         for found in self.nodes:
@@ -499,16 +401,9 @@ class RedisClusterServer:
                 return found
         raise LookupError(f"no node on port {port}")
 
-    @staticmethod
-    def _was_replica_of(node: ClusterNode, dead: ClusterNode) -> bool:
-        # The heir has taken every slot the dead master had (a master that was a replica).
-        return bool(dead.slots) and all(
-            node.serves(first) and node.serves(last) for first, last in dead.slots
-        )
-
     def _all_ok(self) -> bool:
         for port in self.pids:
-            info = self._ask(port, "CLUSTER", "INFO")
+            info = _ask(port, "CLUSTER", "INFO")
             if "cluster_state:ok" not in info:
                 return False
         return True
@@ -516,10 +411,10 @@ class RedisClusterServer:
     def _healthy(self) -> bool:
         live = self.pids
         for port in live:
-            info = dict(line.split(":", 1) for line in self._ask(port, "CLUSTER", "INFO").split())
+            info = dict(line.split(":", 1) for line in _ask(port, "CLUSTER", "INFO").split())
             if info["cluster_state"] != "ok" or int(info["cluster_slots_ok"]) != SLOTS:
                 return False
-            nodes = [n for n in parse_cluster_nodes(self._ask(port, "CLUSTER", "NODES"))]
+            nodes = [n for n in parse_cluster_nodes(_ask(port, "CLUSTER", "NODES"))]
             seen = {n.port for n in nodes if n.connected and not n.flags & _BAD_FLAGS}
             if not set(live) <= seen:
                 return False
@@ -530,10 +425,122 @@ class RedisClusterServer:
                     if master is None or master.role != "master":
                         return False
         for port in live:
-            role = self._ask(port, "ROLE")
+            role = _ask(port, "ROLE")
             if role[0] == "slave" and role[3] != "connected":
                 return False
         return True
+
+
+def _spawn(server: RedisClusterServer, port: int) -> None:
+    """Start one node of ``server`` on ``port``."""
+    path = redis_server_path()
+    if path is None:
+        raise RuntimeError("redis-server is missing: `make test` installs it")
+    folder = server.folder / str(port)
+    folder.mkdir(parents=True, exist_ok=True)
+    server.processes[port] = subprocess.Popen(
+        [
+            path,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(folder),
+            "--cluster-enabled",
+            "yes",
+            "--cluster-port",
+            str(server._bus_ports[port]),
+            "--cluster-config-file",
+            str(folder / "nodes.conf"),
+            "--cluster-node-timeout",
+            str(server.node_timeout_ms),
+            "--cluster-require-full-coverage",
+            "yes" if server.require_full_coverage else "no",
+            # A replica's first sync starts at once, not 5 s later (Redis's default).
+            "--repl-diskless-sync-delay",
+            "0",
+            "--appendonly",
+            "yes" if server.aof else "no",
+            "--appendfsync",
+            "always",
+            "--save",
+            "",
+            "--protected-mode",
+            "no",
+            "--logfile",
+            str(folder / "redis.log"),
+            "--loglevel",
+            "notice",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _wait_ping(server: RedisClusterServer, port: int, deadline: float) -> None:
+    """Until the node on ``port`` answers ``PING`` (its log's tail if it died)."""
+    process = server.processes[port]
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(64).startswith(b"+PONG"):
+                    return
+        except OSError:
+            pass
+        if process.poll() is not None:
+            log = server.folder / str(port) / "redis.log"
+            tail = log.read_text()[-500:] if log.exists() else ""
+            raise RuntimeError(f"redis-server :{port} exited with {process.returncode}: {tail}")
+        time.sleep(0.01)
+    raise RuntimeError(f"redis-server :{port} did not answer in time")
+
+
+def _ask_any(ports: list[int], *command: Any) -> Any:
+    """The first answer of any node."""
+    last: Exception | None = None
+    for port in sorted(ports):
+        try:
+            return _ask(port, *command)
+        except Exception as e:
+            last = e
+    raise RuntimeError(f"no node answered {command!r}: {last!r}")
+
+
+def _ask(port: int, *command: Any) -> Any:
+    """One command to one node, on a connection of its own."""
+    client = _redis().Redis(
+        host="127.0.0.1",
+        port=port,
+        decode_responses=True,
+        socket_timeout=1.0,
+        socket_connect_timeout=0.5,
+    )
+    try:
+        return client.execute_command(*command)
+    finally:
+        client.close()
+
+
+def _was_replica_of(node: ClusterNode, dead: ClusterNode) -> bool:
+    # The heir has taken every slot the dead master had (a master that was a replica).
+    return bool(dead.slots) and all(
+        node.serves(first) and node.serves(last) for first, last in dead.slots
+    )
+
+
+def _create(ports: list[int], replicas: int, timeout: float) -> None:
+    """Join the nodes into a cluster (``redis-cli --cluster create``)."""
+    cli = shutil.which("redis-cli")
+    if cli is None:
+        raise RuntimeError("redis-cli is missing (Debian's redis-tools)")
+    args = [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports)]
+    args += ["--cluster-replicas", str(replicas), "--cluster-yes"]
+    done = subprocess.run(args, capture_output=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        out = (done.stdout + done.stderr).decode(errors="replace")[-2000:]
+        raise RuntimeError(f"redis-cli --cluster create failed: {out}")
 
 
 _BAD_FLAGS = frozenset({"fail", "fail?", "handshake", "noaddr"})
