@@ -122,3 +122,30 @@ def test_the_lua_scripts_ship_with_the_package() -> None:
     assert lua.RENEW.lstrip().startswith("--")
     assert "PEXPIRE" in lua.RENEW
     assert "DEL" in lua.FREE
+
+
+def test_the_manifest_names_a_cluster_and_its_durability(tmp_path: Any) -> None:
+    """``bus.url`` may name a Redis Cluster, ``bus.min_replicas`` its durability; nothing
+    connects until the bus is entered."""
+    pytest.importorskip("redis")
+    import json
+
+    from openstarry.assembly import agent_from_manifest
+
+    manifest = tmp_path / "agent.json"
+    manifest.write_text(
+        json.dumps(
+            {
+                "identity": {"name": "a"},
+                "provider": {"name": "default"},
+                "bus": {"url": "redis+cluster://127.0.0.1:1,127.0.0.1:2", "minReplicas": 1},
+            }
+        )
+    )
+    backend: Any = agent_from_manifest(manifest).bus.backend
+    assert (backend.cluster, backend.min_replicas, backend.partitions) == (True, 1, 24)
+    bad = json.loads(manifest.read_text())
+    bad["bus"]["minReplicas"] = 17
+    manifest.write_text(json.dumps(bad))
+    with pytest.raises(Exception, match=r"bus\.minReplicas: must be less than or equal to 16"):
+        agent_from_manifest(manifest)

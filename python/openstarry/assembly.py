@@ -112,7 +112,12 @@ def _bus_of(manifest: AgentManifest) -> EventBus:
     """The bus the manifest's ``bus`` names."""
     config = manifest.bus
     try:
-        return EventBus.from_url(config.url, group=config.group, consumer=config.consumer)
+        options: dict[str, Any] = {}
+        if config.min_replicas is not None:
+            options["min_replicas"] = config.min_replicas
+        return EventBus.from_url(
+            config.url, group=config.group, consumer=config.consumer, **options
+        )
     except (ValueError, ImportError) as exc:
         raise ManifestError(str(exc), field="bus.url") from exc
 

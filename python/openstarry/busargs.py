@@ -10,7 +10,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 from openstarry._redisurl import default_partitions
 
-__all__ = ["bus_arguments", "bus_options", "count", "redacted", "resolve_partitions"]
+__all__ = [
+    "bus_arguments",
+    "bus_options",
+    "count",
+    "durability_argument",
+    "redacted",
+    "resolve_partitions",
+]
 
 
 def bus_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +64,23 @@ def resolve_partitions(args: argparse.Namespace) -> int:
 
 
 def bus_options(args: argparse.Namespace) -> dict[str, Any]:
-    return {"name": args.name, "partitions": resolve_partitions(args)}
+    options: dict[str, Any] = {"name": args.name, "partitions": resolve_partitions(args)}
+    if getattr(args, "min_replicas", None):
+        options["min_replicas"] = args.min_replicas
+    return options
+
+
+def durability_argument(parser: argparse.ArgumentParser) -> None:
+    """``--min-replicas`` (``worker`` and ``publish``)."""
+    parser.add_argument(
+        "--min-replicas",
+        type=int,
+        choices=range(17),
+        default=0,
+        metavar="N",
+        help="replicas that must hold each flush before it is answered (Redis WAIT): an "
+        "accepted publish survives the loss of its master (default 0: answered at once)",
+    )
 
 
 def redacted(url: str) -> str:

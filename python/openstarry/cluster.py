@@ -47,7 +47,14 @@ from typing import Any, NamedTuple
 import anyio
 
 from openstarry.bus import EventBus
-from openstarry.busargs import bus_arguments, bus_options, count, redacted, resolve_partitions
+from openstarry.busargs import (
+    bus_arguments,
+    bus_options,
+    count,
+    durability_argument,
+    redacted,
+    resolve_partitions,
+)
 from openstarry.core import DedupWindow, Event, EventQueue, Ingestor, decode_event
 
 __all__ = ["add_commands"]
@@ -69,10 +76,12 @@ def add_commands(commands: Any) -> None:
         help="trace the agent's runs with OpenTelemetry, as the OTEL_* environment variables "
         "say (needs openstarry[otel]; see openstarry serve --help)",
     )
+    durability_argument(worker)
     worker.set_defaults(handler=lambda args: anyio.run(_worker, args))
 
     publish = commands.add_parser("publish", help="publish NDJSON envelopes onto a shared bus")
     bus_arguments(publish)
+    durability_argument(publish)
     publish.add_argument("file", nargs="?", help="NDJSON file (default: standard input)")
     publish.set_defaults(handler=lambda args: anyio.run(_publish, args))
 

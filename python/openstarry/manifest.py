@@ -203,7 +203,8 @@ class BusConfig(_Section):
         default=None,
         min_length=1,
         description='"redis://host:port/db" for the Redis Streams bus shared by many '
-        "workers; null for the in-process bus.",
+        'workers, "redis+cluster://host:port[,host:port...]" for it on a Redis Cluster; '
+        "null for the in-process bus.",
     )
     group: str | None = Field(
         default=None, min_length=1, description='The consumer group (default "openstarry").'
@@ -212,6 +213,14 @@ class BusConfig(_Section):
         default=None,
         min_length=1,
         description="This worker's name in the group (default: host name and process id).",
+    )
+    min_replicas: int | None = Field(
+        default=None,
+        ge=0,
+        le=16,
+        description="Replicas that must hold a flush before its publishes are answered "
+        "(Redis WAIT): an accepted publish then survives the loss of its master. "
+        "Default 0: answered at once.",
     )
 
 
