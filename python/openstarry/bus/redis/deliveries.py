@@ -190,6 +190,25 @@ class _Deliveries:
             self.reading = False
             self.finished.set()
 
+    async def _readable(self) -> list[int] | None:
+        """The partitions to read now, or ``None`` (after a pause, or a reclaim) to ask again:
+        the bus holds enough, this consumer holds ``max_held``, or it owns none."""
+        streams = self.streams
+        bus = streams._bus
+        leases = self.leases
+        if bus is None or len(bus) >= streams.batch or len(self.held) >= streams.max_held:
+            await anyio.sleep(0.001)
+            return None
+        if leases.reclaim:
+            await streams._retrying(lambda: self.reclaim_partition(leases.reclaim[0]))
+            leases.reclaim.popleft()
+            return None
+        readable = sorted(leases.owned - leases.draining)
+        if not readable:
+            await anyio.sleep(0.05)
+            return None
+        return readable
+
     async def _fetch(self) -> None:
         streams = self.streams
         bus = streams._bus
@@ -205,16 +224,8 @@ class _Deliveries:
         try:
             while sent or not streams._stopping:
                 if not sent:
-                    if len(bus) >= low_water or len(self.held) >= max_held:
-                        await anyio.sleep(0.001)
-                        continue
-                    if leases.reclaim:
-                        await streams._retrying(lambda: self.reclaim_partition(leases.reclaim[0]))
-                        leases.reclaim.popleft()
-                        continue
-                    readable = sorted(leases.owned - leases.draining)
-                    if not readable:
-                        await anyio.sleep(0.05)
+                    readable = await self._readable()
+                    if readable is None:
                         continue
                     if readable != reading:
                         reading = readable
@@ -300,23 +311,12 @@ class _Deliveries:
         streams = self.streams
         bus = streams._bus
         assert bus is not None
-        leases = self.leases
         client = streams._client
-        low_water = streams.batch
-        max_held = streams.max_held
         idle = 0.0
         nodes: dict[int, Any] = {}
         while not streams._stopping:
-            if len(bus) >= low_water or len(self.held) >= max_held:
-                await anyio.sleep(0.001)
-                continue
-            if leases.reclaim:
-                await streams._retrying(lambda: self.reclaim_partition(leases.reclaim[0]))
-                leases.reclaim.popleft()
-                continue
-            readable = sorted(leases.owned - leases.draining)
-            if not readable:
-                await anyio.sleep(0.05)
+            readable = await self._readable()
+            if readable is None:
                 continue
             count = max(16, -(-streams.batch // len(readable)))
             layout = streams.layout
