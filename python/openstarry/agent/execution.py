@@ -135,6 +135,7 @@ class ToolExecutor:
         "bus",
         "deadlines",
         "emit_child",
+        "emit_note",
         "limits",
         "new_scope",
         "own_calls",
@@ -157,6 +158,9 @@ class ToolExecutor:
         # and its Emitter.child (makes and emits a caused event), set by the loop.
         self._publish: Emit | None = bus.emit if bus.backend is None else None
         self.emit_child: Callable[..., Event] | None = None
+        #: Its ``Emitter.note`` (``child`` for an event whose maker has no use
+        #: for it, made only if someone could read it), set by the loop.
+        self.emit_note: Callable[[Event, str, Any, str], bool] | None = None
         #: The loop's handler of ``EXEC:TOOL_CALL`` (for other agents' calls),
         #: which the executor's own calls need not reach.
         self.own_calls: Subscription | None = None
@@ -278,8 +282,26 @@ class ToolExecutor:
                 for i in range(len(calls)):
                     task_group.start_soon(one, i)
         done: list[ToolOutcome] = []
+        emit_note = self.emit_note
         for call_event, outcome in zip(call_events, outcomes, strict=True):
             assert outcome is not None
+            if emit_note is not None and outcome.error is None:
+                result = outcome.result
+                kind = type(result)
+                if (
+                    kind is int
+                    or kind is bool
+                    or result is None
+                    or (kind is str and result.isascii())
+                ):
+                    # An event can carry it (its id and name went out with the
+                    # call): nothing to check by encoding it.
+                    try:
+                        emit_note(call_event, _TOOL_RESULT, result_payload(outcome), source)
+                        done.append(outcome)
+                        continue
+                    except QueueFull:
+                        pass  # no room: as below
             if emit_child is not None:
                 try:
                     emit_child(call_event, _TOOL_RESULT, result_payload(outcome), source)

@@ -167,12 +167,8 @@ class FunctionTool(Tool, Generic[P, R]):
                 raise ToolArgumentsError(_format_errors(self.name, exc)) from exc
             if self._all_required:
                 return values  # valid: each argument was given (a new dict each call)
-            no_default = self._no_default_names
-            return {
-                name: value
-                for name, value in values.items()
-                if name in given or name in no_default
-            }
+            kept = self._no_default_names
+            return {name: value for name, value in values.items() if name in given or name in kept}
         try:
             model = self._validate(args if type(args) is dict else dict(args))
         except pydantic.ValidationError as exc:
@@ -398,7 +394,7 @@ def _fields_validator(
     renamed = {**fields, "fields": {names[field]: spec for field, spec in specs.items()}}
     try:
         validator = pydantic_core.SchemaValidator(renamed, schema.get("config"))
-    except Exception:  # noqa: BLE001 - the model's own validator serves then
+    except Exception:  # the model's own validator serves then
         return None
     validate: Callable[[dict[str, Any]], tuple[dict[str, Any], Any, set[str]]]
     validate = validator.validate_python
