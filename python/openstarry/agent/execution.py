@@ -70,6 +70,11 @@ AWAITING = "EXEC:AWAITING"
 _NO_WAITS: Mapping[int, Wait] = MappingProxyType({})
 
 
+#: The longest text a noted event carries (``Emitter.note``): far below what
+#: an event may hold, so that it needs no encoding to be sure of it.
+_NOTED_TEXT = 1 << 20
+
+
 def result_payload(outcome: ToolOutcome) -> dict[str, Any]:
     """The ``EXEC:TOOL_RESULT`` payload of an outcome (spec 002 section 3.2)."""
     payload: dict[str, Any] = {
@@ -292,7 +297,7 @@ class ToolExecutor:
                     kind is int
                     or kind is bool
                     or result is None
-                    or (kind is str and result.isascii())
+                    or (kind is str and len(result) < _NOTED_TEXT and result.isascii())
                 ):
                     # An event can carry it (its id and name went out with the
                     # call): nothing to check by encoding it.

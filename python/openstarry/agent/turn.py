@@ -84,6 +84,8 @@ _IDLE, _THINKING, _EXECUTING = AgentState.IDLE, AgentState.THINKING, AgentState.
 _VALUE = {state: state.value for state in AgentState}
 #: The ``KERNEL:STATE_CHANGE`` payload of each change that gives no reason (an
 #: event encodes its payload when it is made: one dict serves every event).
+#: The longest reply a noted event carries (far below what an event may hold).
+_NOTED_TEXT = 1 << 20
 _CHANGE = {
     (old, new): {"from": _VALUE[old], "to": _VALUE[new]} for old in AgentState for new in AgentState
 }
@@ -550,6 +552,7 @@ class Turn:
                         and len(segments[0]) == 2
                         and said[0].type == "text"
                         and response.metadata is None
+                        and len(text) < _NOTED_TEXT
                         and text.isascii()
                     ):
                         # One plain text segment of ASCII: an event can carry it
