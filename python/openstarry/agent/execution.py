@@ -504,6 +504,12 @@ class ToolExecutor:
     ) -> bool:
         """Update the session's failure streaks; True when the session just got locked."""
         session = rt.session
+        if len(outcomes) == 1 and len(calls) == 1 and outcomes[0].success:
+            # (What the loop below does for one call that succeeded: the
+            # streaks start again, and a streak of 0 locks nothing.)
+            session.failure_streak = 0
+            rt.failure_key, rt.failure_repeats = None, 0
+            return False
         limits = self.limits
         for outcome, call in zip(outcomes, calls, strict=True):
             if outcome.success:
