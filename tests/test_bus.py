@@ -693,6 +693,42 @@ async def test_emit_while_anything_could_come_first_publishes_the_event() -> Non
 
 
 @pytest.mark.anyio
+async def test_emitter_note_makes_an_event_only_for_someone_who_could_see_it() -> None:
+    """``Emitter.note``: an event nobody subscribes to on an idle bus is counted and
+    its id minted through the window, as ``child`` does, and no event is made; one
+    that is subscribed to, or could come behind another, is made and published."""
+    seen: list[Event] = []
+    async with EventBus(capacity=2) as bus:
+        with anyio.fail_after(TIMEOUT):
+            await bus.wait_idle()
+            emitter = bus.emitter
+            assert emitter is not None
+            parent = ev(1)
+            assert emitter.note(parent, "KERNEL:STATE_CHANGE", {"to": "THINKING"}, "me") is True
+            assert len(bus) == 0
+            metrics = bus.metrics()
+            assert metrics["dispatched"] == {"KERNEL:STATE_CHANGE": 1}
+            assert metrics["published"] == 1
+            assert metrics["duplicates"] == 0
+            bus.subscribe("KERNEL:STATE_CHANGE", seen.append)
+            assert emitter.note(parent, "KERNEL:STATE_CHANGE", {"to": "IDLE"}, "me") is True
+            await bus.wait_idle()
+            gate = Gate()
+            await block_dispatcher(bus, gate)  # busy: the event takes its turn
+            assert emitter.note(parent, "KERNEL:TICK_START", {"round": 1}, "me") is True
+            assert len(bus) == 1
+            gate.release.set()
+            await bus.wait_idle()
+    assert [(e.type, e.payload, e.parent_id, e.trace_id, e.source) for e in seen] == [
+        ("KERNEL:STATE_CHANGE", {"to": "IDLE"}, parent.id, parent.trace_id, "me")
+    ]
+    assert bus.metrics()["dispatched"]["KERNEL:STATE_CHANGE"] == 2
+    assert bus.metrics()["dispatched"]["KERNEL:TICK_START"] == 1
+    with pytest.raises(QueueClosed):
+        emitter.note(parent, "KERNEL:STATE_CHANGE", {"to": "IDLE"}, "me")
+
+
+@pytest.mark.anyio
 async def test_a_subscriber_a_handler_adds_gets_the_events_emitted_behind_its_event() -> None:
     seen: list[str] = []
     async with EventBus() as bus:

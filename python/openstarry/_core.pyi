@@ -297,6 +297,23 @@ class Emitter:
             QueueFull: a routed event, and ``publish`` found the bus full (the
                 event was not published: make it again to wait for room).
         """
+    def note(self, parent: Event, event_type: str, payload: Any, source: str) -> bool:
+        """:meth:`child` for a caller that has no use for the event: ``False`` for
+        a duplicate id.
+
+        An event nobody subscribes to, emitted while nothing could come before
+        it, is dispatched at once: its id is minted, goes through the dedup
+        window and it is counted, as :meth:`child` does, but no ``Event`` is
+        made, nor is ``payload`` encoded, since nothing could read either. So
+        ``payload`` must be one an event can carry (a constant, checked by
+        its caller once). Otherwise the event is made and emitted as
+        :meth:`child` does.
+
+        Raises:
+            QueueClosed: the queue is closed.
+            QueueFull: a routed event, and ``publish`` found the bus full (the
+                event was not published: make it to wait for room).
+        """
     @property
     def duplicates(self) -> int:
         """Events refused so far as duplicates by :meth:`emit` (not by ``publish``)."""

@@ -174,15 +174,25 @@ impl PyEventQueue {
         dedup: Option<&Bound<'_, PyDedupWindow>>,
         now: Option<i64>,
     ) -> Result<bool, CoreError> {
+        self.admit_id(&event.id_text(py), dedup, now)
+    }
+
+    /// `admit_event` of an event known by its id alone (one made no further,
+    /// see `Emitter.note`).
+    fn admit_id(
+        &self,
+        id: &[u8],
+        dedup: Option<&Bound<'_, PyDedupWindow>>,
+        now: Option<i64>,
+    ) -> Result<bool, CoreError> {
         if self.inner.is_closed() {
             return Err(CoreError::QueueClosed);
         }
         if let Some(dedup) = dedup {
-            let id = event.id_text(py);
             let now = now.unwrap_or_else(wall_ms);
             if !dedup
                 .get()
-                .with_inner(|window| window.check_and_insert(&id, now))
+                .with_inner(|window| window.check_and_insert(id, now))
             {
                 return Ok(false);
             }
@@ -733,6 +743,64 @@ impl PyEmitter {
         let now = made.get().timestamp_ms();
         self.emit_typed(made, event_type, skip, Some(now))?;
         Ok(event)
+    }
+
+    /// :meth:`child` for a caller that has no use for the event: ``False`` for
+    /// a duplicate id.
+    ///
+    /// An event nobody subscribes to, emitted while nothing could come before
+    /// it, is dispatched at once: its id is minted, goes through the dedup
+    /// window and it is counted, as :meth:`child` does, but no ``Event`` is
+    /// made, nor is ``payload`` encoded, since nothing could read either. So
+    /// ``payload`` must be one an event can carry (a constant, checked by
+    /// its caller once). Otherwise the event is made and emitted as
+    /// :meth:`child` does.
+    ///
+    /// Raises:
+    ///     QueueClosed: the queue is closed.
+    ///     QueueFull: a routed event, and ``publish`` found the bus full (the
+    ///         event was not published: make it to wait for room).
+    #[pyo3(signature = (parent, event_type, payload, source))]
+    fn note(
+        &self,
+        parent: &Bound<'_, PyEvent>,
+        event_type: &Bound<'_, PyString>,
+        payload: &Bound<'_, PyAny>,
+        source: &str,
+    ) -> PyResult<bool> {
+        let py = parent.py();
+        if self.asleep.load(Ordering::Relaxed) && self.queue.get().inner.is_empty() {
+            let entry = match self.by_type.bind(py).get_item(event_type)? {
+                Some(entry) => entry,
+                None => self.route_of.bind(py).call1((event_type,))?,
+            };
+            let entry = entry.cast_into::<PyList>()?;
+            if entry.get_item(0)?.cast::<PyTuple>()?.is_empty() {
+                let mut id_buf = [0; 36];
+                let id = crate::envelope::new_uuid_in(&mut id_buf);
+                let dedup = self.dedup.as_ref().map(|d| d.bind(py));
+                let now = crate::envelope::now_ms();
+                match self.queue.get().admit_id(id.as_bytes(), dedup, Some(now)) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        self.duplicates.fetch_add(1, Ordering::Relaxed);
+                        return Ok(false);
+                    }
+                    Err(CoreError::QueueClosed) => return Err(bus_closed(py)),
+                    Err(err) => return Err(err.into()),
+                }
+                let count = entry.get_item(1)?.add(1)?;
+                entry.set_item(1, count)?;
+                return Ok(true);
+            }
+        }
+        let event =
+            parent
+                .get()
+                .make_child(py, event_type.to_str()?, Some(payload), Some(source), None)?;
+        let made = event.bind(py);
+        let now = made.get().timestamp_ms();
+        self.emit_typed(made, event_type, None, Some(now))
     }
 
     /// Events refused so far as duplicates by :meth:`emit` (not by ``publish``).

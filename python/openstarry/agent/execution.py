@@ -70,6 +70,11 @@ AWAITING = "EXEC:AWAITING"
 _NO_WAITS: Mapping[int, Wait] = MappingProxyType({})
 
 
+#: The longest text a noted event carries (``Emitter.note``): far below what
+#: an event may hold, so that it needs no encoding to be sure of it.
+_NOTED_TEXT = 1 << 20
+
+
 def result_payload(outcome: ToolOutcome) -> dict[str, Any]:
     """The ``EXEC:TOOL_RESULT`` payload of an outcome (spec 002 section 3.2)."""
     payload: dict[str, Any] = {
@@ -135,6 +140,7 @@ class ToolExecutor:
         "bus",
         "deadlines",
         "emit_child",
+        "emit_note",
         "limits",
         "new_scope",
         "own_calls",
@@ -157,6 +163,9 @@ class ToolExecutor:
         # and its Emitter.child (makes and emits a caused event), set by the loop.
         self._publish: Emit | None = bus.emit if bus.backend is None else None
         self.emit_child: Callable[..., Event] | None = None
+        #: Its ``Emitter.note`` (``child`` for an event whose maker has no use
+        #: for it, made only if someone could read it), set by the loop.
+        self.emit_note: Callable[[Event, str, Any, str], bool] | None = None
         #: The loop's handler of ``EXEC:TOOL_CALL`` (for other agents' calls),
         #: which the executor's own calls need not reach.
         self.own_calls: Subscription | None = None
@@ -278,8 +287,26 @@ class ToolExecutor:
                 for i in range(len(calls)):
                     task_group.start_soon(one, i)
         done: list[ToolOutcome] = []
+        emit_note = self.emit_note
         for call_event, outcome in zip(call_events, outcomes, strict=True):
             assert outcome is not None
+            if emit_note is not None and outcome.error is None:
+                result = outcome.result
+                kind = type(result)
+                if (
+                    kind is int
+                    or kind is bool
+                    or result is None
+                    or (kind is str and len(result) < _NOTED_TEXT and result.isascii())
+                ):
+                    # An event can carry it (its id and name went out with the
+                    # call): nothing to check by encoding it.
+                    try:
+                        emit_note(call_event, _TOOL_RESULT, result_payload(outcome), source)
+                        done.append(outcome)
+                        continue
+                    except QueueFull:
+                        pass  # no room: as below
             if emit_child is not None:
                 try:
                     emit_child(call_event, _TOOL_RESULT, result_payload(outcome), source)
@@ -477,6 +504,12 @@ class ToolExecutor:
     ) -> bool:
         """Update the session's failure streaks; True when the session just got locked."""
         session = rt.session
+        if len(outcomes) == 1 and len(calls) == 1 and outcomes[0].success:
+            # (What the loop below does for one call that succeeded: the
+            # streaks start again, and a streak of 0 locks nothing.)
+            session.failure_streak = 0
+            rt.failure_key, rt.failure_repeats = None, 0
+            return False
         limits = self.limits
         for outcome, call in zip(outcomes, calls, strict=True):
             if outcome.success:

@@ -247,6 +247,7 @@ class ExecutionLoop(Lifecycle):
             emitter = bus.emitter if bus.backend is None else None
             self._publish = self._executor._publish = None if emitter is None else emitter.emit
             self._executor.emit_child = None if emitter is None else emitter.child
+            self._executor.emit_note = None if emitter is None else emitter.note
             self._take = None if emitter is None else emitter.take
             # The loop's own calls are no business of that handler (it ignores them).
             self._executor.own_calls = calls = bus.subscribe(_TOOL_CALL, self._external.on_call)

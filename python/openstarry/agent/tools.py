@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import pydantic
+import pydantic_core
 from pydantic.json_schema import PydanticJsonSchemaWarning
 
 from openstarry.agent.interfaces import AgentContext, Tool
@@ -121,6 +122,14 @@ class FunctionTool(Tool, Generic[P, R]):
             if self._model.__pydantic_complete__
             else self._model.model_validate
         )
+        #: The validator of the model's fields alone, compiled once: it returns
+        #: ``(values by field, None, fields given)`` without making a model.
+        #: Its fields are named as the parameters: the values are the arguments.
+        self._validate_fields = _fields_validator(self._model, self._fields)
+        #: Whether every field is required (a valid call then gives each one),
+        #: and the parameters whose model default is theirs.
+        self._all_required = len(self._no_default) == len(self._fields)
+        self._no_default_names = frozenset(self._fields[field] for field in self._no_default)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
@@ -150,6 +159,16 @@ class FunctionTool(Tool, Generic[P, R]):
             raise ToolArgumentsError(
                 f"{self.name}: arguments must be an object, not {type(args).__name__}"
             )
+        validate_fields = self._validate_fields
+        if validate_fields is not None:
+            try:
+                values, _, given = validate_fields(args if type(args) is dict else dict(args))
+            except pydantic.ValidationError as exc:
+                raise ToolArgumentsError(_format_errors(self.name, exc)) from exc
+            if self._all_required:
+                return values  # valid: each argument was given (a new dict each call)
+            kept = self._no_default_names
+            return {name: value for name, value in values.items() if name in given or name in kept}
         try:
             model = self._validate(args if type(args) is dict else dict(args))
         except pydantic.ValidationError as exc:
@@ -347,6 +366,39 @@ def _build_model(
     except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError) as exc:
         raise TypeError(f"@tool {tool_name!r}: unsupported type hint: {exc}") from exc
     return model, fields, positional_only, context_parameter, no_default
+
+
+def _fields_validator(
+    model: type[pydantic.BaseModel], names: Mapping[str, str]
+) -> Callable[[dict[str, Any]], tuple[dict[str, Any], Any, set[str]]] | None:
+    """The validator of ``model``'s fields without the model, or ``None`` when it has more.
+
+    A model of plain fields (no nested model's definitions, no validator of
+    the whole model) validates its input as its ``model-fields`` schema does,
+    with the same errors (each field is read from its alias, the
+    parameter's name): only that schema is compiled, its fields renamed
+    ``names[field]``, so a call makes no model instance and its values come
+    out by parameter.
+    """
+    if not model.__pydantic_complete__:
+        return None
+    schema: Any = model.__pydantic_core_schema__
+    if schema.get("type") != "model" or schema.get("custom_init") or schema.get("root_model"):
+        return None
+    fields = schema.get("schema")
+    if not isinstance(fields, dict) or fields.get("type") != "model-fields":
+        return None
+    specs = fields.get("fields")
+    if not isinstance(specs, dict) or set(specs) != set(names):
+        return None
+    renamed = {**fields, "fields": {names[field]: spec for field, spec in specs.items()}}
+    try:
+        validator = pydantic_core.SchemaValidator(renamed, schema.get("config"))
+    except Exception:  # the model's own validator serves then
+        return None
+    validate: Callable[[dict[str, Any]], tuple[dict[str, Any], Any, set[str]]]
+    validate = validator.validate_python
+    return validate
 
 
 def _is_context(annotation: Any) -> bool:

@@ -84,6 +84,8 @@ _IDLE, _THINKING, _EXECUTING = AgentState.IDLE, AgentState.THINKING, AgentState.
 _VALUE = {state: state.value for state in AgentState}
 #: The ``KERNEL:STATE_CHANGE`` payload of each change that gives no reason (an
 #: event encodes its payload when it is made: one dict serves every event).
+#: The longest reply a noted event carries (far below what an event may hold).
+_NOTED_TEXT = 1 << 20
 _CHANGE = {
     (old, new): {"from": _VALUE[old], "to": _VALUE[new]} for old in AgentState for new in AgentState
 }
@@ -166,6 +168,7 @@ class Turn:
         "client_tools",
         "context",
         "emit_child",
+        "emit_note",
         "input",
         "loop",
         "observations",
@@ -191,6 +194,10 @@ class Turn:
         #: ``Emitter.child`` of the local bus (makes a caused event and emits
         #: it in one call), else ``None``.
         self.emit_child = loop._executor.emit_child
+        #: ``Emitter.note`` of the local bus: a state change (its payload a
+        #: constant) emitted as ``emit_child`` would, made only if anyone
+        #: could see it; else ``None``.
+        self.emit_note = loop._executor.emit_note
         #: Tool calls in memory that have no outcome yet (closed if the run stops).
         self.open_calls: Sequence[ToolCall] = ()
         #: Observations of this round, added to memory after the round's outcomes.
@@ -324,11 +331,11 @@ class Turn:
         old = self.state
         if old is state:
             return True
-        emit_child = self.emit_child
-        if emit_child is None:
+        emit_note = self.emit_note
+        if emit_note is None:
             return False
         try:
-            emit_child(self.tick, _STATE_CHANGE, _CHANGE[old, state], self.loop.source)
+            emit_note(self.tick, _STATE_CHANGE, _CHANGE[old, state], self.loop.source)
         except QueueFull:
             return False
         self.state = state
@@ -453,6 +460,7 @@ class Turn:
         executor = loop._executor
         provider = loop.provider
         emit_child = self.emit_child
+        emit_note = self.emit_note
         apublish = loop.bus.apublish
         sink = self.emit_delta
         tool_rounds = 0
@@ -475,9 +483,9 @@ class Turn:
             if old is not _THINKING:
                 # (What state_now does, without its call.)
                 try:
-                    if emit_child is None:
+                    if emit_note is None:
                         raise QueueFull
-                    emit_child(tick, _STATE_CHANGE, _CHANGE[old, _THINKING], source)
+                    emit_note(tick, _STATE_CHANGE, _CHANGE[old, _THINKING], source)
                     self.state = session.state = _THINKING
                 except QueueFull:
                     await self.set_state(_THINKING)
@@ -532,16 +540,29 @@ class Turn:
             memory.append(AssistantTurn(text, tuple(calls), tuple(thought) if thought else ()))
             self.open_calls = calls
             if said:
-                payload: dict[str, Any] = {
-                    "text": text,
-                    "segments": [_segment_dict(s) for s in said],
-                    "final": not calls,
-                }
+                segments = [_segment_dict(s) for s in said]
+                payload: dict[str, Any] = {"text": text, "segments": segments, "final": not calls}
                 if response.metadata is not None:
                     payload["metadata"] = response.metadata
                 said_event: Event | None = None
                 try:
-                    if emit_child is None:
+                    if (
+                        emit_note is not None
+                        and len(segments) == 1
+                        and len(segments[0]) == 2
+                        and said[0].type == "text"
+                        and response.metadata is None
+                        and len(text) < _NOTED_TEXT
+                        and text.isascii()
+                    ):
+                        # One plain text segment of ASCII: an event can carry it
+                        # (nothing to check by encoding it), and nothing reads it
+                        # here (what the caller hears is the run's result).
+                        try:
+                            emit_note(event, OUTPUT_AGENT_MESSAGE, payload, source)
+                        except QueueFull:  # no room: made, and waits for room
+                            said_event = event.child(OUTPUT_AGENT_MESSAGE, payload, source=source)
+                    elif emit_child is None:
                         said_event = event.child(OUTPUT_AGENT_MESSAGE, payload, source=source)
                     else:
                         try:
@@ -574,9 +595,9 @@ class Turn:
             old = self.state
             if old is not _EXECUTING:
                 try:
-                    if emit_child is None:
+                    if emit_note is None:
                         raise QueueFull
-                    emit_child(tick, _STATE_CHANGE, _CHANGE[old, _EXECUTING], source)
+                    emit_note(tick, _STATE_CHANGE, _CHANGE[old, _EXECUTING], source)
                     self.state = session.state = _EXECUTING
                 except QueueFull:
                     await self.set_state(_EXECUTING)
