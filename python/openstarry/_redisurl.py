@@ -11,11 +11,16 @@ __all__ = [
     "CLUSTER_PARTITIONS",
     "CLUSTER_SCHEMES",
     "PARTITIONS",
+    "REDIS_SCHEMES",
     "cluster_nodes",
     "default_partitions",
     "is_cluster_url",
+    "is_redis_url",
 ]
 
+
+#: Every Redis URL scheme: one server (``redis``, ``rediss``, ``unix``) or a cluster.
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 
 #: URL schemes of a Redis Cluster: ``redis+cluster://host:port[,host:port...]`` (and over TLS).
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
@@ -24,6 +29,11 @@ CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 #: 6, 8 and 12 masters).
 PARTITIONS = 8
 CLUSTER_PARTITIONS = 24
+
+
+def is_redis_url(url: str) -> bool:
+    """Whether ``url`` names a Redis server or a Redis Cluster."""
+    return url.partition("://")[0].lower() in REDIS_SCHEMES
 
 
 def is_cluster_url(url: str) -> bool:

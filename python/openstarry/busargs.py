@@ -8,7 +8,7 @@ import argparse
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from openstarry._redisurl import default_partitions
+from openstarry._redisurl import default_partitions, is_redis_url
 
 __all__ = [
     "bus_arguments",
@@ -41,13 +41,9 @@ def bus_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-#: The schemes of ``--bus``: one Redis server, or a Redis Cluster.
-BUS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
-
-
 def _bus_url(text: str) -> str:
     """``--bus``: a Redis URL (``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://``)."""
-    if text.partition("://")[0].lower() not in BUS_SCHEMES or "://" not in text:
+    if not is_redis_url(text) or "://" not in text:
         raise argparse.ArgumentTypeError(
             f"expected redis://host:port/db, rediss://..., unix:///path or "
             f"redis+cluster://host:port[,host:port...], not {redacted(text)!r}"

@@ -14,6 +14,7 @@ import sys
 
 import anyio
 
+from openstarry._redisurl import is_redis_url
 from openstarry.errors import ManifestError
 
 __all__ = ["REDIS_CHECK_TIMEOUT", "network_failure", "one_line", "unreachable"]
@@ -41,12 +42,7 @@ def _redis_urls(args: argparse.Namespace) -> list[tuple[str, str]]:
                 found.append(("the manifest's bus.url", manifest.bus.url))
             if manifest.sessions.store:
                 found.append(("the manifest's sessions.store", manifest.sessions.store))
-    return [
-        (what, url)
-        for what, url in found
-        if url.partition("://")[0].lower()
-        in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
-    ]
+    return [(what, url) for what, url in found if is_redis_url(url)]
 
 
 def unreachable(args: argparse.Namespace) -> tuple[int, str] | None:

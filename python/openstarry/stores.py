@@ -27,6 +27,7 @@ import anyio
 import anyio.to_thread
 
 from openstarry._lifecycle import Lifecycle
+from openstarry._redisurl import cluster_nodes, is_cluster_url, is_redis_url
 from openstarry.agent.store import InMemoryStore, SessionStore
 
 __all__ = ["InMemoryStore", "RedisStore", "SQLiteStore", "open_store"]
@@ -103,7 +104,7 @@ class RedisStore(Lifecycle):
         self.url = url
         self.name = name
         self.concurrency = concurrency
-        self._cluster = url.partition("://")[0].lower() in ("redis+cluster", "rediss+cluster")
+        self._cluster = is_cluster_url(url)
         self._ready = False
         self._init = anyio.Lock()
         self._slots = anyio.Semaphore(concurrency)
@@ -111,9 +112,7 @@ class RedisStore(Lifecycle):
 
     def _redis(self) -> Any:
         if self._client is None:
-            from openstarry._redisurl import cluster_nodes, is_cluster_url
-
-            if is_cluster_url(self.url):
+            if self._cluster:
                 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
                 nodes, options = cluster_nodes(self.url)
@@ -205,7 +204,7 @@ def open_store(spec: str | None) -> SessionStore | None:
         path = spec.removeprefix("sqlite:")
         path = path.removeprefix("//") if path.startswith("///") else path
         return SQLiteStore(path)
-    if spec.split("://", 1)[0] in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
+    if is_redis_url(spec):
         return RedisStore(spec)
     raise ValueError(
         f"sessions store {spec!r}: expected 'memory', 'sqlite:///PATH', 'redis://...' "

@@ -114,6 +114,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from openstarry._redisurl import REDIS_SCHEMES
 from openstarry.bus.backend import register_backend
 from openstarry.bus.redis.keys import PRIORITIES, partition_of, stream_key
 from openstarry.bus.redis.streams import RedisStreams
@@ -121,7 +122,7 @@ from openstarry.bus.redis.streams import RedisStreams
 __all__ = ["PRIORITIES", "RedisStreams", "from_url", "partition_of", "stream_key"]
 
 #: The URL schemes this backend serves.
-SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+SCHEMES = REDIS_SCHEMES
 
 
 def from_url(

@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from openstarry.bus.redis.keys import PRIORITIES, _field, _text
+from openstarry.bus.redis.keys import PRIORITIES, _field, _text, _value
 from openstarry.bus.redis.leases import _Leases
 from openstarry.bus.redis.outbox import _EVENT, _READ_AHEAD, _WIRE, _Outbox, _Outboxes
 from openstarry.bus.redis.records import _Delivery
@@ -465,11 +465,3 @@ class _Deliveries:
                 continue
             items.append((event, delivery))
         return items
-
-
-def _value(fields: Any) -> bytes:
-    """The ``e`` field of an entry as a parsed reply gives it (a dict, or a flat list)."""
-    if isinstance(fields, dict):
-        value: bytes = fields.get(b"e", b"")
-        return value
-    return _field(fields) if fields else b""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import zlib
 from collections.abc import Sequence
+from typing import Any
 
 from openstarry._redisurl import (
     CLUSTER_PARTITIONS,
@@ -154,6 +155,14 @@ def _field(fields: Sequence[bytes]) -> bytes:
         if fields[i] == b"e":
             return fields[i + 1]
     return b""
+
+
+def _value(fields: Any) -> bytes:
+    """The ``e`` field of an entry as a parsed reply gives it (a dict, or a flat list)."""
+    if isinstance(fields, dict):
+        value: bytes = fields.get(b"e", b"")
+        return value
+    return _field(fields) if fields else b""
 
 
 def _text(value: bytes | str) -> str:

@@ -12,10 +12,9 @@ entry, arrives once), and deletes it from the relay stream.
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio
 
+from openstarry.bus.redis.keys import _value
 from openstarry.bus.redis.leases import _Leases
 from openstarry.bus.redis.outbox import _Outboxes
 from openstarry.bus.redis.state import _MOVED, _RETRY, Streams, log
@@ -70,7 +69,7 @@ class _Relay:
             events: list[Event] = []
             for _, fields in entries:
                 try:
-                    events.append(decode_event(_wire(fields)))
+                    events.append(decode_event(_value(fields)))
                 except ValueError:  # written by the flush script from an encoded event
                     log.error("redis: an undecodable relay entry in partition %d, dropped", p)
             if events:
@@ -78,10 +77,3 @@ class _Relay:
             await client.xdel(layout.relay(p), *[entry for entry, _ in entries])
             moved += len(entries)
         return moved
-
-
-def _wire(fields: Any) -> bytes:
-    if isinstance(fields, dict):
-        value: bytes = fields.get(b"e", b"")
-        return value
-    return b""
