@@ -603,3 +603,92 @@ def test_responses_built_at_the_depth_limit_decode_back() -> None:
         ContentSegment("ui", ui=nested(62))
     with pytest.raises(ValueError, match="nesting"):
         ToolCall("f", args={"a": nested(60)})
+
+
+# -- ProviderResponse.parts: the response as a turn reads it ----------------
+
+
+def _parts_in_python(
+    response: ProviderResponse,
+) -> tuple[tuple[ToolCall, ...], str, tuple[ContentSegment, ...], Any, bool]:
+    """What ``parts`` must equal, written out from the segments one by one."""
+    calls = tuple(s.tool_call for s in response.segments if s.tool_call is not None)
+    said = [s for s in response.segments if s.tool_call is None]
+    thought = tuple(s for s in said if s.type == "reasoning")
+    text = "".join(s.text for s in said if s.type != "reasoning" and s.text is not None)
+    shown = []
+    for s in said:
+        if s.type == "reasoning":
+            shown.append({"type": "reasoning", "text": s.text or ""})
+            continue
+        out: dict[str, Any] = {"type": s.type}
+        for key, value in (("text", s.text), ("data", s.data), ("mimeType", s.mime_type)):
+            if value is not None:
+                out[key] = value
+        if s.ui is not None:
+            out["ui"] = s.ui
+        shown.append(out)
+    plain = (
+        len(said) == 1
+        and shown[0].keys() == {"type", "text"}
+        and said[0].type == "text"
+        and response.metadata is None
+        and len(text) < 1 << 20
+        and text.isascii()
+    )
+    return calls, text, thought, shown or None, plain
+
+
+PARTS_CASES = [
+    ProviderResponse([]),
+    ProviderResponse([ContentSegment("text", text="done")]),
+    ProviderResponse([ContentSegment("text", text="done")], {"usage": {"inputTokens": 3}}),
+    ProviderResponse([ContentSegment("text", text="café")]),
+    ProviderResponse([ContentSegment("text", text="x" * (1 << 20))]),
+    ProviderResponse([ContentSegment("text", text="a", mime_type="text/markdown")]),
+    ProviderResponse([ContentSegment("tool_call", tool_call=ToolCall("f", {"x": 1}))]),
+    ProviderResponse(
+        [
+            ContentSegment("reasoning", text="think", signature="sig"),
+            ContentSegment("text", text="Sure, "),
+            ContentSegment("image", data="aGk=", mime_type="image/png"),
+            ContentSegment("ui", ui={"kind": "card"}),
+            ContentSegment("text", text="here."),
+            ContentSegment("tool_call", tool_call=ToolCall("f", {"x": 1}, "c1")),
+            ContentSegment("tool_call", tool_call=ToolCall("g", None, "c2")),
+        ]
+    ),
+]
+
+
+@pytest.mark.parametrize("response", PARTS_CASES, ids=range(len(PARTS_CASES)))
+def test_parts_reads_the_segments_as_a_turn_does(response: ProviderResponse) -> None:
+    calls, text, thought, said, plain = response.parts()
+    assert type(calls) is tuple and type(thought) is tuple
+    assert (calls, text, thought, said, plain) == _parts_in_python(response)
+
+
+def test_parts_of_a_plain_reply_and_of_a_call() -> None:
+    assert ProviderResponse([ContentSegment("text", text="done")]).parts() == (
+        (),
+        "done",
+        (),
+        [{"type": "text", "text": "done"}],
+        True,
+    )
+    call = ToolCall("add_one", {"x": 1}, "c1")
+    assert ProviderResponse([ContentSegment("tool_call", tool_call=call)]).parts() == (
+        (call,),
+        "",
+        (),
+        None,
+        False,
+    )
+
+
+def test_parts_gives_new_dicts_each_call() -> None:
+    response = ProviderResponse([ContentSegment("ui", ui={"kind": "card"})])
+    first = response.parts()[3]
+    assert first is not None
+    first[0]["type"] = "changed"
+    assert response.parts()[3] == [{"type": "ui", "ui": {"kind": "card"}}]

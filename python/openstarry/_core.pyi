@@ -224,6 +224,24 @@ class ProviderResponse:
     def segments(self) -> list[ContentSegment]: ...
     @property
     def metadata(self) -> Any: ...
+    def parts(
+        self,
+    ) -> tuple[
+        tuple[ToolCall, ...],
+        str,
+        tuple[ContentSegment, ...],
+        list[dict[str, Any]] | None,
+        bool,
+    ]:
+        """The response as an agent's turn reads it: ``(calls, text, thought, said, plain)``.
+
+        ``calls``: its tool calls in order; ``text``: the text of the segments
+        that are neither tool calls nor reasoning, joined; ``thought``: its
+        ``reasoning`` segments; ``said``: each segment that is not a tool call
+        as the ``OUTPUT:AGENT_MESSAGE`` payload shows it (``None`` when there
+        is none); ``plain``: ``said`` is one ``text`` segment of ASCII text
+        under 1 MiB, with no other field and no metadata.
+        """
     def __eq__(self, other: object, /) -> bool: ...
 
 def decode_response(

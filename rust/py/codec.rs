@@ -3,7 +3,8 @@
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use pyo3::intern;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use pyo3::PyTraverseError;
 
 use super::errors::{repr, CoreError};
@@ -11,6 +12,9 @@ use super::event::{as_bytes_object, limits_arg};
 use super::pyjson;
 use crate::json::{write_str, Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
 use crate::segment::{self, Args, SegmentType};
+
+/// The longest text a ``plain`` response (``ProviderResponse.parts``) carries.
+const NOTED_TEXT: usize = 1 << 20;
 
 /// Unknown wire fields, kept for re-encoding: the key and the raw JSON value.
 type Extra = Vec<(String, Vec<u8>)>;
@@ -439,6 +443,88 @@ impl PyResponse {
         self.metadata
             .as_ref()
             .map_or_else(|| py.None(), |m| m.clone_ref(py))
+    }
+
+    /// The response as an agent's turn reads it, in one call:
+    /// ``(calls, text, thought, said, plain)``.
+    ///
+    /// - ``calls``: the tool calls, in order (a tuple);
+    /// - ``text``: the text of the segments that are neither tool calls nor
+    ///   reasoning, joined;
+    /// - ``thought``: the ``reasoning`` segments (a tuple);
+    /// - ``said``: each segment that is not a tool call as the
+    ///   ``OUTPUT:AGENT_MESSAGE`` payload shows it (``type``, and ``text``,
+    ///   ``data``, ``mimeType``, ``ui`` where present; a reasoning segment's
+    ///   ``text`` only, ``""`` when it has none), or ``None`` when there is none;
+    /// - ``plain``: ``said`` is one ``text`` segment of ASCII text shorter than
+    ///   1 MiB, with no other field and no metadata (its event can carry it
+    ///   without encoding it first).
+    #[allow(clippy::type_complexity)]
+    fn parts<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(
+        Bound<'py, PyTuple>,
+        Bound<'py, PyString>,
+        Bound<'py, PyTuple>,
+        Option<Bound<'py, PyList>>,
+        bool,
+    )> {
+        let mut calls: Vec<Py<PyToolCall>> = Vec::new();
+        let mut thought: Vec<Py<PySegment>> = Vec::new();
+        let mut said: Option<Bound<'py, PyList>> = None;
+        let mut text = String::new();
+        let mut plain_seen = 0usize;
+        let mut plain = true;
+        for segment in &self.segments {
+            let s = segment.get();
+            if let Some(call) = &s.tool_call {
+                calls.push(call.clone_ref(py));
+                continue;
+            }
+            let out = PyDict::new(py);
+            out.set_item(intern!(py, "type"), s.kind.as_str())?;
+            if s.kind == SegmentType::Reasoning {
+                out.set_item(intern!(py, "text"), s.text.as_deref().unwrap_or(""))?;
+                thought.push(segment.clone_ref(py));
+                plain = false;
+            } else {
+                if let Some(t) = &s.text {
+                    out.set_item(intern!(py, "text"), t)?;
+                    text.push_str(t);
+                }
+                if let Some(d) = &s.data {
+                    out.set_item(intern!(py, "data"), d)?;
+                }
+                if let Some(m) = &s.mime_type {
+                    out.set_item(intern!(py, "mimeType"), m)?;
+                }
+                if let Some(ui) = &s.ui {
+                    out.set_item(intern!(py, "ui"), ui.bind(py))?;
+                }
+                plain &= s.kind == SegmentType::Text
+                    && s.data.is_none()
+                    && s.mime_type.is_none()
+                    && s.ui.is_none();
+            }
+            plain_seen += 1;
+            match &said {
+                Some(list) => list.append(out)?,
+                None => said = Some(PyList::new(py, [out])?),
+            }
+        }
+        let plain = plain
+            && plain_seen == 1
+            && self.metadata.is_none()
+            && text.len() < NOTED_TEXT
+            && text.is_ascii();
+        Ok((
+            PyTuple::new(py, calls)?,
+            PyString::new(py, &text),
+            PyTuple::new(py, thought)?,
+            said,
+            plain,
+        ))
     }
 
     fn __richcmp__(

@@ -58,7 +58,7 @@ from openstarry.agent.retrieval import LexicalRetriever, ToolRetriever
 from openstarry.agent.sessions import SessionRuntime
 from openstarry.agent.waits import ClientTool
 from openstarry.bus import Emit, EventBus, describe_exception
-from openstarry.core import ContentSegment, Event, ProviderResponse, ToolCall, decode_response
+from openstarry.core import Event, ProviderResponse, ToolCall, decode_response
 from openstarry.errors import (
     AgentPainException,
     DecodeError,
@@ -84,27 +84,9 @@ _IDLE, _THINKING, _EXECUTING = AgentState.IDLE, AgentState.THINKING, AgentState.
 _VALUE = {state: state.value for state in AgentState}
 #: The ``KERNEL:STATE_CHANGE`` payload of each change that gives no reason (an
 #: event encodes its payload when it is made: one dict serves every event).
-#: The longest reply a noted event carries (far below what an event may hold).
-_NOTED_TEXT = 1 << 20
 _CHANGE = {
     (old, new): {"from": _VALUE[old], "to": _VALUE[new]} for old in AgentState for new in AgentState
 }
-
-
-def _segment_dict(segment: ContentSegment) -> dict[str, Any]:
-    if segment.type == "reasoning":
-        # Its signature and encrypted data are for the provider, kept in memory.
-        return {"type": "reasoning", "text": segment.text or ""}
-    out: dict[str, Any] = {"type": segment.type}
-    if segment.text is not None:
-        out["text"] = segment.text
-    if segment.data is not None:
-        out["data"] = segment.data
-    if segment.mime_type is not None:
-        out["mimeType"] = segment.mime_type
-    if segment.ui is not None:
-        out["ui"] = segment.ui
-    return out
 
 
 def _coerce_response(response: Any) -> ProviderResponse:
@@ -510,51 +492,27 @@ class Turn:
             except Exception as exc:
                 await self.fail(tick, "PROVIDER_ERROR", describe_exception(exc))
                 break
-            if result is not None:
-                metadata = response.metadata
-                if isinstance(metadata, dict) and isinstance(metadata.get("usage"), dict):
-                    result.usage = add_usage(result.usage, metadata["usage"])
+            metadata = response.metadata
+            if result is not None and isinstance(metadata, dict):
+                usage = metadata.get("usage")
+                if isinstance(usage, dict):
+                    result.usage = add_usage(result.usage, usage)
             # A /stop or /reset that came while the provider answered wins over
             # the answer: nothing of it goes into memory. (An awaited call that
             # completes in the loop iteration of a cancel is not interrupted:
             # the checkpoint raises the cancellation now.)
             if rt.cancelled:
                 await anyio.lowlevel.checkpoint()
-            calls: list[ToolCall] = []
-            said: list[ContentSegment] = []
-            thought: list[ContentSegment] = []
-            for segment in response.segments:
-                tool_call = segment.tool_call
-                if tool_call is not None:
-                    calls.append(tool_call)
-                else:
-                    said.append(segment)
-                    if segment.type == "reasoning":
-                        thought.append(segment)
-            if not said:
-                text = ""
-            elif len(said) == 1 and said[0].type == "text":
-                text = said[0].text or ""
-            else:
-                text = "".join(s.text for s in said if s.text is not None and s.type != "reasoning")
-            memory.append(AssistantTurn(text, tuple(calls), tuple(thought) if thought else ()))
+            calls, text, thought, segments, plain = response.parts()
+            memory.append(AssistantTurn(text, calls, thought))
             self.open_calls = calls
-            if said:
-                segments = [_segment_dict(s) for s in said]
+            if segments is not None:
                 payload: dict[str, Any] = {"text": text, "segments": segments, "final": not calls}
-                if response.metadata is not None:
-                    payload["metadata"] = response.metadata
+                if metadata is not None:
+                    payload["metadata"] = metadata
                 said_event: Event | None = None
                 try:
-                    if (
-                        emit_note is not None
-                        and len(segments) == 1
-                        and len(segments[0]) == 2
-                        and said[0].type == "text"
-                        and response.metadata is None
-                        and len(text) < _NOTED_TEXT
-                        and text.isascii()
-                    ):
+                    if plain and emit_note is not None:
                         # One plain text segment of ASCII: an event can carry it
                         # (nothing to check by encoding it), and nothing reads it
                         # here (what the caller hears is the run's result).
