@@ -12,6 +12,7 @@ import functools
 import gc
 import logging
 import time
+import uuid
 import weakref
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -25,7 +26,7 @@ import openstarry.bus as bus_module
 import openstarry.bus.handles as bus_handles
 from agent_harness import HANG, UnprintableError
 from openstarry.bus import BusHost, EventBus, Published, Subscription
-from openstarry.core import DedupWindow, Event, encode_event
+from openstarry.core import DedupWindow, Event, EventRef, encode_event
 from openstarry.errors import QueueClosed, QueueFull
 
 #: Generous bound on a whole test's waiting; never a timing assertion.
@@ -726,6 +727,81 @@ async def test_emitter_note_makes_an_event_only_for_someone_who_could_see_it() -
     assert bus.metrics()["dispatched"]["KERNEL:TICK_START"] == 1
     with pytest.raises(QueueClosed):
         emitter.note(parent, "KERNEL:STATE_CHANGE", {"to": "IDLE"}, "me")
+
+
+@pytest.mark.anyio
+async def test_emitter_mark_stands_an_event_ref_for_an_event_nobody_could_see() -> None:
+    """``Emitter.mark``: unsubscribed on an idle bus, the event is counted and its id
+    goes through the window (a later event of that id is a duplicate), and an
+    ``EventRef`` with its id, trace, session, source, priority and type stands for
+    it; its children are real events that name it as their parent. Subscribed
+    to, or behind other events, it is made, published and returned."""
+    seen: list[Event] = []
+    async with EventBus(capacity=8) as bus:
+        with anyio.fail_after(TIMEOUT):
+            await bus.wait_idle()
+            emitter = bus.emitter
+            assert emitter is not None
+            parent = Event.new(USER, {"text": "hi"}, source="user", session_id="s-1", priority=1)
+            tick = emitter.mark(parent, "KERNEL:TICK_START", {"round": 1}, "agent")
+            assert isinstance(tick, EventRef)
+            assert len(bus) == 0
+            assert uuid.UUID(tick.id).version == 4
+            assert (tick.trace_id, tick.session_id, tick.source, tick.priority, tick.type) == (
+                parent.trace_id,
+                "s-1",
+                "agent",
+                1,
+                "KERNEL:TICK_START",
+            )
+            assert bus.metrics()["dispatched"] == {"KERNEL:TICK_START": 1}
+            assert bus.metrics()["published"] == 1
+            # Its id went through the window: an event that reuses it is a duplicate.
+            reused = Event(
+                id=tick.id,
+                timestamp=1,
+                trace_id="t",
+                source="x",
+                session_id="s",
+                priority=2,
+                type="KERNEL:TICK_START",
+            )
+            assert not bus.publish(reused)
+            assert bus.metrics()["duplicates"] == 1
+            # An EventRef is a parent as an Event is, for the Emitter and for child().
+            call = emitter.mark(tick, "EXEC:TOOL_CALL", {"name": "f"}, "agent")
+            assert isinstance(call, EventRef)
+            assert call.trace_id == parent.trace_id and call.session_id == "s-1"
+            bus.subscribe("EXEC:*", seen.append)
+            result = emitter.child(call, "EXEC:TOOL_RESULT", {"ok": True}, "agent")
+            made = call.child("EXEC:TOOL_RESULT", {"ok": False}, priority=4)
+            assert bus.publish(made)  # accepted: truthy
+            assert emitter.note(call, "EXEC:TOOL_RESULT", {"n": 3}, "agent") is True
+            await bus.wait_idle()
+            # Subscribed to (on an idle bus): the event is made, published and returned.
+            subscribed = emitter.mark(tick, "EXEC:TOOL_CALL", {"name": "g"}, "agent")
+            assert type(subscribed) is Event
+            await bus.wait_idle()
+            # Behind another event, it takes its turn: made and queued.
+            gate = Gate()
+            await block_dispatcher(bus, gate)
+            behind = emitter.mark(parent, "KERNEL:TICK_START", {"round": 2}, "agent")
+            assert type(behind) is Event and len(bus) == 1
+            gate.release.set()
+            await bus.wait_idle()
+            with pytest.raises(TypeError, match="Event or EventRef"):
+                emitter.mark("not an event", "KERNEL:TICK_START", {}, "agent")  # type: ignore[arg-type]
+    # (Dispatched by priority: the one at priority 4 last.)
+    assert [(e.type, e.payload, e.parent_id, e.trace_id, e.session_id, e.priority) for e in seen] == [
+        ("EXEC:TOOL_RESULT", {"ok": True}, call.id, parent.trace_id, "s-1", 1),
+        ("EXEC:TOOL_RESULT", {"n": 3}, call.id, parent.trace_id, "s-1", 1),
+        ("EXEC:TOOL_CALL", {"name": "g"}, tick.id, parent.trace_id, "s-1", 1),
+        ("EXEC:TOOL_RESULT", {"ok": False}, call.id, parent.trace_id, "s-1", 4),
+    ]
+    assert result.payload == {"ok": True}
+    assert bus.metrics()["dispatched"]["KERNEL:TICK_START"] == 2
+    with pytest.raises(QueueClosed):
+        emitter.mark(parent, "KERNEL:TICK_START", {"round": 3}, "agent")
 
 
 @pytest.mark.anyio

@@ -14,6 +14,7 @@ __all__ = [
     "DedupWindow",
     "Emitter",
     "Event",
+    "EventRef",
     "EventQueue",
     "IngestResult",
     "Ingestor",
@@ -253,6 +254,42 @@ def encode_response(response: ProviderResponse) -> bytes:
     """Encode a ``ProviderResponse`` to JSON with the spec's wire field names."""
 
 @final
+class EventRef:
+    """An event emitted without being made (``Emitter.mark``): nobody could
+    read it when it was emitted, so only what the events it causes need of it
+    is kept: its id, trace, session, source, priority and type.
+
+    Its id was minted, went through the bus's dedup window and the event was
+    counted, as for any event emitted; :meth:`child` makes an event caused by
+    it, as ``Event.child`` does.
+    """
+
+    def child(
+        self,
+        type: str,
+        payload: Any = None,
+        *,
+        source: str | None = None,
+        priority: int | None = None,
+    ) -> Event:
+        """A new event caused by this one: same trace and session, ``parent_id`` set to this id.
+
+        ``source`` and ``priority`` default to this event's.
+        """
+    @property
+    def id(self) -> str: ...
+    @property
+    def trace_id(self) -> str: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+
+@final
 class Emitter:
     """``EventBus.emit`` of a local bus, in one call into Rust.
 
@@ -296,14 +333,14 @@ class Emitter:
         """
     def child(
         self,
-        parent: Event,
+        parent: Event | EventRef,
         event_type: str,
         payload: Any,
         source: str,
         skip: object | None = None,
     ) -> Event:
         """Make ``parent.child(event_type, payload, source=source)`` and :meth:`emit` it
-        (with ``skip``); returns it.
+        (with ``skip``); returns it. ``parent`` is an ``Event`` or an ``EventRef``.
 
         One call for what a producer of caused events does for each (an
         agent's ticks, state changes, tool calls and replies).
@@ -315,7 +352,7 @@ class Emitter:
             QueueFull: a routed event, and ``publish`` found the bus full (the
                 event was not published: make it again to wait for room).
         """
-    def note(self, parent: Event, event_type: str, payload: Any, source: str) -> bool:
+    def note(self, parent: Event | EventRef, event_type: str, payload: Any, source: str) -> bool:
         """:meth:`child` for a caller that has no use for the event: ``False`` for
         a duplicate id.
 
@@ -328,6 +365,32 @@ class Emitter:
         :meth:`child` does.
 
         Raises:
+            QueueClosed: the queue is closed.
+            QueueFull: a routed event, and ``publish`` found the bus full (the
+                event was not published: make it to wait for room).
+        """
+    def mark(
+        self,
+        parent: Event | EventRef,
+        event_type: str,
+        payload: Any,
+        source: str,
+        skip: object | None = None,
+    ) -> Event | EventRef:
+        """:meth:`child` for a caller that needs the event only as the parent of
+        the events it causes: returns the event emitted, an ``Event`` or an
+        ``EventRef``.
+
+        An event nobody subscribes to (or only ``skip``), emitted while
+        nothing could come before it, is dispatched at once, as :meth:`note`
+        does (its id minted, through the dedup window, counted), and an
+        ``EventRef`` (its id, trace, session, source, priority and type) stands
+        for it: no ``Event`` is made, nor is ``payload`` encoded, since nothing
+        could read either. So ``payload`` must be one an event can carry.
+        Otherwise the event is made and emitted as :meth:`child` does, and returned.
+
+        Raises:
+            TypeError: ``parent`` is neither an ``Event`` nor an ``EventRef``.
             QueueClosed: the queue is closed.
             QueueFull: a routed event, and ``publish`` found the bus full (the
                 event was not published: make it to wait for room).

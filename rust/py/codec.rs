@@ -1,9 +1,9 @@
 //! `ToolCall`, `ContentSegment` and `ProviderResponse` (spec 000 section 3) and their codec.
 
 use pyo3::gc::PyVisit;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
-use pyo3::intern;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use pyo3::PyTraverseError;
 

@@ -19,6 +19,43 @@ use crate::json::{
 /// Priority given by `Event.new` when none is passed.
 pub const DEFAULT_PRIORITY: u8 = 2;
 
+/// What an event caused by another one takes from it: its id (the child's
+/// ``parentId``), trace, session, and source and priority unless given.
+pub struct Cause<'a> {
+    pub id: &'a str,
+    pub trace_id: &'a str,
+    pub session_id: &'a str,
+    pub source: &'a str,
+    pub priority: u8,
+}
+
+impl Cause<'_> {
+    /// A new event of type `type` caused by this one (``Event.child``).
+    pub fn make_child(
+        &self,
+        py: Python<'_>,
+        r#type: &str,
+        payload: Option<&Bound<'_, PyAny>>,
+        source: Option<&str>,
+        priority: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyEvent>> {
+        let mut id_buf = [0; 36];
+        let id = envelope::new_uuid_in(&mut id_buf);
+        let header = Header {
+            id,
+            timestamp: envelope::now_ms(),
+            trace_id: self.trace_id,
+            source: source.unwrap_or(self.source),
+            session_id: self.session_id,
+            priority: priority.map_or(Ok(self.priority), priority_arg)?,
+            type_: r#type,
+            parent_id: Some(self.id),
+        };
+        let none = py.None().into_bound(py);
+        PyEvent::build(py, &header, payload.unwrap_or(&none))?.into_py(py)
+    }
+}
+
 /// The spec 002 event envelope: immutable, hashable by id.
 ///
 /// On the wire its fields are ``id``, ``timestamp``, ``traceId``, ``source``,
@@ -99,24 +136,28 @@ impl PyEvent {
         priority: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<Self>> {
         let buf = self.bytes(py);
-        let mut id_buf = [0; 36];
-        let id = envelope::new_uuid_in(&mut id_buf);
         let parent = self.idx.id.as_str(buf);
         let trace = self.idx.trace_id.as_str(buf);
         let session = self.idx.session_id.as_str(buf);
         let own_source = self.idx.source.as_str(buf);
-        let header = Header {
-            id,
-            timestamp: envelope::now_ms(),
+        let cause = Cause {
+            id: &parent,
             trace_id: &trace,
-            source: source.unwrap_or(&own_source),
             session_id: &session,
-            priority: priority.map_or(Ok(self.idx.priority), priority_arg)?,
-            type_: r#type,
-            parent_id: Some(&parent),
+            source: &own_source,
+            priority: self.idx.priority,
         };
-        let none = py.None().into_bound(py);
-        Self::build(py, &header, payload.unwrap_or(&none))?.into_py(py)
+        cause.make_child(py, r#type, payload, source, priority)
+    }
+
+    /// The parts of this event that an [`EventRef`](super::eventref::PyEventRef) caused by it keeps.
+    pub fn cause_parts(&self, py: Python<'_>) -> (Py<PyString>, Py<PyString>, u8) {
+        let buf = self.bytes(py);
+        (
+            PyString::new(py, &self.idx.trace_id.as_str(buf)).unbind(),
+            PyString::new(py, &self.idx.session_id.as_str(buf)).unbind(),
+            self.idx.priority,
+        )
     }
 
     /// An event over bytes already decoded to `idx`.

@@ -6,6 +6,7 @@ pub mod codec;
 pub mod dedup;
 pub mod errors;
 pub mod event;
+pub mod eventref;
 pub mod ingest;
 pub mod latency;
 pub mod pyjson;
@@ -53,6 +54,7 @@ pub mod retrieval;
 fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     event::register(m)?;
+    eventref::register(m)?;
     codec::register(m)?;
     queue::register(m)?;
     dedup::register(m)?;

@@ -12,6 +12,7 @@ use super::dedup::PyDedupWindow;
 use super::errors::{bus_closed, CoreError};
 use super::errors::{repr, strict_int, type_name};
 use super::event::{priority_arg, PyEvent};
+use super::eventref::{Parent, PyEventRef};
 use super::record::Item;
 use crate::queue::{Overflow, PriorityQueue, PushError};
 
@@ -713,7 +714,7 @@ impl PyEmitter {
     }
 
     /// Make ``parent.child(event_type, payload, source=source)`` and :meth:`emit` it
-    /// (with ``skip``); returns it.
+    /// (with ``skip``); returns it. ``parent`` is an ``Event`` or an ``EventRef``.
     ///
     /// One call for what a producer of caused events does for each (an
     /// agent's ticks, state changes, tool calls and replies).
@@ -727,7 +728,7 @@ impl PyEmitter {
     #[pyo3(signature = (parent, event_type, payload, source, skip=None))]
     fn child(
         &self,
-        parent: &Bound<'_, PyEvent>,
+        parent: &Bound<'_, PyAny>,
         event_type: &Bound<'_, PyString>,
         payload: &Bound<'_, PyAny>,
         source: &str,
@@ -735,9 +736,7 @@ impl PyEmitter {
     ) -> PyResult<Py<PyEvent>> {
         let py = parent.py();
         let event =
-            parent
-                .get()
-                .make_child(py, event_type.to_str()?, Some(payload), Some(source), None)?;
+            Parent::of(parent)?.make_child(event_type.to_str()?, Some(payload), Some(source))?;
         // Made just now: its timestamp is the window's clock.
         let made = event.bind(py);
         let now = made.get().timestamp_ms();
@@ -763,44 +762,65 @@ impl PyEmitter {
     #[pyo3(signature = (parent, event_type, payload, source))]
     fn note(
         &self,
-        parent: &Bound<'_, PyEvent>,
+        parent: &Bound<'_, PyAny>,
         event_type: &Bound<'_, PyString>,
         payload: &Bound<'_, PyAny>,
         source: &str,
     ) -> PyResult<bool> {
         let py = parent.py();
-        if self.asleep.load(Ordering::Relaxed) && self.queue.get().inner.is_empty() {
-            let entry = match self.by_type.bind(py).get_item(event_type)? {
-                Some(entry) => entry,
-                None => self.route_of.bind(py).call1((event_type,))?,
-            };
-            let entry = entry.cast_into::<PyList>()?;
-            if entry.get_item(0)?.cast::<PyTuple>()?.is_empty() {
-                let mut id_buf = [0; 36];
-                let id = crate::envelope::new_uuid_in(&mut id_buf);
-                let dedup = self.dedup.as_ref().map(|d| d.bind(py));
-                let now = crate::envelope::now_ms();
-                match self.queue.get().admit_id(id.as_bytes(), dedup, Some(now)) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        self.duplicates.fetch_add(1, Ordering::Relaxed);
-                        return Ok(false);
-                    }
-                    Err(CoreError::QueueClosed) => return Err(bus_closed(py)),
-                    Err(err) => return Err(err.into()),
-                }
-                let count = entry.get_item(1)?.add(1)?;
-                entry.set_item(1, count)?;
-                return Ok(true);
-            }
+        let parent = Parent::of(parent)?;
+        if let Some(entry) = self.unrouted_entry(py, event_type, None)? {
+            let mut id_buf = [0; 36];
+            let id = crate::envelope::new_uuid_in(&mut id_buf);
+            return self.admit_unmade(py, &entry, id);
         }
-        let event =
-            parent
-                .get()
-                .make_child(py, event_type.to_str()?, Some(payload), Some(source), None)?;
+        let event = parent.make_child(event_type.to_str()?, Some(payload), Some(source))?;
         let made = event.bind(py);
         let now = made.get().timestamp_ms();
         self.emit_typed(made, event_type, None, Some(now))
+    }
+
+    /// :meth:`child` for a caller that needs the event only as the parent of
+    /// the events it causes: returns the event emitted, an ``Event`` or an
+    /// ``EventRef``.
+    ///
+    /// An event nobody subscribes to (or only ``skip``), emitted while
+    /// nothing could come before it, is dispatched at once, as :meth:`note`
+    /// does (its id minted, through the dedup window, counted), and an
+    /// ``EventRef`` (its id, trace, session, source, priority and type) stands
+    /// for it: no ``Event`` is made, nor is ``payload`` encoded, since nothing
+    /// could read either. So ``payload`` must be one an event can carry.
+    /// Otherwise the event is made and emitted as :meth:`child` does, and returned.
+    ///
+    /// Raises:
+    ///     TypeError: ``parent`` is neither an ``Event`` nor an ``EventRef``.
+    ///     QueueClosed: the queue is closed.
+    ///     QueueFull: a routed event, and ``publish`` found the bus full (the
+    ///         event was not published: make it to wait for room).
+    #[pyo3(signature = (parent, event_type, payload, source, skip=None))]
+    fn mark(
+        &self,
+        parent: &Bound<'_, PyAny>,
+        event_type: &Bound<'_, PyString>,
+        payload: &Bound<'_, PyAny>,
+        source: &Bound<'_, PyString>,
+        skip: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let py = parent.py();
+        let parent = Parent::of(parent)?;
+        if let Some(entry) = self.unrouted_entry(py, event_type, skip)? {
+            let mut id_buf = [0; 36];
+            let id = crate::envelope::new_uuid_in(&mut id_buf);
+            self.admit_unmade(py, &entry, id)?;
+            let made = PyEventRef::caused_by(&parent, id, event_type, source);
+            return Ok(Py::new(py, made)?.into_any());
+        }
+        let event =
+            parent.make_child(event_type.to_str()?, Some(payload), Some(source.to_str()?))?;
+        let made = event.bind(py);
+        let now = made.get().timestamp_ms();
+        self.emit_typed(made, event_type, skip, Some(now))?;
+        Ok(event.into_any())
     }
 
     /// Events refused so far as duplicates by :meth:`emit` (not by ``publish``).
@@ -832,6 +852,54 @@ impl PyEmitter {
 }
 
 impl PyEmitter {
+    /// The route entry of ``event_type`` when an event of that type could be
+    /// dispatched now without being made: nothing could come before it (the
+    /// dispatcher sleeps, nothing is queued) and nobody subscribes to it but
+    /// ``skip``.
+    fn unrouted_entry<'py>(
+        &self,
+        py: Python<'py>,
+        event_type: &Bound<'py, PyString>,
+        skip: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Bound<'py, PyList>>> {
+        if !self.asleep.load(Ordering::Relaxed) || !self.queue.get().inner.is_empty() {
+            return Ok(None);
+        }
+        let entry = match self.by_type.bind(py).get_item(event_type)? {
+            Some(entry) => entry,
+            None => self.route_of.bind(py).call1((event_type,))?,
+        };
+        let entry = entry.cast_into::<PyList>()?;
+        let route = entry.get_item(0)?;
+        let route = route.cast::<PyTuple>()?;
+        let unrouted = match route.len() {
+            0 => true,
+            1 => skip.is_some_and(|skip| route.get_item(0).is_ok_and(|only| only.is(skip))),
+            _ => false,
+        };
+        Ok(unrouted.then_some(entry))
+    }
+
+    /// Dispatch the event of id `id` that was not made (its route `entry`
+    /// has no subscriber): through the dedup window and counted. ``False``
+    /// for a duplicate id.
+    fn admit_unmade(&self, py: Python<'_>, entry: &Bound<'_, PyList>, id: &str) -> PyResult<bool> {
+        let dedup = self.dedup.as_ref().map(|d| d.bind(py));
+        let now = crate::envelope::now_ms();
+        match self.queue.get().admit_id(id.as_bytes(), dedup, Some(now)) {
+            Ok(true) => {}
+            Ok(false) => {
+                self.duplicates.fetch_add(1, Ordering::Relaxed);
+                return Ok(false);
+            }
+            Err(CoreError::QueueClosed) => return Err(bus_closed(py)),
+            Err(err) => return Err(err.into()),
+        }
+        let count = entry.get_item(1)?.add(1)?;
+        entry.set_item(1, count)?;
+        Ok(true)
+    }
+
     /// :meth:`emit` of an event whose type is known to be ``event_type``.
     fn emit_typed(
         &self,

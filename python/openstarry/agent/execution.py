@@ -49,7 +49,7 @@ from openstarry.agent.memory import Observation, ToolFailure, ToolOutcome
 from openstarry.agent.sessions import CancelScopeLike, SessionRuntime
 from openstarry.agent.waits import APPROVAL, CLIENT_CALL, Answer, ClientTool, Wait, Waits
 from openstarry.bus import Emit, EventBus, Subscription, describe_exception
-from openstarry.core import Event, ToolCall
+from openstarry.core import Event, EventRef, ToolCall
 from openstarry.errors import QueueFull, ToolArgumentsError, ToolError
 from openstarry.events import EventType
 from openstarry.tracecontext import current_event
@@ -140,6 +140,7 @@ class ToolExecutor:
         "bus",
         "deadlines",
         "emit_child",
+        "emit_mark",
         "emit_note",
         "limits",
         "new_scope",
@@ -163,9 +164,12 @@ class ToolExecutor:
         # and its Emitter.child (makes and emits a caused event), set by the loop.
         self._publish: Emit | None = bus.emit if bus.backend is None else None
         self.emit_child: Callable[..., Event] | None = None
+        #: Its ``Emitter.mark`` (``child`` for an event needed only as a
+        #: parent: an ``EventRef`` stands for it when nobody could read it).
+        self.emit_mark: Callable[..., Event | EventRef] | None = None
         #: Its ``Emitter.note`` (``child`` for an event whose maker has no use
         #: for it, made only if someone could read it), set by the loop.
-        self.emit_note: Callable[[Event, str, Any, str], bool] | None = None
+        self.emit_note: Callable[[Event | EventRef, str, Any, str], bool] | None = None
         #: The loop's handler of ``EXEC:TOOL_CALL`` (for other agents' calls),
         #: which the executor's own calls need not reach.
         self.own_calls: Subscription | None = None
@@ -184,7 +188,9 @@ class ToolExecutor:
         """Whether a call of ``tool`` waits for a yes before it runs."""
         return tool.name in self.approval_tools or getattr(tool, "requires_approval", False) is True
 
-    def result_event(self, call_event: Event, outcome: ToolOutcome) -> tuple[Event, ToolOutcome]:
+    def result_event(
+        self, call_event: Event | EventRef, outcome: ToolOutcome
+    ) -> tuple[Event, ToolOutcome]:
         """The ``EXEC:TOOL_RESULT`` child of ``call_event``, and the outcome it carries.
 
         A result that JSON (or an event's nesting) cannot carry is replaced by
@@ -200,7 +206,7 @@ class ToolExecutor:
 
     async def execute(
         self,
-        parent: Event,
+        parent: Event | EventRef,
         calls: Sequence[ToolCall],
         context: AgentContext,
         observations: list[Observation],
@@ -225,10 +231,11 @@ class ToolExecutor:
         apublish = self.bus.apublish
         publish = self._publish
         emit_child = self.emit_child
+        emit_mark = self.emit_mark
         source = self.source
         own_calls = self.own_calls
         known = self.tools if tools is None else tools
-        call_events = []
+        call_events: list[Event | EventRef] = []
         waiting = False
         for call in calls:
             payload: dict[str, Any] = {"toolCallId": call.id, "name": call.name, "args": call.args}
@@ -240,15 +247,15 @@ class ToolExecutor:
             if tool is not None and not waiting:
                 # (ClientTool is final: a type check spares the ABC's isinstance.)
                 waiting = type(tool) is ClientTool or self.needs_approval(tool)
-            if emit_child is not None:
+            if emit_mark is not None:
                 try:
-                    call_events.append(emit_child(parent, _TOOL_CALL, payload, source, own_calls))
+                    call_events.append(emit_mark(parent, _TOOL_CALL, payload, source, own_calls))
                     continue
                 except QueueFull:
-                    pass  # no room: it is made again, and waits for room
-            call_event = parent.child(_TOOL_CALL, payload, source=source)
-            call_events.append(call_event)
-            await apublish(call_event)
+                    pass  # no room: it is made, and waits for room
+            made = parent.child(_TOOL_CALL, payload, source=source)
+            call_events.append(made)
+            await apublish(made)
         waits: Mapping[int, Wait] = (
             await self._announce_waits(parent, call_events, calls, context, known)
             if waiting
@@ -327,8 +334,8 @@ class ToolExecutor:
 
     async def _announce_waits(
         self,
-        parent: Event,
-        call_events: Sequence[Event],
+        parent: Event | EventRef,
+        call_events: Sequence[Event | EventRef],
         calls: Sequence[ToolCall],
         context: AgentContext,
         tools: Mapping[str, Tool],

@@ -243,11 +243,12 @@ class ExecutionLoop(Lifecycle):
             task_group.start_soon(self._deadlines.watch, bus.new_signal)
             self._loop_thread = threading.get_ident()
             self._token = anyio.lowlevel.current_token()
-            # The local bus's Emitter: emit, child and (EventBus.deliver's) take.
+            # The local bus's Emitter: emit, child, note, mark and (EventBus.deliver's) take.
             emitter = bus.emitter if bus.backend is None else None
             self._publish = self._executor._publish = None if emitter is None else emitter.emit
             self._executor.emit_child = None if emitter is None else emitter.child
             self._executor.emit_note = None if emitter is None else emitter.note
+            self._executor.emit_mark = None if emitter is None else emitter.mark
             self._take = None if emitter is None else emitter.take
             # The loop's own calls are no business of that handler (it ignores them).
             self._executor.own_calls = calls = bus.subscribe(_TOOL_CALL, self._external.on_call)

@@ -19,7 +19,7 @@ from typing import Any
 
 from openstarry.agent.results import RunResult, Waiters
 from openstarry.bus import EventBus
-from openstarry.core import Event
+from openstarry.core import Event, EventRef
 from openstarry.errors import QueueClosed
 from openstarry.events import OUTPUT_AGENT_MESSAGE, EventType
 
@@ -70,7 +70,7 @@ class Outbox:
         if result is not None:
             result.replies.append(text)
 
-    def error(self, parent: Event, code: str, message: str) -> None:
+    def error(self, parent: Event | EventRef, code: str, message: str) -> None:
         """A ``KERNEL:ERROR`` from a handler (an input refused before any run)."""
         payload = {"code": code, "message": message, "source": self.source}
         result = self.waiters.result(parent.id)
@@ -78,7 +78,7 @@ class Outbox:
             result.error = payload
         self.publish_or_drop(parent.child(_ERROR, payload, source=self.source))
 
-    async def fail(self, parent: Event, code: str, message: str, result: RunResult | None) -> None:
+    async def fail(self, parent: Event | EventRef, code: str, message: str, result: RunResult | None) -> None:
         """A ``KERNEL:ERROR`` that ends (part of) a run: recorded on its result, never dropped."""
         payload = {"code": code, "message": message, "source": self.source}
         if result is not None:

@@ -58,7 +58,7 @@ from openstarry.agent.retrieval import LexicalRetriever, ToolRetriever
 from openstarry.agent.sessions import SessionRuntime
 from openstarry.agent.waits import ClientTool
 from openstarry.bus import Emit, EventBus, describe_exception
-from openstarry.core import Event, ProviderResponse, ToolCall, decode_response
+from openstarry.core import Event, EventRef, ProviderResponse, ToolCall, decode_response
 from openstarry.errors import (
     AgentPainException,
     DecodeError,
@@ -166,7 +166,7 @@ class Turn:
         self.loop = loop
         self.rt = rt
         self.input = event
-        self.tick = event
+        self.tick: Event | EventRef = event
         self.state = _IDLE
         self.context = loop._context(rt.session, event.trace_id)
         self.result: RunResult | None = loop._waiters.result(event.id)
@@ -301,7 +301,7 @@ class Turn:
         finally:
             loop._waiters.finish(self.input.id)
 
-    async def fail(self, parent: Event, code: str, message: str) -> None:
+    async def fail(self, parent: Event | EventRef, code: str, message: str) -> None:
         await self.loop._outbox.fail(parent, code, message, self.result)
 
     def state_now(self, state: AgentState) -> bool:
@@ -443,6 +443,7 @@ class Turn:
         provider = loop.provider
         emit_child = self.emit_child
         emit_note = self.emit_note
+        emit_mark = executor.emit_mark
         apublish = loop.bus.apublish
         sink = self.emit_delta
         tool_rounds = 0
@@ -451,13 +452,15 @@ class Turn:
         context._tool_results = ()
         while True:
             round_no += 1
-            if emit_child is None:
+            tick: Event | EventRef
+            if emit_mark is None:
                 tick = event.child(_TICK_START, {"round": round_no}, source=source)
                 await apublish(tick)
             else:
                 try:
-                    tick = emit_child(event, _TICK_START, {"round": round_no}, source)
-                except QueueFull:  # no room: made again, and waits for room
+                    # Read by nobody, the tick is an EventRef: a parent, no more.
+                    tick = emit_mark(event, _TICK_START, {"round": round_no}, source)
+                except QueueFull:  # no room: made, and waits for room
                     tick = event.child(_TICK_START, {"round": round_no}, source=source)
                     await apublish(tick)
             self.tick = tick  # once published: later events may name it as parent
