@@ -771,7 +771,8 @@ async def test_emitter_mark_stands_an_event_ref_for_an_event_nobody_could_see() 
             # An EventRef is a parent as an Event is, for the Emitter and for child().
             call = emitter.mark(tick, "EXEC:TOOL_CALL", {"name": "f"}, "agent")
             assert isinstance(call, EventRef)
-            assert call.trace_id == parent.trace_id and call.session_id == "s-1"
+            assert call.trace_id == parent.trace_id
+            assert call.session_id == "s-1"
             bus.subscribe("EXEC:*", seen.append)
             result = emitter.child(call, "EXEC:TOOL_RESULT", {"ok": True}, "agent")
             made = call.child("EXEC:TOOL_RESULT", {"ok": False}, priority=4)
@@ -786,13 +787,16 @@ async def test_emitter_mark_stands_an_event_ref_for_an_event_nobody_could_see() 
             gate = Gate()
             await block_dispatcher(bus, gate)
             behind = emitter.mark(parent, "KERNEL:TICK_START", {"round": 2}, "agent")
-            assert type(behind) is Event and len(bus) == 1
+            assert type(behind) is Event
+            assert len(bus) == 1
             gate.release.set()
             await bus.wait_idle()
             with pytest.raises(TypeError, match="Event or EventRef"):
                 emitter.mark("not an event", "KERNEL:TICK_START", {}, "agent")  # type: ignore[arg-type]
     # (Dispatched by priority: the one at priority 4 last.)
-    assert [(e.type, e.payload, e.parent_id, e.trace_id, e.session_id, e.priority) for e in seen] == [
+    assert [
+        (e.type, e.payload, e.parent_id, e.trace_id, e.session_id, e.priority) for e in seen
+    ] == [
         ("EXEC:TOOL_RESULT", {"ok": True}, call.id, parent.trace_id, "s-1", 1),
         ("EXEC:TOOL_RESULT", {"n": 3}, call.id, parent.trace_id, "s-1", 1),
         ("EXEC:TOOL_CALL", {"name": "g"}, tick.id, parent.trace_id, "s-1", 1),

@@ -664,7 +664,8 @@ PARTS_CASES = [
 @pytest.mark.parametrize("response", PARTS_CASES, ids=range(len(PARTS_CASES)))
 def test_parts_reads_the_segments_as_a_turn_does(response: ProviderResponse) -> None:
     calls, text, thought, said, plain = response.parts()
-    assert type(calls) is tuple and type(thought) is tuple
+    assert type(calls) is tuple
+    assert type(thought) is tuple
     assert (calls, text, thought, said, plain) == _parts_in_python(response)
 
 

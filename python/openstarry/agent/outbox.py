@@ -78,7 +78,9 @@ class Outbox:
             result.error = payload
         self.publish_or_drop(parent.child(_ERROR, payload, source=self.source))
 
-    async def fail(self, parent: Event | EventRef, code: str, message: str, result: RunResult | None) -> None:
+    async def fail(
+        self, parent: Event | EventRef, code: str, message: str, result: RunResult | None
+    ) -> None:
         """A ``KERNEL:ERROR`` that ends (part of) a run: recorded on its result, never dropped."""
         payload = {"code": code, "message": message, "source": self.source}
         if result is not None:
