@@ -235,6 +235,7 @@ class ToolExecutor:
         source = self.source
         own_calls = self.own_calls
         known = self.tools if tools is None else tools
+        approval_tools = self.approval_tools
         call_events: list[Event | EventRef] = []
         waiting = False
         for call in calls:
@@ -245,8 +246,13 @@ class ToolExecutor:
                 # A remote MCP server's tool: the Agent API shows an mcp_call.
                 payload["serverLabel"] = label
             if tool is not None and not waiting:
-                # (ClientTool is final: a type check spares the ABC's isinstance.)
-                waiting = type(tool) is ClientTool or self.needs_approval(tool)
+                # (ClientTool is final: a type check spares the ABC's isinstance;
+                # and needs_approval, inlined.)
+                waiting = (
+                    type(tool) is ClientTool
+                    or tool.name in approval_tools
+                    or getattr(tool, "requires_approval", False) is True
+                )
             if emit_mark is not None:
                 try:
                     call_events.append(emit_mark(parent, _TOOL_CALL, payload, source, own_calls))
@@ -457,7 +463,11 @@ class ToolExecutor:
             if wait is not None:
                 self.waits.close(wait)
             return ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
-        if wait is not None or self.needs_approval(tool):
+        if (
+            wait is not None
+            or tool.name in self.approval_tools
+            or getattr(tool, "requires_approval", False) is True
+        ):  # (needs_approval, inlined)
             refused = await self._approved(call, wait, observations)
             if refused is not None:
                 return refused

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import threading
+from types import MappingProxyType
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -87,6 +88,8 @@ _VALUE = {state: state.value for state in AgentState}
 _CHANGE = {
     (old, new): {"from": _VALUE[old], "to": _VALUE[new]} for old in AgentState for new in AgentState
 }
+#: A run's client tools when its request declares none.
+_NO_TOOLS: Mapping[str, Tool] = MappingProxyType({})
 
 
 def _coerce_response(response: Any) -> ProviderResponse:
@@ -149,13 +152,10 @@ class Turn:
     __slots__ = (
         "client_tools",
         "context",
-        "emit_child",
-        "emit_note",
         "input",
         "loop",
         "observations",
         "open_calls",
-        "publish",
         "result",
         "rt",
         "state",
@@ -170,32 +170,29 @@ class Turn:
         self.state = _IDLE
         self.context = loop._context(rt.session, event.trace_id)
         self.result: RunResult | None = loop._waiters.result(event.id)
-        #: ``bus.emit`` where it can stand for ``apublish`` (the local bus:
-        #: it only waits when the bus is full), else ``None``.
-        self.publish = loop._publish
-        #: ``Emitter.child`` of the local bus (makes a caused event and emits
-        #: it in one call), else ``None``.
-        self.emit_child = loop._executor.emit_child
-        #: ``Emitter.note`` of the local bus: a state change (its payload a
-        #: constant) emitted as ``emit_child`` would, made only if anyone
-        #: could see it; else ``None``.
-        self.emit_note = loop._executor.emit_note
         #: Tool calls in memory that have no outcome yet (closed if the run stops).
         self.open_calls: Sequence[ToolCall] = ()
         #: Observations of this round, added to memory after the round's outcomes.
         self.observations: list[Observation] = []
         #: The functions the input's client declared and runs itself, by name.
-        self.client_tools: dict[str, Tool] = {}
+        self.client_tools: Mapping[str, Tool] = _NO_TOOLS
         payload = event.payload
-        if isinstance(payload, dict):
-            declared = payload.get("tools")
-            for spec in declared if isinstance(declared, list) else ():
-                if isinstance(spec, dict) and isinstance(spec.get("name"), str):
-                    tool = ClientTool.from_spec(spec)
-                    self.client_tools[tool.name] = tool
-            generation = payload.get("generation")
-            if isinstance(generation, dict):
-                self.context.generation = generation
+        if isinstance(payload, dict) and ("tools" in payload or "generation" in payload):
+            self._read_request(payload)
+
+    def _read_request(self, payload: dict[str, Any]) -> None:
+        """What the input's request adds to a run: its client's tools, its generation parameters."""
+        declared = payload.get("tools")
+        client_tools: dict[str, Tool] = {}
+        for spec in declared if isinstance(declared, list) else ():
+            if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+                tool = ClientTool.from_spec(spec)
+                client_tools[tool.name] = tool
+        if client_tools:
+            self.client_tools = client_tools
+        generation = payload.get("generation")
+        if isinstance(generation, dict):
+            self.context.generation = generation
 
     def close_calls(self, code: str, message: str) -> None:
         """Give every open call of memory an outcome, so each call keeps its answer."""
@@ -313,7 +310,7 @@ class Turn:
         old = self.state
         if old is state:
             return True
-        emit_note = self.emit_note
+        emit_note = self.loop._executor.emit_note
         if emit_note is None:
             return False
         try:
@@ -335,7 +332,7 @@ class Turn:
             payload = {"from": _VALUE[self.state], "to": _VALUE[state], "reason": reason}
         loop = self.loop
         event = self.tick.child(_STATE_CHANGE, payload, source=loop.source)
-        publish = self.publish
+        publish = self.loop._publish
         if publish is None:
             await loop.bus.apublish(event)
         else:
@@ -441,8 +438,8 @@ class Turn:
         deadlines = loop._deadlines
         executor = loop._executor
         provider = loop.provider
-        emit_child = self.emit_child
-        emit_note = self.emit_note
+        emit_child = executor.emit_child
+        emit_note = executor.emit_note
         emit_mark = executor.emit_mark
         apublish = loop.bus.apublish
         sink = self.emit_delta
