@@ -104,34 +104,24 @@ def scope_factory() -> Callable[..., CancelScopeLike]:
 class TaskScope:
     """A cancel scope over the asyncio task that enters it (see the module's doc)."""
 
-    __slots__ = (
-        "_active",
-        "_at_enter",
-        "_delivered",
-        "_handle",
-        "_loop",
-        "_outer",
-        "_task",
-        "_waiter",
-        "cancel_called",
-        "cancelled_caught",
-    )
+    # Attributes in the instance's dict, with defaults on the class: making
+    # one sets a single attribute (a run makes one each time it is asked).
+    _task: asyncio.Task[Any] | None = None
+    _active = False
+    #: Cancellations delivered to the task, each taken back on leaving.
+    _delivered = 0
+    _handle: asyncio.Handle | None = None
+    #: What the task waits for inside a shield, until which nothing is delivered.
+    _waiter: asyncio.Future[Any] | None = None
+    #: The anyio scope the task was in on entering: shields inside it are the run's.
+    _outer: Any = None
+    #: The task's pending cancellations on entering (``Task.cancelling()``).
+    _at_enter = 0
+    cancel_called = False
+    cancelled_caught = False
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._task: asyncio.Task[Any] | None = None
-        self._active = False
-        #: Cancellations delivered to the task, each taken back on leaving.
-        self._delivered = 0
-        self._handle: asyncio.Handle | None = None
-        #: What the task waits for inside a shield, until which nothing is delivered.
-        self._waiter: asyncio.Future[Any] | None = None
-        #: The anyio scope the task was in on entering: shields inside it are the run's.
-        self._outer: Any = None
-        #: The task's pending cancellations on entering (``Task.cancelling()``).
-        self._at_enter = 0
-        self.cancel_called = False
-        self.cancelled_caught = False
 
     def __enter__(self) -> TaskScope:
         if self._task is not None:

@@ -225,7 +225,8 @@ class Turn:
             try:
                 rt.scope = scope
                 text = self.input.payload["text"]
-                if rt.session.locked or parse_line(text) is not None:
+                # (A line that starts with a letter or digit is no command.)
+                if rt.session.locked or (not text[:1].isalnum() and parse_line(text) is not None):
                     await self.serve()
                 else:
                     await self.think_act(text)
