@@ -702,6 +702,19 @@ pub fn new_uuid_in(buf: &mut [u8; 36]) -> &str {
     uuid::Uuid::new_v4().hyphenated().encode_lower(buf)
 }
 
+/// A fresh UUID v4 as its 128-bit value (what the dedup window keys it by).
+#[must_use]
+pub fn new_uuid_value() -> u128 {
+    #[cfg(unix)]
+    reseed_after_fork();
+    uuid::Uuid::new_v4().as_u128()
+}
+
+/// The canonical hyphenated lowercase text of the UUID of value `value`, written in `buf`.
+pub fn uuid_text(value: u128, buf: &mut [u8; 36]) -> &str {
+    uuid::Uuid::from_u128(value).hyphenated().encode_lower(buf)
+}
+
 /// Have a forked child reseed the generator ids come from, once ids are made.
 ///
 /// Ids come from the thread's `rand::rng()` (seeded from the OS), which a

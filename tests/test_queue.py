@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -37,9 +38,10 @@ from openstarry._core import (
     Emitter,
     Event,
     EventQueue,
+    EventRef,
     Published,
 )
-from openstarry.errors import OpenStarryError, QueueClosed, QueueFull
+from openstarry.errors import DecodeError, OpenStarryError, QueueClosed, QueueFull
 
 PRIORITIES = range(6)
 #: Generous bound for a thread that should finish promptly; never a timing assertion.
@@ -1224,6 +1226,48 @@ def test_emitter_take_admits_an_event_only_its_one_subscriber_handles_now() -> N
         emitter.take(event, "X:OTHER", handler)
     with pytest.raises(TypeError, match=r"publish takes an openstarry\.core\.Event"):
         emitter.take({}, event.type, handler)  # type: ignore[arg-type]
+
+
+def test_emitter_take_ref_takes_an_input_that_is_never_made() -> None:
+    queue, window, by_type, _, published = _emitter_parts()
+    handler, other = object(), object()
+    user = "INPUT:USER_MESSAGE"
+    by_type[user] = [(handler,), 0, print, "handled"]
+    emitter = Emitter(queue, window, by_type, lambda t: by_type[t], published.append)
+    assert emitter.take_ref(user, "s-1", "user", handler) is None  # the dispatcher is awake
+    emitter.asleep = True
+    assert emitter.take_ref(user, "s-1", "user", other) is None  # not its subscriber
+    taken = emitter.take_ref(user, "s-1", "user", handler)
+    assert isinstance(taken, EventRef)
+    assert (taken.type, taken.session_id, taken.source, taken.priority) == (user, "s-1", "user", 2)
+    assert uuid.UUID(taken.id).version == 4
+    assert uuid.UUID(taken.trace_id).version == 4
+    assert taken.trace_id != taken.id
+    assert by_type[user][1] == 1  # counted, and its id in the window
+    assert queue.unique_pushed == 1
+    assert not window.check_and_insert(taken.id)
+    # Its children are caused by it: its trace, its session, its id as their parent.
+    reply = taken.child("OUTPUT:AGENT_MESSAGE", {"text": "hi"}, source="agent")
+    assert (reply.trace_id, reply.session_id, reply.parent_id, reply.source, reply.priority) == (
+        taken.trace_id,
+        "s-1",
+        taken.id,
+        "agent",
+        2,
+    )
+    with pytest.raises(DecodeError):
+        emitter.take_ref(user, "", "user", handler)  # no session: no event could have it
+    by_type[user] = [(handler, other), 1, None, "handled"]
+    assert emitter.take_ref(user, "s-1", "user", handler) is None  # two subscribers
+    by_type[user] = [(handler,), 1, print, "handled"]
+    queue.push("waiting", 5)
+    assert emitter.take_ref(user, "s-1", "user", handler) is None  # something waits
+    assert published == []  # take_ref never publishes
+    assert by_type[user][1] == 1
+    queue.pop()
+    queue.close()
+    with pytest.raises(QueueClosed):
+        emitter.take_ref(user, "s-1", "user", handler)
 
 
 def test_emitter_child_makes_the_caused_event_and_emits_it() -> None:

@@ -28,7 +28,7 @@ class _CountingDict(OrderedDict[str, SessionRuntime]):
         return _View()
 
 
-async def _serve(rt: SessionRuntime, event: Any) -> None:  # pragma: no cover - never run
+async def _serve(rt: SessionRuntime, event: Any, text: str | None) -> None:  # pragma: no cover
     raise AssertionError("no input is served here")
 
 

@@ -331,6 +331,25 @@ class Emitter:
             ValueError: ``event_type`` is not the event's type.
             QueueClosed: the queue is closed.
         """
+    def take_ref(
+        self, event_type: str, session_id: str, source: str, subscription: object
+    ) -> EventRef | None:
+        """:meth:`take` of an event that is not made: a new event of type
+        ``event_type`` (a new trace, session ``session_id``, ``source``, the
+        default priority, no parent) for ``subscription`` to handle now, in the
+        caller's task, on the same terms as :meth:`take`. Its id is minted,
+        goes through the window and it is counted as dispatched; since its one
+        subscriber is the caller, who holds its payload, an ``EventRef`` stands
+        for it and is returned.
+
+        Returns ``None`` when it cannot be handled now (make the event and
+        publish it).
+
+        Raises:
+            DecodeError: a header an event cannot have (an empty ``source`` or
+                ``session_id``, a malformed type).
+            QueueClosed: the queue is closed.
+        """
     def child(
         self,
         parent: Event | EventRef,

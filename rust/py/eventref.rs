@@ -24,6 +24,25 @@ pub struct PyEventRef {
 }
 
 impl PyEventRef {
+    /// The event of these parts.
+    pub fn new(
+        id: Py<PyString>,
+        trace_id: Py<PyString>,
+        session_id: Py<PyString>,
+        source: Py<PyString>,
+        type_: Py<PyString>,
+        priority: u8,
+    ) -> Self {
+        PyEventRef {
+            id,
+            trace_id,
+            session_id,
+            source,
+            type_,
+            priority,
+        }
+    }
+
     /// The event of id `id` and type `type_`, caused by `parent`, from `source`.
     pub fn caused_by(
         parent: &Parent<'_, '_>,

@@ -11,9 +11,10 @@ use pyo3::PyTraverseError;
 use super::dedup::PyDedupWindow;
 use super::errors::{bus_closed, CoreError};
 use super::errors::{repr, strict_int, type_name};
-use super::event::{priority_arg, PyEvent};
+use super::event::{priority_arg, PyEvent, DEFAULT_PRIORITY};
 use super::eventref::{Parent, PyEventRef};
 use super::record::Item;
+use crate::dedup::IdKey;
 use crate::queue::{Overflow, PriorityQueue, PushError};
 
 /// The longest a blocking pop waits with the GIL released before it checks for signals.
@@ -194,6 +195,28 @@ impl PyEventQueue {
             if !dedup
                 .get()
                 .with_inner(|window| window.check_and_insert(id, now))
+            {
+                return Ok(false);
+            }
+        }
+        self.unique.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// [`Self::admit_id`] for an id the caller minted as a UUID's value.
+    fn admit_uuid(
+        &self,
+        value: u128,
+        dedup: Option<&Bound<'_, PyDedupWindow>>,
+        now: i64,
+    ) -> Result<bool, CoreError> {
+        if self.inner.is_closed() {
+            return Err(CoreError::QueueClosed);
+        }
+        if let Some(dedup) = dedup {
+            if !dedup
+                .get()
+                .with_inner(|window| window.check_and_insert_key(IdKey::Uuid(value), now))
             {
                 return Ok(false);
             }
@@ -713,6 +736,73 @@ impl PyEmitter {
         Ok(Some(true))
     }
 
+    /// :meth:`take` of an event that is not made: a new event of type
+    /// ``event_type`` (a new trace, session ``session_id``, ``source``, the
+    /// default priority, no parent) for ``subscription`` to handle now, in the
+    /// caller's task, on the same terms as :meth:`take`. Its id is minted,
+    /// goes through the window and it is counted as dispatched; since its one
+    /// subscriber is the caller, who holds its payload, an ``EventRef`` stands
+    /// for it and is returned.
+    ///
+    /// Returns ``None`` when it cannot be handled now (make the event and
+    /// publish it).
+    ///
+    /// Raises:
+    ///     DecodeError: a header an event cannot have (an empty ``source`` or
+    ///         ``session_id``, a malformed type).
+    ///     QueueClosed: the queue is closed.
+    fn take_ref(
+        &self,
+        event_type: &Bound<'_, PyString>,
+        session_id: &Bound<'_, PyString>,
+        source: &Bound<'_, PyString>,
+        subscription: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Py<PyEventRef>>> {
+        let py = event_type.py();
+        if !self.asleep.load(Ordering::Relaxed) || !self.queue.get().inner.is_empty() {
+            return Ok(None);
+        }
+        let entry = match self.by_type.bind(py).get_item(event_type)? {
+            Some(entry) => entry,
+            None => self.route_of.bind(py).call1((event_type,))?,
+        };
+        let entry = entry.cast_into::<PyList>()?;
+        let route = entry.get_item(0)?;
+        let route = route.cast::<PyTuple>()?;
+        if route.len() != 1 || !route.get_item(0)?.is(subscription) || entry.get_item(2)?.is_none()
+        {
+            return Ok(None);
+        }
+        let value = crate::envelope::new_uuid_value();
+        let (mut id_buf, mut trace_buf) = ([0; 36], [0; 36]);
+        let id = crate::envelope::uuid_text(value, &mut id_buf);
+        let trace_id = crate::envelope::new_uuid_in(&mut trace_buf);
+        let header = crate::envelope::Header {
+            id,
+            timestamp: 0,
+            trace_id,
+            source: source.to_str()?,
+            session_id: session_id.to_str()?,
+            priority: DEFAULT_PRIORITY,
+            type_: event_type.to_str()?,
+            parent_id: None,
+        };
+        header.validate().map_err(CoreError::Decode)?;
+        // (A duplicate of an id just minted: the caller makes the event instead.)
+        if !self.admit_unmade(py, &entry, value)? {
+            return Ok(None);
+        }
+        let made = PyEventRef::new(
+            PyString::new(py, id).unbind(),
+            PyString::new(py, trace_id).unbind(),
+            session_id.clone().unbind(),
+            source.clone().unbind(),
+            event_type.clone().unbind(),
+            DEFAULT_PRIORITY,
+        );
+        Ok(Some(Py::new(py, made)?))
+    }
+
     /// Make ``parent.child(event_type, payload, source=source)`` and :meth:`emit` it
     /// (with ``skip``); returns it. ``parent`` is an ``Event`` or an ``EventRef``.
     ///
@@ -770,9 +860,8 @@ impl PyEmitter {
         let py = parent.py();
         let parent = Parent::of(parent)?;
         if let Some(entry) = self.unrouted_entry(py, event_type, None)? {
-            let mut id_buf = [0; 36];
-            let id = crate::envelope::new_uuid_in(&mut id_buf);
-            return self.admit_unmade(py, &entry, id);
+            // Nobody reads its id: minted as a value, never written out.
+            return self.admit_unmade(py, &entry, crate::envelope::new_uuid_value());
         }
         let event = parent.make_child(event_type.to_str()?, Some(payload), Some(source))?;
         let made = event.bind(py);
@@ -809,9 +898,10 @@ impl PyEmitter {
         let py = parent.py();
         let parent = Parent::of(parent)?;
         if let Some(entry) = self.unrouted_entry(py, event_type, skip)? {
+            let value = crate::envelope::new_uuid_value();
+            self.admit_unmade(py, &entry, value)?;
             let mut id_buf = [0; 36];
-            let id = crate::envelope::new_uuid_in(&mut id_buf);
-            self.admit_unmade(py, &entry, id)?;
+            let id = crate::envelope::uuid_text(value, &mut id_buf);
             let made = PyEventRef::caused_by(&parent, id, event_type, source);
             return Ok(Py::new(py, made)?.into_any());
         }
@@ -880,13 +970,13 @@ impl PyEmitter {
         Ok(unrouted.then_some(entry))
     }
 
-    /// Dispatch the event of id `id` that was not made (its route `entry`
-    /// has no subscriber): through the dedup window and counted. ``False``
-    /// for a duplicate id.
-    fn admit_unmade(&self, py: Python<'_>, entry: &Bound<'_, PyList>, id: &str) -> PyResult<bool> {
+    /// Dispatch the event that was not made (its route `entry` has no
+    /// subscriber), of the UUID of value `id`: through the dedup window and
+    /// counted. ``False`` for a duplicate id.
+    fn admit_unmade(&self, py: Python<'_>, entry: &Bound<'_, PyList>, id: u128) -> PyResult<bool> {
         let dedup = self.dedup.as_ref().map(|d| d.bind(py));
         let now = crate::envelope::now_ms();
-        match self.queue.get().admit_id(id.as_bytes(), dedup, Some(now)) {
+        match self.queue.get().admit_uuid(id, dedup, now) {
             Ok(true) => {}
             Ok(false) => {
                 self.duplicates.fetch_add(1, Ordering::Relaxed);

@@ -64,7 +64,7 @@ from openstarry.agent.sessions import Sessions
 from openstarry.agent.store import SessionStore
 from openstarry.agent.taskscope import CancelScopeLike, scope_factory
 from openstarry.bus import Emit, EventBus, Signal, Subscription
-from openstarry.core import Event
+from openstarry.core import Event, EventRef
 from openstarry.errors import QueueClosed, QueueFull
 from openstarry.events import (
     OUTPUT_AGENT_MESSAGE_DELTA,
@@ -190,7 +190,7 @@ class ExecutionLoop(Lifecycle):
         #: While it runs: its inputs' subscription, its task group's start_soon.
         self._inputs: Subscription | None = None
         self._start_soon: Callable[..., Any] | None = None
-        self._take: Callable[[Event, str, Subscription], bool | None] | None = None
+        self._take_ref: Callable[[str, str, str, Subscription], EventRef | None] | None = None
         # Where the loop runs, for text deltas sent from a provider's worker thread.
         self._loop_thread = 0
         self._token: Any = None
@@ -249,7 +249,7 @@ class ExecutionLoop(Lifecycle):
             self._executor.emit_child = None if emitter is None else emitter.child
             self._executor.emit_note = None if emitter is None else emitter.note
             self._executor.emit_mark = None if emitter is None else emitter.mark
-            self._take = None if emitter is None else emitter.take
+            self._take_ref = None if emitter is None else emitter.take_ref
             # The loop's own calls are no business of that handler (it ignores them).
             self._executor.own_calls = calls = bus.subscribe(_TOOL_CALL, self._external.on_call)
             self._inputs = inputs = bus.subscribe(_USER_MESSAGE, self._on_user_message)
@@ -342,15 +342,19 @@ class ExecutionLoop(Lifecycle):
             rt = sessions.get(sid)
             if rt.free:
                 rt.ephemeral = rt.ephemeral or stateless
-                event = user_message(text, sid, source, None)
-                if self._take is not None and self._take(event, _USER_MESSAGE, inputs):
-                    result = RunResult(event.trace_id)
+                # Handled by this loop alone, the input is not made: an
+                # EventRef stands for it, and its text is handed over.
+                take_ref = self._take_ref
+                taken = None if take_ref is None else take_ref(_USER_MESSAGE, sid, source, inputs)
+                if taken is not None:
+                    result = RunResult(taken.trace_id)
                     waiters = self._waiters
-                    waiters.add(event.id, result, None)
+                    input_id = taken.id
+                    waiters.add(input_id, result, None)
                     try:
-                        await sessions.serve_here(rt, sessions.claim(rt), event)
+                        await sessions.serve_here(rt, sessions.claim(rt), taken, text)
                     finally:
-                        waiters.forget(event.id)
+                        waiters.forget(input_id)
                     return result
                 if stateless:
                     sessions.discard_ephemeral(sid)

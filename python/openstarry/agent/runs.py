@@ -21,7 +21,7 @@ from openstarry.agent.sessions import SessionRuntime
 from openstarry.agent.store import SessionStore, memory_from_data, memory_to_data
 from openstarry.agent.taskscope import CancelScopeLike
 from openstarry.agent.turn import Turn, TurnHost
-from openstarry.core import Event
+from openstarry.core import Event, EventRef
 
 __all__ = ["RunHost", "serve_input"]
 
@@ -34,17 +34,30 @@ class RunHost(TurnHost, Protocol):
     _open: bool
 
 
-def serve_input(loop: RunHost, rt: SessionRuntime, event: Event) -> Awaitable[None]:
-    """Serve one input of a session to its end (the session's worker, or its asker, awaits it)."""
+def serve_input(
+    loop: RunHost, rt: SessionRuntime, event: Event | EventRef, text: str | None = None
+) -> Awaitable[None]:
+    """Serve one input of a session to its end (the session's worker, or its asker, awaits it).
+
+    ``text`` is the input's, when ``event`` is an ``EventRef`` (an input its
+    asker handed over without making it: ``Emitter.take_ref``).
+    """
     if loop.bus.backend is None:
         store = None if rt.ephemeral else loop.store
         if store is None:
-            return Turn(loop, rt, event).run()
-        return _run_stored(loop, store, rt, event)
+            return Turn(loop, rt, event, text).run()
+        return _run_stored(loop, store, rt, event, text)
+    assert isinstance(event, Event), "an input of a remote bus is an Event"
     return _run_remote(loop, rt, event)
 
 
-async def _run_stored(loop: RunHost, store: SessionStore, rt: SessionRuntime, event: Event) -> None:
+async def _run_stored(
+    loop: RunHost,
+    store: SessionStore,
+    rt: SessionRuntime,
+    event: Event | EventRef,
+    text: str | None = None,
+) -> None:
     """A run between loading its session from the store and saving it back."""
     memory = rt.session.memory
     data = await store.load(rt.session.id)
@@ -53,7 +66,7 @@ async def _run_stored(loop: RunHost, store: SessionStore, rt: SessionRuntime, ev
         memory.extend(memory_from_data(data))
     epoch = rt.epoch
     try:
-        await Turn(loop, rt, event).run()
+        await Turn(loop, rt, event, text).run()
     finally:
         if rt.epoch == epoch:  # a /reset meanwhile deleted it
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):

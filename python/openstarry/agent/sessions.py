@@ -48,7 +48,7 @@ from openstarry.agent.memory import Memory, Session
 from openstarry.agent.results import Waiters
 from openstarry.agent.taskscope import CancelScopeLike, run_scope_factory, scope_factory
 from openstarry.bus import Signal
-from openstarry.core import Event
+from openstarry.core import Event, EventRef
 
 __all__ = ["CancelScopeLike", "SessionRuntime", "Sessions", "scope_factory"]
 
@@ -158,7 +158,7 @@ class Sessions:
 
     def __init__(
         self,
-        serve: Callable[[SessionRuntime, Event], Awaitable[None]],
+        serve: Callable[[SessionRuntime, Event | EventRef, str | None], Awaitable[None]],
         waiters: Waiters,
         *,
         memory_window: int | None,
@@ -313,8 +313,13 @@ class Sessions:
         self._workers += 1
         return parked
 
-    async def serve_here(self, rt: SessionRuntime, parked: bool, event: Event) -> None:
+    async def serve_here(
+        self, rt: SessionRuntime, parked: bool, event: Event | EventRef, text: str | None = None
+    ) -> None:
         """Serve ``event``, the input of a session the caller :meth:`claim`-ed, in the calling task.
+
+        ``text`` is the input's text when ``event`` is an ``EventRef`` (an
+        input taken without being made, ``Emitter.take_ref``).
 
         The run is served as a worker serves it, in a cancel scope of its own
         that a ``/stop`` or the provider deadline cancels. A cancellation of
@@ -330,7 +335,7 @@ class Sessions:
             try:
                 with self._here_scope() as scope:
                     rt.live_scope = scope
-                    await self._serve(rt, event)
+                    await self._serve(rt, event, text)
             finally:
                 rt.live_scope = worker_scope
                 rt.serving = None
@@ -450,7 +455,7 @@ class Sessions:
                 event = rt.pending.popleft()
                 rt.serving = event.id
                 try:
-                    await self._serve(rt, event)
+                    await self._serve(rt, event, None)
                 finally:
                     rt.serving = None
             if rt.ephemeral:

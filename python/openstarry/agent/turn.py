@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import json
 import threading
-from types import MappingProxyType
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import anyio
@@ -159,10 +159,13 @@ class Turn:
         "result",
         "rt",
         "state",
+        "text",
         "tick",
     )
 
-    def __init__(self, loop: TurnHost, rt: SessionRuntime, event: Event) -> None:
+    def __init__(
+        self, loop: TurnHost, rt: SessionRuntime, event: Event | EventRef, text: str | None = None
+    ) -> None:
         self.loop = loop
         self.rt = rt
         self.input = event
@@ -176,9 +179,15 @@ class Turn:
         self.observations: list[Observation] = []
         #: The functions the input's client declared and runs itself, by name.
         self.client_tools: Mapping[str, Tool] = _NO_TOOLS
-        payload = event.payload
-        if isinstance(payload, dict) and ("tools" in payload or "generation" in payload):
-            self._read_request(payload)
+        if text is None:
+            # An Event (the loop checked its payload: a dict with a str text).
+            assert isinstance(event, Event), "an EventRef input comes with its text"
+            payload = event.payload
+            text = payload["text"]
+            if "tools" in payload or "generation" in payload:
+                self._read_request(payload)
+        #: The input's text.
+        self.text: str = text
 
     def _read_request(self, payload: dict[str, Any]) -> None:
         """What the input's request adds to a run: its client's tools, its generation parameters."""
@@ -224,7 +233,7 @@ class Turn:
         try:
             try:
                 rt.scope = scope
-                text = self.input.payload["text"]
+                text = self.text
                 # (A line that starts with a letter or digit is no command.)
                 if rt.session.locked or (not text[:1].isalnum() and parse_line(text) is not None):
                     await self.serve()
@@ -348,7 +357,7 @@ class Turn:
 
     async def serve(self) -> None:
         event = self.input
-        text: str = event.payload["text"]
+        text = self.text
         command = parse_line(text)
         session = self.rt.session
         if session.locked:
