@@ -229,8 +229,6 @@ class ToolExecutor:
             The outcomes in the order of the calls.
         """
         apublish = self.bus.apublish
-        publish = self._publish
-        emit_child = self.emit_child
         emit_mark = self.emit_mark
         source = self.source
         own_calls = self.own_calls
@@ -267,76 +265,108 @@ class ToolExecutor:
             if waiting
             else _NO_WAITS
         )
-        outcomes: list[ToolOutcome | None] = [None] * len(calls)
         if len(calls) == 1:
-            parse_error = parse_errors.get(0) if parse_errors else None
+            call_event = call_events[0]
             # A tool's calls are made from its call's span (tracecontext).
-            working = current_event.set((call_events[0].trace_id, call_events[0].id))
+            working = current_event.set((call_event.trace_id, call_event.id))
             try:
-                outcomes[0] = await self.run(
-                    calls[0], parse_error, context, observations, tools=known, wait=waits.get(0)
+                outcome = await self.run(
+                    calls[0],
+                    parse_errors.get(0) if parse_errors else None,
+                    context,
+                    observations,
+                    tools=known,
+                    wait=waits.get(0) if waiting else None,
                 )
             finally:
                 current_event.reset(working)
-        else:
-            limiter = anyio.CapacityLimiter(self.limits.max_concurrent_tools)
+            if self.result_now(call_event, outcome):
+                return [outcome]
+            return [await self.publish_result(call_event, outcome)]
+        outcomes: list[ToolOutcome | None] = [None] * len(calls)
+        limiter = anyio.CapacityLimiter(self.limits.max_concurrent_tools)
 
-            async def one(i: int) -> None:
-                # Each in a task of its own: its context variables are its own.
-                current_event.set((call_events[i].trace_id, call_events[i].id))
-                wait = waits.get(i)
-                if wait is not None and wait.kind == CLIENT_CALL:
-                    # Waiting for the client takes no slot from the agent's tools.
-                    outcomes[i] = await self.run(
-                        calls[i], None, context, observations, tools=known, wait=wait
-                    )
-                    return
-                async with limiter:
-                    outcomes[i] = await self.run(
-                        calls[i], None, context, observations, tools=known, wait=wait
-                    )
+        async def one(i: int) -> None:
+            # Each in a task of its own: its context variables are its own.
+            current_event.set((call_events[i].trace_id, call_events[i].id))
+            wait = waits.get(i)
+            if wait is not None and wait.kind == CLIENT_CALL:
+                # Waiting for the client takes no slot from the agent's tools.
+                outcomes[i] = await self.run(
+                    calls[i], None, context, observations, tools=known, wait=wait
+                )
+                return
+            async with limiter:
+                outcomes[i] = await self.run(
+                    calls[i], None, context, observations, tools=known, wait=wait
+                )
 
-            async with anyio.create_task_group() as task_group:
-                for i in range(len(calls)):
-                    task_group.start_soon(one, i)
+        async with anyio.create_task_group() as task_group:
+            for i in range(len(calls)):
+                task_group.start_soon(one, i)
         done: list[ToolOutcome] = []
-        emit_note = self.emit_note
-        for call_event, outcome in zip(call_events, outcomes, strict=True):
-            assert outcome is not None
-            if emit_note is not None and outcome.error is None:
-                result = outcome.result
-                kind = type(result)
-                if (
-                    kind is int
-                    or kind is bool
-                    or result is None
-                    or (kind is str and len(result) < _NOTED_TEXT and result.isascii())
-                ):
-                    # An event can carry it (its id and name went out with the
-                    # call): nothing to check by encoding it.
-                    try:
-                        emit_note(call_event, _TOOL_RESULT, result_payload(outcome), source)
-                        done.append(outcome)
-                        continue
-                    except QueueFull:
-                        pass  # no room: as below
-            if emit_child is not None:
-                try:
-                    emit_child(call_event, _TOOL_RESULT, result_payload(outcome), source)
-                    done.append(outcome)
-                    continue
-                except (TypeError, ValueError, QueueFull):
-                    pass  # a result JSON cannot carry, or no room: as below
-            result_event, outcome = self.result_event(call_event, outcome)
-            if publish is None:
-                await apublish(result_event)
+        for call_event, ended in zip(call_events, outcomes, strict=True):
+            assert ended is not None
+            if self.result_now(call_event, ended):
+                done.append(ended)
             else:
-                try:
-                    publish(result_event, _TOOL_RESULT)
-                except QueueFull:
-                    await apublish(result_event)
-            done.append(outcome)
+                done.append(await self.publish_result(call_event, ended))
         return done
+
+    def result_now(self, call_event: Event | EventRef, outcome: ToolOutcome) -> bool:
+        """Emit the call's ``EXEC:TOOL_RESULT`` on the local bus without waiting.
+
+        False when that cannot be done: a remote bus, a full one, or a result
+        JSON cannot carry (:meth:`publish_result` then does it).
+        """
+        if outcome.error is None:
+            emit_note = self.emit_note
+            result = outcome.result
+            kind = type(result)
+            if emit_note is not None and (
+                kind is int
+                or kind is bool
+                or result is None
+                or (kind is str and len(result) < _NOTED_TEXT and result.isascii())
+            ):
+                # An event can carry it (its id and name went out with the
+                # call): nothing to check by encoding it.
+                payload = {
+                    "toolCallId": outcome.tool_call_id,
+                    "name": outcome.name,
+                    "success": True,
+                    "result": result,
+                }
+                try:
+                    emit_note(call_event, _TOOL_RESULT, payload, self.source)
+                    return True
+                except QueueFull:
+                    pass  # no room: as below
+        if self.emit_child is not None:
+            try:
+                self.emit_child(call_event, _TOOL_RESULT, result_payload(outcome), self.source)
+                return True
+            except (TypeError, ValueError, QueueFull):
+                pass  # a result JSON cannot carry, or no room: publish_result
+        return False
+
+    async def publish_result(
+        self, call_event: Event | EventRef, outcome: ToolOutcome
+    ) -> ToolOutcome:
+        """Publish the call's ``EXEC:TOOL_RESULT``, waiting for room; returns its outcome.
+
+        A result JSON cannot carry becomes an ``INVALID_RESULT`` failure (:meth:`result_event`).
+        """
+        result_event, outcome = self.result_event(call_event, outcome)
+        publish = self._publish
+        if publish is None:
+            await self.bus.apublish(result_event)
+        else:
+            try:
+                publish(result_event, _TOOL_RESULT)
+            except QueueFull:
+                await self.bus.apublish(result_event)
+        return outcome
 
     async def _announce_waits(
         self,
@@ -471,32 +501,28 @@ class ToolExecutor:
             refused = await self._approved(call, wait, observations)
             if refused is not None:
                 return refused
-        timeout = self.limits.tool_timeout
-        result: Any = None
-        scope: CancelScopeLike | None = None
         try:
             if tool.completes_at_once:
                 # It cannot wait: nothing could cancel it or time it out.
-                result = await tool.run(args, context)
-            else:
-                # The tool timeout cancels the scope (the loop's watcher does,
-                # at the deadline), which then reports it: a TimeoutError the
-                # tool raises itself (a socket timeout) is the tool's failure,
-                # not the limit.
-                scope = self.new_scope()
-                watch = ToolCallWatch(scope)
-                deadlines = self.deadlines
-                deadlines.begin(watch, timeout)
-                try:
-                    with scope:
-                        if tool.is_async:
-                            result = await tool.run(args, context)
-                        else:
-                            result = await anyio.to_thread.run_sync(
-                                tool.run, args, context, abandon_on_cancel=True
-                            )
-                finally:
-                    deadlines.end(watch)
+                return ToolOutcome(call.id, call.name, True, await tool.run(args, context))
+            # The tool timeout cancels the scope (the loop's watcher does, at
+            # the deadline), which then reports it: a TimeoutError the tool
+            # raises itself (a socket timeout) is the tool's failure, not the limit.
+            timeout = self.limits.tool_timeout
+            scope = self.new_scope()
+            watch = ToolCallWatch(scope)
+            deadlines = self.deadlines
+            deadlines.begin(watch, timeout)
+            try:
+                with scope:
+                    if tool.is_async:
+                        result = await tool.run(args, context)
+                    else:
+                        result = await anyio.to_thread.run_sync(
+                            tool.run, args, context, abandon_on_cancel=True
+                        )
+            finally:
+                deadlines.end(watch)
         except Exception as exc:
             return ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
         except anyio.get_cancelled_exc_class() as exc:
@@ -505,7 +531,7 @@ class ToolExecutor:
             # asyncio: a CancelledError nobody asked for (the tool awaited a
             # future someone else cancelled) is the tool's failure.
             return ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
-        if scope is not None and scope.cancelled_caught:
+        if scope.cancelled_caught:
             message = f"{call.name} did not finish within {timeout:g} s and was cancelled"
             return ToolOutcome(
                 call.id, call.name, False, error=ToolFailure("TIMEOUT", message, "core")
