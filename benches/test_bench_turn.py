@@ -8,11 +8,13 @@ tool call, per turn.
 
 - openstarry: ``Agent.ask`` with a :class:`~openstarry.testing.FunctionProvider`
   (``record=0``) and an ``@tool``, ``memory_window=1``. Each turn also keeps the
-  session's memory of one turn and publishes the run's 10 events on the bus
-  (input, ticks, state changes, tool call and result, reply), each made in
-  Rust with its trace and parent ids, its id checked and recorded by the
-  dedup window and counted; nothing else subscribes, so none is queued for
-  the dispatcher (``Emitter.child``, ``Emitter.take``). The session is free,
+  session's memory of one turn and emits the run's 10 events on the bus
+  (input, ticks, state changes, tool call and result, reply), each with its
+  id minted in Rust, checked and recorded by the dedup window, and counted;
+  nothing else subscribes, so none is queued for the dispatcher, and none is
+  made into an ``Event`` (nothing could read it: ``Emitter.take_ref``,
+  ``Emitter.mark``, ``Emitter.note``; a subscriber gets each made, with its
+  trace and parent ids, as the bus tests show). The session is free,
   so ``ask`` serves the run in the asking task, in a cancel scope that a
   ``/stop`` or the provider deadline would cancel (``TaskScope`` on asyncio,
   trio's on trio), its memory and state exactly as a worker's run leaves them.

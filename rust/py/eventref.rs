@@ -71,24 +71,6 @@ impl PyEventRef {
             priority,
         }
     }
-
-    fn make_child(
-        &self,
-        py: Python<'_>,
-        r#type: &str,
-        payload: Option<&Bound<'_, PyAny>>,
-        source: Option<&str>,
-        priority: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Py<PyEvent>> {
-        let cause = Cause {
-            id: self.id.bind(py).to_str()?,
-            trace_id: self.trace_id.bind(py).to_str()?,
-            session_id: self.session_id.bind(py).to_str()?,
-            source: self.source.bind(py).to_str()?,
-            priority: self.priority,
-        };
-        cause.make_child(py, r#type, payload, source, priority)
-    }
 }
 
 #[pymethods]
@@ -105,7 +87,14 @@ impl PyEventRef {
         source: Option<&str>,
         priority: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyEvent>> {
-        self.make_child(py, r#type, payload, source, priority)
+        let cause = Cause {
+            id: self.id.bind(py).to_str()?,
+            trace_id: self.trace_id.bind(py).to_str()?,
+            session_id: self.session_id.bind(py).to_str()?,
+            source: self.source.bind(py).to_str()?,
+            priority: self.priority,
+        };
+        cause.make_child(py, r#type, payload, source, priority)
     }
 
     #[getter]
@@ -183,9 +172,7 @@ impl<'a, 'py> Parent<'a, 'py> {
                     .get()
                     .make_child(event.py(), r#type, payload, source, None)
             }
-            Parent::Ref(cause) => cause
-                .get()
-                .make_child(cause.py(), r#type, payload, source, None),
+            Parent::Ref(cause) => cause.get().child(cause.py(), r#type, payload, source, None),
         }
     }
 }

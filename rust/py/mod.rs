@@ -4,6 +4,7 @@ use pyo3::prelude::*;
 
 pub mod codec;
 pub mod dedup;
+pub mod emitter;
 pub mod errors;
 pub mod event;
 pub mod eventref;
@@ -57,6 +58,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     eventref::register(m)?;
     codec::register(m)?;
     queue::register(m)?;
+    emitter::register(m)?;
     dedup::register(m)?;
     ingest::register(m)?;
     latency::register(m)?;
