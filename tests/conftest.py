@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from fake_llm_server import FakeLLMServer
+from openstarry.redis_server import RedisServer
+from redis_support import running_redis
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -69,3 +71,10 @@ def _collect_cluster_leftovers(request: pytest.FixtureRequest) -> Iterator[None]
     yield
     if _on_a_cluster(request.node):
         gc.collect()
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A throwaway ``redis-server`` without an append-only file (a module may define its own)."""
+    with running_redis(tmp_path, aof=False) as server:
+        yield server

@@ -24,16 +24,14 @@ import pytest
 from openstarry.agent import Agent
 from openstarry.bus import EventBus
 from openstarry.core import Event, decode_event, encode_event
-from openstarry.redis_server import RedisServer, redis_server_path
+from openstarry.redis_server import RedisServer
 from openstarry.stores import RedisStore, SQLiteStore, open_store
 from openstarry.testing import ScriptedProvider
+from redis_support import NEEDS_REDIS_SERVER, running_redis
 
 pytestmark = [
     pytest.mark.anyio,
-    pytest.mark.skipif(
-        redis_server_path() is None and not os.environ.get("CI"),
-        reason="redis-server is missing: `make test` installs it",
-    ),
+    NEEDS_REDIS_SERVER,
 ]
 
 #: Short enough that a dead worker's partitions move within a test.
@@ -48,12 +46,8 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path)
-    server.start()
-    try:
+    with running_redis(tmp_path) as server:  # with its append-only file, unlike conftest's
         yield server
-    finally:
-        server.stop()
 
 
 def _input(text: str, session: str = "s1", priority: int | None = None) -> Event:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import signal
 import subprocess
 import time
@@ -23,7 +22,8 @@ import pytest
 
 from openstarry.bus import EventBus
 from openstarry.core import Event, decode_event
-from openstarry.redis_server import RedisClusterServer, redis_server_path
+from openstarry.redis_server import RedisClusterServer
+from redis_support import NEEDS_REDIS_SERVER
 
 pytest.importorskip("redis")
 from openstarry.bus.redis import RedisStreams
@@ -31,10 +31,7 @@ from openstarry.bus.redis.keys import Layout, key_slot, partition_of
 
 pytestmark = [
     pytest.mark.anyio,
-    pytest.mark.skipif(
-        redis_server_path() is None and not os.environ.get("CI"),
-        reason="redis-server is missing: `make test` installs it",
-    ),
+    NEEDS_REDIS_SERVER,
 ]
 
 PARTITIONS = 24

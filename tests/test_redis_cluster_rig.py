@@ -8,7 +8,6 @@ master's replica takes over about 2.2 s after its death with the default
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,17 +19,14 @@ from openstarry.redis_server import (
     RedisClusterServer,
     key_slot,
     parse_cluster_nodes,
-    redis_server_path,
 )
+from redis_support import NEEDS_REDIS_SERVER
 
 redis = pytest.importorskip("redis")
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster  # noqa: E402
 from redis.cluster import RedisCluster  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    redis_server_path() is None and not os.environ.get("CI"),
-    reason="redis-server is missing: `make test` installs it",
-)
+pytestmark = NEEDS_REDIS_SERVER
 
 KEY = "{openstarry:3}:stream"
 

@@ -10,7 +10,6 @@ master of the 24), and runs the real command line.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -22,17 +21,15 @@ from typing import Any
 import pytest
 
 from openstarry.core import Event, decode_event, encode_event
-from openstarry.redis_server import RedisClusterServer, RedisServer, redis_server_path
+from openstarry.redis_server import RedisClusterServer, RedisServer
+from redis_support import NEEDS_REDIS_SERVER
 
 redis = pytest.importorskip("redis")
 from redis.cluster import RedisCluster  # noqa: E402
 
 from openstarry.bus.redis.keys import Layout, partition_of  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    redis_server_path() is None and not os.environ.get("CI"),
-    reason="redis-server is missing: `make test` installs it",
-)
+pytestmark = NEEDS_REDIS_SERVER
 
 OPENSTARRY = [sys.executable, "-m", "openstarry.cli"]
 PARTITIONS = 24

@@ -10,7 +10,6 @@ lost lease from mere load.
 from __future__ import annotations
 
 import logging
-import os
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,31 +22,19 @@ from openstarry.bus import EventBus
 from openstarry.bus.redis import partition_of, stream_key
 from openstarry.bus.redis.leases import _Leases
 from openstarry.core import Event, encode_event
-from openstarry.redis_server import RedisClusterServer, RedisServer, redis_server_path
+from openstarry.redis_server import RedisClusterServer, RedisServer
 from openstarry.stores import RedisStore
+from redis_support import NEEDS_REDIS_SERVER
 
 pytestmark = [
     pytest.mark.anyio,
-    pytest.mark.skipif(
-        redis_server_path() is None and not os.environ.get("CI"),
-        reason="redis-server is missing: `make test` installs it",
-    ),
+    NEEDS_REDIS_SERVER,
 ]
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path, aof=False)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(params=["one node", "cluster"])

@@ -5,9 +5,6 @@ test_redis_overload.py, test_redis_cluster.py."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -15,7 +12,8 @@ import pytest
 
 from openstarry.bus import EventBus
 from openstarry.core import Event
-from openstarry.redis_server import RedisServer, redis_server_path
+from openstarry.redis_server import RedisServer
+from redis_support import NEEDS_REDIS_SERVER
 
 pytest.importorskip("redis")
 import redis.asyncio as aioredis
@@ -26,26 +24,13 @@ from openstarry.bus.redis.lua import FLUSH, FREE, RENEW
 
 pytestmark = [
     pytest.mark.anyio,
-    pytest.mark.skipif(
-        redis_server_path() is None and not os.environ.get("CI"),
-        reason="redis-server is missing: `make test` installs it",
-    ),
+    NEEDS_REDIS_SERVER,
 ]
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path, aof=False)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _input(i: int, session: str) -> Event:

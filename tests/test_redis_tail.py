@@ -8,7 +8,6 @@ bus would have left it: tens of thousands of handled events.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -20,7 +19,8 @@ from typing import Any
 import pytest
 
 from openstarry.core import Event, decode_event, encode_event
-from openstarry.redis_server import RedisServer, redis_server_path
+from openstarry.redis_server import RedisServer
+from redis_support import NEEDS_REDIS_SERVER
 
 redis = pytest.importorskip("redis")
 aioredis = pytest.importorskip("redis.asyncio")
@@ -34,10 +34,7 @@ from openstarry.bus.redis.reader import (  # noqa: E402
     read_new,
 )
 
-pytestmark = pytest.mark.skipif(
-    redis_server_path() is None and not os.environ.get("CI"),
-    reason="redis-server is missing: `make test` installs it",
-)
+pytestmark = NEEDS_REDIS_SERVER
 
 OPENSTARRY = [sys.executable, "-m", "openstarry.cli"]
 KEYS = [stream_key("openstarry", p, r) for p in range(8) for r in PRIORITIES]
