@@ -35,9 +35,11 @@ from openstarry.agent.interfaces import AgentContext
 from openstarry.agent.loop import ExecutionLoop, LoopLimits, RunResult
 from openstarry.agent.memory import UserTurn
 from openstarry.agent.store import InMemoryStore
+from openstarry.agent.taskscope import RunScope
+from openstarry.agent.tools import tool
 from openstarry.bus import EventBus
 from openstarry.core import Event, ProviderResponse
-from openstarry.testing import text, tool_call
+from openstarry.testing import FunctionProvider, ScriptedProvider, text, tool_call
 
 
 class Recorder:
@@ -400,3 +402,147 @@ async def test_an_ask_on_a_remote_bus_makes_no_local_session() -> None:
         sessions = sorted(loop.sessions)
     assert sessions == ["a", "b"]
     assert provider.calls == []
+
+
+# -- a provider that completes at once: the run's scope entered only if it waits
+
+
+class Scopes:
+    """Records the run scopes a loop's asks are served in."""
+
+    def __init__(self, loop: ExecutionLoop) -> None:
+        self.made: list[RunScope] = []
+        sessions = loop._sessions
+        new = sessions._here_scope
+
+        def record() -> RunScope:
+            scope = new()
+            self.made.append(scope)
+            return scope
+
+        sessions._here_scope = record
+
+
+@tool
+async def add_one(x: int) -> int:
+    """Add one to x (completes at once)."""
+    return x + 1
+
+
+def adding(prompt: str, context: AgentContext) -> ProviderResponse:
+    if not context.tool_results:
+        return tool_call("add_one", {"x": 1})
+    return text(f"got {context.tool_results[0].result}")
+
+
+@pytest.mark.anyio
+async def test_a_run_that_never_waits_is_served_without_entering_its_scope() -> None:
+    provider = FunctionProvider(adding)
+    assert provider.completes_at_once
+    with anyio.fail_after(HANG):
+        async with serving(provider, add_one) as h:
+            scopes = Scopes(h.loop)
+            result = await h.loop.ask("add", session_id="s")
+            await h.bus.wait_idle()
+    assert result.replies == ["got 2"]
+    [scope] = scopes.made
+    assert not scope.entered
+    # The run's events as ever (the test's subscribers see its state changes).
+    assert states(h.events) == [
+        ("IDLE", "THINKING"),
+        ("THINKING", "EXECUTING"),
+        ("EXECUTING", "THINKING"),
+        ("THINKING", "IDLE"),
+    ]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("how", ["stop", "cancelling the asker"])
+async def test_a_stop_reaches_an_at_once_providers_answer_waiting_in_a_scope_of_its_own(
+    how: str,
+) -> None:
+    """A function answer that returns an awaitable: the test provider waits first
+    at a plain checkpoint, so the run's scope is entered before the answer
+    enters a scope of its own (trio leaves scopes in order)."""
+    started = anyio.Event()
+    cancelled: list[bool] = []
+
+    async def answer() -> ProviderResponse:
+        started.set()
+        try:
+            with anyio.fail_after(HANG):
+                await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            cancelled.append(True)
+            raise
+        return text("never")
+
+    provider = FunctionProvider(lambda prompt, context: answer() if prompt == "hi" else "fine")
+    results: list[RunResult] = []
+    with anyio.fail_after(HANG):
+        async with serving(provider) as h, anyio.create_task_group() as tg:
+            scopes = Scopes(h.loop)
+            with anyio.CancelScope() as asker:
+
+                async def stop_once_started() -> None:
+                    await started.wait()
+                    if how == "stop":
+                        h.loop.command("stop", session_id="s")
+                    else:
+                        asker.cancel()
+
+                tg.start_soon(stop_once_started)
+                results.append(await h.loop.ask("hi", session_id="s"))
+            again = await h.loop.ask("again", session_id="s") if how == "stop" else None
+    assert cancelled == [True]
+    [scope, *_] = scopes.made
+    assert scope.entered
+    if how == "stop":
+        assert results[0].stopped
+        assert results[0].replies == []
+        assert again is not None
+        assert again.replies == ["fine"]
+    else:
+        assert asker.cancelled_caught
+        assert results == []
+    assert h.loop.runs_stopped == 1
+
+
+@pytest.mark.anyio
+async def test_a_stop_reaches_a_waiting_tool_under_an_at_once_provider() -> None:
+    """The run enters its scope before a tool call that can wait (the tool's
+    timeout is a scope of its own)."""
+    slow = Blocking()
+    provider = ScriptedProvider([tool_call("slow", {}), "done"], cycle=True)
+    with anyio.fail_after(HANG):
+        async with serving(provider, slow) as h, anyio.create_task_group() as tg:
+            scopes = Scopes(h.loop)
+
+            async def stop_once_started() -> None:
+                await slow.started.wait()
+                h.loop.command("stop", session_id="s")
+
+            tg.start_soon(stop_once_started)
+            result = await h.loop.ask("go", session_id="s")
+    assert result.stopped
+    assert slow.cancelled
+    [scope] = scopes.made
+    assert scope.entered
+    assert scope.cancelled_caught
+    [outcome] = outcomes(h.loop.session("s").memory)
+    assert outcome.error is not None
+    assert outcome.error.code == "CANCELLED"
+
+
+@pytest.mark.anyio
+async def test_the_provider_deadline_ends_an_at_once_providers_answer_that_waits() -> None:
+    async def hang() -> ProviderResponse:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    provider = FunctionProvider(lambda prompt, context: hang())
+    with anyio.fail_after(HANG):
+        async with serving(provider, limits=LoopLimits(provider_timeout=0.05)) as h:
+            result = await h.loop.ask("hello", session_id="s")
+    assert result.error is not None
+    assert result.error["code"] == "PROVIDER_TIMEOUT"

@@ -39,8 +39,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, NamedTuple, TypeAlias
 
+import anyio
+import anyio.lowlevel
+
 from openstarry.agent.interfaces import AgentContext
 from openstarry.agent.memory import MemoryEntry
+from openstarry.agent.tools import _cannot_wait
 from openstarry.core import ContentSegment, ProviderResponse, ToolCall, decode_response
 from openstarry.errors import OpenStarryError
 
@@ -167,6 +171,12 @@ class _RecordingProvider:
 
     name: str
 
+    #: ``generate`` never waits but for what a function answer returns to
+    #: await, and it waits first at a plain checkpoint (see :meth:`_wait_for`):
+    #: a run served in its asker's task enters its cancel scope only then
+    #: (:attr:`Provider.completes_at_once <openstarry.agent.interfaces.Provider>`).
+    completes_at_once = True
+
     def __init__(self, name: str, record: int | None) -> None:
         self.name = name
         self._keep = _check_record(record)
@@ -186,8 +196,18 @@ class _RecordingProvider:
         if callable(item) and not isinstance(item, BaseException):
             item = item(prompt, context)
             if inspect.isawaitable(item):
-                item = await item
+                item = await self._wait_for(item)
         return self._convert(item)
+
+    @staticmethod
+    async def _wait_for(answer: Awaitable[Any]) -> Any:
+        """Await a function's answer, after a plain checkpoint.
+
+        The answer may enter cancel scopes of its own before it waits: the
+        checkpoint lets the run enter its own first (``completes_at_once``).
+        """
+        await anyio.lowlevel.checkpoint()
+        return await answer
 
     def _convert(self, item: object) -> ProviderResponse:
         if type(item) is ProviderResponse:
@@ -319,6 +339,8 @@ class FunctionProvider(_RecordingProvider):
             raise TypeError(f"FunctionProvider needs a callable, not {fn!r}")
         super().__init__(name, record)
         self.fn = fn
+        #: An ``async def`` that never waits: its answer needs no checkpoint first.
+        self._never_waits = _cannot_wait(fn)
 
     async def generate(self, prompt: str, context: AgentContext) -> ProviderResponse:
         """What ``fn(prompt, context)`` returns, as a response."""
@@ -329,7 +351,7 @@ class FunctionProvider(_RecordingProvider):
         if type(answer) is ProviderResponse:
             return answer
         if inspect.isawaitable(answer):
-            answer = await answer
+            answer = await (answer if self._never_waits else self._wait_for(answer))
         return self._convert(answer)
 
     def __repr__(self) -> str:

@@ -313,6 +313,24 @@ class ToolExecutor:
                 done.append(await self.publish_result(call_event, ended))
         return done
 
+    def may_wait(self, calls: Sequence[ToolCall], tools: Mapping[str, Tool] | None = None) -> bool:
+        """Whether running ``calls`` may wait (and enter cancel scopes of its own first).
+
+        False only for one call whose tool completes at once and waits for no
+        approval (or that names no tool: its outcome is a failure at once).
+        Several calls run in a task group.
+        """
+        if len(calls) != 1:
+            return True
+        tool = (self.tools if tools is None else tools).get(calls[0].name)
+        if tool is None:
+            return False
+        return (
+            not tool.completes_at_once
+            or tool.name in self.approval_tools
+            or getattr(tool, "requires_approval", False) is True
+        )
+
     def result_now(self, call_event: Event | EventRef, outcome: ToolOutcome) -> bool:
         """Emit the call's ``EXEC:TOOL_RESULT`` on the local bus without waiting.
 

@@ -49,6 +49,17 @@ class Provider(Protocol):
     segment saying so or raises :class:`~openstarry.errors.AgentPainException`
     (spec 000 section 7); any other failure may raise
     :class:`~openstarry.errors.ProviderError`.
+
+    A provider may say ``completes_at_once = True`` (an attribute, read
+    where present): its ``generate`` returns without waiting, or, if it may
+    wait, waits first at a plain checkpoint (``await
+    anyio.lowlevel.checkpoint()``) before it enters any cancel scope or task
+    group of its own. A run that :meth:`ExecutionLoop.ask
+    <openstarry.agent.loop.ExecutionLoop.ask>` serves in its asker's task then
+    enters its cancel scope only if it waits (on trio, a ``trio.CancelScope``
+    is about a quarter of a turn that never waits). The test providers of
+    :mod:`openstarry.testing` say it; a provider that says it wrongly may
+    leave its wait uncancellable by ``/stop``, or break trio's order of scopes.
     """
 
     name: str

@@ -351,8 +351,13 @@ class ExecutionLoop(Lifecycle):
                     waiters = self._waiters
                     input_id = taken.id
                     waiters.add(input_id, result, None)
+                    # A provider that completes at once, and no store to read:
+                    # the run's cancel scope is entered only if the run waits.
+                    at_once = getattr(self.provider, "completes_at_once", False) is True and (
+                        self.store is None or rt.ephemeral
+                    )
                     try:
-                        await sessions.serve_here(rt, sessions.claim(rt), taken, text)
+                        await sessions.serve_here(rt, sessions.claim(rt), taken, text, at_once)
                     finally:
                         waiters.forget(input_id)
                     return result

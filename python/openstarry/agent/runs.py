@@ -12,8 +12,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Protocol
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 import anyio
 
@@ -36,7 +36,7 @@ class RunHost(TurnHost, Protocol):
 
 def serve_input(
     loop: RunHost, rt: SessionRuntime, event: Event | EventRef, text: str | None = None
-) -> Awaitable[None]:
+) -> Coroutine[Any, Any, None]:
     """Serve one input of a session to its end (the session's worker, or its asker, awaits it).
 
     ``text`` is the input's, when ``event`` is an ``EventRef`` (an input its
@@ -60,6 +60,11 @@ async def _run_stored(
 ) -> None:
     """A run between loading its session from the store and saving it back."""
     memory = rt.session.memory
+    enter_scope = rt.enter_scope
+    if enter_scope is not None:
+        # A store may enter scopes of its own and wait: the run's scope first.
+        enter_scope()
+        rt.enter_scope = None
     data = await store.load(rt.session.id)
     memory.clear()
     if data:

@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from functools import partial
 from typing import Any
 
 import anyio
@@ -46,7 +47,12 @@ import anyio.lowlevel
 
 from openstarry.agent.memory import Memory, Session
 from openstarry.agent.results import Waiters
-from openstarry.agent.taskscope import CancelScopeLike, run_scope_factory, scope_factory
+from openstarry.agent.taskscope import (
+    CancelScopeLike,
+    RunScope,
+    new_run_scope,
+    scope_factory,
+)
 from openstarry.bus import Signal
 from openstarry.core import Event, EventRef
 
@@ -68,6 +74,7 @@ class SessionRuntime:
     __slots__ = (
         "cancelled",
         "deadline",
+        "enter_scope",
         "ephemeral",
         "epoch",
         "failure_key",
@@ -105,6 +112,10 @@ class SessionRuntime:
         #: The worker's cancel scope, which its runs are served in: one scope
         #: for every run until one is cancelled, not one per run.
         self.live_scope: CancelScopeLike | None = None
+        #: While a run served in its asker's task has not entered its scope
+        #: (:class:`~openstarry.agent.taskscope.RunScope`): what enters it,
+        #: called before code that may enter scopes of its own and wait.
+        self.enter_scope: Callable[[], None] | None = None
         #: The run that the scope's cancellation stopped, for the worker to finish.
         self.stopped_turn: Any = None
         #: The deadline of the provider call in progress, while the loop's watcher watches it.
@@ -158,7 +169,7 @@ class Sessions:
 
     def __init__(
         self,
-        serve: Callable[[SessionRuntime, Event | EventRef, str | None], Awaitable[None]],
+        serve: Callable[[SessionRuntime, Event | EventRef, str | None], Coroutine[Any, Any, None]],
         waiters: Waiters,
         *,
         memory_window: int | None,
@@ -179,7 +190,7 @@ class Sessions:
         self._new_signal: Callable[[], Signal] = anyio.Event
         self._new_scope: Callable[[], CancelScopeLike] = anyio.CancelScope
         #: The scope of a run served in its asker's task (serve_here).
-        self._here_scope: Callable[[], CancelScopeLike] = anyio.CancelScope
+        self._here_scope: Callable[[], RunScope] = partial(RunScope, anyio.CancelScope)
         self._closing = False
         # Workers alive (tasks, and askers serving their input), and the
         # signal their count reaching 0 sets while closing.
@@ -198,7 +209,7 @@ class Sessions:
         self._task_group = task_group
         self._new_signal = new_signal
         self._new_scope = new_scope
-        self._here_scope = run_scope_factory()
+        self._here_scope = new_run_scope()
         self._closing = False
         self._workers_gone = new_signal()
 
@@ -314,7 +325,12 @@ class Sessions:
         return parked
 
     async def serve_here(
-        self, rt: SessionRuntime, parked: bool, event: Event | EventRef, text: str | None = None
+        self,
+        rt: SessionRuntime,
+        parked: bool,
+        event: Event | EventRef,
+        text: str | None = None,
+        at_once: bool = False,
     ) -> None:
         """Serve ``event``, the input of a session the caller :meth:`claim`-ed, in the calling task.
 
@@ -327,6 +343,11 @@ class Sessions:
         answered and it ends stopped, before the cancellation goes on. Then
         the session is handed back: to its parked worker, or to a new one when
         inputs came meanwhile.
+
+        ``at_once``: the provider completes at once (or waits first at a plain
+        checkpoint) and no store is read: the scope is entered only when the
+        run first waits (:class:`~openstarry.agent.taskscope.RunScope`), and
+        before any tool call that can wait (``rt.enter_scope``).
         """
         worker_scope = rt.live_scope
         rt.serving = event.id
@@ -335,8 +356,17 @@ class Sessions:
             try:
                 with self._here_scope() as scope:
                     rt.live_scope = scope
-                    await self._serve(rt, event, text)
+                    run = self._serve(rt, event, text)
+                    if at_once:
+                        rt.enter_scope = scope.enter
+                        rest = scope.serve(run)
+                        if rest is not None:
+                            await rest
+                    else:
+                        scope.enter()
+                        await run
             finally:
+                rt.enter_scope = None
                 rt.live_scope = worker_scope
                 rt.serving = None
                 rt.served_here = False

@@ -409,6 +409,8 @@ class Turn:
         """Run the round's calls; returns their outcomes and whether the session got locked."""
         executor = self.loop._executor
         tools = {**executor.tools, **self.client_tools} if self.client_tools else None
+        if self.rt.enter_scope is not None and executor.may_wait(calls, tools):
+            self.enter_scope()
         outcomes = await executor.execute(
             self.tick, calls, self.context, self.observations, parse_errors, tools
         )
@@ -416,6 +418,14 @@ class Turn:
         if locked:
             await self.report_locked()
         return outcomes, locked
+
+    def enter_scope(self) -> None:
+        """Enter the run's cancel scope, if it has not been (its asker serves it: RunScope)."""
+        rt = self.rt
+        enter_scope = rt.enter_scope
+        if enter_scope is not None:
+            enter_scope()
+            rt.enter_scope = None
 
     async def report_locked(self) -> None:
         """The session has just been locked by its failure streak: say so."""
@@ -438,9 +448,10 @@ class Turn:
         context = self.context
         tools = context.tools
         limit = loop.max_tools
-        context.tools = (
-            tools if limit is None or len(tools) <= limit else await self.select_tools(prompt)
-        )
+        if limit is not None and len(tools) > limit:
+            self.enter_scope()  # (tools are chosen in a worker thread)
+            tools = await self.select_tools(prompt)
+        context.tools = tools
         if self.client_tools:
             context.tools = {**context.tools, **self.client_tools}
         event = self.input
@@ -571,14 +582,10 @@ class Turn:
                     await self.set_state(_EXECUTING)
             # (What execute() does, without its coroutine.)
             observations = self.observations
-            outcomes = await executor.execute(
-                tick,
-                calls,
-                context,
-                observations,
-                None,
-                {**executor.tools, **self.client_tools} if self.client_tools else None,
-            )
+            run_tools = {**executor.tools, **self.client_tools} if self.client_tools else None
+            if rt.enter_scope is not None and executor.may_wait(calls, run_tools):
+                self.enter_scope()
+            outcomes = await executor.execute(tick, calls, context, observations, None, run_tools)
             locked = executor.count_failures(rt, outcomes, calls, observations)
             if locked:
                 await self.report_locked()
