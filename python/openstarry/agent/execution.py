@@ -313,6 +313,80 @@ class ToolExecutor:
                 done.append(await self.publish_result(call_event, ended))
         return done
 
+    @staticmethod
+    def _not_found(
+        call: ToolCall, tools: Mapping[str, Tool], observations: list[Observation]
+    ) -> ToolOutcome:
+        """The outcome of a call to a tool that does not exist (the provider hears of it)."""
+        available = ", ".join(tools) or "none"
+        message = f"Tool {call.name!r} does not exist. Available tools: {available}."
+        observations.append(Observation(message))
+        return ToolOutcome(
+            call.id, call.name, False, error=ToolFailure("TOOL_NOT_FOUND", message, "core")
+        )
+
+    @staticmethod
+    def _refused(
+        tool: Tool, call: ToolCall, exc: Exception, observations: list[Observation]
+    ) -> ToolOutcome:
+        """The outcome of a call whose arguments the tool refused (bad ones: the provider hears)."""
+        if not isinstance(exc, ToolArgumentsError):
+            # A validate() that fails otherwise is the tool's own failure.
+            return ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
+        schema = json.dumps(dict(tool.parameters), default=str)
+        message = f"Invalid arguments for {call.name}: {exc}. Its parameters: {schema}"
+        observations.append(Observation(message))
+        return ToolOutcome(
+            call.id, call.name, False, error=ToolFailure("INVALID_ARGUMENTS", str(exc), "core")
+        )
+
+    async def execute_at_once(
+        self,
+        parent: Event | EventRef,
+        call: ToolCall,
+        context: AgentContext,
+        observations: list[Observation],
+    ) -> ToolOutcome | None:
+        """Run one call of the agent's tools that completes at once, if it can be; else ``None``.
+
+        It can when the tool completes at once and needs no approval, and the
+        local bus takes its events without waiting: then what :meth:`execute`
+        does for it, in one step that never waits. ``None`` (nothing done)
+        otherwise: :meth:`execute` then runs it.
+        """
+        emit_mark = self.emit_mark
+        tool = self.tools.get(call.name)
+        if (
+            emit_mark is None
+            or tool is None
+            or not tool.completes_at_once
+            or tool.name in self.approval_tools
+            or getattr(tool, "requires_approval", False) is True
+            or isinstance(getattr(tool, "server_label", None), str)
+        ):
+            return None
+        payload = {"toolCallId": call.id, "name": call.name, "args": call.args}
+        try:
+            call_event = emit_mark(parent, _TOOL_CALL, payload, self.source, self.own_calls)
+        except QueueFull:
+            return None  # no room: execute() waits for it
+        # A tool's calls are made from its call's span (tracecontext).
+        working = current_event.set((call_event.trace_id, call_event.id))
+        try:
+            args = tool.validate(call.args)
+        except Exception as exc:
+            outcome = self._refused(tool, call, exc, observations)
+        else:
+            try:
+                outcome = ToolOutcome(call.id, call.name, True, await tool.run(args, context))
+            except Exception as exc:
+                outcome = ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
+        finally:
+            current_event.reset(working)
+        if self.result_now(call_event, outcome):
+            return outcome
+        return await self.publish_result(call_event, outcome)
+
     def may_wait(self, calls: Sequence[ToolCall], tools: Mapping[str, Tool] | None = None) -> bool:
         """Whether running ``calls`` may wait (and enter cancel scopes of its own first).
 
@@ -489,28 +563,15 @@ class ToolExecutor:
         tools = self.tools if tools is None else tools
         tool = tools.get(call.name)
         if tool is None:
-            available = ", ".join(tools) or "none"
-            message = f"Tool {call.name!r} does not exist. Available tools: {available}."
-            observations.append(Observation(message))
-            return ToolOutcome(
-                call.id, call.name, False, error=ToolFailure("TOOL_NOT_FOUND", message, "core")
-            )
+            return self._not_found(call, tools, observations)
         try:
             if parse_error is not None:
                 raise parse_error
             args = tool.validate(call.args)
-        except ToolArgumentsError as exc:
-            schema = json.dumps(dict(tool.parameters), default=str)
-            message = f"Invalid arguments for {call.name}: {exc}. Its parameters: {schema}"
-            observations.append(Observation(message))
-            return ToolOutcome(
-                call.id, call.name, False, error=ToolFailure("INVALID_ARGUMENTS", str(exc), "core")
-            )
         except Exception as exc:
-            # A validate() that fails otherwise is the tool's own failure.
-            if wait is not None:
+            if wait is not None and not isinstance(exc, ToolArgumentsError):
                 self.waits.close(wait)
-            return ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
+            return self._refused(tool, call, exc, observations)
         if (
             wait is not None
             or tool.name in self.approval_tools

@@ -58,6 +58,7 @@ import anyio
 
 __all__ = [
     "CancelScopeLike",
+    "Resumed",
     "RunScope",
     "TaskScope",
     "TrioRunScope",
@@ -288,7 +289,7 @@ class RunScope:
             waited = run.send(None)
         except StopIteration:
             return None
-        return _Rest(self, run, waited)
+        return Resumed(run, waited, self)
 
     def enter_at_wait(self) -> bool:
         """Enter the real scope at a wait of the run, if it can be entered there; whether it is.
@@ -341,27 +342,31 @@ def _trio_cancel_status() -> object:
     return status
 
 
-class _Rest:
-    """The rest of a coroutine that has run to its first wait: awaiting it awaits that rest."""
+class Resumed:
+    """The rest of a coroutine that has run to its first wait: awaiting it awaits that rest.
+
+    What ``await run`` does (PEP 380), from the wait ``run.send(None)``
+    returned on. With a ``scope``, its real scope is entered at the first
+    wait where it can be, before the wait reaches the event loop.
+    """
 
     __slots__ = ("_run", "_scope", "_waited")
 
-    def __init__(self, scope: RunScope, run: Coroutine[Any, Any, None], waited: Any) -> None:
-        self._scope = scope
+    def __init__(
+        self, run: Coroutine[Any, Any, Any], waited: Any, scope: RunScope | None = None
+    ) -> None:
         self._run = run
         self._waited = waited
+        self._scope = scope
 
-    def __await__(self) -> Generator[Any, Any, None]:
-        # What ``await run`` does (PEP 380), from its first wait on; the scope
-        # entered at the first wait where it can be (before it reaches the loop).
+    def __await__(self) -> Generator[Any, Any, Any]:
         run = self._run
         scope = self._scope
         step = self._waited
-        entered = False
         while True:
-            if not entered:
+            if scope is not None and not scope.entered:
                 try:
-                    entered = scope.entered or scope.enter_at_wait()
+                    scope.enter_at_wait()
                 except BaseException:
                     run.close()
                     raise
@@ -373,13 +378,13 @@ class _Rest:
             except BaseException as exc:
                 try:
                     step = run.throw(exc)
-                except StopIteration:
-                    return
+                except StopIteration as done:
+                    return done.value
             else:
                 try:
                     step = run.send(sent)
-                except StopIteration:
-                    return
+                except StopIteration as done:
+                    return done.value
 
 
 def new_run_scope() -> Callable[[], RunScope]:

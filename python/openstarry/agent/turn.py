@@ -582,10 +582,20 @@ class Turn:
                     await self.set_state(_EXECUTING)
             # (What execute() does, without its coroutine.)
             observations = self.observations
-            run_tools = {**executor.tools, **self.client_tools} if self.client_tools else None
-            if rt.enter_scope is not None and executor.may_wait(calls, run_tools):
-                self.enter_scope()
-            outcomes = await executor.execute(tick, calls, context, observations, None, run_tools)
+            done = (
+                await executor.execute_at_once(tick, calls[0], context, observations)
+                if len(calls) == 1 and not self.client_tools
+                else None
+            )
+            if done is not None:
+                outcomes = [done]
+            else:
+                run_tools = {**executor.tools, **self.client_tools} if self.client_tools else None
+                if rt.enter_scope is not None and executor.may_wait(calls, run_tools):
+                    self.enter_scope()
+                outcomes = await executor.execute(
+                    tick, calls, context, observations, None, run_tools
+                )
             locked = executor.count_failures(rt, outcomes, calls, observations)
             if locked:
                 await self.report_locked()

@@ -1,0 +1,117 @@
+"""A tool call that completes at once is run in one step that never waits
+(``ToolExecutor.execute_at_once``), and it must be the same call as one run
+the usual way: the same outcome, the same observations for the provider, the
+same ``EXEC:TOOL_CALL`` and ``EXEC:TOOL_RESULT`` events. Each case runs once
+with an ``async def`` that never waits (the one-step path) and once with the
+same tool waiting at a checkpoint first (``execute``), and compares them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from agent_harness import HANG
+from openstarry.agent.interfaces import AgentContext
+from openstarry.agent.loop import ExecutionLoop
+from openstarry.agent.memory import MemoryEntry, Observation, ToolOutcome
+from openstarry.agent.tools import tool
+from openstarry.bus import EventBus
+from openstarry.core import Event, ProviderResponse
+from openstarry.errors import ToolArgumentsError, ToolError
+from openstarry.testing import FunctionProvider, text, tool_call
+
+TOOL_EVENTS = ("EXEC:TOOL_CALL", "EXEC:TOOL_RESULT")
+
+
+@tool(name="pick")
+async def pick_at_once(x: int, how: str = "ok") -> Any:
+    """Answer, or fail as ``how`` says; never waits."""
+    if how == "raise":
+        raise ToolError("NOPE", "it says no")
+    if how == "args":
+        raise ToolArgumentsError("pick: the tool itself refuses x")
+    if how == "crash":
+        raise RuntimeError("broken")
+    if how == "object":
+        return object()  # no JSON can carry it: an INVALID_RESULT failure
+    return x * 2
+
+
+@tool(name="pick")
+async def pick_waiting(x: int, how: str = "ok") -> Any:
+    """The same, waiting at a checkpoint first."""
+    await anyio.lowlevel.checkpoint()
+    return await pick_at_once.func(x, how)
+
+
+def calling(args: dict[str, Any]) -> FunctionProvider:
+    def answer(prompt: str, context: AgentContext) -> ProviderResponse:
+        if not context.tool_results:
+            return tool_call("pick", args, id="call-1")
+        return text("done")
+
+    return FunctionProvider(answer)
+
+
+def comparable(entry: MemoryEntry) -> Any:
+    if isinstance(entry, ToolOutcome):
+        error = entry.error
+        return ("outcome", entry.success, entry.result, error and (error.code, error.source))
+    if isinstance(entry, Observation):
+        return ("observation", entry.text)
+    return type(entry).__name__
+
+
+async def run_once(tool_: Any, args: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    """The memory and the tool events of one ask."""
+    events: list[Event] = []
+    async with EventBus() as bus:
+        for kind in TOOL_EVENTS:
+            bus.subscribe(kind, events.append)
+        async with ExecutionLoop(bus, calling(args), [tool_]) as loop:
+            await loop.ask("go", session_id="s")
+            await bus.wait_idle()
+            memory = [comparable(m) for m in loop.session("s").memory]
+    tool_events = [(e.type, e.payload) for e in events if e.type in TOOL_EVENTS]
+    return memory, tool_events
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"x": 2},
+        {"x": "not a number"},
+        {"y": 1},
+        {"x": 1, "how": "raise"},
+        {"x": 1, "how": "args"},
+        {"x": 1, "how": "crash"},
+        {"x": 1, "how": "object"},
+    ],
+    ids=["ok", "invalid", "unknown-argument", "tool-error", "refuses-itself", "crash", "no-json"],
+)
+async def test_a_call_that_completes_at_once_is_the_same_call(args: dict[str, Any]) -> None:
+    with anyio.fail_after(HANG):
+        fast = await run_once(pick_at_once, args)
+        usual = await run_once(pick_waiting, args)
+    # The turn runs a lone call in one step when its tool completes at once.
+    assert pick_at_once.completes_at_once
+    assert not pick_waiting.completes_at_once
+    assert fast[0] == usual[0]
+    assert fast[1] == usual[1]
+    [call, result] = fast[1]
+    assert call[1]["toolCallId"] == result[1]["toolCallId"] == "call-1"
+
+
+@pytest.mark.anyio
+async def test_an_at_once_call_the_provider_got_wrong_is_heard_of() -> None:
+    with anyio.fail_after(HANG):
+        memory, _events = await run_once(pick_at_once, {"x": "nine"})
+    [outcome] = [m for m in memory if m[0] == "outcome"]
+    assert outcome[1:] == (False, None, ("INVALID_ARGUMENTS", "core"))
+    [observation] = [m for m in memory if m[0] == "observation"]
+    assert observation[1].startswith("Invalid arguments for pick:")
