@@ -31,7 +31,7 @@ TOOL_EVENTS = ("EXEC:TOOL_CALL", "EXEC:TOOL_RESULT")
 async def pick_at_once(x: int, how: str = "ok") -> Any:
     """Answer, or fail as ``how`` says; never waits."""
     if how == "raise":
-        raise ToolError("NOPE", "it says no")
+        raise ToolError("it says no", code="NOPE")
     if how == "args":
         raise ToolArgumentsError("pick: the tool itself refuses x")
     if how == "crash":
@@ -105,6 +105,15 @@ async def test_a_call_that_completes_at_once_is_the_same_call(args: dict[str, An
     assert fast[1] == usual[1]
     [call, result] = fast[1]
     assert call[1]["toolCallId"] == result[1]["toolCallId"] == "call-1"
+    [outcome] = [m for m in fast[0] if m[0] == "outcome"]
+    expected = {
+        "ok": (True, 4, None),
+        "raise": (False, None, ("NOPE", "tool")),
+        "args": (False, None, ("INVALID_ARGUMENTS", "core")),
+        "crash": (False, None, ("TOOL_ERROR", "tool")),
+    }.get(args.get("how", "ok") if "x" in args and isinstance(args["x"], int) else "")
+    if expected is not None:
+        assert outcome[1:] == expected
 
 
 @pytest.mark.anyio
