@@ -683,3 +683,24 @@ def test_options_the_translator_refuses_fail_when_the_provider_is_made(
     with pytest.raises(ManifestError) as caught:
         create_provider(config)
     assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    "prompt", ["Query weather in Taipei", "read notes.txt", "hello there", "x" * 5000]
+)
+def test_it_completes_at_once_as_it_says(prompt: str) -> None:
+    """``completes_at_once``: its generate answers without waiting, on the first
+    round and on the one after the tools came back."""
+    provider = DefaultProvider()
+    assert provider.completes_at_once is True
+    context = _context(prompt)
+    answer = provider.generate(prompt, context)
+    with pytest.raises(StopIteration) as given:
+        answer.send(None)
+    response = given.value.value
+    assert isinstance(response, ProviderResponse)
+    for call in _calls(response):
+        context.memory.append(ToolOutcome(call.id, call.name, True, "a result"))
+    context.round = 2
+    with pytest.raises(StopIteration):
+        provider.generate(prompt, context).send(None)

@@ -119,6 +119,9 @@ class DefaultProvider:
     def __repr__(self) -> str:
         return f"DefaultProvider(model={self.model!r})"
 
+    #: ``generate`` never waits (``Provider``'s ``completes_at_once``).
+    completes_at_once = True
+
     async def generate(self, prompt: str, context: AgentContext) -> ProviderResponse:
         """Answer ``prompt``: tool calls for a recognised request, else text (see the module)."""
         segments = self._respond(prompt, context)
