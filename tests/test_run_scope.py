@@ -37,6 +37,18 @@ async def serve(scope: RunScope, run: Any) -> None:
             await rest
 
 
+async def serve_cancelled_soon(scope: RunScope, run: Any) -> None:
+    """:func:`serve`, the scope cancelled from another task 10 ms in."""
+    async with anyio.create_task_group() as tg:
+
+        async def stop_soon() -> None:
+            await anyio.sleep(0.01)
+            scope.cancel()
+
+        tg.start_soon(stop_soon)
+        await serve(scope, run)
+
+
 @pytest.mark.anyio
 async def test_a_run_that_never_waits_enters_no_scope() -> None:
     done: list[str] = []
@@ -117,14 +129,7 @@ async def test_scopes_the_run_enters_after_its_first_wait_nest_inside_it() -> No
         with anyio.fail_after(HANG):
             await anyio.sleep_forever()  # its own scope inside: the run's cancel ends it
 
-    async with anyio.create_task_group() as tg:
-
-        async def stop_soon() -> None:
-            await anyio.sleep(0.01)
-            scope.cancel()
-
-        tg.start_soon(stop_soon)
-        await serve(scope, run())
+    await serve_cancelled_soon(scope, run())
     assert scope.cancelled_caught
 
 
@@ -137,14 +142,7 @@ async def test_the_run_entering_its_scope_before_its_own_scopes_keeps_their_orde
         with anyio.move_on_after(HANG):
             await anyio.sleep_forever()
 
-    async with anyio.create_task_group() as tg:
-
-        async def stop_soon() -> None:
-            await anyio.sleep(0.01)
-            scope.cancel()
-
-        tg.start_soon(stop_soon)
-        await serve(scope, run())
+    await serve_cancelled_soon(scope, run())
     assert scope.cancelled_caught
 
 
