@@ -807,6 +807,79 @@ async def test_emitter_mark_stands_an_event_ref_for_an_event_nobody_could_see() 
         emitter.mark(parent, "KERNEL:TICK_START", {"round": 3}, "agent")
 
 
+TICK, STATE = "KERNEL:TICK_START", "KERNEL:STATE_CHANGE"
+
+
+@pytest.mark.anyio
+async def test_emitter_mark_unread_emits_both_events_unmade_or_nothing() -> None:
+    """``Emitter.mark_unread``: on an idle bus with nobody subscribed to either
+    type (or only ``skip`` to the first), both events are dispatched unmade, as
+    ``mark`` and ``note`` dispatch them (counted, their ids through the window),
+    and an ``EventRef`` stands for the first. With a subscriber to either, or
+    events ahead of them, nothing is emitted and it answers ``None``."""
+    seen: list[Event] = []
+    async with EventBus(capacity=8) as bus:
+        with anyio.fail_after(TIMEOUT):
+            await bus.wait_idle()
+            emitter = bus.emitter
+            assert emitter is not None
+            parent = Event.new(USER, {"text": "hi"}, source="user", session_id="s-1", priority=1)
+            tick = emitter.mark_unread(parent, "KERNEL:TICK_START", "KERNEL:STATE_CHANGE", "agent")
+            assert isinstance(tick, EventRef)
+            assert uuid.UUID(tick.id).version == 4
+            assert (tick.trace_id, tick.session_id, tick.source, tick.priority, tick.type) == (
+                parent.trace_id,
+                "s-1",
+                "agent",
+                1,
+                "KERNEL:TICK_START",
+            )
+            assert len(bus) == 0
+            metrics = bus.metrics()
+            assert metrics["dispatched"] == {"KERNEL:TICK_START": 1, "KERNEL:STATE_CHANGE": 1}
+            assert metrics["published"] == 2
+            # The first's id went through the window: an event reusing it is a duplicate.
+            reused = Event(
+                id=tick.id,
+                timestamp=1,
+                trace_id="t",
+                source="x",
+                session_id="s",
+                priority=2,
+                type="KERNEL:TICK_START",
+            )
+            assert not bus.publish(reused)
+            # No second type: the first alone.
+            alone = emitter.mark_unread(tick, "EXEC:TOOL_CALL", None, "agent")
+            assert isinstance(alone, EventRef)
+            assert alone.trace_id == parent.trace_id
+            assert bus.metrics()["dispatched"]["EXEC:TOOL_CALL"] == 1
+            # Only `skip` subscribes to the first: it counts as nobody.
+            own = bus.subscribe("EXEC:TOOL_CALL", seen.append)
+            assert isinstance(emitter.mark_unread(tick, "EXEC:TOOL_CALL", None, "a", own), EventRef)
+            assert bus.metrics()["dispatched"]["EXEC:TOOL_CALL"] == 2
+            # A subscriber to the first, or to the second: nothing emitted.
+            before = bus.metrics()["dispatched"]
+            assert emitter.mark_unread(tick, "EXEC:TOOL_CALL", None, "agent") is None
+            state = bus.subscribe("KERNEL:STATE_CHANGE", seen.append)
+            assert emitter.mark_unread(parent, TICK, STATE, "a") is None
+            assert bus.metrics()["dispatched"] == before
+            state.cancel()
+            # Events ahead of them: nothing emitted either.
+            gate = Gate()
+            await block_dispatcher(bus, gate)
+            assert emitter.mark_unread(parent, TICK, STATE, "a") is None
+            gate.release.set()
+            await bus.wait_idle()
+            after = bus.metrics()["dispatched"]
+            assert [after[t] for t in ("KERNEL:TICK_START", "KERNEL:STATE_CHANGE")] == [1, 1]
+            with pytest.raises(TypeError, match="Event or EventRef"):
+                emitter.mark_unread("not an event", "KERNEL:TICK_START", None, "a")  # type: ignore[arg-type]
+    assert seen == []
+    with pytest.raises(QueueClosed):
+        emitter.mark_unread(parent, "KERNEL:TICK_START", "KERNEL:STATE_CHANGE", "agent")
+
+
 @pytest.mark.anyio
 async def test_a_subscriber_a_handler_adds_gets_the_events_emitted_behind_its_event() -> None:
     seen: list[str] = []

@@ -444,6 +444,50 @@ async def test_a_run_nobody_watches_counts_its_events_without_queueing_them() ->
     assert metrics["latency_us"]["count"] == 0  # nothing went through the queue
 
 
+@pytest.mark.parametrize("watched", [TICK_START, STATE_CHANGE, TOOL_CALL])
+@pytest.mark.anyio
+async def test_a_subscriber_to_one_kind_of_a_run_s_events_gets_them_whole(watched: str) -> None:
+    """The tick and the change to THINKING (and a lone call) are emitted unmade in
+    one call when nobody reads them; a subscriber to any one of them gets its
+    events made, with their payloads and parents, and the counts stay the same."""
+
+    def model(prompt: str, context: AgentContext) -> ProviderResponse:
+        return tool_call("echo", {"text": "x"}) if not context.tool_results else text_response("ok")
+
+    seen: list[Event] = []
+    async with EventBus() as bus, ExecutionLoop(bus, FunctionProvider(model), [Echo()]) as loop:
+        bus.subscribe(watched, seen.append)
+        with anyio.fail_after(HANG):
+            await bus.wait_idle()
+            result = await loop.ask("hi", session_id="s")
+            await bus.wait_idle()
+            metrics = bus.metrics()
+    assert result.replies == ["ok"]
+    assert metrics["dispatched"] == {
+        USER_MESSAGE: 1,
+        TICK_START: 2,
+        STATE_CHANGE: 4,
+        TOOL_CALL: 1,
+        TOOL_RESULT: 1,
+        AGENT_MESSAGE: 1,
+    }
+    assert {e.trace_id for e in seen} == {result.trace_id}
+    if watched == TICK_START:
+        assert [e.payload for e in seen] == [{"round": 1}, {"round": 2}]
+    elif watched == STATE_CHANGE:
+        assert states(seen) == [
+            ("IDLE", "THINKING"),
+            ("THINKING", "EXECUTING"),
+            ("EXECUTING", "THINKING"),
+            ("THINKING", "IDLE"),
+        ]
+    else:
+        [made] = seen
+        assert made.payload["name"] == "echo"
+        assert made.payload["args"] == {"text": "x"}
+        assert isinstance(made.payload["toolCallId"], str)
+
+
 @pytest.mark.anyio
 async def test_a_subscriber_added_during_a_run_gets_the_events_that_follow() -> None:
     seen: list[Event] = []
@@ -593,6 +637,68 @@ async def test_provider_timeout() -> None:
     [error] = h.of(ERROR)
     assert error.payload == result.error
     assert error.parent_id == h.of(TICK_START)[0].id
+
+
+class AnswersNow:
+    """A provider with ``generate_now``: the loop calls it, never ``generate``."""
+
+    name = "now"
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.cancelled = False
+
+    async def generate(self, prompt: str, context: AgentContext) -> ProviderResponse:
+        raise AssertionError("generate is not called when generate_now is there")
+
+    def generate_now(self, prompt: str, context: AgentContext) -> Any:
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        if self.answer == "hang":
+            return self.hang()
+        return self.answer
+
+    async def hang(self) -> ProviderResponse:
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            self.cancelled = True
+            raise
+        raise AssertionError("unreachable")
+
+
+@pytest.mark.anyio
+async def test_a_provider_s_generate_now_is_called_and_what_it_hands_over_awaited() -> None:
+    async with running(AnswersNow(response(text("now")))) as h:
+        assert (await h.ask("hi")).replies == ["now"]
+    hanging = AnswersNow("hang")
+    async with running(hanging, limits=LoopLimits(provider_timeout=0.05)) as h:
+        result = await h.ask("hello?")
+    # An awaitable answer runs under the provider deadline, as generate does.
+    assert result.error is not None
+    assert result.error["code"] == "PROVIDER_TIMEOUT"
+    assert hanging.cancelled is True
+    assert states(h.events) == [("IDLE", "THINKING"), ("THINKING", "IDLE")]
+
+
+@pytest.mark.parametrize(
+    ("answer", "code", "message"),
+    [
+        (RuntimeError("api down"), "PROVIDER_ERROR", "RuntimeError: api down"),
+        (AgentPainException("cannot parse"), "AGENT_PAIN", "cannot parse"),
+        (42, "AGENT_PAIN", "int"),
+    ],
+)
+@pytest.mark.anyio
+async def test_a_failing_generate_now_ends_the_run_as_generate_would(
+    answer: Any, code: str, message: str
+) -> None:
+    async with running(AnswersNow(answer)) as h:
+        result = await h.ask("hi")
+    assert result.error is not None
+    assert result.error["code"] == code
+    assert message in result.error["message"]
+    assert states(h.events) == [("IDLE", "THINKING"), ("THINKING", "IDLE")]
 
 
 class Sleeps(Tool):

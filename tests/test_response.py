@@ -693,3 +693,70 @@ def test_parts_gives_new_dicts_each_call() -> None:
     assert first is not None
     first[0]["type"] = "changed"
     assert response.parts()[3] == [{"type": "ui", "ui": {"kind": "card"}}]
+
+
+# --- the one-call constructors ---------------------------------------------------------------
+
+
+def test_of_text_is_the_response_of_one_text_segment() -> None:
+    made = ProviderResponse.of_text("hello", {"usage": {"in": 1}})
+    assert made == ProviderResponse([ContentSegment("text", text="hello")], {"usage": {"in": 1}})
+    assert encode_response(made) == encode_response(
+        ProviderResponse([ContentSegment("text", text="hello")], {"usage": {"in": 1}})
+    )
+    assert ProviderResponse.of_text("").segments[0].text == ""
+    assert ProviderResponse.of_text("x").metadata is None
+
+
+def test_of_tool_call_is_the_response_of_its_segments() -> None:
+    call = ToolCall("get_weather", {"location": "Taipei"}, "c1")
+    assert ProviderResponse.of_tool_call("get_weather", {"location": "Taipei"}, "c1") == (
+        ProviderResponse([ContentSegment("tool_call", tool_call=call)])
+    )
+    with_text = ProviderResponse.of_tool_call(
+        "get_weather", '{"location": "Taipei"}', "c1", "Sure, let me check.", {"m": 1}
+    )
+    assert with_text == ProviderResponse(
+        [
+            ContentSegment("text", text="Sure, let me check."),
+            ContentSegment("tool_call", tool_call=call),
+        ],
+        {"m": 1},
+    )
+    [segment] = ProviderResponse.of_tool_call("ping").segments
+    assert segment.tool_call is not None
+    assert segment.tool_call.args == {}
+    assert uuid.UUID(segment.tool_call.id).version == 4  # a fresh id, as ToolCall gives
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "match"),
+    [
+        (("",), {}, ValueError, "non-empty name"),
+        (("f", "[1]"), {}, ValueError, "args"),
+        (("f", {"x": Sentinel()}), {}, TypeError, "Sentinel"),
+        (("f",), {"metadata": {"x": Sentinel()}}, TypeError, "Sentinel"),
+    ],
+)
+def test_of_tool_call_refuses_what_the_constructors_refuse(
+    args: tuple[Any, ...], kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        ProviderResponse.of_tool_call(*args, **kwargs)
+    name, *rest = args
+
+    def by_constructors() -> ProviderResponse:
+        call = ToolCall(name, *rest)
+        return ProviderResponse(
+            [ContentSegment("tool_call", tool_call=call)], kwargs.get("metadata")
+        )
+
+    with pytest.raises(error, match=match):
+        by_constructors()
+
+
+def test_of_text_refuses_metadata_no_json_carries() -> None:
+    with pytest.raises(TypeError):
+        ProviderResponse.of_text("hi", {"x": Sentinel()})
+    with pytest.raises(TypeError):
+        ProviderResponse.of_text(3)  # type: ignore[arg-type]

@@ -226,6 +226,43 @@ async def test_function_provider_sync_and_async() -> None:
 
 
 @pytest.mark.anyio
+async def test_function_provider_generate_now_answers_at_once_or_hands_an_awaitable() -> None:
+    def at_once(prompt: str, context: AgentContext) -> ProviderResponse:
+        return text(f"{prompt} now")
+
+    provider = FunctionProvider(at_once)
+    answer = provider.generate_now("hi", _context(3))
+    assert type(answer) is ProviderResponse
+    assert answer == text("hi now")
+    assert provider.call_count == 1
+    assert list(provider.calls) == [ProviderCall("hi", (UserTurn("hello"),), 3)]
+
+    def plain(prompt: str, context: AgentContext) -> str:
+        return "a str, converted when awaited"
+
+    later = FunctionProvider(plain).generate_now("hi", _context())
+    assert inspect.isawaitable(later)
+    assert await later == text("a str, converted when awaited")
+
+    async def waits(prompt: str, context: AgentContext) -> ProviderResponse:
+        await anyio.sleep(0)
+        return text("waited")
+
+    awaited = FunctionProvider(waits)
+    pending = awaited.generate_now("hi", _context())
+    assert inspect.isawaitable(pending)
+    assert await pending == text("waited")
+    assert await awaited.generate("again", _context()) == text("waited")
+    assert awaited.call_count == 2
+
+    def fails(prompt: str, context: AgentContext) -> ProviderResponse:
+        raise LookupError("no model")
+
+    with pytest.raises(LookupError, match="no model"):
+        FunctionProvider(fails).generate_now("hi", _context())
+
+
+@pytest.mark.anyio
 async def test_function_provider_dicts_and_exceptions() -> None:
     answers: list[Any] = [
         {"segments": [{"type": "text", "text": "wire"}], "metadata": {"k": 1}},

@@ -221,6 +221,21 @@ class ProviderResponse:
     def __new__(
         cls, segments: Sequence[ContentSegment], metadata: Any = None
     ) -> ProviderResponse: ...
+    @staticmethod
+    def of_text(text: str, metadata: Any = None) -> ProviderResponse:
+        """``ProviderResponse([ContentSegment("text", text=text)], metadata)``, in one call."""
+    @staticmethod
+    def of_tool_call(
+        name: str,
+        args: Any = None,
+        id: str | None = None,
+        text: str | None = None,
+        metadata: Any = None,
+    ) -> ProviderResponse:
+        """A response that calls one tool, after a text segment when ``text`` is
+        given: ``ProviderResponse([ContentSegment("text", text=text),
+        ContentSegment("tool_call", tool_call=ToolCall(name, args, id))],
+        metadata)``, in one call."""
     @property
     def segments(self) -> list[ContentSegment]: ...
     @property
@@ -413,6 +428,30 @@ class Emitter:
             QueueClosed: the queue is closed.
             QueueFull: a routed event, and ``publish`` found the bus full (the
                 event was not published: make it to wait for room).
+        """
+    def mark_unread(
+        self,
+        parent: Event | EventRef,
+        event_type: str,
+        then_type: str | None,
+        source: str,
+        skip: object | None = None,
+    ) -> EventRef | None:
+        """:meth:`mark` and, under the event it stands for, :meth:`note`, for events
+        nobody could read: both dispatched at once, unmade, in one call.
+
+        When the bus is idle and nobody subscribes to ``event_type`` (or only
+        ``skip``) nor to ``then_type``, an event of ``event_type`` is
+        dispatched as :meth:`mark` dispatches it (its id minted, through the
+        dedup window, counted) and, when ``then_type`` is given, one of
+        ``then_type`` under it as :meth:`note` does; the first's ``EventRef``
+        is returned. No payload is taken: nothing could read one. Otherwise
+        nothing is emitted and ``None`` is returned: the caller emits the
+        events with their payloads (:meth:`mark`, :meth:`note`).
+
+        Raises:
+            TypeError: ``parent`` is neither an ``Event`` nor an ``EventRef``.
+            QueueClosed: the queue is closed.
         """
     @property
     def duplicates(self) -> int:

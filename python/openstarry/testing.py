@@ -101,7 +101,7 @@ def text(content: str, *, metadata: Any = None) -> ProviderResponse:
 
         text("Hello!")  # {"segments": [{"type": "text", "text": "Hello!"}]}
     """
-    return ProviderResponse([ContentSegment("text", text=content)], metadata)
+    return ProviderResponse.of_text(content, metadata)
 
 
 def tool_call(
@@ -120,11 +120,9 @@ def tool_call(
 
         tool_call("get_weather", {"location": "Taipei"}, text="Sure, let me check.")
     """
-    call = ToolCall(name, dict(args) if args is not None else None, id)
-    segment = ContentSegment("tool_call", tool_call=call)
-    if text is None:
-        return ProviderResponse([segment], metadata)
-    return ProviderResponse([ContentSegment("text", text=text), segment], metadata)
+    return ProviderResponse.of_tool_call(
+        name, dict(args) if args is not None else None, id, text, metadata
+    )
 
 
 def tool_calls(
@@ -344,12 +342,28 @@ class FunctionProvider(_RecordingProvider):
 
     async def generate(self, prompt: str, context: AgentContext) -> ProviderResponse:
         """What ``fn(prompt, context)`` returns, as a response."""
+        answer = self.generate_now(prompt, context)
+        if type(answer) is ProviderResponse:
+            return answer
+        return await answer
+
+    def generate_now(
+        self, prompt: str, context: AgentContext
+    ) -> ProviderResponse | Awaitable[ProviderResponse]:
+        """``fn(prompt, context)``'s response when it has one at once, else an awaitable of it.
+
+        (:attr:`Provider.generate_now <openstarry.agent.interfaces.Provider>`.)
+        """
         self.call_count += 1
         if self._keep != 0:
             self.calls.append(ProviderCall(prompt, tuple(context.memory), context.round))
         answer = self.fn(prompt, context)
         if type(answer) is ProviderResponse:
             return answer
+        return self._later(answer)
+
+    async def _later(self, answer: object) -> ProviderResponse:
+        """A function answer that is not a response yet: awaited if need be, converted."""
         if inspect.isawaitable(answer):
             answer = await (answer if self._never_waits else self._wait_for(answer))
         return self._convert(answer)

@@ -204,6 +204,22 @@ pub struct PySegment {
     extra: Extra,
 }
 
+impl PySegment {
+    /// A text (or reasoning) segment, or a tool call's: what it needs, given.
+    fn of(kind: SegmentType, text: Option<String>, tool_call: Option<Py<PyToolCall>>) -> Self {
+        PySegment {
+            kind,
+            text,
+            data: None,
+            mime_type: None,
+            signature: None,
+            tool_call,
+            ui: None,
+            extra: Vec::new(),
+        }
+    }
+}
+
 #[pymethods]
 impl PySegment {
     /// Raises ``ValueError`` when the type's required field is missing.
@@ -399,6 +415,21 @@ pub struct PyResponse {
     extra: Extra,
 }
 
+impl PyResponse {
+    /// A response of these segments, its ``metadata`` checked as the constructor checks it.
+    fn with(segments: Vec<Py<PySegment>>, metadata: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let metadata = metadata.filter(|m| !m.is_none());
+        if let Some(m) = metadata {
+            pyjson::dumps_at(m, segment::METADATA_DEPTH, DEFAULT_MAX_DEPTH)?;
+        }
+        Ok(PyResponse {
+            segments,
+            metadata: metadata.map(|m| m.clone().unbind()),
+            extra: Vec::new(),
+        })
+    }
+}
+
 #[pymethods]
 impl PyResponse {
     #[new]
@@ -412,15 +443,45 @@ impl PyResponse {
                 .map_err(|_| CoreError::Type("segments must be ContentSegment objects".into()))?;
             list.push(seg.clone().unbind());
         }
-        let metadata = metadata.filter(|m| !m.is_none());
-        if let Some(m) = metadata {
-            pyjson::dumps_at(m, segment::METADATA_DEPTH, DEFAULT_MAX_DEPTH)?;
+        PyResponse::with(list, metadata)
+    }
+
+    /// ``ProviderResponse([ContentSegment("text", text=text)], metadata)``, in one call.
+    #[staticmethod]
+    #[pyo3(signature = (text, metadata=None))]
+    fn of_text(
+        py: Python<'_>,
+        text: String,
+        metadata: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let segment = Py::new(py, PySegment::of(SegmentType::Text, Some(text), None))?;
+        PyResponse::with(vec![segment], metadata)
+    }
+
+    /// A response that calls one tool, after a text segment when ``text`` is
+    /// given: ``ProviderResponse([ContentSegment("text", text=text),
+    /// ContentSegment("tool_call", tool_call=ToolCall(name, args, id))],
+    /// metadata)``, in one call.
+    #[staticmethod]
+    #[pyo3(signature = (name, args=None, id=None, text=None, metadata=None))]
+    fn of_tool_call(
+        py: Python<'_>,
+        name: &str,
+        args: Option<&Bound<'_, PyAny>>,
+        id: Option<&str>,
+        text: Option<String>,
+        metadata: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let call = Py::new(py, PyToolCall::py_new(py, name, args, id)?)?;
+        let mut segments = Vec::with_capacity(2);
+        if text.is_some() {
+            segments.push(Py::new(py, PySegment::of(SegmentType::Text, text, None))?);
         }
-        Ok(PyResponse {
-            segments: list,
-            metadata: metadata.map(|m| m.clone().unbind()),
-            extra: Vec::new(),
-        })
+        segments.push(Py::new(
+            py,
+            PySegment::of(SegmentType::ToolCall, None, Some(call)),
+        )?);
+        PyResponse::with(segments, metadata)
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {

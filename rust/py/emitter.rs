@@ -271,6 +271,56 @@ impl PyEmitter {
         Ok(event.into_any())
     }
 
+    /// :meth:`mark` and, under the event it stands for, :meth:`note`, for events
+    /// nobody could read: both dispatched at once, unmade, in one call.
+    ///
+    /// When the bus is idle and nobody subscribes to ``event_type`` (or only
+    /// ``skip``) nor to ``then_type``, an event of ``event_type`` is
+    /// dispatched as :meth:`mark` dispatches it (its id minted, through the
+    /// dedup window, counted) and, when ``then_type`` is given, one of
+    /// ``then_type`` under it as :meth:`note` does; the first's ``EventRef``
+    /// is returned. No payload is taken: nothing could read one. Otherwise
+    /// nothing is emitted and ``None`` is returned: the caller emits the
+    /// events with their payloads (:meth:`mark`, :meth:`note`).
+    ///
+    /// Raises:
+    ///     TypeError: ``parent`` is neither an ``Event`` nor an ``EventRef``.
+    ///     QueueClosed: the queue is closed.
+    #[pyo3(signature = (parent, event_type, then_type, source, skip=None))]
+    fn mark_unread(
+        &self,
+        parent: &Bound<'_, PyAny>,
+        event_type: &Bound<'_, PyString>,
+        then_type: Option<&Bound<'_, PyString>>,
+        source: &Bound<'_, PyString>,
+        skip: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let py = parent.py();
+        let parent = Parent::of(parent)?;
+        let Some(entry) = self.unrouted_entry(py, event_type, skip)? else {
+            return Ok(None);
+        };
+        let then_entry = match then_type {
+            Some(then_type) => {
+                let then_entry = self.route_entry(py, then_type)?;
+                if !unrouted(&then_entry, None)? {
+                    return Ok(None);
+                }
+                Some(then_entry)
+            }
+            None => None,
+        };
+        let value = crate::envelope::new_uuid_value();
+        self.admit_unmade(py, &entry, value)?;
+        let mut id_buf = [0; 36];
+        let id = crate::envelope::uuid_text(value, &mut id_buf);
+        let made = PyEventRef::caused_by(&parent, id, event_type, source);
+        if let Some(then_entry) = then_entry {
+            self.admit_unmade(py, &then_entry, crate::envelope::new_uuid_value())?;
+        }
+        Ok(Some(Py::new(py, made)?.into_any()))
+    }
+
     /// Events refused so far as duplicates by :meth:`emit` (not by ``publish``).
     #[getter]
     fn duplicates(&self) -> u64 {

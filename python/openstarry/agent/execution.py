@@ -143,6 +143,7 @@ class ToolExecutor:
         "emit_mark",
         "emit_note",
         "limits",
+        "mark_unread",
         "new_scope",
         "own_calls",
         "source",
@@ -170,6 +171,9 @@ class ToolExecutor:
         #: Its ``Emitter.note`` (``child`` for an event whose maker has no use
         #: for it, made only if someone could read it), set by the loop.
         self.emit_note: Callable[[Event | EventRef, str, Any, str], bool] | None = None
+        #: Its ``Emitter.mark_unread`` (``mark`` and ``note`` in one call for
+        #: events nobody could read, or ``None`` and nothing emitted), set by the loop.
+        self.mark_unread: Callable[..., EventRef | None] | None = None
         #: The loop's handler of ``EXEC:TOOL_CALL`` (for other agents' calls),
         #: which the executor's own calls need not reach.
         self.own_calls: Subscription | None = None
@@ -355,9 +359,11 @@ class ToolExecutor:
         otherwise: :meth:`execute` then runs it.
         """
         emit_mark = self.emit_mark
+        mark_unread = self.mark_unread
         tool = self.tools.get(call.name)
         if (
             emit_mark is None
+            or mark_unread is None
             or tool is None
             or not tool.completes_at_once
             or tool.name in self.approval_tools
@@ -365,11 +371,16 @@ class ToolExecutor:
             or isinstance(getattr(tool, "server_label", None), str)
         ):
             return None
-        payload = {"toolCallId": call.id, "name": call.name, "args": call.args}
-        try:
-            call_event = emit_mark(parent, _TOOL_CALL, payload, self.source, self.own_calls)
-        except QueueFull:
-            return None  # no room: execute() waits for it
+        # Read by nobody (but the loop's own handler), the call needs no payload.
+        call_event: Event | EventRef | None = mark_unread(
+            parent, _TOOL_CALL, None, self.source, self.own_calls
+        )
+        if call_event is None:
+            payload = {"toolCallId": call.id, "name": call.name, "args": call.args}
+            try:
+                call_event = emit_mark(parent, _TOOL_CALL, payload, self.source, self.own_calls)
+            except QueueFull:
+                return None  # no room: execute() waits for it
         # A tool's calls are made from its call's span (tracecontext).
         working = current_event.set((call_event.trace_id, call_event.id))
         try:

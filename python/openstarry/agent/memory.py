@@ -10,7 +10,7 @@ list of their API, pairing each :class:`ToolOutcome` with the call of the same
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal, TypeVar
 
@@ -131,7 +131,7 @@ class Memory(Sequence[MemoryEntry]):
     turn), so a tool outcome never loses the call it answers.
     """
 
-    __slots__ = ("_entries", "_turn_starts", "window")
+    __slots__ = ("_entries", "_turn_starts", "add", "add_all", "window")
 
     def __init__(self, window: int | None = None) -> None:
         if window is not None and window < 1:
@@ -140,6 +140,21 @@ class Memory(Sequence[MemoryEntry]):
         self._entries: list[MemoryEntry] = []
         # Index in _entries of each UserTurn, oldest first.
         self._turn_starts: list[int] = []
+        #: Appends an entry that starts no turn (not a :class:`UserTurn`): what
+        #: :meth:`append` does with it, without a call of its own (the turn's
+        #: loop appends a few such entries each round).
+        self.add: Callable[[MemoryEntry], None] = self._entries.append
+        #: :meth:`extend` for entries none of which is a :class:`UserTurn`.
+        self.add_all: Callable[[Iterable[MemoryEntry]], None] = self._entries.extend
+
+    def __getstate__(self) -> tuple[int | None, list[MemoryEntry], list[int]]:
+        # (add and add_all are bound to the entries: a copy binds its own.)
+        return self.window, self._entries, self._turn_starts
+
+    def __setstate__(self, state: tuple[int | None, list[MemoryEntry], list[int]]) -> None:
+        self.window, self._entries, self._turn_starts = state
+        self.add = self._entries.append
+        self.add_all = self._entries.extend
 
     def append(self, entry: MemoryEntry) -> None:
         if type(entry) is UserTurn:

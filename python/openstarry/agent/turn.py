@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping, Sequence
+from inspect import isawaitable
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -445,6 +446,9 @@ class Turn:
         session = rt.session
         memory = session.memory
         memory.append(UserTurn(prompt))
+        # What the round appends starts no turn: added as Memory.append adds it.
+        remember = memory.add
+        remember_all = memory.add_all
         context = self.context
         tools = context.tools
         limit = loop.max_tools
@@ -459,9 +463,11 @@ class Turn:
         deadlines = loop._deadlines
         executor = loop._executor
         provider = loop.provider
+        generate_now = getattr(provider, "generate_now", None)
         emit_child = executor.emit_child
         emit_note = executor.emit_note
         emit_mark = executor.emit_mark
+        mark_unread = executor.mark_unread
         apublish = loop.bus.apublish
         sink = self.emit_delta
         tool_rounds = 0
@@ -470,20 +476,30 @@ class Turn:
         context._tool_results = ()
         while True:
             round_no += 1
-            tick: Event | EventRef
-            if emit_mark is None:
+            tick: Event | EventRef | None
+            old = self.state
+            # Read by nobody, the tick and the change to THINKING go in one
+            # call (the tick an EventRef: a parent, no more); else one by one.
+            tick = (
+                None
+                if mark_unread is None
+                else mark_unread(
+                    event, _TICK_START, None if old is _THINKING else _STATE_CHANGE, source
+                )
+            )
+            if tick is not None:
+                self.state = session.state = _THINKING
+            elif emit_mark is None:
                 tick = event.child(_TICK_START, {"round": round_no}, source=source)
                 await apublish(tick)
             else:
                 try:
-                    # Read by nobody, the tick is an EventRef: a parent, no more.
                     tick = emit_mark(event, _TICK_START, {"round": round_no}, source)
                 except QueueFull:  # no room: made, and waits for room
                     tick = event.child(_TICK_START, {"round": round_no}, source=source)
                     await apublish(tick)
             self.tick = tick  # once published: later events may name it as parent
-            old = self.state
-            if old is not _THINKING:
+            if self.state is not _THINKING:
                 # (What state_now does, without its call.)
                 try:
                     if emit_note is None:
@@ -494,18 +510,26 @@ class Turn:
                     await self.set_state(_THINKING)
             context.round = round_no
             try:
-                # The provider deadline: when it passes, the loop's watcher
-                # cancels the run's scope and the run ends (see run()).
-                deadlines.begin(rt, limits.provider_timeout)
                 context.text_sink = sink
                 # The provider's calls are made from the round's span (tracecontext).
                 working = current_event.set((tick.trace_id, tick.id))
                 try:
-                    raw = await provider.generate(prompt, context)
+                    raw = (
+                        provider.generate(prompt, context)
+                        if generate_now is None
+                        else generate_now(prompt, context)  # the answer, if it has one now
+                    )
+                    if type(raw) is not ProviderResponse and isawaitable(raw):
+                        # The provider deadline: when it passes, the loop's watcher
+                        # cancels the run's scope and the run ends (see run()).
+                        deadlines.begin(rt, limits.provider_timeout)
+                        try:
+                            raw = await raw
+                        finally:
+                            deadlines.end(rt)
                 finally:
                     current_event.reset(working)
                     context.text_sink = None
-                    deadlines.end(rt)
                 response = raw if type(raw) is ProviderResponse else _coerce_response(raw)
             except AgentPainException as exc:
                 await self.fail(tick, "AGENT_PAIN", describe_exception(exc).partition(": ")[2])
@@ -525,7 +549,7 @@ class Turn:
             if rt.cancelled:
                 await anyio.lowlevel.checkpoint()
             calls, text, thought, segments, plain = response.parts()
-            memory.append(AssistantTurn(text, calls, thought))
+            remember(AssistantTurn(text, calls, thought))
             self.open_calls = calls
             if segments is not None:
                 payload: dict[str, Any] = {"text": text, "segments": segments, "final": not calls}
@@ -602,11 +626,11 @@ class Turn:
             if rt.cancelled:
                 await anyio.lowlevel.checkpoint()
             # Each call's outcome right after the call, then what the core observed.
-            memory.extend(outcomes)
+            remember_all(outcomes)
             context._tool_results = tuple(outcomes)
             self.open_calls = ()
             if observations:
-                memory.extend(observations)
+                remember_all(observations)
                 observations.clear()
             if locked:
                 break
