@@ -881,6 +881,37 @@ async def test_emitter_mark_unread_emits_both_events_unmade_or_nothing() -> None
 
 
 @pytest.mark.anyio
+async def test_emitter_note_unread_counts_an_event_nobody_reads_or_does_nothing() -> None:
+    """``Emitter.note_unread``: on an idle bus with nobody subscribed, an event of
+    the type is counted as ``note`` counts it, unmade; with a subscriber, or
+    events ahead of it, nothing is emitted and it answers ``False``."""
+    seen: list[Event] = []
+    async with EventBus(capacity=8) as bus:
+        with anyio.fail_after(TIMEOUT):
+            await bus.wait_idle()
+            emitter = bus.emitter
+            assert emitter is not None
+            assert emitter.note_unread(STATE) is True
+            assert emitter.note_unread(STATE) is True
+            assert len(bus) == 0
+            metrics = bus.metrics()
+            assert metrics["dispatched"] == {STATE: 2}
+            assert metrics["published"] == 2
+            bus.subscribe(STATE, seen.append)
+            assert emitter.note_unread(STATE) is False
+            gate = Gate()
+            await block_dispatcher(bus, gate)
+            assert emitter.note_unread(TICK) is False
+            gate.release.set()
+            await bus.wait_idle()
+            assert bus.metrics()["dispatched"][STATE] == 2
+            assert TICK not in bus.metrics()["dispatched"]
+    assert seen == []
+    with pytest.raises(QueueClosed):
+        emitter.note_unread(TICK)
+
+
+@pytest.mark.anyio
 async def test_a_subscriber_a_handler_adds_gets_the_events_emitted_behind_its_event() -> None:
     seen: list[str] = []
     async with EventBus() as bus:

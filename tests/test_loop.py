@@ -444,18 +444,27 @@ async def test_a_run_nobody_watches_counts_its_events_without_queueing_them() ->
     assert metrics["latency_us"]["count"] == 0  # nothing went through the queue
 
 
-@pytest.mark.parametrize("watched", [TICK_START, STATE_CHANGE, TOOL_CALL])
+@pytest.mark.parametrize(
+    "watched", [TICK_START, STATE_CHANGE, TOOL_CALL, TOOL_RESULT, AGENT_MESSAGE]
+)
 @pytest.mark.anyio
 async def test_a_subscriber_to_one_kind_of_a_run_s_events_gets_them_whole(watched: str) -> None:
     """The tick and the change to THINKING (and a lone call) are emitted unmade in
-    one call when nobody reads them; a subscriber to any one of them gets its
-    events made, with their payloads and parents, and the counts stay the same."""
+    one call when nobody reads them, the other changes, the result and the reply
+    unmade one by one; a subscriber to any one kind gets its events made, with
+    their payloads, and the counts stay the same."""
+
+    @tool
+    async def add_one(x: int) -> int:
+        """Completes at once: its call is made in one step (execute_at_once)."""
+        return x + 1
 
     def model(prompt: str, context: AgentContext) -> ProviderResponse:
-        return tool_call("echo", {"text": "x"}) if not context.tool_results else text_response("ok")
+        return tool_call("add_one", {"x": 1}) if not context.tool_results else text_response("ok")
 
     seen: list[Event] = []
-    async with EventBus() as bus, ExecutionLoop(bus, FunctionProvider(model), [Echo()]) as loop:
+    provider = FunctionProvider(model)
+    async with EventBus() as bus, ExecutionLoop(bus, provider, [add_one]) as loop:
         bus.subscribe(watched, seen.append)
         with anyio.fail_after(HANG):
             await bus.wait_idle()
@@ -481,11 +490,21 @@ async def test_a_subscriber_to_one_kind_of_a_run_s_events_gets_them_whole(watche
             ("EXECUTING", "THINKING"),
             ("THINKING", "IDLE"),
         ]
+    elif watched == TOOL_CALL:
+        [made] = seen
+        assert made.payload["name"] == "add_one"
+        assert made.payload["args"] == {"x": 1}
+        assert isinstance(made.payload["toolCallId"], str)
+    elif watched == TOOL_RESULT:
+        [made] = seen
+        assert made.payload["name"] == "add_one"
+        assert made.payload["success"] is True
+        assert made.payload["result"] == 2
     else:
         [made] = seen
-        assert made.payload["name"] == "echo"
-        assert made.payload["args"] == {"text": "x"}
-        assert isinstance(made.payload["toolCallId"], str)
+        assert made.payload["text"] == "ok"
+        assert made.payload["final"] is True
+        assert made.payload["segments"] == [{"type": "text", "text": "ok"}]
 
 
 @pytest.mark.anyio

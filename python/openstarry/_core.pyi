@@ -453,6 +453,19 @@ class Emitter:
             TypeError: ``parent`` is neither an ``Event`` nor an ``EventRef``.
             QueueClosed: the queue is closed.
         """
+    def note_unread(self, event_type: str) -> bool:
+        """:meth:`note` for an event nobody could read: dispatched at once, unmade.
+
+        When the bus is idle and nobody subscribes to ``event_type``, an event
+        of that type is dispatched as :meth:`note` dispatches it (its id
+        minted, through the dedup window, counted) and ``True`` is returned.
+        No parent nor payload is taken: nothing could read them. Otherwise
+        nothing is emitted and ``False`` is returned: the caller emits the
+        event with its payload.
+
+        Raises:
+            QueueClosed: the queue is closed.
+        """
     @property
     def duplicates(self) -> int:
         """Events refused so far as duplicates by :meth:`emit` (not by ``publish``)."""

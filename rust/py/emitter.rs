@@ -321,6 +321,26 @@ impl PyEmitter {
         Ok(Some(Py::new(py, made)?.into_any()))
     }
 
+    /// :meth:`note` for an event nobody could read: dispatched at once, unmade.
+    ///
+    /// When the bus is idle and nobody subscribes to ``event_type``, an event
+    /// of that type is dispatched as :meth:`note` dispatches it (its id
+    /// minted, through the dedup window, counted) and ``True`` is returned.
+    /// No parent nor payload is taken: nothing could read them. Otherwise
+    /// nothing is emitted and ``False`` is returned: the caller emits the
+    /// event with its payload.
+    ///
+    /// Raises:
+    ///     QueueClosed: the queue is closed.
+    fn note_unread(&self, event_type: &Bound<'_, PyString>) -> PyResult<bool> {
+        let py = event_type.py();
+        let Some(entry) = self.unrouted_entry(py, event_type, None)? else {
+            return Ok(false);
+        };
+        self.admit_unmade(py, &entry, crate::envelope::new_uuid_value())?;
+        Ok(true)
+    }
+
     /// Events refused so far as duplicates by :meth:`emit` (not by ``publish``).
     #[getter]
     fn duplicates(&self) -> u64 {

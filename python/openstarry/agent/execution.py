@@ -145,6 +145,7 @@ class ToolExecutor:
         "limits",
         "mark_unread",
         "new_scope",
+        "note_unread",
         "own_calls",
         "source",
         "tools",
@@ -174,6 +175,9 @@ class ToolExecutor:
         #: Its ``Emitter.mark_unread`` (``mark`` and ``note`` in one call for
         #: events nobody could read, or ``None`` and nothing emitted), set by the loop.
         self.mark_unread: Callable[..., EventRef | None] | None = None
+        #: Its ``Emitter.note_unread`` (an event nobody could read counted,
+        #: unmade: ``True``; else nothing and ``False``), set by the loop.
+        self.note_unread: Callable[[str], bool] | None = None
         #: The loop's handler of ``EXEC:TOOL_CALL`` (for other agents' calls),
         #: which the executor's own calls need not reach.
         self.own_calls: Subscription | None = None
@@ -433,7 +437,11 @@ class ToolExecutor:
                 or (kind is str and len(result) < _NOTED_TEXT and result.isascii())
             ):
                 # An event can carry it (its id and name went out with the
-                # call): nothing to check by encoding it.
+                # call): nothing to check by encoding it; read by nobody, it is
+                # counted, not made.
+                note_unread = self.note_unread
+                if note_unread is not None and note_unread(_TOOL_RESULT):
+                    return True
                 payload = {
                     "toolCallId": outcome.tool_call_id,
                     "name": outcome.name,

@@ -250,6 +250,7 @@ class ExecutionLoop(Lifecycle):
             self._executor.emit_note = None if emitter is None else emitter.note
             self._executor.emit_mark = None if emitter is None else emitter.mark
             self._executor.mark_unread = None if emitter is None else emitter.mark_unread
+            self._executor.note_unread = None if emitter is None else emitter.note_unread
             self._take_ref = None if emitter is None else emitter.take_ref
             # The loop's own calls are no business of that handler (it ignores them).
             self._executor.own_calls = calls = bus.subscribe(_TOOL_CALL, self._external.on_call)

@@ -468,6 +468,7 @@ class Turn:
         emit_note = executor.emit_note
         emit_mark = executor.emit_mark
         mark_unread = executor.mark_unread
+        note_unread = executor.note_unread
         apublish = loop.bus.apublish
         sink = self.emit_delta
         tool_rounds = 0
@@ -499,15 +500,8 @@ class Turn:
                     tick = event.child(_TICK_START, {"round": round_no}, source=source)
                     await apublish(tick)
             self.tick = tick  # once published: later events may name it as parent
-            if self.state is not _THINKING:
-                # (What state_now does, without its call.)
-                try:
-                    if emit_note is None:
-                        raise QueueFull
-                    emit_note(tick, _STATE_CHANGE, _CHANGE[old, _THINKING], source)
-                    self.state = session.state = _THINKING
-                except QueueFull:
-                    await self.set_state(_THINKING)
+            if self.state is not _THINKING and not self.state_now(_THINKING):
+                await self.set_state(_THINKING)
             context.round = round_no
             try:
                 context.text_sink = sink
@@ -552,35 +546,44 @@ class Turn:
             remember(AssistantTurn(text, calls, thought))
             self.open_calls = calls
             if segments is not None:
-                payload: dict[str, Any] = {"text": text, "segments": segments, "final": not calls}
-                if metadata is not None:
-                    payload["metadata"] = metadata
-                said_event: Event | None = None
-                try:
-                    if plain and emit_note is not None:
-                        # One plain text segment of ASCII: an event can carry it
-                        # (nothing to check by encoding it), and nothing reads it
-                        # here (what the caller hears is the run's result).
-                        try:
-                            emit_note(event, OUTPUT_AGENT_MESSAGE, payload, source)
-                        except QueueFull:  # no room: made, and waits for room
+                # One plain text segment of ASCII: an event can carry it (nothing
+                # to check by encoding it); read by nobody, it is counted, not made
+                # (what the caller hears is the run's result).
+                if not (plain and note_unread is not None and note_unread(OUTPUT_AGENT_MESSAGE)):
+                    payload: dict[str, Any] = {
+                        "text": text,
+                        "segments": segments,
+                        "final": not calls,
+                    }
+                    if metadata is not None:
+                        payload["metadata"] = metadata
+                    said_event: Event | None = None
+                    try:
+                        if plain and emit_note is not None:
+                            try:
+                                emit_note(event, OUTPUT_AGENT_MESSAGE, payload, source)
+                            except QueueFull:  # no room: made, and waits for room
+                                said_event = event.child(
+                                    OUTPUT_AGENT_MESSAGE, payload, source=source
+                                )
+                        elif emit_child is None:
                             said_event = event.child(OUTPUT_AGENT_MESSAGE, payload, source=source)
-                    elif emit_child is None:
-                        said_event = event.child(OUTPUT_AGENT_MESSAGE, payload, source=source)
-                    else:
-                        try:
-                            emit_child(event, OUTPUT_AGENT_MESSAGE, payload, source)
-                        except QueueFull:  # no room: made again, waits for room
-                            said_event = event.child(OUTPUT_AGENT_MESSAGE, payload, source=source)
-                except (TypeError, ValueError) as exc:
-                    # Deeper than an event may nest, or not JSON.
-                    self.close_calls("AGENT_PAIN", "the response that asked for it was refused")
-                    await self.fail(
-                        tick, "AGENT_PAIN", f"the provider's response cannot be sent: {exc}"
-                    )
-                    break
-                if said_event is not None:
-                    await apublish(said_event)
+                        else:
+                            try:
+                                emit_child(event, OUTPUT_AGENT_MESSAGE, payload, source)
+                            except QueueFull:  # no room: made again, waits for room
+                                said_event = event.child(
+                                    OUTPUT_AGENT_MESSAGE, payload, source=source
+                                )
+                    except (TypeError, ValueError) as exc:
+                        # Deeper than an event may nest, or not JSON.
+                        self.close_calls("AGENT_PAIN", "the response that asked for it was refused")
+                        await self.fail(
+                            tick, "AGENT_PAIN", f"the provider's response cannot be sent: {exc}"
+                        )
+                        break
+                    if said_event is not None:
+                        await apublish(said_event)
                 if result is not None:
                     result.replies.append(text)
             if not calls:
@@ -595,14 +598,11 @@ class Turn:
                 await self.fail(tick, "TOOL_ROUND_LIMIT", message)
                 break
             tool_rounds += 1
-            old = self.state
-            if old is not _EXECUTING:
-                try:
-                    if emit_note is None:
-                        raise QueueFull
-                    emit_note(tick, _STATE_CHANGE, _CHANGE[old, _EXECUTING], source)
+            if self.state is not _EXECUTING:
+                # Read by nobody, the change is counted, not made.
+                if note_unread is not None and note_unread(_STATE_CHANGE):
                     self.state = session.state = _EXECUTING
-                except QueueFull:
+                elif not self.state_now(_EXECUTING):
                     await self.set_state(_EXECUTING)
             # (What execute() does, without its coroutine.)
             observations = self.observations
@@ -634,8 +634,11 @@ class Turn:
                 observations.clear()
             if locked:
                 break
-        if not self.state_now(_IDLE):
-            await self.set_state(_IDLE)
+        if self.state is not _IDLE:
+            if note_unread is not None and note_unread(_STATE_CHANGE):
+                self.state = session.state = _IDLE
+            elif not self.state_now(_IDLE):
+                await self.set_state(_IDLE)
 
     async def select_tools(self, prompt: str) -> Mapping[str, Tool]:
         """The tools the provider sees for this input (spec 000 section 6B).
