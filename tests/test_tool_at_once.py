@@ -16,7 +16,7 @@ import pytest
 
 from agent_harness import HANG
 from openstarry.agent.interfaces import AgentContext
-from openstarry.agent.loop import ExecutionLoop
+from openstarry.agent.loop import ExecutionLoop, LoopLimits
 from openstarry.agent.memory import MemoryEntry, Observation, ToolOutcome
 from openstarry.agent.tools import tool
 from openstarry.bus import EventBus
@@ -124,3 +124,35 @@ async def test_an_at_once_call_the_provider_got_wrong_is_heard_of() -> None:
     assert outcome[1:] == (False, None, ("INVALID_ARGUMENTS", "core"))
     [observation] = [m for m in memory if m[0] == "observation"]
     assert observation[1].startswith("Invalid arguments for pick:")
+
+
+@pytest.mark.parametrize("at_once", [True, False], ids=["one-step", "execute"])
+@pytest.mark.anyio
+async def test_a_call_that_succeeds_starts_the_failure_streaks_again(at_once: bool) -> None:
+    """Failed, succeeded, failed: with ``max_failure_streak=2`` the session is
+    not locked, since the success in between started the streak again."""
+    used = pick_at_once if at_once else pick_waiting
+    hows = {1: "raise", 2: "ok", 3: "raise"}
+
+    def model(prompt: str, context: AgentContext) -> ProviderResponse:
+        if prompt == "go" and context.round in hows:
+            return tool_call("pick", {"x": context.round, "how": hows[context.round]})
+        return text("done")
+
+    async with (
+        EventBus() as bus,
+        ExecutionLoop(
+            bus,
+            FunctionProvider(model),
+            [used],
+            limits=LoopLimits(max_failure_streak=2, max_tool_rounds=5),
+        ) as loop,
+    ):
+        with anyio.fail_after(HANG):
+            result = await loop.ask("go", session_id="s")
+            session = loop.sessions["s"]
+            assert (result.error, result.replies) == (None, ["done"])
+            assert session.failure_streak == 1
+            assert not session.locked
+            again = await loop.ask("again", session_id="s")
+    assert again.error is None

@@ -73,6 +73,8 @@ _NO_WAITS: Mapping[int, Wait] = MappingProxyType({})
 #: The longest text a noted event carries (``Emitter.note``): far below what
 #: an event may hold, so that it needs no encoding to be sure of it.
 _NOTED_TEXT = 1 << 20
+#: The kinds of result an event carries as they are (with short ASCII text).
+_NOTED_KINDS = frozenset({int, bool, type(None)})
 
 
 def result_payload(outcome: ToolOutcome) -> dict[str, Any]:
@@ -364,10 +366,12 @@ class ToolExecutor:
         """
         emit_mark = self.emit_mark
         mark_unread = self.mark_unread
+        note_unread = self.note_unread
         tool = self.tools.get(call.name)
         if (
             emit_mark is None
             or mark_unread is None
+            or note_unread is None
             or tool is None
             or not tool.completes_at_once
             or tool.name in self.approval_tools
@@ -398,6 +402,18 @@ class ToolExecutor:
                 outcome = ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
         finally:
             current_event.reset(working)
+        result = outcome.result
+        kind = type(result)
+        if (
+            outcome.error is None
+            and (
+                kind in _NOTED_KINDS
+                or (kind is str and len(result) < _NOTED_TEXT and result.isascii())
+            )
+            and note_unread(_TOOL_RESULT)
+        ):
+            # (What result_now does with a result read by nobody, without its call.)
+            return outcome
         if self.result_now(call_event, outcome):
             return outcome
         return await self.publish_result(call_event, outcome)
@@ -431,9 +447,7 @@ class ToolExecutor:
             result = outcome.result
             kind = type(result)
             if emit_note is not None and (
-                kind is int
-                or kind is bool
-                or result is None
+                kind in _NOTED_KINDS
                 or (kind is str and len(result) < _NOTED_TEXT and result.isascii())
             ):
                 # An event can carry it (its id and name went out with the
@@ -645,12 +659,6 @@ class ToolExecutor:
     ) -> bool:
         """Update the session's failure streaks; True when the session just got locked."""
         session = rt.session
-        if len(outcomes) == 1 and len(calls) == 1 and outcomes[0].success:
-            # (What the loop below does for one call that succeeded: the
-            # streaks start again, and a streak of 0 locks nothing.)
-            session.failure_streak = 0
-            rt.failure_key, rt.failure_repeats = None, 0
-            return False
         limits = self.limits
         for outcome, call in zip(outcomes, calls, strict=True):
             if outcome.success:

@@ -611,16 +611,28 @@ class Turn:
                 if len(calls) == 1 and not self.client_tools
                 else None
             )
-            if done is not None:
-                outcomes = [done]
+            outcomes: Sequence[ToolOutcome]
+            if done is not None and done.success:
+                # One call, and it succeeded: the failure streaks start again
+                # (what count_failures does for it, without its call).
+                outcomes = (done,)
+                session.failure_streak = 0
+                rt.failure_key = None
+                rt.failure_repeats = 0
+                locked = False
             else:
-                run_tools = {**executor.tools, **self.client_tools} if self.client_tools else None
-                if rt.enter_scope is not None and executor.may_wait(calls, run_tools):
-                    self.enter_scope()
-                outcomes = await executor.execute(
-                    tick, calls, context, observations, None, run_tools
-                )
-            locked = executor.count_failures(rt, outcomes, calls, observations)
+                if done is not None:
+                    outcomes = (done,)
+                else:
+                    run_tools = (
+                        {**executor.tools, **self.client_tools} if self.client_tools else None
+                    )
+                    if rt.enter_scope is not None and executor.may_wait(calls, run_tools):
+                        self.enter_scope()
+                    outcomes = await executor.execute(
+                        tick, calls, context, observations, None, run_tools
+                    )
+                locked = executor.count_failures(rt, outcomes, calls, observations)
             if locked:
                 await self.report_locked()
             if rt.cancelled:
