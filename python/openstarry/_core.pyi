@@ -21,6 +21,7 @@ __all__ = [
     "LatencyRecorder",
     "ProviderResponse",
     "Published",
+    "SlotsMaker",
     "ToolCall",
     "ToolIndex",
     "__version__",
@@ -303,6 +304,30 @@ class EventRef:
     def type(self) -> str: ...
     @property
     def priority(self) -> int: ...
+
+@final
+class SlotsMaker:
+    """Makes instances of one slotted class whose constructor only stores its
+    fields: ``maker(*values)`` is ``cls(*values)`` with the trailing fields it
+    is not given set to ``defaults``.
+
+    ``cls`` must use ``object.__new__`` and define ``__slots__`` holding every
+    name of ``names`` (a dataclass with ``slots=True``, frozen or not); its
+    ``__init__`` and ``__post_init__`` are not run, so it must do no more than
+    store its arguments.
+
+    Raises:
+        TypeError: ``cls`` has a ``__new__`` of its own or no ``__slots__``,
+            or a call gives more values than ``names`` or fewer than it
+            needs.
+        ValueError: more ``defaults`` than ``names``.
+    """
+
+    def __new__(
+        cls, target: type, names: tuple[str, ...], defaults: tuple[Any, ...] | None = None
+    ) -> SlotsMaker: ...
+    def __call__(self, *values: Any) -> Any:
+        """An instance of the class, its fields set to ``values`` and then the defaults."""
 
 @final
 class Emitter:

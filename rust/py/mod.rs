@@ -14,6 +14,7 @@ pub mod pyjson;
 pub mod queue;
 pub mod record;
 pub mod retrieval;
+pub mod slots;
 
 /// The one registration point of the extension module.
 // `gil_used = true`: on a free-threaded CPython (3.13t, 3.14t) importing the
@@ -63,5 +64,6 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ingest::register(m)?;
     latency::register(m)?;
     retrieval::register(m)?;
+    slots::register(m)?;
     Ok(())
 }

@@ -45,7 +45,7 @@ import anyio.to_thread
 from openstarry.agent.deadlines import Deadlines, ToolCallWatch
 from openstarry.agent.interfaces import AgentContext, Tool
 from openstarry.agent.limits import LoopLimits
-from openstarry.agent.memory import Observation, ToolFailure, ToolOutcome
+from openstarry.agent.memory import Observation, ToolFailure, ToolOutcome, new_tool_outcome
 from openstarry.agent.sessions import CancelScopeLike, SessionRuntime
 from openstarry.agent.waits import APPROVAL, CLIENT_CALL, Answer, ClientTool, Wait, Waits
 from openstarry.bus import Emit, EventBus, Subscription, describe_exception
@@ -397,7 +397,7 @@ class ToolExecutor:
             outcome = self._refused(tool, call, exc, observations)
         else:
             try:
-                outcome = ToolOutcome(call.id, call.name, True, await tool.run(args, context))
+                outcome = new_tool_outcome(call.id, call.name, True, await tool.run(args, context))
             except Exception as exc:
                 outcome = ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
         finally:
@@ -552,7 +552,7 @@ class ToolExecutor:
             result: Any = json.loads(answer.output)
         except ValueError:
             result = answer.output
-        return ToolOutcome(call.id, call.name, True, result)
+        return new_tool_outcome(call.id, call.name, True, result)
 
     async def _approved(
         self, call: ToolCall, wait: Wait | None, observations: list[Observation]
@@ -616,7 +616,7 @@ class ToolExecutor:
         try:
             if tool.completes_at_once:
                 # It cannot wait: nothing could cancel it or time it out.
-                return ToolOutcome(call.id, call.name, True, await tool.run(args, context))
+                return new_tool_outcome(call.id, call.name, True, await tool.run(args, context))
             # The tool timeout cancels the scope (the loop's watcher does, at
             # the deadline), which then reports it: a TimeoutError the tool
             # raises itself (a socket timeout) is the tool's failure, not the limit.
@@ -648,7 +648,7 @@ class ToolExecutor:
             return ToolOutcome(
                 call.id, call.name, False, error=ToolFailure("TIMEOUT", message, "core")
             )
-        return ToolOutcome(call.id, call.name, True, result)
+        return new_tool_outcome(call.id, call.name, True, result)
 
     def count_failures(
         self,

@@ -55,6 +55,7 @@ from openstarry.agent.limits import LoopLimits
 from openstarry.agent.memory import (
     Session,
     ToolOutcome,
+    slots_maker,
 )
 from openstarry.agent.outbox import Outbox
 from openstarry.agent.results import PendingRun, RunResult, Waiters, add_usage, wakeup_factory
@@ -85,6 +86,10 @@ __all__ = [
 _WIND_DOWN = 1.0
 
 _USER_MESSAGE = EventType.USER_MESSAGE.value
+#: ``RunResult(trace_id, replies)`` and ``AgentContext(...)`` (every field but
+#: the last given), each in one call: a run makes one of each.
+_new_run_result: Callable[[str, list[str]], RunResult] = slots_maker(RunResult)
+_new_context: Callable[..., AgentContext] = slots_maker(AgentContext)
 _SYSTEM_COMMAND = EventType.SYSTEM_COMMAND.value
 _TICK_START = EventType.TICK_START.value
 _STATE_CHANGE = EventType.STATE_CHANGE.value
@@ -349,7 +354,7 @@ class ExecutionLoop(Lifecycle):
                 take_ref = self._take_ref
                 taken = None if take_ref is None else take_ref(_USER_MESSAGE, sid, source, inputs)
                 if taken is not None:
-                    result = RunResult(taken.trace_id)
+                    result = _new_run_result(taken.trace_id, [])
                     waiters = self._waiters
                     input_id = taken.id
                     waiters.add(input_id, result, None)
@@ -505,14 +510,17 @@ class ExecutionLoop(Lifecycle):
 
     def _context(self, session: Session, trace_id: str, call_depth: int = 0) -> AgentContext:
         """What a provider and the tools see of one run (or one call from another agent)."""
-        return AgentContext(
+        # (AgentContext's fields, in order, the text sink and the kept outcomes unset.)
+        return _new_context(
             self._executor.tools,
             session,
             self.agent_name,
             trace_id,
             0,
             self.instructions,
-            call_depth=call_depth,
+            call_depth,
+            None,
+            {},
         )
 
     def _on_user_message(self, event: Event) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal, TypeVar
 
+from openstarry._core import SlotsMaker
 from openstarry.core import ContentSegment, ToolCall
 from openstarry.events import AgentState
 
@@ -121,6 +122,38 @@ class Observation:
 
 
 MemoryEntry = UserTurn | AssistantTurn | ToolOutcome | Observation
+
+
+def slots_maker(cls: type[_Entry]) -> Callable[..., _Entry]:
+    """``cls(*values)`` for a slotted dataclass whose ``__init__`` only stores
+    its fields, in one call into Rust (:class:`openstarry._core.SlotsMaker`).
+
+    The trailing fields that have a plain default may be left out, as with
+    the constructor; any other field must be given (a ``default_factory``'s
+    value, made once, would be shared). A frozen
+    dataclass's ``__init__`` sets each field through its slot's descriptor, a
+    call each: the loop makes its memory entries, its run's context and its
+    result this way, several times cheaper.
+    """
+    names: list[str] = []
+    defaults: list[Any] = []
+    for f in fields(cls):  # type: ignore[arg-type]
+        names.append(f.name)
+        if f.default is not MISSING:
+            defaults.append(f.default)
+        else:
+            defaults.clear()  # (only the trailing ones)
+    return SlotsMaker(cls, tuple(names), tuple(defaults))
+
+
+#: ``UserTurn(text)``, in one call.
+new_user_turn: Callable[[str], UserTurn] = slots_maker(UserTurn)
+#: ``AssistantTurn(text, tool_calls, reasoning)``, in one call.
+new_assistant_turn: Callable[
+    [str, tuple[ToolCall, ...], tuple[ContentSegment, ...]], AssistantTurn
+] = slots_maker(AssistantTurn)
+#: ``ToolOutcome(tool_call_id, name, success, result[, error])``, in one call.
+new_tool_outcome: Callable[..., ToolOutcome] = slots_maker(ToolOutcome)
 
 
 class Memory(Sequence[MemoryEntry]):

@@ -47,12 +47,12 @@ from openstarry.agent.execution import ToolExecutor
 from openstarry.agent.interfaces import AgentContext, Provider, Tool
 from openstarry.agent.limits import LoopLimits
 from openstarry.agent.memory import (
-    AssistantTurn,
     Observation,
     Session,
     ToolFailure,
     ToolOutcome,
-    UserTurn,
+    new_assistant_turn,
+    new_user_turn,
 )
 from openstarry.agent.outbox import Outbox
 from openstarry.agent.results import RunResult, Waiters, add_usage
@@ -445,31 +445,26 @@ class Turn:
         rt = self.rt
         session = rt.session
         memory = session.memory
-        memory.append(UserTurn(prompt))
+        memory.append(new_user_turn(prompt))
         # What the round appends starts no turn: added as Memory.append adds it.
         remember = memory.add
         remember_all = memory.add_all
         context = self.context
-        tools = context.tools
         limit = loop.max_tools
-        if limit is not None and len(tools) > limit:
+        if limit is not None and len(context.tools) > limit:
             self.enter_scope()  # (tools are chosen in a worker thread)
-            tools = await self.select_tools(prompt)
-        context.tools = tools
+            context.tools = await self.select_tools(prompt)
         if self.client_tools:
             context.tools = {**context.tools, **self.client_tools}
         event = self.input
         result = self.result
-        deadlines = loop._deadlines
         executor = loop._executor
         provider = loop.provider
         generate_now = getattr(provider, "generate_now", None)
-        emit_child = executor.emit_child
         emit_note = executor.emit_note
         emit_mark = executor.emit_mark
         mark_unread = executor.mark_unread
         note_unread = executor.note_unread
-        apublish = loop.bus.apublish
         sink = self.emit_delta
         tool_rounds = 0
         round_no = 0
@@ -492,13 +487,13 @@ class Turn:
                 self.state = session.state = _THINKING
             elif emit_mark is None:
                 tick = event.child(_TICK_START, {"round": round_no}, source=source)
-                await apublish(tick)
+                await loop.bus.apublish(tick)
             else:
                 try:
                     tick = emit_mark(event, _TICK_START, {"round": round_no}, source)
                 except QueueFull:  # no room: made, and waits for room
                     tick = event.child(_TICK_START, {"round": round_no}, source=source)
-                    await apublish(tick)
+                    await loop.bus.apublish(tick)
             self.tick = tick  # once published: later events may name it as parent
             if self.state is not _THINKING and not self.state_now(_THINKING):
                 await self.set_state(_THINKING)
@@ -516,11 +511,11 @@ class Turn:
                     if type(raw) is not ProviderResponse and isawaitable(raw):
                         # The provider deadline: when it passes, the loop's watcher
                         # cancels the run's scope and the run ends (see run()).
-                        deadlines.begin(rt, limits.provider_timeout)
+                        loop._deadlines.begin(rt, limits.provider_timeout)
                         try:
                             raw = await raw
                         finally:
-                            deadlines.end(rt)
+                            loop._deadlines.end(rt)
                 finally:
                     current_event.reset(working)
                     context.text_sink = None
@@ -543,7 +538,7 @@ class Turn:
             if rt.cancelled:
                 await anyio.lowlevel.checkpoint()
             calls, text, thought, segments, plain = response.parts()
-            remember(AssistantTurn(text, calls, thought))
+            remember(new_assistant_turn(text, calls, thought))
             self.open_calls = calls
             if segments is not None:
                 # One plain text segment of ASCII: an event can carry it (nothing
@@ -566,11 +561,11 @@ class Turn:
                                 said_event = event.child(
                                     OUTPUT_AGENT_MESSAGE, payload, source=source
                                 )
-                        elif emit_child is None:
+                        elif executor.emit_child is None:
                             said_event = event.child(OUTPUT_AGENT_MESSAGE, payload, source=source)
                         else:
                             try:
-                                emit_child(event, OUTPUT_AGENT_MESSAGE, payload, source)
+                                executor.emit_child(event, OUTPUT_AGENT_MESSAGE, payload, source)
                             except QueueFull:  # no room: made again, waits for room
                                 said_event = event.child(
                                     OUTPUT_AGENT_MESSAGE, payload, source=source
@@ -583,7 +578,7 @@ class Turn:
                         )
                         break
                     if said_event is not None:
-                        await apublish(said_event)
+                        await loop.bus.apublish(said_event)
                 if result is not None:
                     result.replies.append(text)
             if not calls:
