@@ -66,3 +66,16 @@ def test_a_copy_adds_to_its_own_entries(duplicate: object) -> None:
     assert len(other) == 6
     memory.add_all([Observation("only in the first")])
     assert len(other) == 6
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, None])
+def test_the_window_keeps_the_last_turns_whole(window: int | None) -> None:
+    memory = Memory(window)
+    for n in range(7):
+        _turn(memory, n)
+        kept = n + 1 if window is None else min(n + 1, window)
+        assert [e.text for e in memory if type(e) is UserTurn] == [
+            f"u{i}" for i in range(n + 1 - kept, n + 1)
+        ]
+        assert len(memory) == 4 * kept
+        assert type(memory[0]) is UserTurn

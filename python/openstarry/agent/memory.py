@@ -190,20 +190,21 @@ class Memory(Sequence[MemoryEntry]):
         self.add_all = self._entries.extend
 
     def append(self, entry: MemoryEntry) -> None:
+        entries = self._entries
         if type(entry) is UserTurn:
-            if self.window is not None and len(self._turn_starts) >= self.window:
+            starts = self._turn_starts
+            window = self.window
+            if window is not None and len(starts) >= window:
                 # Keep the last window - 1 turns; the new one makes window.
-                keep = self.window - 1
-                starts = self._turn_starts
-                if keep:
-                    cut = starts[len(starts) - keep]
-                    del self._entries[:cut]
-                    self._turn_starts = [i - cut for i in starts if i >= cut]
-                else:
-                    self._entries.clear()
+                if window == 1:
+                    entries.clear()
                     starts.clear()
-            self._turn_starts.append(len(self._entries))
-        self._entries.append(entry)
+                else:
+                    cut = starts[len(starts) - window + 1]
+                    del entries[:cut]
+                    self._turn_starts = starts = [i - cut for i in starts if i >= cut]
+            starts.append(len(entries))
+        entries.append(entry)
 
     def extend(self, entries: Sequence[MemoryEntry]) -> None:
         for entry in entries:
