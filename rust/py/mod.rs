@@ -38,6 +38,7 @@ pub mod slots;
 // - `LatencyRecorder`: its histogram sits behind one `parking_lot` mutex,
 //   held for one record or read and never across Python code. Safe.
 // - `ToolIndex`: immutable once built; searches share it read-only. Safe.
+// - `SlotsMaker`: immutable once made (its class, names and defaults). Safe.
 // - the exception classes: `PyOnceLock`, which is made for this. Safe.
 // - `Event`: its decoded payload is a `OnceLock` (safe), but `Event` leaves
 //   the cycle collector's tracking on creation and rejoins it when its payload
