@@ -729,6 +729,19 @@ async def test_emitter_note_makes_an_event_only_for_someone_who_could_see_it() -
         emitter.note(parent, "KERNEL:STATE_CHANGE", {"to": "IDLE"}, "me")
 
 
+def reusing(event_id: str) -> Event:
+    """An event of another trace and session that reuses ``event_id``."""
+    return Event(
+        id=event_id,
+        timestamp=1,
+        trace_id="t",
+        source="x",
+        session_id="s",
+        priority=2,
+        type="KERNEL:TICK_START",
+    )
+
+
 @pytest.mark.anyio
 async def test_emitter_mark_stands_an_event_ref_for_an_event_nobody_could_see() -> None:
     """``Emitter.mark``: unsubscribed on an idle bus, the event is counted and its id
@@ -757,16 +770,7 @@ async def test_emitter_mark_stands_an_event_ref_for_an_event_nobody_could_see() 
             assert bus.metrics()["dispatched"] == {"KERNEL:TICK_START": 1}
             assert bus.metrics()["published"] == 1
             # Its id went through the window: an event that reuses it is a duplicate.
-            reused = Event(
-                id=tick.id,
-                timestamp=1,
-                trace_id="t",
-                source="x",
-                session_id="s",
-                priority=2,
-                type="KERNEL:TICK_START",
-            )
-            assert not bus.publish(reused)
+            assert not bus.publish(reusing(tick.id))
             assert bus.metrics()["duplicates"] == 1
             # An EventRef is a parent as an Event is, for the Emitter and for child().
             call = emitter.mark(tick, "EXEC:TOOL_CALL", {"name": "f"}, "agent")
@@ -839,16 +843,7 @@ async def test_emitter_mark_unread_emits_both_events_unmade_or_nothing() -> None
             assert metrics["dispatched"] == {"KERNEL:TICK_START": 1, "KERNEL:STATE_CHANGE": 1}
             assert metrics["published"] == 2
             # The first's id went through the window: an event reusing it is a duplicate.
-            reused = Event(
-                id=tick.id,
-                timestamp=1,
-                trace_id="t",
-                source="x",
-                session_id="s",
-                priority=2,
-                type="KERNEL:TICK_START",
-            )
-            assert not bus.publish(reused)
+            assert not bus.publish(reusing(tick.id))
             # No second type: the first alone.
             alone = emitter.mark_unread(tick, "EXEC:TOOL_CALL", None, "agent")
             assert isinstance(alone, EventRef)

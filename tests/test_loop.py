@@ -416,6 +416,17 @@ async def test_metrics_reports_data() -> None:
     assert json.loads(reply)["loop"] == data["loop"]
 
 
+#: The events of a turn that calls one tool and then answers, by type.
+A_TURN_S_EVENTS = {
+    USER_MESSAGE: 1,
+    TICK_START: 2,
+    STATE_CHANGE: 4,
+    TOOL_CALL: 1,
+    TOOL_RESULT: 1,
+    AGENT_MESSAGE: 1,
+}
+
+
 @pytest.mark.anyio
 async def test_a_run_nobody_watches_counts_its_events_without_queueing_them() -> None:
     """With only the loop on the bus, the run's events are emitted at once: counted
@@ -432,14 +443,7 @@ async def test_a_run_nobody_watches_counts_its_events_without_queueing_them() ->
             assert len(bus) == 0
             metrics = bus.metrics()
     assert result.replies == ["ok"]
-    assert metrics["dispatched"] == {
-        USER_MESSAGE: 1,
-        TICK_START: 2,
-        STATE_CHANGE: 4,
-        TOOL_CALL: 1,
-        TOOL_RESULT: 1,
-        AGENT_MESSAGE: 1,
-    }
+    assert metrics["dispatched"] == A_TURN_S_EVENTS
     assert metrics["published"] == 10
     assert metrics["latency_us"]["count"] == 0  # nothing went through the queue
 
@@ -472,14 +476,7 @@ async def test_a_subscriber_to_one_kind_of_a_run_s_events_gets_them_whole(watche
             await bus.wait_idle()
             metrics = bus.metrics()
     assert result.replies == ["ok"]
-    assert metrics["dispatched"] == {
-        USER_MESSAGE: 1,
-        TICK_START: 2,
-        STATE_CHANGE: 4,
-        TOOL_CALL: 1,
-        TOOL_RESULT: 1,
-        AGENT_MESSAGE: 1,
-    }
+    assert metrics["dispatched"] == A_TURN_S_EVENTS
     assert {e.trace_id for e in seen} == {result.trace_id}
     if watched == TICK_START:
         assert [e.payload for e in seen] == [{"round": 1}, {"round": 2}]
@@ -665,7 +662,8 @@ class AnswersNow:
 
     def __init__(self, answer: Any) -> None:
         self.answer = answer
-        self.cancelled = False
+        #: What an answer of ``"hang"`` hands over: a wait that never ends.
+        self.hanging = HangingProvider()
 
     async def generate(self, prompt: str, context: AgentContext) -> ProviderResponse:
         raise AssertionError("generate is not called when generate_now is there")
@@ -674,16 +672,8 @@ class AnswersNow:
         if isinstance(self.answer, BaseException):
             raise self.answer
         if self.answer == "hang":
-            return self.hang()
+            return self.hanging.generate(prompt, context)
         return self.answer
-
-    async def hang(self) -> ProviderResponse:
-        try:
-            await anyio.sleep_forever()
-        except anyio.get_cancelled_exc_class():
-            self.cancelled = True
-            raise
-        raise AssertionError("unreachable")
 
 
 @pytest.mark.anyio
@@ -696,7 +686,7 @@ async def test_a_provider_s_generate_now_is_called_and_what_it_hands_over_awaite
     # An awaitable answer runs under the provider deadline, as generate does.
     assert result.error is not None
     assert result.error["code"] == "PROVIDER_TIMEOUT"
-    assert hanging.cancelled is True
+    assert hanging.hanging.cancelled is True
     assert states(h.events) == [("IDLE", "THINKING"), ("THINKING", "IDLE")]
 
 
