@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
@@ -155,14 +156,15 @@ async def _listen_changes(conn: ListedServer, client: Client) -> None:
 
 
 def _on_trio() -> bool:
-    try:
-        import sniffio
-    except ImportError:  # anyio then runs on asyncio only
+    """Whether the caller runs in trio (told by trio itself: no sniffio needed)."""
+    trio = sys.modules.get("trio")
+    if trio is None:  # never imported: nothing runs on it
         return False
     try:
-        return bool(sniffio.current_async_library() == "trio")
-    except sniffio.AsyncLibraryNotFoundError:
+        trio.lowlevel.current_task()
+    except RuntimeError:
         return False
+    return True
 
 
 async def _listen_once(

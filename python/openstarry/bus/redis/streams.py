@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import socket
@@ -18,7 +19,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import sniffio
 
 from openstarry.bus.backend import BusHost
 from openstarry.bus.redis.deliveries import _Deliveries
@@ -179,7 +179,7 @@ class RedisStreams:
     @asynccontextmanager
     async def running(self, bus: BusHost) -> AsyncIterator[RedisStreams]:
         """Connect, create the group (reading from the start), publish and consume for ``bus``."""
-        if sniffio.current_async_library() != "asyncio":
+        if not _on_asyncio():
             raise RuntimeError(
                 "the Redis bus runs on asyncio only (redis-py's client does not run on "
                 "trio); on trio use the local bus"
@@ -349,3 +349,12 @@ class RedisStreams:
             "holding": len(self._deliveries.held),
             "partitions": sorted(self._leases.owned),
         }
+
+
+def _on_asyncio() -> bool:
+    """Whether the caller runs in an asyncio event loop (anyio's asyncio backend)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
