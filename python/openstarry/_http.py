@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import threading
 from collections.abc import Awaitable, Callable, Collection, Iterator, MutableMapping
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ __all__ = [
     "graceful_server",
     "guarded_protocol",
     "is_loopback",
+    "listen",
     "read_api_key",
     "send_json",
 ]
@@ -365,3 +367,27 @@ def graceful_server(
             await super().shutdown(sockets)
 
     return _Server(config)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (0: a free port), non-blocking.
+
+    ``openstarry serve`` and ``openstarry mcp --http`` bind before they start
+    anything, so an address in use or a host that is not this machine's is
+    told in one line, before the server's start-up lines.
+
+    Raises:
+        OSError: the address cannot be bound (in use, not local, no permission).
+        OverflowError: ``port`` is not 0 to 65535.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock

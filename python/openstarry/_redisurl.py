@@ -12,6 +12,7 @@ __all__ = [
     "CLUSTER_SCHEMES",
     "PARTITIONS",
     "REDIS_SCHEMES",
+    "check_redis_url",
     "cluster_nodes",
     "default_partitions",
     "is_cluster_url",
@@ -34,6 +35,45 @@ CLUSTER_PARTITIONS = 24
 def is_redis_url(url: str) -> bool:
     """Whether ``url`` names a Redis server or a Redis Cluster."""
     return url.partition("://")[0].lower() in REDIS_SCHEMES
+
+
+def check_redis_url(url: str) -> None:
+    """Refuse a Redis URL that cannot name a server, before anything connects to it.
+
+    ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` (TLS),
+    ``unix:///path[?db=N]`` and ``redis+cluster://host:port[,host:port...]``:
+    a host that parses, a port of 1 to 65535, and a database that is a whole
+    number (redis-py reads ``/notadb`` as database 0). Whether the database
+    exists is the server's to say: ``/99`` is refused when the server answers.
+
+    Raises:
+        ValueError: what is wrong, in one line (the URL's password never in it).
+    """
+    scheme = url.partition("://")[0].lower()
+    if scheme not in REDIS_SCHEMES or "://" not in url:
+        raise ValueError(
+            "expected redis://host:port/db, rediss://..., unix:///path or "
+            "redis+cluster://host:port[,host:port...]"
+        )
+    if scheme in CLUSTER_SCHEMES:
+        cluster_nodes(url)
+        return
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range 0-65535", ...
+        raise ValueError(f"not a valid URL: {exc}") from None
+    query = urllib.parse.parse_qs(parts.query)
+    if scheme == "unix":
+        if not parts.path:
+            raise ValueError("unix:///path: the socket's path is missing")
+        db = query.get("db", [""])[0]
+    else:
+        if port == 0:
+            raise ValueError("a port is 1 to 65535, not 0")
+        db = parts.path.lstrip("/") or query.get("db", [""])[0]
+    if db and not db.isdigit():
+        raise ValueError(f"the database is a number (/0, /1, ...), not {db!r}")
 
 
 def is_cluster_url(url: str) -> bool:

@@ -8,7 +8,7 @@ import argparse
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from openstarry._redisurl import default_partitions, is_redis_url
+from openstarry._redisurl import check_redis_url, default_partitions
 
 __all__ = [
     "bus_arguments",
@@ -43,11 +43,10 @@ def bus_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _bus_url(text: str) -> str:
     """``--bus``: a Redis URL (``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://``)."""
-    if not is_redis_url(text) or "://" not in text:
-        raise argparse.ArgumentTypeError(
-            f"expected redis://host:port/db, rediss://..., unix:///path or "
-            f"redis+cluster://host:port[,host:port...], not {redacted(text)!r}"
-        )
+    try:
+        check_redis_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}: {redacted(text)!r}") from None
     return text
 
 
@@ -80,8 +79,18 @@ def durability_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def redacted(url: str) -> str:
-    """``url`` with its password, if any, replaced by ``***`` (for messages)."""
-    parts = urlsplit(url)
+    """``url`` with its password, if any, replaced by ``***`` (for messages).
+
+    A URL that does not parse (``redis://[::1``) has what stands between
+    ``://`` and the last ``@`` replaced, so no password leaks from it either.
+    """
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parses the port: it raises on a bad one
+    except ValueError:
+        scheme, sep, rest = url.partition("://")
+        _, at, host = rest.rpartition("@")
+        return f"{scheme}{sep}***@{host}" if at else url
     if parts.password is None:
         return url
     user = parts.username or ""

@@ -59,13 +59,12 @@ def _info(args: argparse.Namespace) -> int:
 async def _ainfo(args: argparse.Namespace) -> int:
     import anyio
 
-    from openstarry.bus.redis.keys import Layout, is_cluster_url
-    from openstarry.bus.redis.reader import ERRORS, connect
-    from openstarry.busargs import redacted, resolve_partitions
+    from openstarry.bus.redis.reader import ERRORS, bus_layout, connect
+    from openstarry.busargs import redacted
 
-    layout = Layout(args.name, resolve_partitions(args), cluster=is_cluster_url(args.bus))
     client = connect(args.bus)
     try:
+        layout = await bus_layout(client, args.bus, args.name, args.partitions)
         found = await collect(client, layout, args.group)
     except ERRORS as exc:
         text = " ".join(str(exc).split()) or type(exc).__name__

@@ -36,17 +36,28 @@ import argparse
 import contextlib
 import json
 import logging
+import signal
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
 
+from openstarry.benchargs import add_bench_arguments
 from openstarry.core import Event, encode_event
-from openstarry.errors import ManifestError, McpConnectError
+from openstarry.errors import ManifestError, McpConnectError, PartitionMismatch
 from openstarry.events import OUTPUT_AGENT_MESSAGE, EventType
 from openstarry.netcheck import network_failure, one_line, unreachable
+from openstarry.stdio import (
+    Output,
+    closed_stream,
+    leave,
+    leave_now,
+    quiet_stdout,
+    stdout_gone,
+    valid_text,
+    write_failure,
+)
 
 __all__ = ["main"]
 
@@ -73,6 +84,7 @@ class ConversationPrinter:
         self.out = out
         self.echo_input = echo_input
         self.errors = 0
+        self.write = Output(out)
 
     def __call__(self, event: Event) -> None:
         kind = event.type
@@ -96,7 +108,7 @@ class ConversationPrinter:
             self.errors += 1
             line = f"error: {payload.get('code')}: {payload.get('message')}"
         if line is not None:
-            print(line, file=self.out, flush=True)
+            self.write.line(line)
 
 
 class EventPrinter:
@@ -105,13 +117,12 @@ class EventPrinter:
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.errors = 0
+        self.write = Output(out)
 
     def __call__(self, event: Event) -> None:
         if event.type == EventType.ERROR:
             self.errors += 1
-        self.out.write(encode_event(event).decode())
-        self.out.write("\n")
-        self.out.flush()
+        self.write.line(encode_event(event).decode())
 
 
 #: What the plain prompt says at a terminal when the ``[cli]`` extra is missing.
@@ -146,6 +157,7 @@ async def _run(args: argparse.Namespace) -> int:
 
         if plain_prompt.usable():
             screen = plain_prompt.Screen("> ", names=lambda: _slash_names(agent))
+    skipped = 0
     with screen.output() if screen is not None else contextlib.nullcontext():
         printer: Any
         if args.events:
@@ -154,19 +166,26 @@ async def _run(args: argparse.Namespace) -> int:
             printer = terminal.RichPrinter(terminal.make_console(), echo_input=not interactive)
         else:
             printer = ConversationPrinter(sys.stdout, echo_input=screen is None)
+        output: Output | None = getattr(printer, "write", None)
         async with agent:
             agent.bus.subscribe("*", printer)
-            if args.input:
-                for text in args.input:
-                    await agent.ask(text, session_id=args.session)
+            with anyio.CancelScope() as turns:
+                if output is not None:
+                    # The reader is gone or the disk is full: no turn after this one.
+                    output.on_failure = turns.cancel
+                if args.input:
+                    for text in args.input:
+                        await agent.ask(text, session_id=args.session)
+                        await agent.bus.wait_idle()
+                elif screen is not None:
+                    await _plain_prompt(agent, args.session, screen)
                     await agent.bus.wait_idle()
-            elif screen is not None:
-                await _plain_prompt(agent, args.session, screen)
-                await agent.bus.wait_idle()
-            else:
-                await _interactive(agent, args.session, printer, terminal)
-                await agent.bus.wait_idle()
-    return 1 if printer.errors else 0
+                else:
+                    skipped = await _interactive(agent, args.session, printer, terminal)
+                    await agent.bus.wait_idle()
+    if output is not None and output.failed is not None:
+        raise output.failed  # main says it in one line (nothing, for a reader gone)
+    return 1 if printer.errors or skipped else 0
 
 
 def _slash_names(agent: Any) -> list[str]:
@@ -231,27 +250,31 @@ async def _plain_prompt(agent: Any, session_id: str, screen: Any) -> None:
 
 async def _interactive(
     agent: Any, session_id: str, printer: Any = None, terminal: Any = None
-) -> None:
-    """Read lines until EOF or ``/quit``.
+) -> int:
+    """Read lines until EOF or ``/quit``; returns how many were skipped (not UTF-8).
 
     At a terminal, reading goes on while a turn runs, so a ``/stop`` typed
     meanwhile goes out at priority 0 and cancels it; with the ``[cli]`` extra
     the prompt is :func:`openstarry.terminal.prompt_loop` (without it, and with
     both ends at a terminal, :func:`_plain_prompt`). From a pipe or a file,
     each line waits for the previous turn to end, as a script expects. At EOF
-    the turns still queued are finished.
+    the turns still queued are finished. A line that is not valid UTF-8 is
+    skipped with one line on standard error; the lines after it still run.
     """
     quit_requested = anyio.Event()
     agent.loop.on_quit(lambda sid: quit_requested.set() if sid == session_id else None)
     at_terminal = sys.stdin.isatty()
     if terminal is not None and at_terminal:
         await terminal.prompt_loop(agent, session_id, quit_requested, printer=printer)
-        return
+        return 0
     prompt = "> " if at_terminal else ""
     if prompt:
         print(f"openstarry: {agent.name}. Type /help for commands, /quit to leave.", flush=True)
         if sys.stdout.isatty():
             print(CLI_EXTRA_HINT, file=sys.stderr, flush=True)
+    # Invalid bytes kept as they came (lone surrogates), to be told and skipped.
+    with contextlib.suppress(AttributeError, ValueError):
+        sys.stdin.reconfigure(errors="surrogateescape")  # type: ignore[union-attr]
 
     def read() -> str | None:
         try:
@@ -259,11 +282,22 @@ async def _interactive(
         except EOFError:
             return None
 
+    skipped = 0
+    number = 0
     async with anyio.create_task_group() as runs:
         while not quit_requested.is_set():
             line = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
             if line is None:
                 break
+            number += 1
+            if not valid_text(line):
+                skipped += 1
+                print(
+                    f"openstarry run: input line {number} is not valid UTF-8: skipped",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                continue
             text = line.strip()
             if not text:
                 continue
@@ -277,6 +311,7 @@ async def _interactive(
                 runs.start_soon(run.wait)  # done with the turn, the task ends
             else:
                 await run.wait()
+    return skipped
 
 
 def _schema(args: argparse.Namespace) -> int:
@@ -301,7 +336,7 @@ def _bench(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from openstarry.demo import main as demo_main
 
-    return demo_main([args.path])
+    return demo_main([args.path], prog="openstarry demo")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -310,7 +345,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"openstarry serve: {exc}", file=sys.stderr)
         return 2
-    from openstarry._http import check_bind, read_api_key
+    from openstarry._http import check_bind, listen, read_api_key
     from openstarry.api.server import ServerLimits
     from openstarry.assembly import agent_from_manifest
 
@@ -327,20 +362,28 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"openstarry serve: {exc}", file=sys.stderr)
         return 2
-    agent = agent_from_manifest(args.manifest)
-    trace_agent(args, agent)
     try:
+        sock = listen(args.host, args.port)
+    except (OSError, OverflowError) as exc:
+        print(f"openstarry serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        agent = agent_from_manifest(args.manifest)
+        trace_agent(args, agent)
         return serve(
             agent,
             host=args.host,
             port=args.port,
             limits=limits,
+            sock=sock,
             api_key=api_key,
             insecure=args.insecure,
         )
     except ImportError as exc:  # uvicorn missing beside Starlette
         print(f"openstarry serve: {exc}", file=sys.stderr)
         return 2
+    finally:
+        sock.close()
 
 
 def _mcp(args: argparse.Namespace) -> int:
@@ -370,6 +413,10 @@ def _mcp(args: argparse.Namespace) -> int:
         print(f"openstarry mcp: {exc}", file=sys.stderr)
         return 2
     trace_agent(args, agent)
+    if not args.http:
+        # The MCP SDK reads stdin in a thread that no cancellation reaches: Ctrl-C
+        # would wait for the client's next line. It ends the server at once instead.
+        signal.signal(signal.SIGINT, lambda signum, frame: leave_now(130))
     return serve(agent, http=args.http, host=args.host, port=args.port, api_key=api_key)
 
 
@@ -437,137 +484,6 @@ def _seconds(text: str) -> float:
     return value
 
 
-#: ``openstarry bench latency``'s rates and duration when none are given.
-BENCH_RATES = (1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000)
-BENCH_DURATION = 2.0
-#: Its limits (openstarry.bench.latency checks them too).
-BENCH_MAX_RATE = 10_000_000
-BENCH_MAX_DURATION = 3_600.0
-BENCH_MAX_RATES = 100
-
-_LATENCY_DESCRIPTION = """\
-Dispatch latency of the in-process EventBus at fixed arrival rates, open loop.
-
-For each rate, events are published on a fixed schedule (event i is due at
-start + i/rate) for --duration seconds, then the bus drains. Each event's
-latency runs from its intended send time to the end of its handler, so a
-sender that falls behind publishes every event whose time has come and the
-delay counts: no coordinated omission (as wrk2 and HdrHistogram measure).
-Latencies go into an HDR histogram in Rust (3 significant figures).
-
-Printed per rate: the achieved rate (events handled per second), p50, p90,
-p99, p99.9, p99.99 and max in microseconds, and the knee: the lowest rate
-whose p99 is over 1 ms. A run is cut off at duration + max(duration, 10 s);
-the events still waiting then count as unfinished, with the time they had
-waited as their latency.
-
-Handlers run one at a time (an async handler is awaited before the next
-event), so a handler that takes 1 ms caps any of the buses at ~1,000/s."""
-
-
-def _rates(text: str) -> list[int]:
-    rates = []
-    for part in text.split(","):
-        try:
-            rate = int(part.strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"not a rate: {part.strip()!r} (expected events per second, e.g. 1000,10000)"
-            ) from None
-        if not 1 <= rate <= BENCH_MAX_RATE:
-            raise argparse.ArgumentTypeError(
-                f"a rate is 1 to {BENCH_MAX_RATE:,} events per second, not {rate}"
-            )
-        rates.append(rate)
-    if len(rates) > BENCH_MAX_RATES:
-        raise argparse.ArgumentTypeError(f"at most {BENCH_MAX_RATES} rates, not {len(rates)}")
-    return rates
-
-
-def _duration(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value <= BENCH_MAX_DURATION:
-        raise argparse.ArgumentTypeError(
-            f"a duration is more than 0 and at most {BENCH_MAX_DURATION:g} seconds, not {text}"
-        )
-    return value
-
-
-def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
-    """The options and sub-commands of ``openstarry bench`` (``figures`` names the one given)."""
-    bench.add_argument(
-        "--quick", action="store_true", help="a tenth of the iterations (bus and loop figures)"
-    )
-    figures = bench.add_subparsers(
-        dest="figures",
-        metavar="{latency,bus,loop}",
-        help="what to measure (none: the bus and loop figures)",
-    )
-    latency = figures.add_parser(
-        "latency",
-        help="dispatch latency at fixed arrival rates, open loop, to p99.99",
-        description=_LATENCY_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    latency.add_argument(
-        "--rates",
-        type=_rates,
-        default=list(BENCH_RATES),
-        metavar="R1,R2,...",
-        help=f"arrival rates, events per second (default: {','.join(str(r) for r in BENCH_RATES)})",
-    )
-    latency.add_argument(
-        "--duration",
-        type=_duration,
-        default=BENCH_DURATION,
-        metavar="S",
-        help=f"seconds of schedule per rate (default: {BENCH_DURATION:g})",
-    )
-    latency.add_argument(
-        "--handler",
-        dest="handler_spec",
-        metavar="MODULE:FUNCTION",
-        help="measure this function (sync or async, called with each event) instead of a "
-        "no-op; MODULE is imported with the current directory on the path",
-    )
-    latency.add_argument(
-        "--json",
-        type=Path,
-        metavar="FILE",
-        help="write the results as a JSON list, one object per bus and rate (units in the "
-        "names: p99_us, achieved_per_s, ...)",
-    )
-    latency.add_argument(
-        "--plot",
-        type=Path,
-        metavar="FILE.png",
-        help="write a PNG of the latency percentiles against rate (needs matplotlib: "
-        "pip install 'openstarry[bench]')",
-    )
-    latency.add_argument(
-        "--against",
-        action="append",
-        choices=["pure-python", "bubus"],
-        help="run the same schedule on this bus too, side by side (repeatable): "
-        "pure-python (a plain asyncio bus) or bubus (when installed)",
-    )
-    for name, text in (
-        ("bus", "bus latency and throughput, closed loop, beside a pure-Python bus"),
-        ("loop", "the execution loop's overhead per turn, and against the sessions kept"),
-    ):
-        command = figures.add_parser(name, help=text, description=text)
-        # SUPPRESS: `bench --quick bus` keeps the --quick given before the name.
-        command.add_argument(
-            "--quick",
-            action="store_true",
-            default=argparse.SUPPRESS,
-            help="a tenth of the iterations",
-        )
-
-
 def _auth_arguments(command: argparse.ArgumentParser, *, console: bool = False) -> None:
     needs = (
         "every request (but GET /health and the console's page) then needs "
@@ -614,12 +530,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend",
         choices=["asyncio", "trio"],
         default="asyncio",
-        help="the async library to run on (default: asyncio; trio needs the trio package)",
+        help="the async library to run on (default: asyncio; trio needs: pip install trio)",
     )
     run.set_defaults(handler=None)
 
     schema = commands.add_parser("schema", help="print a JSON Schema")
-    schema.add_argument("what", choices=["manifest", "protocol"])
+    schema.add_argument(
+        "what",
+        choices=["manifest", "protocol"],
+        help="manifest: the schema of agent.json; protocol: the schema of the events "
+        "(the envelope and each event type's payload)",
+    )
     schema.set_defaults(handler=_schema)
 
     bench = commands.add_parser(
@@ -687,21 +608,32 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=_demo)
 
     from openstarry.cluster import add_commands
+    from openstarry.scaffold import add_init_command
 
     add_commands(commands)
+    add_init_command(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``openstarry`` command; returns the exit status.
 
-    A network error (Redis down, a refused connection, a timeout) ends any
-    command with one line on standard error and exit status 1, never a
-    traceback; a Redis the command needs is checked before it starts.
+    Whatever goes wrong, the command ends with one line on standard error and
+    never a traceback: a network error (Redis down, a refused connection, a
+    timeout) with exit status 1, and a Redis the command needs is checked
+    before it starts; a missing extra, a bad manifest, a closed standard
+    stream or text that is not UTF-8 with 2; a full disk with 1; a reader that
+    went away (``| head``) quietly with 0; Ctrl-C with 130, at once.
     """
+    status = _main(argv)
+    return leave(status) if status == 130 else status
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "run" and not args.session.strip():
-        print("openstarry run: error: --session must not be empty", file=sys.stderr)
+    problem = _bad_arguments(args)
+    if problem is not None:
+        print(f"openstarry {args.command}: {problem}", file=sys.stderr)
         return 2
     args.tracer_provider = None
     if getattr(args, "otel", False):
@@ -719,24 +651,65 @@ def main(argv: Sequence[str] | None = None) -> int:
             return anyio.run(_run, args, backend=args.backend)
         status: int = args.handler(args)
         return status
-    except ManifestError as exc:
-        print(f"openstarry: {exc}", file=sys.stderr)
-        return 2
-    except McpConnectError as exc:  # a server of mcp.servers cannot be used
-        print(f"openstarry: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        failure = network_failure(exc)
-        if failure is None:
-            raise
-        kind = "Redis" if type(failure).__module__.startswith("redis") else "network error"
-        print(f"openstarry {args.command}: {kind}: {one_line(failure)}", file=sys.stderr)
-        return 1
+        return _failed(args.command, exc)
     finally:
         if args.tracer_provider is not None:
             args.tracer_provider.shutdown()  # exports the spans still waiting
+
+
+def _sole(exc: BaseException) -> BaseException:
+    """The one exception an exception group holds (at any depth), else ``exc`` itself."""
+    inner = getattr(exc, "exceptions", None)
+    while isinstance(inner, tuple) and len(inner) == 1:
+        exc = inner[0]
+        inner = getattr(exc, "exceptions", None)
+    return exc
+
+
+def _bad_arguments(args: argparse.Namespace) -> str | None:
+    """What makes the command line unusable before anything starts, or ``None``."""
+    if args.command == "run":
+        if not args.session.strip():
+            return "error: --session must not be empty"
+        texts = [*(args.input or ()), args.session]
+        if not all(valid_text(text) for text in texts):
+            return "--input and --session must be valid UTF-8 text"
+        if args.backend == "trio":
+            try:
+                import trio  # noqa: F401 - the run imports it anyway
+            except ImportError:
+                return "--backend trio needs trio: pip install trio"
+    return closed_stream(args)
+
+
+def _failed(command: str, exc: Exception) -> int:
+    """One line for what ended the command, and its exit status; re-raises what is unknown."""
+    leaf = _sole(exc)  # what a task group wrapped, when it wrapped one thing
+    if isinstance(leaf, ManifestError):
+        print(f"openstarry: {leaf}", file=sys.stderr)
+        return 2
+    if isinstance(leaf, (ImportError, PartitionMismatch)):  # a missing extra; a bus's count
+        print(f"openstarry {command}: {one_line(leaf)}", file=sys.stderr)
+        return 2
+    if isinstance(leaf, McpConnectError):  # a server of mcp.servers cannot be used
+        print(f"openstarry: {leaf}", file=sys.stderr)
+        return 1
+    gone = network_failure(exc)
+    if isinstance(leaf, BrokenPipeError) and stdout_gone():
+        quiet_stdout()  # the reader went away (`| head`): stop quietly, as `cat` does
+        return 0
+    written = write_failure(leaf)
+    if written is not None:
+        print(f"openstarry {command}: {written}", file=sys.stderr)
+        return 1
+    if gone is None:
+        raise exc
+    kind = "Redis" if type(gone).__module__.startswith("redis") else "network error"
+    print(f"openstarry {command}: {kind}: {one_line(gone)}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

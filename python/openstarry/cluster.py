@@ -53,7 +53,6 @@ from openstarry.busargs import (
     count,
     durability_argument,
     redacted,
-    resolve_partitions,
 )
 from openstarry.core import DedupWindow, Event, EventQueue, Ingestor, decode_event
 
@@ -126,16 +125,43 @@ def add_commands(commands: Any) -> None:
     add_info_command(commands, bus_arguments)
 
 
+#: ``OPENSTARRY_CLAIM_IDLE``: seconds before a dead worker's partitions move, by default.
+CLAIM_IDLE = 10.0
+
+
+def claim_idle() -> float:
+    """``OPENSTARRY_CLAIM_IDLE`` (seconds, more than 0), or :data:`CLAIM_IDLE` when unset.
+
+    Raises:
+        ValueError: not a finite number of seconds more than 0.
+    """
+    text = os.environ.get("OPENSTARRY_CLAIM_IDLE", "").strip()
+    if not text:
+        return CLAIM_IDLE
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise ValueError(
+            f"OPENSTARRY_CLAIM_IDLE: expected seconds, a number more than 0, not {text!r}"
+        )
+    return value
+
+
 async def _worker(args: argparse.Namespace) -> int:
     from openstarry.assembly import agent_from_manifest
 
-    # OPENSTARRY_CLAIM_IDLE: seconds before a dead worker's partitions move (default 10).
-    claim_idle = float(os.environ.get("OPENSTARRY_CLAIM_IDLE") or 10)
+    try:
+        idle = claim_idle()
+    except ValueError as exc:
+        print(f"openstarry worker: {exc}", file=sys.stderr)
+        return 2
     bus = EventBus.from_url(
         args.bus,
         group=args.group,
         consumer=args.consumer,
-        claim_idle=claim_idle,
+        claim_idle=idle,
         **bus_options(args),
     )
     agent = agent_from_manifest(args.manifest, bus=bus)
@@ -144,6 +170,7 @@ async def _worker(args: argparse.Namespace) -> int:
         from openstarry.otel import instrument
 
         instrument(agent, tracer_provider)
+    received = signal.SIGTERM
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with bus, agent:
             print(
@@ -152,17 +179,38 @@ async def _worker(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            async for _ in signals:
+            async for signum in signals:
+                received = signum
                 break
-    return 0
+    # Ctrl-C ends with 130, as a shell expects; SIGTERM, a service's stop, with 0.
+    return 130 if received == signal.SIGINT else 0
+
+
+#: Seconds without an accepted publish, while the streams refuse, before ``publish`` says so.
+BLOCKED_NOTICE = 2.0
+
+
+def _read_input(path: str | None) -> bytes:
+    """The bytes ``publish`` sends: the file's, or standard input's.
+
+    Raises:
+        ValueError: the file cannot be read, in one line.
+    """
+    if not path:
+        return sys.stdin.buffer.read()
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 async def _publish(args: argparse.Namespace) -> int:
-    if args.file:
-        with open(args.file, "rb") as f:
-            data = f.read()
-    else:
-        data = sys.stdin.buffer.read()
+    try:
+        data = _read_input(args.file)
+    except ValueError as exc:
+        print(f"openstarry publish: {exc}", file=sys.stderr)
+        return 2
     scratch = EventQueue(None)
     # The file's own repeats are counted here; every other producer's, in Redis.
     result = Ingestor(
@@ -172,17 +220,60 @@ async def _publish(args: argparse.Namespace) -> int:
         print(f"openstarry publish: line {line + 1}: {message}", file=sys.stderr)
     events: list[Event] = scratch.pop_many(len(scratch))
     bus = EventBus.from_url(args.bus, consume=False, dedup=False, **bus_options(args))
+    interrupted = False
     async with bus:
         backend: Any = bus.backend
-        answers = await backend.asend_many(events) if events else []
-    accepted = sum(answers)
+        with anyio.open_signal_receiver(signal.SIGINT) as signals:
+            async with anyio.create_task_group() as tasks:
+
+                async def on_interrupt() -> None:
+                    nonlocal interrupted
+                    async for _ in signals:
+                        interrupted = True
+                        backend.discard_unsent()  # the rest never reaches the bus
+                        tasks.cancel_scope.cancel()
+
+                tasks.start_soon(on_interrupt)
+                tasks.start_soon(_tell_when_blocked, backend)
+                if events:
+                    await backend.asend_many(events)
+                tasks.cancel_scope.cancel()
     counts = {
-        "accepted": accepted,
-        "duplicates": result.duplicates + len(answers) - accepted,
+        "accepted": backend.sent,
+        "duplicates": result.duplicates + backend.duplicates,
         "invalid": len(result.invalid),
     }
+    if interrupted:
+        counts["unsent"] = len(events) - backend.sent - backend.duplicates
     print(json.dumps(counts), flush=True)
+    if interrupted:
+        return 130
     return 1 if result.invalid else 0
+
+
+async def _tell_when_blocked(backend: Any) -> None:
+    """Say once, on standard error, which streams hold ``publish`` back, and why."""
+    progress = (backend.sent, backend.duplicates)
+    still = 0.0
+    while True:
+        await anyio.sleep(0.5)
+        now = (backend.sent, backend.duplicates)
+        still = still + 0.5 if now == progress and backend.refused_full else 0.0
+        progress = now
+        if still < BLOCKED_NOTICE:
+            continue
+        full = await backend.full_streams()
+        if not full:
+            continue
+        names = ", ".join(f"{key} ({length:,} entries)" for key, length in full)
+        print(
+            f"openstarry publish: waiting: the bus's streams are at their bound "
+            f"(maxlen {backend.maxlen:,}): {names}; publishing resumes as workers "
+            "drain them",
+            file=sys.stderr,
+            flush=True,
+        )
+        return
 
 
 def _matcher(pattern: str) -> Any:
@@ -253,16 +344,19 @@ def _event_id(wire: bytes) -> str | None:
 
 
 async def _tail(args: argparse.Namespace) -> int:
-    from openstarry.bus.redis.keys import Layout, is_cluster_url
-    from openstarry.bus.redis.reader import ERRORS, connect, read_ends, read_history, read_new
+    from openstarry.bus.redis.reader import (
+        ERRORS,
+        bus_layout,
+        connect,
+        read_ends,
+        read_history,
+        read_new,
+    )
 
     matches = _matcher(args.type)
     left = args.count
     out = sys.stdout.buffer
     since: _Since = args.since or _Since("-")
-    partitions = resolve_partitions(args)
-    layout = Layout(args.name, partitions, cluster=is_cluster_url(args.bus))
-    keys = [key for p in range(partitions) for key in layout.streams(p)]
 
     def show(wire: bytes) -> bool:
         try:
@@ -279,6 +373,8 @@ async def _tail(args: argparse.Namespace) -> int:
     cursors: dict[str, str] = {}
     reading = "reading the history"
     try:
+        layout = await bus_layout(client, args.bus, args.name, args.partitions)
+        keys = [key for p in range(layout.partitions) for key in layout.streams(p)]
         if args.from_end:
             cursors = await read_ends(client, keys)
         else:

@@ -154,10 +154,10 @@ def _measure(data: bytes, count: int, *, repeats: int = 3) -> None:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the demo; returns the process exit status."""
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m openstarry.demo") -> int:
+    """Run the demo; returns the process exit status (2: the file cannot be read)."""
     parser = argparse.ArgumentParser(
-        prog="python -m openstarry.demo",
+        prog=prog,
         description="Ingest an NDJSON file of spec 002 envelopes with openstarry's Rust core.",
     )
     parser.add_argument("file", type=Path, help="NDJSON file, one envelope a line")
@@ -173,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         data = path.read_bytes()
     except OSError as e:
-        print(f"cannot read {path}: {e.strerror or e}", file=sys.stderr)
+        print(f"{prog}: cannot read {path}: {e.strerror or e}", file=sys.stderr)
         return 2
     _report_file(path, data)
     if args.events > 0:

@@ -18,6 +18,7 @@ __all__ = [
     "DecodeError",
     "McpConnectError",
     "OpenStarryError",
+    "PartitionMismatch",
     "ProviderError",
     "QueueClosed",
     "QueueEmpty",
@@ -126,6 +127,24 @@ class McpConnectError(OpenStarryError, ConnectionError):
     def __init__(self, message: str, *, server: str) -> None:
         super().__init__(message)
         self.server = server
+
+
+class PartitionMismatch(OpenStarryError, ValueError):
+    """A process of a shared bus counts its partitions differently from the bus.
+
+    A session's partition is ``crc32(sessionId) % partitions``, so every
+    process of one bus must agree on the count: the bus records it at its first
+    use and refuses a process that gives another.
+
+    Attributes:
+        recorded: The count the bus was first used with.
+        given: The count this process gave.
+    """
+
+    def __init__(self, message: str, *, recorded: int, given: int) -> None:
+        super().__init__(message)
+        self.recorded = recorded
+        self.given = given
 
 
 class ProviderError(OpenStarryError):

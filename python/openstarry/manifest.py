@@ -122,7 +122,10 @@ class ProviderConfig(_Section):
         default=None, description="The API's base URL, for a custom endpoint."
     )
     api_key_env: str | None = Field(
-        default=None, description="The environment variable holding the API key (not the key)."
+        default=None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="The environment variable holding the API key (not the key): a name "
+        "of letters, digits and underscores, not starting with a digit.",
     )
 
 

@@ -67,9 +67,17 @@ def unreachable(args: argparse.Namespace) -> tuple[int, str] | None:
             return 2, f"{what}: not a Redis URL: {redacted(url)}: {one_line(exc)}"
         except Exception as exc:
             if network_failure(exc) is None:
+                if _refused(exc):  # it answered: no such database, a wrong password
+                    return 2, f"{what}: {redacted(url)}: {one_line(exc)}"
                 raise
             return 1, f"cannot reach Redis at {redacted(url)} ({what}): {one_line(exc)}"
     return None
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether Redis answered and refused (``DB index is out of range``, a wrong password)."""
+    redis_errors = sys.modules.get("redis.exceptions")
+    return redis_errors is not None and isinstance(exc, redis_errors.ResponseError)
 
 
 def network_failure(exc: BaseException) -> BaseException | None:

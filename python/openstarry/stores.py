@@ -27,7 +27,7 @@ import anyio
 import anyio.to_thread
 
 from openstarry._lifecycle import Lifecycle
-from openstarry._redisurl import cluster_nodes, is_cluster_url, is_redis_url
+from openstarry._redisurl import check_redis_url, cluster_nodes, is_cluster_url, is_redis_url
 from openstarry.agent.store import InMemoryStore, SessionStore
 
 __all__ = ["InMemoryStore", "RedisStore", "SQLiteStore", "open_store"]
@@ -50,6 +50,20 @@ class SQLiteStore:
             )
             self._db = db
         return self._db
+
+    def open(self) -> None:
+        """Open the database now, so that one that cannot be used is told before any run.
+
+        Raises:
+            ValueError: the file cannot be opened or made (a missing folder, a
+                directory, no permission) or is not a SQLite database.
+        """
+        try:
+            with self._lock:
+                self._connection().execute("SELECT count(*) FROM sessions").fetchall()
+        except sqlite3.Error as exc:
+            self.close()
+            raise ValueError(f"cannot use the SQLite database {self.path!r}: {exc}") from None
 
     def _call(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
         with self._lock:
@@ -192,19 +206,29 @@ def open_store(spec: str | None) -> SessionStore | None:
     """The store a ``sessions.store`` value names.
 
     ``None`` or ``"memory"``: none (sessions in the agent's process);
-    ``"sqlite:///PATH"`` or ``"sqlite:PATH"``: :class:`SQLiteStore`;
+    ``"sqlite:///PATH"`` or ``"sqlite:PATH"``: :class:`SQLiteStore`, opened
+    here (a file that cannot be used is refused now, not at the first run);
     ``"redis://..."`` or ``"redis+cluster://..."``: :class:`RedisStore`.
 
     Raises:
-        ValueError: any other value.
+        ValueError: any other value, a SQLite file that cannot be used, or a
+            Redis URL that cannot name a server.
     """
     if spec is None or spec == "memory":
         return None
     if spec.startswith("sqlite:"):
         path = spec.removeprefix("sqlite:")
         path = path.removeprefix("//") if path.startswith("///") else path
-        return SQLiteStore(path)
+        if not path or path == "//":
+            raise ValueError(f"{spec!r}: expected sqlite:///PATH, a file's path")
+        store = SQLiteStore(path)
+        store.open()
+        return store
     if is_redis_url(spec):
+        try:
+            check_redis_url(spec)
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
         return RedisStore(spec)
     raise ValueError(
         f"sessions store {spec!r}: expected 'memory', 'sqlite:///PATH', 'redis://...' "

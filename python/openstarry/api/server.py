@@ -96,6 +96,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Collection
@@ -210,7 +211,7 @@ def serve(
     new runs (``503``), gives the runs in progress ``limits.shutdown_grace``
     seconds, then stops those left (they end ``canceled``); every open stream
     is sent its final event and every waiting client its JSON response before
-    the connections close, the agent stops, and the function returns 0.
+    the connections close, the agent stops, and the function returns.
 
     Args:
         agent: The agent (:func:`openstarry.assembly.agent_from_manifest` builds
@@ -224,7 +225,8 @@ def serve(
         insecure: Serve on an address other than loopback without ``api_key``.
 
     Returns:
-        The exit status: 0 after a clean shutdown, 1 when the server could not
+        The exit status: 0 after a clean shutdown on SIGTERM, 130 after one on
+        SIGINT (Ctrl-C, as a shell expects), 1 when the server could not
         start (the address cannot be bound, or it is not loopback and there
         is no key and no ``insecure``).
     """
@@ -265,4 +267,6 @@ def serve(
         server.run(sockets=[sock] if sock is not None else None)
     except SystemExit as exc:  # uvicorn exits when it cannot bind
         return 1 if exc.code else 0
-    return 0 if server.started else 1
+    if not server.started:
+        return 1
+    return 130 if signal.SIGINT in server.signals else 0

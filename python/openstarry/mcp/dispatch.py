@@ -415,7 +415,8 @@ class AgentMcpServer:
         closes). A request whose JSON-RPC id is that of a request still running
         in the same session is answered at once with the error ``-32600``
         (the SDK would otherwise leave one of the two unanswered). With
-        ``api_key``, every request needs ``Authorization: Bearer <api_key>``.
+        ``api_key``, every request but ``GET /health`` (``{"status": "ok"}``
+        while the server serves) needs ``Authorization: Bearer <api_key>``.
         """
         app = self.server.streamable_http_app(
             streamable_http_path=path,
@@ -424,9 +425,10 @@ class AgentMcpServer:
             session_idle_timeout=session_idle_timeout,
             max_sessions=max_sessions,
         )
+        app.add_route("/health", _health, methods=["GET"])
         app.add_middleware(UniqueRequestIds)
         if api_key is not None:
-            app.add_middleware(BearerAuth, key=api_key)
+            app.add_middleware(BearerAuth, key=api_key, exempt=("/health",))
         return app
 
     async def run_stdio(self) -> None:
@@ -494,3 +496,10 @@ class AgentMcpServer:
             options = self.server.create_initialization_options()
             await self.server.run(receive, writer, options)
             task_group.cancel_scope.cancel()
+
+
+async def _health(request: Any) -> Any:
+    """``GET /health``: the server is up (no key needed, nothing about the agent told)."""
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({"status": "ok"})

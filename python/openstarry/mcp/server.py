@@ -82,6 +82,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         f"pip install 'openstarry[mcp]' ({exc})"
     ) from exc
 
+from openstarry._http import listen
 from openstarry.errors import ManifestError, McpConnectError
 from openstarry.mcp.dispatch import (
     DEFAULT_MAX_CALLS,
@@ -154,26 +155,6 @@ async def serve_stdio(agent: Agent) -> None:
     await AgentMcpServer(agent).run_stdio()
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host``:``port`` (0: a free port).
-
-    Raises:
-        OSError: the address cannot be bound (in use, not local, no permission).
-        OverflowError: ``port`` is not 0 to 65535.
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(128)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
 async def serve_http(
     agent: Agent,
     *,
@@ -199,7 +180,7 @@ async def serve_http(
 
     mcp_server = AgentMcpServer(agent)
     app = mcp_server.http_app(host=host, path=path, api_key=api_key)
-    listening = sock if sock is not None else _listen(host, port)
+    listening = sock if sock is not None else listen(host, port)
     try:
         if announce:
             bound = listening.getsockname()[1]
@@ -252,7 +233,7 @@ def serve(
     sock = None
     if http:
         try:
-            sock = _listen(host, port)
+            sock = listen(host, port)
         except (OSError, OverflowError) as exc:
             print(f"openstarry mcp: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
             return 1

@@ -114,7 +114,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from openstarry._redisurl import REDIS_SCHEMES
+from openstarry._redisurl import REDIS_SCHEMES, check_redis_url
 from openstarry.bus.backend import register_backend
 from openstarry.bus.redis.keys import PRIORITIES, partition_of, stream_key
 from openstarry.bus.redis.streams import RedisStreams
@@ -133,7 +133,13 @@ def from_url(
     consume: bool = True,
     **options: Any,
 ) -> RedisStreams:
-    """The Redis Streams backend for ``url`` (what ``EventBus.from_url`` calls for ``redis://``)."""
+    """The Redis Streams backend for ``url`` (what ``EventBus.from_url`` calls for ``redis://``).
+
+    Raises:
+        ValueError: a URL that cannot name a server: one that does not
+            parse, a port out of range, a database that is not a number.
+    """
+    check_redis_url(url)
     return RedisStreams(url, group=group, consumer=consumer, consume=consume, **options)
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "partition_of",
     "partition_tag",
     "stream_key",
+    "partitions_key",
 ]
 
 #: The priorities of the streams of a partition, 0 (read first) to 5.
@@ -147,6 +148,15 @@ class Layout:
     def consumers(self, group: str) -> str:
         """The live consumers of a group (no partition owns it)."""
         return f"{{{self.name}}}:consumers:{group}"
+
+    def partitions_key(self) -> str:
+        """Where the bus records its partition count at its first use (no partition owns it)."""
+        return partitions_key(self.name)
+
+
+def partitions_key(name: str) -> str:
+    """Where the bus called ``name`` records its partition count at its first use."""
+    return f"{{{name}}}:partitions"
 
 
 def _field(fields: Sequence[bytes]) -> bytes:

@@ -64,12 +64,21 @@ except ImportError as exc:  # pragma: no cover - exercised by the smoke test wit
         "reading the Redis bus needs redis-py with hiredis: pip install 'openstarry[redis]'"
     ) from exc
 
-from openstarry.bus.redis.keys import cluster_nodes, is_cluster_url
+from openstarry.bus.redis.keys import (
+    Layout,
+    cluster_nodes,
+    default_partitions,
+    is_cluster_url,
+    partitions_key,
+)
+from openstarry.errors import PartitionMismatch
 
 __all__ = [
     "ERRORS",
     "PAGE",
     "POLL",
+    "agree_on_partitions",
+    "bus_layout",
     "connect",
     "entry_after",
     "entry_before",
@@ -78,6 +87,7 @@ __all__ = [
     "read_ends",
     "read_history",
     "read_new",
+    "recorded_partitions",
 ]
 
 #: Entries read from one stream per call: a call stays well under a millisecond
@@ -183,6 +193,52 @@ async def ping(url: str, timeout: float = 5.0) -> None:
         raise redis_errors.ConnectionError(str(exc)) from exc
     finally:
         await client.aclose()
+
+
+async def agree_on_partitions(client: Any, layout: Layout, *, record: bool = True) -> None:
+    """Check that the bus at ``client`` has ``layout.partitions`` partitions.
+
+    The first process of a bus records its count (``record``; a reader such
+    as ``tail`` does not); every later one must give the same, since a
+    session's partition is ``crc32(sessionId) % partitions``: a worker with
+    another count would fetch some sessions' inputs and never see the others'.
+
+    Raises:
+        openstarry.errors.PartitionMismatch: the bus records another count.
+    """
+    if record:
+        await client.set(layout.partitions_key(), layout.partitions, nx=True)
+    count = await recorded_partitions(client, layout.name)
+    if count is None or count == layout.partitions:
+        return
+    raise PartitionMismatch(
+        f"the bus {layout.name!r} has {count} partitions, not {layout.partitions}: "
+        f"give --partitions {count} (every process of a bus must agree)",
+        recorded=count,
+        given=layout.partitions,
+    )
+
+
+async def recorded_partitions(client: Any, name: str) -> int | None:
+    """The partition count the bus called ``name`` recorded at its first use, if any."""
+    value = await client.get(partitions_key(name))
+    return None if value is None else int(value)
+
+
+async def bus_layout(client: Any, url: str, name: str, partitions: int | None) -> Layout:
+    """The layout of the bus a reader (``tail``, ``bus info``) is pointed at.
+
+    ``partitions`` given must be the bus's own; not given, the bus's recorded
+    count is taken (the default of the bus's kind for a bus never used).
+
+    Raises:
+        openstarry.errors.PartitionMismatch: ``partitions`` is not the bus's count.
+    """
+    recorded = await recorded_partitions(client, name)
+    count = partitions or recorded or default_partitions(url)
+    layout = Layout(name, count, cluster=is_cluster_url(url))
+    await agree_on_partitions(client, layout, record=False)
+    return layout
 
 
 def _option(value: Any) -> Any:

@@ -26,7 +26,7 @@ from openstarry.bus.redis.keys import Layout, cluster_nodes, default_partitions,
 from openstarry.bus.redis.leases import _Leases
 from openstarry.bus.redis.lua import FLUSH, FREE, RENEW
 from openstarry.bus.redis.outbox import _Outbox, _Outboxes
-from openstarry.bus.redis.reader import read_history, read_new
+from openstarry.bus.redis.reader import agree_on_partitions, read_history, read_new
 from openstarry.bus.redis.records import _Delivery
 from openstarry.bus.redis.relay import _Relay
 from openstarry.bus.redis.state import _MOVED, _RETRY, aioredis, log
@@ -202,6 +202,8 @@ class RedisStreams:
             }
             if self.cluster:
                 await self._retrying(client.initialize)  # the slots, before any node is named
+            # Every process of a bus counts its partitions alike: recorded at first use.
+            await self._retrying(functools.partial(agree_on_partitions, client, self.layout))
             # The flusher sends the script by its hash: loaded (on every master) before it starts.
             await self._retrying(functools.partial(client.script_load, FLUSH))
             if self.consume:
@@ -275,6 +277,30 @@ class RedisStreams:
 
     async def flush(self) -> None:
         await self._outbox.flush()
+
+    def discard_unsent(self) -> int:
+        """Drop the publishes not yet sent to Redis; returns how many (``publish`` on Ctrl-C).
+
+        Those in flight are still answered; the dropped ones were never on
+        the bus, and whoever awaits them is not answered.
+        """
+        dropped = 0
+        for outbox in self._outboxes():
+            dropped += len(outbox.queue)
+            outbox.queue.clear()
+        return dropped
+
+    async def full_streams(self) -> list[tuple[str, int]]:
+        """The streams at their bound (``maxlen``) and their lengths: what holds a producer back."""
+        if self._client is None:
+            raise QueueClosed("the Redis bus is not running: use `async with bus`")
+        full = []
+        for partition in range(self.partitions):
+            for key in self.layout.streams(partition):
+                length = int(await self._client.xlen(key))
+                if length >= self.maxlen:
+                    full.append((key, length))
+        return full
 
     # -- deliveries ------------------------------------------------------
 
