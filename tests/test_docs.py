@@ -15,9 +15,27 @@ The rules a page keeps (docs/design/contributing.md says them for writers):
   (``redis-server``); without it the page is skipped, as the Redis tests are.
 - ``<!-- run -->`` before a shell block runs it though it does not call ``openstarry``
   (a ``curl`` against the page's server).
+- ``<!-- file: PATH -->`` before a block: the block is a file the reader saves as PATH
+  (an ``agent.json``, a module of tools); it is written there, in the page's order,
+  and not run. The block's fence may name it for the reader (``title="PATH"``).
 - ``<!-- serve: MANIFEST -->`` on a line of a page: its examples run against
   ``openstarry serve MANIFEST``, started on a free port for the page, and every
   ``127.0.0.1:8000`` in its blocks is that port (the page shows the default address).
+- ``<!-- model-server -->`` on a line of a page: its examples run against a
+  local OpenAI-compatible server (Chat Completions, streamed or whole), started
+  on a free port for the page, and every ``127.0.0.1:8080`` in its blocks is
+  that server's address (the page shows a real one, ``http://127.0.0.1:8080/v1``).
+  Its model is a few rules (:func:`model_reply`): asked about the weather in a
+  city with a tool named ``get_weather`` (or ``<server>.get_weather``), it calls
+  the tool, and says what the tool answered. The page must say that a real model
+  words things its own way.
+- ``<!-- redis-server -->`` on a line of a page: its examples run against a
+  throwaway ``redis-server`` started for the page (the page needs it on
+  ``PATH``, as for ``needs``), and every ``localhost:6379`` in its blocks is
+  that server's address.
+- A shell block may leave a program running in the background (``cmd &``);
+  whatever a page's shell blocks leave running is stopped (SIGTERM) when the
+  page ends, pass or fail.
 - ``<!-- expect-output -->`` before a block makes it the expected standard output of the
   runnable block just before it.
 - In an expected output, ``...`` or ``…`` matches anything within a line, and a line of
@@ -37,12 +55,14 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import site
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -69,6 +89,11 @@ NOT_RUN = re.compile(r"^<!--\s*not-run:\s*(?P<reason>.*?)\s*-->$")
 SERVE = re.compile(r"^<!--\s*serve:\s*(?P<manifest>\S+)\s*-->$", re.MULTILINE)
 SERVED_AT = "127.0.0.1:8000"
 RUN = "<!-- run -->"
+MODEL_SERVER = re.compile(r"^<!--\s*model-server\s*-->$", re.MULTILINE)
+MODEL_AT = "127.0.0.1:8080"
+REDIS_SERVER = re.compile(r"^<!--\s*redis-server\s*-->$", re.MULTILINE)
+REDIS_AT = "localhost:6379"
+FILE = re.compile(r"^<!--\s*file:\s*(?P<path>\S+)\s*-->$")
 NEEDS = re.compile(r"^<!--\s*needs:\s*(?P<program>\S+)\s*-->$")
 EXPECT_OUTPUT = "<!-- expect-output -->"
 SHELL_TIMEOUT = 120
@@ -86,6 +111,7 @@ class Block:
     expect_output: bool  # this block is the expected output of the one before
     needs: str | None  # a program the block needs on PATH
     run_marked: bool  # a shell block marked to run though it does not call openstarry
+    file: str | None = None  # the path the block is saved as, when it is a file
 
     @property
     def where(self) -> str:
@@ -102,7 +128,7 @@ class Block:
     @property
     def runs(self) -> bool:
         shell = self.calls_openstarry or (self.run_marked and self.lang in SHELL_LANGS)
-        return self.not_run is None and (self.is_python or shell)
+        return self.not_run is None and self.file is None and (self.is_python or shell)
 
 
 def blocks_of(path: Path) -> list[Block]:
@@ -137,6 +163,7 @@ def blocks_of(path: Path) -> list[Block]:
                 expect_output=before == EXPECT_OUTPUT,
                 needs=needs["program"] if needs else None,
                 run_marked=before == RUN,
+                file=saved["path"] if (saved := FILE.match(before)) else None,
             )
         )
         index += 1
@@ -187,6 +214,20 @@ def test_output_patterns() -> None:
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A folder with a copy of examples/, the working directory of a page's examples."""
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    # `openstarry` on PATH as in the shell blocks, for the programs an example starts
+    # itself (an agent.json's MCP server command, with only PATH of the environment).
+    bin_folder = tmp_path.parent / f"{tmp_path.name}-bin"
+    bin_folder.mkdir()
+    command = bin_folder / "openstarry"
+    pythonpath = shell_env().get("PYTHONPATH")
+    command.write_text(
+        "#!/bin/sh\n"
+        + (f"PYTHONPATH={shlex.quote(pythonpath)} " if pythonpath else "")
+        + f'exec {shlex.quote(sys.executable)} -m openstarry.cli "$@"\n'
+    )
+    command.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_folder}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("OPENSTARRY_DOCS_ON_PATH", "1")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -220,28 +261,69 @@ def shell_env() -> dict[str, str]:
     return env
 
 
-PRELUDE = 'openstarry() { "$OPENSTARRY_DOCS_PYTHON" -m openstarry.cli "$@"; }\n'
+# Where the page's folder has put an `openstarry` program on PATH (the workdir fixture), the
+# commands run that, as a reader's would: `openstarry worker ... &` then `kill %1` stops it.
+PRELUDE = (
+    'if [ -z "${OPENSTARRY_DOCS_ON_PATH:-}" ]; then\n'
+    '  openstarry() { "$OPENSTARRY_DOCS_PYTHON" -m openstarry.cli "$@"; }\n'
+    "fi\n"
+)
+
+
+#: The process groups of the current page's shell commands, stopped when the page ends
+#: (a command may leave a program running in the background: ``openstarry worker ... &``).
+LEFT_RUNNING: list[int] = []
+
+
+def stop_left_running() -> None:
+    """SIGTERM what the page's shell commands left running, then SIGKILL what stays."""
+    groups, LEFT_RUNNING[:] = list(LEFT_RUNNING), []
+    alive = []
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGTERM)
+            alive.append(group)
+    deadline = time.monotonic() + 10
+    for group in alive:
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(group, 0)
+            except (ProcessLookupError, PermissionError):
+                break
+            time.sleep(0.05)
+        else:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGKILL)
 
 
 def run_shell(script: str, where: str, cwd: Path) -> str:
     """Run ``script`` in bash; its standard output. A command still running at the time
-    limit is killed with everything it started (its own process group)."""
-    process = subprocess.Popen(
-        ["bash", "-euo", "pipefail", "-c", PRELUDE + script],
-        cwd=cwd,
-        env=shell_env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=SHELL_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        pytest.fail(f"{where}: still running after {SHELL_TIMEOUT} s")
+    limit is killed with everything it started (its own process group).
+
+    The outputs go to files, not pipes, so that the script ends when bash does: a
+    program it left running in the background (``cmd &``) keeps them open.
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", PRELUDE + script],
+            cwd=cwd,
+            env=shell_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+        LEFT_RUNNING.append(process.pid)
+        try:
+            process.wait(timeout=SHELL_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            pytest.fail(f"{where}: still running after {SHELL_TIMEOUT} s")
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode()
+        stderr = err.read().decode()
     assert process.returncode == 0, f"{where}: exit status {process.returncode}\n{stdout}\n{stderr}"
     return stdout
 
@@ -315,6 +397,97 @@ def served(manifest: str, cwd: Path) -> Iterator[str]:
             process.communicate()
 
 
+def model_reply(request: Any) -> Any:
+    """The answer of the ``<!-- model-server -->`` model to one Chat Completions request.
+
+    Asked about the weather in a city (``weather in Taipei``) with a ``get_weather``
+    tool, it calls the tool; given a tool's result, it says it (its ``summary``, for
+    the weather); anything else it answers in one line. Streamed when asked to be.
+    """
+    from fake_llm_server import Reply, chunk, sse
+
+    body = request.json
+    messages = body.get("messages") or [{}]
+    last = messages[-1]
+    # A weather tool of the agent's own, or another agent's (weather.get_weather is
+    # weather_get_weather on the wire).
+    weather = [
+        name
+        for name in sorted(tool["function"]["name"] for tool in body.get("tools") or ())
+        if name.endswith("get_weather")
+    ]
+    said = last.get("content") if isinstance(last.get("content"), str) else ""
+    asked = re.search(r"weather in ([A-Z][a-z]+)", said or "")
+    call = None
+    if last.get("role") == "tool":
+        try:
+            result = json.loads(last.get("content") or "null")
+        except ValueError:
+            result = last.get("content")
+        if isinstance(result, dict) and {"location", "summary"} <= result.keys():
+            text = f"It is {result['summary']} in {result['location']} right now."
+        else:
+            text = f"The tool answered: {json.dumps(result)}"
+    elif asked and weather:
+        text = None
+        arguments = json.dumps({"location": asked[1]})
+        call = {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": weather[0], "arguments": arguments},
+        }
+    else:
+        text = "Hello! Ask me about the weather in a city."
+    usage = {"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28}
+    finish = "tool_calls" if call else "stop"
+    if not body.get("stream"):
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if call:
+            message["tool_calls"] = [call]
+        return Reply(
+            json={
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "model": body.get("model"),
+                "usage": usage,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            }
+        )
+    events = [sse(chunk({"role": "assistant", "content": ""}))]
+    if call:
+        events.append(sse(chunk({"tool_calls": [{"index": 0, **call}]})))
+    else:
+        events += [sse(chunk({"content": piece})) for piece in re.findall(r"\S+\s*", text or "")]
+    events.append(sse(chunk({}, finish)))
+    events.append(sse({"id": "c", "choices": [], "usage": usage}))
+    events.append(sse("[DONE]"))
+    return Reply(events=events)
+
+
+@contextlib.contextmanager
+def model_server() -> Iterator[str]:
+    """The ``<!-- model-server -->`` server, until the block ends; its address."""
+    from fake_llm_server import FakeLLMServer
+
+    with FakeLLMServer() as server:
+        server.handler = model_reply
+        yield server.url.removeprefix("http://")
+
+
+@contextlib.contextmanager
+def redis_server(folder: Path) -> Iterator[str]:
+    """The ``<!-- redis-server -->`` server, until the block ends; its ``host:port``."""
+    from openstarry.redis_server import RedisServer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    server = RedisServer(folder, aof=False)
+    server.start()
+    try:
+        yield f"127.0.0.1:{server.port}"
+    finally:
+        server.stop()
+
+
 def runnable_pages() -> list[Path]:
     """The pages with a block to run (the reference, speed and design pages have none)."""
     return [page for page in pages() if any(block.runs for block in blocks_of(page))]
@@ -330,21 +503,32 @@ def test_the_readme_and_the_guides_have_examples_to_run() -> None:
 @pytest.mark.parametrize("page", runnable_pages(), ids=page_id)
 def test_the_examples_of_a_page_run(page: Path, workdir: Path) -> None:
     blocks = blocks_of(page)
-    for block in blocks:
+    text = page.read_text(encoding="utf-8")
+    needs = {block.needs for block in blocks if block.needs}
+    if REDIS_SERVER.search(text):
+        needs.add("redis-server")
+    for program in sorted(needs):
         # As the Redis tests do: a missing redis-server skips, except on CI, where it fails.
-        if block.needs and shutil.which(block.needs) is None and not os.environ.get("CI"):
-            pytest.skip(f"{block.where} needs {block.needs} (make test installs it)")
+        if shutil.which(program) is None and not os.environ.get("CI"):
+            pytest.skip(f"{page_id(page)} needs {program} (make test installs it)")
     namespace: dict[str, Any] = {"__name__": "__docs__"}
     loop = asyncio.new_event_loop()
     last_output: str | None = None
-    serve = SERVE.search(page.read_text(encoding="utf-8"))
+    serve = SERVE.search(text)
     with contextlib.ExitStack() as stack:
-        address = SERVED_AT
+        addresses = {}
+        if REDIS_SERVER.search(text):
+            addresses[REDIS_AT] = stack.enter_context(redis_server(workdir / ".redis"))
+        if MODEL_SERVER.search(text):
+            addresses[MODEL_AT] = stack.enter_context(model_server())
+        # Before the servers stop: what the page left running may still use them.
+        stack.callback(stop_left_running)
         if serve is not None:
-            address = stack.enter_context(served(serve["manifest"], workdir))
+            addresses[SERVED_AT] = stack.enter_context(served(serve["manifest"], workdir))
         stack.callback(loop.close)
         for block in blocks:
-            block.source = block.source.replace(SERVED_AT, address)
+            for shown, actual in addresses.items():
+                block.source = block.source.replace(shown, actual)
             if block.expect_output:
                 assert last_output is not None, (
                     f"{block.where}: an expected output follows no runnable block"
@@ -353,6 +537,12 @@ def test_the_examples_of_a_page_run(page: Path, workdir: Path) -> None:
                     f"{block.where}: the block before printed\n{last_output}\nexpected\n"
                     f"{block.source}"
                 )
+                last_output = None
+                continue
+            if block.file is not None:
+                path = workdir / block.file
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(block.source, encoding="utf-8")
                 last_output = None
                 continue
             if not block.runs:
