@@ -10,6 +10,12 @@ LOCK := flock $(CURDIR)/target/.openstarry-build.lock
 SMOKE_VENV := .venv-smoke
 AGENT_VENV := .venv-agent
 EXTRAS_VENV := .venv-extras
+# `make test` installs each of these extras alone in a fresh venv ($(EXTRAS_VENV)-EXTRA:
+# the wheel and what the extra brings, no test tools) and runs its first documented
+# example there (tests/smoke_extras.py), so that a module an extra needs and does not
+# install fails; then all but redis together in $(EXTRAS_VENV), with [otel].
+EXTRAS_ALONE := redis http mcp cli
+EXTRAS_TOGETHER := http,mcp,cli,otel
 EXAMPLE := examples/weather-agent/agent.json
 # The extension `make dev` builds (and so `make bench` and `make run` use):
 # `version`, for the venv's CPython only, or `abi3`, the stable-ABI build that
@@ -23,7 +29,7 @@ SDIST_VENV := .venv-sdist
 # does not resolve fails. (The variable silences Material's notice about MkDocs 2.)
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 # maturin finds zig as `python3 -m ziglang`: the venv's python, which has ziglang.
-MATURIN_ZIG := env PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/maturin
+MATURIN_ZIG := env PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/maturin
 LINUX_TARGETS := x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu x86_64-unknown-linux-musl aarch64-unknown-linux-musl
 # The Debian arm64 root of `make test-cross` (kept between runs) and its wheel.
 CROSS := .cross
@@ -47,11 +53,13 @@ $(PEERS): benches/requirements-peers.txt $(DEPS)
 setup: $(DEPS) ## Create the virtual environment with the test and benchmark tools
 
 .PHONY: dev
-dev: $(DEPS) ## Build the extension in release mode into .venv (editable Python sources)
+dev: $(DEPS) ## Build the extension in release mode into .venv, or VENV=path (editable Python sources)
 	@mkdir -p target
 	@# The other ABI's build would shadow or be shadowed by this one.
 	rm -f python/openstarry/_core.*so
-	$(LOCK) $(VENV)/bin/maturin develop --release --quiet $(ABI_FLAGS)
+	@# maturin develop installs into $$VIRTUAL_ENV (else a .venv here): named, so that
+	@# VENV=/another/venv gets it whichever venv, if any, the shell has activated.
+	$(LOCK) env VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet $(ABI_FLAGS)
 
 .PHONY: wheel
 wheel: $(DEPS) ## Build the abi3 wheel (CPython >= 3.10) for this machine into dist/: manylinux2014 (glibc 2.17), linked by zig
@@ -72,7 +80,7 @@ wheels: $(DEPS) ## Build and check every Linux wheel (manylinux2014, musllinux_1
 	@# The sdist is made from the tracked files (with their uncommitted changes), never from stray ones.
 	rm -rf target/sdist-tree && mkdir -p target/sdist-tree
 	rev=$$(git stash create) && git archive --format=tar "$${rev:-HEAD}" | tar -x -C target/sdist-tree
-	cd target/sdist-tree && $(CURDIR)/$(VENV)/bin/maturin sdist --out $(CURDIR)/dist
+	cd target/sdist-tree && $(abspath $(VENV))/bin/maturin sdist --out $(CURDIR)/dist
 	rm -rf $(SDIST_VENV)
 	$(PYTHON) -m venv $(SDIST_VENV)
 	$(LOCK) $(SDIST_VENV)/bin/python -m pip install --quiet --no-deps dist/openstarry-*.tar.gz
@@ -154,10 +162,15 @@ test: wheel browser redis-server ## Set up, then run every test: cargo test, the
 	$(AGENT_VENV)/bin/python -m pip install --quiet dist/openstarry-*.whl
 	set -o pipefail; $(AGENT_VENV)/bin/openstarry run $(EXAMPLE) --input "Query weather in Taipei" | tee $(AGENT_VENV)/run.txt
 	grep -q "The weather in Taipei is 25°C, Sunny." $(AGENT_VENV)/run.txt
-	rm -rf $(EXTRAS_VENV)
-	$(PYTHON) -m venv $(EXTRAS_VENV)
-	$(EXTRAS_VENV)/bin/python -m pip install --quiet "$$(ls dist/openstarry-*.whl)[http,mcp,cli,otel]"
-	$(EXTRAS_VENV)/bin/python tests/smoke_extras.py $(EXAMPLE)
+	@for extras in $(EXTRAS_ALONE) $(EXTRAS_TOGETHER); do \
+	  case $$extras in *,*) venv=$(EXTRAS_VENV);; *) venv=$(EXTRAS_VENV)-$$extras;; esac; \
+	  start=$$SECONDS; \
+	  echo "openstarry[$$extras] in a fresh $$venv"; \
+	  rm -rf $$venv && $(PYTHON) -m venv $$venv && \
+	  $$venv/bin/python -m pip install --quiet "$$(ls dist/openstarry-*.whl)[$$extras]" || exit 1; \
+	  echo "  venv and install: $$((SECONDS - start)) s"; \
+	  $$venv/bin/python tests/smoke_extras.py --extra $$extras $(EXAMPLE) || exit 1; \
+	done
 
 .PHONY: compat
 compat: wheel ## The abi3 wheel on every CPython >= 3.10 found (python3.N on PATH or under pyenv): smoke test alone, then pytest
@@ -210,7 +223,7 @@ format: $(DEPS) ## Format the Rust and Python sources
 
 .PHONY: clean
 clean: ## Remove build outputs and virtual environments
-	rm -rf target dist site test-artifacts $(VENV) $(SMOKE_VENV) $(AGENT_VENV) $(EXTRAS_VENV) $(SDIST_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
+	rm -rf target dist site test-artifacts $(VENV) $(SMOKE_VENV) $(AGENT_VENV) $(EXTRAS_VENV) $(EXTRAS_ALONE:%=$(EXTRAS_VENV)-%) $(SDIST_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
 
 .PHONY: help
 help: ## Show this help
