@@ -13,7 +13,11 @@ code:
 - ``layers``: the layers contract of ``pyproject.toml`` (what ``make lint`` checks).
 
 It also titles "Output" each block that the tests check as the output of the
-block before it (``<!-- expect-output -->``, see ``tests/test_docs.py``).
+block before it (``<!-- expect-output -->``, see ``tests/test_docs.py``), and,
+once every page is rendered, makes a link of each inline code on any page that
+names an object the reference documents (:func:`link_code`): a full path
+(``openstarry.agent.Agent``) or a class's member (``Agent.ask``). The
+docstrings' own references are linked by ``docs/griffe_rest.py``.
 
 An unknown marker fails the build. The generators import openstarry, so the
 build needs it importable with its extension built (``make docs`` builds it).
@@ -27,9 +31,11 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from mkdocs.plugins import event_priority
 
 _HERE = Path(__file__).resolve().parent
 _spec = importlib.util.spec_from_file_location("_openstarry_griffe_rest", _HERE / "griffe_rest.py")
@@ -399,3 +405,97 @@ def title_outputs(markdown: str) -> str:
 def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
     """MkDocs hook: expand the markers of each page, and title its outputs."""
     return title_outputs(expand(markdown, page.file.src_path))
+
+
+# --- code that names a documented object, on any page --------------------------------------------
+
+#: A dotted name, written alone in inline code (a call's ``()`` may follow).
+_PYTHON_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+#: A plain ``<code>`` (no attributes, nothing nested), or any other tag.
+_CODE_OR_TAG = re.compile(
+    r"<code>(?P<code>[^<]*)</code>|<(?P<end>/?)(?P<tag>[A-Za-z][A-Za-z0-9-]*)\b[^>]*?(?P<void>/?)>"
+)
+#: Where code is no reference to link: a link already, a block, a heading, an unresolved one.
+_NO_LINKS_IN = frozenset({"a", "autoref", "pre", "h1", "h2", "h3", "h4", "h5", "h6", "span"})
+
+
+class DocumentedNames:
+    """The objects the reference documents (``openstarry.*`` identifiers), looked up by code.
+
+    ``urls`` maps the identifiers of mkdocs-autorefs to where each is documented:
+    an object's path where the reference documents it (``primary``), and the others
+    it goes by (the module that defines it, those that import it). The package's
+    own re-exports (``openstarry.tool``) are left out unless documented there:
+    written alone they are as likely a span's or a logger's name.
+    """
+
+    def __init__(
+        self, urls: Mapping[str, str], primary: Iterable[str], package: str = "openstarry"
+    ) -> None:
+        primary = set(primary)
+        #: A documented object's full path -> where it is documented.
+        self.full: dict[str, str] = {}
+        #: A class's member (``Agent.ask``) -> the names that end so, by where each is documented.
+        self.tails: dict[str, dict[str, str]] = {}
+        for name, url in urls.items():
+            parts = name.split(".")
+            if parts[0] != package or len(parts) < 2 or not _PYTHON_PATH.fullmatch(name):
+                continue
+            if len(parts) > 2 or name in primary:
+                self.full[name] = url
+            for start in range(1, len(parts) - 1):
+                if parts[start][:1].isupper():
+                    tail = ".".join(parts[start:])
+                    known = self.tails.setdefault(tail, {})
+                    if url not in known or name in primary:
+                        known[url] = name
+
+    def identifier(self, text: str) -> str | None:
+        """What the inline code ``text`` names, if one documented object (else ``None``)."""
+        name = text.removesuffix("()")
+        if "." not in name or not _PYTHON_PATH.fullmatch(name):
+            return None
+        if name in self.full:
+            return name
+        found = self.tails.get(name, {})
+        # A tail that two documented objects end with names neither.
+        return next(iter(found.values())) if len(found) == 1 else None
+
+
+def link_code(html: str, names: DocumentedNames) -> str:
+    """``html`` with each inline code that names a documented object made a reference to it."""
+    out: list[str] = []
+    inside: dict[str, int] = {}
+    position = 0
+    for match in _CODE_OR_TAG.finditer(html):
+        tag = (match.group("tag") or "").lower()
+        if tag:
+            if tag in _NO_LINKS_IN and not match.group("void"):
+                change = -1 if match.group("end") else 1
+                inside[tag] = max(0, inside.get(tag, 0) + change)
+            continue
+        if any(inside.values()):
+            continue
+        identifier = names.identifier(match.group("code"))
+        if identifier is None:
+            continue
+        out.append(html[position : match.start()])
+        out.append(f'<autoref identifier="{identifier}" optional>{match.group(0)}</autoref>')
+        position = match.end()
+    out.append(html[position:])
+    return "".join(out)
+
+
+@event_priority(-40)  # After mkdocstrings (its anchors registered), before autorefs resolves.
+def on_env(env: Any, *, config: Any, files: Any, **kwargs: Any) -> Any:
+    """MkDocs hook: link the inline code of every page that names a documented object."""
+    autorefs = config.plugins.get("autorefs")
+    primary: dict[str, list[str]] = getattr(autorefs, "_primary_url_map", {})
+    secondary: dict[str, list[str]] = getattr(autorefs, "_secondary_url_map", {})
+    urls = {name: found[0] for name, found in {**secondary, **primary}.items() if found}
+    names = DocumentedNames(urls, primary)
+    for file in files:
+        page = file.page
+        if page is not None and page.content:
+            page.content = link_code(page.content, names)
+    return env
