@@ -172,12 +172,12 @@ def test_a_network_error_anywhere_in_a_command_is_one_line(
 
     import openstarry.demo
 
-    monkeypatch.setattr(openstarry.demo, "main", lambda argv: anyio.run(grouped))
+    monkeypatch.setattr(openstarry.demo, "main", lambda argv, **options: anyio.run(grouped))
     assert cli.main(["demo", str(tmp_path / "x.ndjson")]) == 1
     captured = capsys.readouterr()
     assert captured.err == "openstarry demo: Redis: Timeout reading from 127.0.0.1:6379\n"
 
-    def refused(argv: list[str]) -> int:
+    def refused(argv: list[str], **options: object) -> int:
         raise ConnectionRefusedError(111, "Connection refused")
 
     monkeypatch.setattr(openstarry.demo, "main", refused)
@@ -187,7 +187,7 @@ def test_a_network_error_anywhere_in_a_command_is_one_line(
         == "openstarry demo: network error: [Errno 111] Connection refused\n"
     )
 
-    def broken(argv: list[str]) -> int:
+    def broken(argv: list[str], **options: object) -> int:
         raise ValueError("not a network error")
 
     monkeypatch.setattr(openstarry.demo, "main", broken)
@@ -202,11 +202,12 @@ def test_a_network_error_anywhere_in_a_command_is_one_line(
         (["publish", "--bus", "localhost:6379"], "argument --bus: expected redis://host:port/db"),
         (
             ["worker", "MANIFEST", "--bus", "redis://:pw@localhost:abc/0"],
-            "openstarry worker: --bus: not a Redis URL: redis://:***@localhost:abc/0: Port",
+            "argument --bus: not a valid URL: Port could not be cast to integer value as 'abc': "
+            "'redis://:***@localhost:abc/0'",
         ),
         (
             ["run", "BAD_BUS", "--input", "hi"],
-            "openstarry run: the manifest's bus.url: not a Redis URL: redis://localhost:abc/0",
+            "bus.url: not a valid URL: Port could not be cast to integer value as 'abc'",
         ),
     ],
 )

@@ -89,8 +89,9 @@ def redacted(url: str) -> str:
         parts.port  # noqa: B018 - parses the port: it raises on a bad one
     except ValueError:
         scheme, sep, rest = url.partition("://")
-        _, at, host = rest.rpartition("@")
-        return f"{scheme}{sep}***@{host}" if at else url
+        auth, at, host = rest.rpartition("@")
+        user = auth.partition(":")[0]
+        return f"{scheme}{sep}{user}:***@{host}" if at else url
     if parts.password is None:
         return url
     user = parts.username or ""

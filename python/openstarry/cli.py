@@ -370,6 +370,9 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         agent = agent_from_manifest(args.manifest)
         trace_agent(args, agent)
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        print(f"openstarry serve: {agent.name} on http://{shown}:{port}/", file=sys.stderr)
         return serve(
             agent,
             host=args.host,
@@ -677,11 +680,24 @@ def _bad_arguments(args: argparse.Namespace) -> str | None:
         texts = [*(args.input or ()), args.session]
         if not all(valid_text(text) for text in texts):
             return "--input and --session must be valid UTF-8 text"
-        if args.backend == "trio":
+        if args.backend == "trio":  # checked before the manifest, which may be fine
             try:
                 import trio  # noqa: F401 - the run imports it anyway
             except ImportError:
                 return "--backend trio needs trio: pip install trio"
+    elif args.command == "worker":
+        from openstarry.cluster import claim_idle
+
+        try:
+            claim_idle()
+        except ValueError as exc:
+            return str(exc)
+    elif args.command == "publish" and args.file:
+        try:
+            with open(args.file, "rb"):
+                pass
+        except OSError as exc:
+            return f"cannot read {args.file}: {exc.strerror or exc}"
     return closed_stream(args)
 
 

@@ -206,6 +206,8 @@ def _read_input(path: str | None) -> bytes:
 
 
 async def _publish(args: argparse.Namespace) -> int:
+    # Made first: without the [redis] extra, that is said before any input is read.
+    bus = EventBus.from_url(args.bus, consume=False, dedup=False, **bus_options(args))
     try:
         data = _read_input(args.file)
     except ValueError as exc:
@@ -219,7 +221,6 @@ async def _publish(args: argparse.Namespace) -> int:
     for line, message in result.invalid:
         print(f"openstarry publish: line {line + 1}: {message}", file=sys.stderr)
     events: list[Event] = scratch.pop_many(len(scratch))
-    bus = EventBus.from_url(args.bus, consume=False, dedup=False, **bus_options(args))
     interrupted = False
     async with bus:
         backend: Any = bus.backend

@@ -14,7 +14,7 @@ import sys
 
 import anyio
 
-from openstarry._redisurl import is_redis_url
+from openstarry._redisurl import check_redis_url, is_redis_url
 from openstarry.errors import ManifestError
 
 __all__ = ["REDIS_CHECK_TIMEOUT", "network_failure", "one_line", "unreachable"]
@@ -42,7 +42,16 @@ def _redis_urls(args: argparse.Namespace) -> list[tuple[str, str]]:
                 found.append(("the manifest's bus.url", manifest.bus.url))
             if manifest.sessions.store:
                 found.append(("the manifest's sessions.store", manifest.sessions.store))
-    return [(what, url) for what, url in found if is_redis_url(url)]
+    # A URL that cannot name a server is the command's own to refuse (exit 2), not to ping.
+    return [(what, url) for what, url in found if is_redis_url(url) and _names_a_server(url)]
+
+
+def _names_a_server(url: str) -> bool:
+    try:
+        check_redis_url(url)
+    except ValueError:
+        return False
+    return True
 
 
 def unreachable(args: argparse.Namespace) -> tuple[int, str] | None:

@@ -105,6 +105,13 @@ class Agent(Lifecycle):
         self.toolsets: tuple[Toolset, ...] = tuple(toolsets)
         self._owns_bus = bus is None
         self.bus = bus if bus is not None else EventBus()
+        """The :class:`~openstarry.bus.EventBus` the agent runs on: the one given, or its own.
+
+        Its own bus starts and stops with the agent; a bus given is the caller's to run.
+
+        Subscribe to it to watch a run (``agent.bus.subscribe("EXEC:*", print)``);
+        an ``INPUT:USER_MESSAGE`` published on it asks as :meth:`ask` does.
+        """
         self.loop = ExecutionLoop(
             self.bus,
             provider,
@@ -118,9 +125,18 @@ class Agent(Lifecycle):
             approval_tools=approval_tools,
             store=store,
         )
+        """The :class:`~openstarry.agent.loop.ExecutionLoop` that runs each session's turns.
+
+        It has the controls finer than :meth:`ask`: start a run without waiting
+        (:meth:`~openstarry.agent.loop.ExecutionLoop.start`), stop one
+        (:meth:`~openstarry.agent.loop.ExecutionLoop.command`), call a tool
+        (:meth:`~openstarry.agent.loop.ExecutionLoop.call_tool`), read the counters
+        (:meth:`~openstarry.agent.loop.ExecutionLoop.metrics`).
+        """
 
     @property
     def provider(self) -> Provider:
+        """The agent's provider (the loop's): the model it thinks with."""
         return self.loop.provider
 
     @property
