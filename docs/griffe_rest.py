@@ -20,7 +20,8 @@ and fails no build.
 
 It also reads the ``#:`` comments above a module's or class's attribute (Sphinx's
 doc-comments, as ``_core.pyi`` and ``events.py`` write them) as that attribute's
-docstring, when it has none.
+docstring, when it has none, and leaves out the expression an instance
+attribute is assigned in ``__init__`` (how it is made, not its value).
 """
 
 from __future__ import annotations
@@ -277,3 +278,7 @@ class RestToMarkdown(griffe.Extension):
 
     def on_object(self, *, obj: griffe.Object, **kwargs: Any) -> None:
         self._rewrite(obj)
+        if isinstance(obj, griffe.Attribute) and "instance-attribute" in obj.labels:
+            # What ``__init__`` assigns (``self.loop = ExecutionLoop(self.bus, ...)``) is
+            # how it is made, not a value to show: the signature reads ``loop``.
+            obj.value = None
