@@ -36,8 +36,9 @@ def bus_arguments(parser: argparse.ArgumentParser) -> None:
         "--partitions",
         type=count,
         default=None,
-        help="session partitions; every process of the bus must agree "
-        "(default: 8 on one server, 24 on a cluster)",
+        help="session partitions; every process of the bus must agree, and the bus "
+        "refuses another count than the one it was first used with (default: 8 on one "
+        "server, 24 on a cluster; tail and bus info: the bus's own)",
     )
 
 
