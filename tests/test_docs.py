@@ -1,7 +1,7 @@
 """The docs' examples run: every Python block of docs/ and the README, and the shell blocks that
 call ``openstarry``, are executed here, or say why not; the outputs they show are checked.
 
-The rules a page keeps (docs/design/contributing.md says them for writers):
+The rules a page keeps (docs/design/testing.md says them for writers):
 
 - A ``python`` block runs. The blocks of one page run in order in one namespace, as a
   reader reads them, in a folder holding a copy of ``examples/`` (so ``examples/...``
