@@ -74,8 +74,13 @@ def _link(title: str, identifier: str) -> str:
 def _reference_markdown(match: re.Match[str], resolve: Resolve | None) -> str:
     literal = match.group("literal")
     if literal is not None:
-        # A literal is a reference too when it is the path of an object documented here.
-        identifier = resolve(literal.removesuffix("()"), True) if resolve is not None else None
+        # A literal is a reference too when it names an object documented here: a
+        # dotted name, a class's or a constant's, a call's (``close()``). A lowercase
+        # word alone is as often a value or a key (``created``, ``traceparent``).
+        name = literal.removesuffix("()")
+        if "." not in name and not name[:1].isupper() and name == literal:
+            return match.group(0)
+        identifier = resolve(name, True) if resolve is not None else None
         return match.group(0) if identifier is None else _link(literal, identifier)
     title, target = role_parts(match.group("text"))
     identifier = resolve(target, False) if resolve is not None else None

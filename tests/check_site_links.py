@@ -8,7 +8,7 @@ Every HTML page under the site's folder is read, and two things fail the check:
   text is the full path of an object the reference documents
   (``openstarry.agent.Agent``), the end of one (``Agent.ask``), or, inside an
   object's documentation in the reference, a name that resolves from there as
-  ``docs/griffe_rest.py`` resolves a docstring's roles (``ask`` in ``Agent``'s);
+  ``docs/griffe_rest.py`` resolves a docstring's names (``ask()`` in ``Agent``'s);
 - an internal link (``href``) to a file that is not there, or to an anchor that
   the page it leads to does not have.
 
@@ -312,8 +312,8 @@ def should_link(code: Code, documented: Documented) -> str | None:
 
     Outside an object's documentation, only a dotted name counts: a full path, or a
     class's member (``Agent.ask``) that one documented object ends with. Inside
-    one, a name also counts when it resolves from there (``ask`` in ``Agent``'s),
-    a single name to no module.
+    one, a name also counts when it resolves from there (``ask()`` in ``Agent``'s),
+    a single name to no module, and only a class's, a constant's or a call's.
     """
     if code.span_title is not None:
         # An unresolved reference names its own target: it is missing only if documented.
@@ -323,6 +323,8 @@ def should_link(code: Code, documented: Documented) -> str | None:
     if not PYTHON_PATH.fullmatch(text):
         return None
     single = "." not in text
+    if single and not text[:1].isupper() and text == code.text:
+        return None  # a lowercase word alone: as often a value or a key as a name
     if not single:
         if documented.is_full_name(text):
             return text

@@ -74,11 +74,15 @@ def codes_to_link(html: str, documented: Documented | None = None) -> list[str]:
 
 
 def test_a_documented_name_in_code_that_is_no_link_is_found() -> None:
-    body = "Runs <code>openstarry.agent.Tool</code>, <code>Agent.ask</code> and <code>ask</code>."
+    body = (
+        "Runs <code>openstarry.agent.Tool</code>, <code>Agent.ask</code>, <code>ask()</code>"
+        " and <code>Tool</code>; not <code>ask</code>, a word alone."
+    )
     assert codes_to_link(REFERENCE.format(body=body)) == [
         "openstarry.agent.Tool",
         "Agent.ask",
-        "ask",
+        "ask()",
+        "Tool",
     ]
 
 
@@ -262,6 +266,17 @@ def test_a_docstrings_roles_and_literals_link_when_they_resolve() -> None:
     )
     # Without a resolver, a role is code and a literal stays as written.
     assert markdown_of(text) == "`EventBus`, `Agent.ask`, ``Agent.ask()``, `len`."
+    # A lowercase word alone is left a literal (a status, a header), a class's name is not.
+    asked: list[str] = []
+
+    def record(target: str, literal: bool) -> str | None:
+        asked.append(target)
+        return None
+
+    assert markdown_of("``created``, ``EventBus``, ``close()``", record) == (
+        "``created``, ``EventBus``, ``close()``"
+    )
+    assert asked == ["EventBus", "close"]
 
 
 def test_a_docstrings_names_resolve_as_sphinx_resolves_them(tmp_path: Path) -> None:
