@@ -153,6 +153,7 @@ test: wheel browser redis-server ## Set up, then run every test: cargo test, the
 	$(PY) -m pip install --quiet --force-reinstall --no-deps dist/openstarry-*.whl
 	$(PY) -m pytest
 	$(MKDOCS)
+	$(PY) tests/check_site_links.py site
 	rm -rf $(SMOKE_VENV)
 	$(PYTHON) -m venv $(SMOKE_VENV)
 	$(SMOKE_VENV)/bin/python -m pip install --quiet --no-deps --no-index dist/openstarry-*.whl

@@ -21,11 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.redis_support import NEEDS_REDIS_SERVER
 
 from openstarry.core import Event, encode_event
 from openstarry.redis_server import RedisServer
 from openstarry.scaffold import AGENT, inputs_ndjson
+from redis_support import NEEDS_REDIS_SERVER
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "examples" / "weather-agent" / "agent.json"

@@ -16,22 +16,23 @@ process of a bus the same values on its command line.
 
 A worker consumes the bus as one consumer of its group and publishes its
 outputs back onto it; SIGTERM (or SIGINT) finishes what it has fetched, hands
-back the runs it had not finished (another worker of the group takes them
-over at once) and exits 0 (130 after SIGINT). ``publish`` prints one JSON line
+back the runs it had not finished (another worker of the group takes them over
+at once) and exits 0 (130 after SIGINT). ``publish`` prints one JSON line
 ``{"accepted": N, "duplicates": N, "invalid": N}`` and exits 1 if a line was
-invalid (each invalid line is named on standard error, and never reaches
-the bus); while the bus's streams are full it says so once, and Ctrl-C ends
-it at once with its counts so far (and ``"unsent": N``). The bus records its
-partition count at its first use: a process that gives another is refused. ``tail`` prints the bus's retained history as NDJSON, then follows
-new events: it reads a page of each stream at a time, merged by entry id as it
-goes (:mod:`openstarry.bus.redis.reader`), so it starts printing at once and
-holds a few pages whatever the history's length; ``--count`` stops it as soon
-as it has printed N events. ``--since`` starts it at a time (ISO-8601; the
-Redis server's clock stamps each entry), at a Redis entry id, or after an
-event (by its id, found by reading the history from its start);
-``--from-end`` skips the history. A lost or unreachable Redis ends ``tail``
-with one line on standard error and exit status 1. ``bus info`` shows where
-the bus's partitions live and what they hold (:mod:`openstarry.businfo`).
+invalid (each invalid line is named on standard error, and never reaches the
+bus); while the bus's streams are full it says so once, and Ctrl-C ends it at
+once with its counts so far (and ``"unsent": N``). The bus records its
+partition count at its first use: a process that gives another is refused.
+``tail`` prints the bus's retained history as NDJSON, then follows new events:
+it reads a page of each stream at a time, merged by entry id as it goes
+(:mod:`openstarry.bus.redis.reader`), so it starts printing at once and holds
+a few pages whatever the history's length; ``--count`` stops it as soon as it
+has printed N events. ``--since`` starts it at a time (ISO-8601; the Redis
+server's clock stamps each entry), at a Redis entry id, or after an event (by
+its id, found by reading the history from its start); ``--from-end`` skips the
+history. A lost or unreachable Redis ends ``tail`` with one line on standard
+error and exit status 1. ``bus info`` shows where the bus's partitions live
+and what they hold (:mod:`openstarry.businfo`).
 """
 
 from __future__ import annotations
