@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -322,19 +322,19 @@ def test_bus_info_into_a_pipe_closed_early(bus: str) -> None:
 
 
 def _interrupt(
-    args: list[str], *, after: float, stdin: int | None = None, env: dict[str, str] | None = None
+    args: list[str], *, ready: Callable[[subprocess.Popen[str]], None], stdin: int | None = None
 ) -> tuple[subprocess.CompletedProcess[str], float]:
-    """Start ``openstarry ARGS``, send SIGINT after ``after`` s; the result and how long it took."""
+    """Start ``openstarry ARGS``, send SIGINT once ``ready`` returns; the result and how long
+    the command took to end after it."""
     process = subprocess.Popen(
         [*OPENSTARRY, *args],
         stdin=stdin if stdin is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, **(env or {})},
     )
     try:
-        time.sleep(after)
+        ready(process)
         assert process.poll() is None, process.communicate()
         process.send_signal(signal.SIGINT)
         sent = time.monotonic()
@@ -351,7 +351,9 @@ def _interrupt(
 def test_ctrl_c_stops_a_command_reading_standard_input_at_once(command: str) -> None:
     read, write = os.pipe()  # a writer that never writes nor closes, as a fifo or a terminal
     try:
-        result, took = _interrupt([command, str(MANIFEST)], after=4, stdin=read)
+        result, took = _interrupt(
+            [command, str(MANIFEST)], ready=lambda process: time.sleep(4), stdin=read
+        )
     finally:
         os.close(read)
         os.close(write)
@@ -371,27 +373,18 @@ def test_publish_says_when_it_is_blocked_and_ctrl_c_prints_what_was_accepted(
         for i in range(90_000)
     )
     big.write_bytes(b"".join(encode_event(event) + b"\n" for event in events))
-    process = subprocess.Popen(
-        [*OPENSTARRY, "publish", "--bus", bus, str(big)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        notice = process.stderr.readline() if process.stderr else ""
-        assert "waiting: the bus's streams are at their bound (maxlen 10,000)" in notice
-        assert "publishing resumes as workers drain them" in notice
-        process.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        out, err = process.communicate(timeout=TIMEOUT)
-        took = time.monotonic() - sent
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    notices: list[str] = []
+
+    def blocked(process: subprocess.Popen[str]) -> None:
+        notices.append(process.stderr.readline() if process.stderr else "")
+
+    result, took = _interrupt(["publish", "--bus", bus, str(big)], ready=blocked)
+    assert "waiting: the bus's streams are at their bound (maxlen 10,000)" in notices[0]
+    assert "publishing resumes as workers drain them" in notices[0]
     assert took < 2, took
-    assert process.returncode == 130, err
-    assert "Traceback" not in err
+    assert result.returncode == 130, result.stderr
+    assert "Traceback" not in result.stderr
+    out = result.stdout
     counts = json.loads(out)
     assert 10_000 <= counts["accepted"] < 90_000  # at least one stream filled
     assert counts["accepted"] + counts["unsent"] == 90_000
