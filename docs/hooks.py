@@ -486,9 +486,73 @@ def link_code(html: str, names: DocumentedNames) -> str:
     return "".join(out)
 
 
+# --- the specification's sections, cited by the docstrings ---------------------------------------
+
+#: ``spec 000 section 5`` and the like, as docstrings cite the specification openstarry follows.
+_SPEC = re.compile(r"spec (?P<number>00[0-4])(?: section (?P<section>\d+)[A-Z]?(?:\.\d+)*)?")
+#: The protocol page that says, in openstarry's words, what each part of the specification fixes.
+_SPEC_PAGES = {
+    "000": "protocol/providers/",
+    "001": "protocol/envelope/",
+    "002": "protocol/envelope/",
+    "003": "protocol/agent-api/",
+    "004": "protocol/mcp/",
+}
+#: Sections of spec 000 and 002 that another page covers.
+_SPEC_SECTIONS = {
+    ("000", "1"): "protocol/",
+    ("000", "5"): "protocol/loop/",
+    ("000", "6"): "protocol/providers/#many-tools",
+    ("002", "3"): "protocol/events/",
+}
+
+
+def link_spec(html: str, page_url: str) -> str:
+    """``html`` with each citation of the specification made a link to its protocol page.
+
+    The specification itself is not part of the site: its sections are told in
+    the protocol pages, and a docstring's ``spec 000 section 5`` leads there.
+    Citations inside code, links and headings are left as they are.
+    """
+    from mkdocs.utils import get_relative_url
+
+    out: list[str] = []
+    position = 0
+    for match in _TEXT.finditer(html):
+        text = match.group("text")
+        if text is None or match.group("inside"):
+            continue
+        start = match.start("text")
+        linked = _SPEC.sub(
+            lambda cite: (
+                f'<a href="{get_relative_url(_spec_page(cite), page_url)}">{cite.group(0)}</a>'
+            ),
+            text,
+        )
+        if linked != text:
+            out.append(html[position:start])
+            out.append(linked)
+            position = match.end("text")
+    out.append(html[position:])
+    return "".join(out)
+
+
+def _spec_page(cite: re.Match[str]) -> str:
+    number, section = cite.group("number"), cite.group("section")
+    return _SPEC_SECTIONS.get((number, section or ""), _SPEC_PAGES[number])
+
+
+#: Text between tags; a tag alone, and what sits inside code, a link or a heading, are left alone.
+_TEXT = re.compile(
+    r"(?P<inside><(?P<tag>code|a|pre|h[1-6]|autoref)\b[^>]*>.*?</(?P=tag)>)|<[^>]*>|(?P<text>[^<]+)",
+    re.DOTALL,
+)
+
+
 @event_priority(-40)  # After mkdocstrings (its anchors registered), before autorefs resolves.
 def on_env(env: Any, *, config: Any, files: Any, **kwargs: Any) -> Any:
-    """MkDocs hook: link the inline code of every page that names a documented object."""
+    """MkDocs hook: link the inline code of every page that names a documented object, and
+    each citation of the specification to its protocol page."""
     autorefs = config.plugins.get("autorefs")
     primary: dict[str, list[str]] = getattr(autorefs, "_primary_url_map", {})
     secondary: dict[str, list[str]] = getattr(autorefs, "_secondary_url_map", {})
@@ -497,5 +561,5 @@ def on_env(env: Any, *, config: Any, files: Any, **kwargs: Any) -> Any:
     for file in files:
         page = file.page
         if page is not None and page.content:
-            page.content = link_code(page.content, names)
+            page.content = link_spec(link_code(page.content, names), page.url)
     return env

@@ -249,6 +249,20 @@ def test_a_page_links_the_code_that_names_a_documented_object() -> None:
     assert "<code>openstarry.tool</code> <code>Agent</code>" in linked
 
 
+def test_a_citation_of_the_specification_links_to_its_protocol_page() -> None:
+    hooks = load("hooks")
+    html = (
+        '<p>The loop of spec 000 section 5; spec 002 section 3.2 (<span title="spec 004">'
+        'spec 004</span>); <code>spec 003</code>, <a href="x">spec 003</a></p><h2>spec 000</h2>'
+    )
+    linked = hooks.link_spec(html, "reference/api/agent/")
+    assert '<a href="../../../protocol/loop/">spec 000 section 5</a>' in linked
+    assert '<a href="../../../protocol/events/">spec 002 section 3.2</a>' in linked
+    assert '<span title="spec 004"><a href="../../../protocol/mcp/">spec 004</a>' in linked
+    # Code, a link, a heading and a tag's attribute: left as they are.
+    assert '<code>spec 003</code>, <a href="x">spec 003</a></p><h2>spec 000</h2>' in linked
+
+
 def test_a_docstrings_roles_and_literals_link_when_they_resolve() -> None:
     markdown_of = load("griffe_rest").markdown_of
 
