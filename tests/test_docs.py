@@ -50,7 +50,6 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
-import importlib.util
 import io
 import json
 import os
@@ -74,6 +73,7 @@ from typing import Any
 import pytest
 
 import openstarry
+from docs_support import load_docs_module
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -598,12 +598,7 @@ def test_the_readmes_links_lead_somewhere() -> None:
 
 
 def hooks() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("openstarry_docs_hooks", DOCS / "hooks.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_docs_module("hooks")
 
 
 def test_the_agent_json_reference_has_every_key() -> None:
@@ -660,12 +655,7 @@ def test_the_layers_table_is_the_contract() -> None:
 
 
 def griffe_rest() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("openstarry_docs_griffe", DOCS / "griffe_rest.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_docs_module("griffe_rest")
 
 
 def test_docstrings_roles_become_markdown() -> None:

@@ -7,11 +7,9 @@ docs/griffe_rest.py's resolution of a docstring's names, docs/hooks.py's of a pa
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import zlib
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -27,6 +25,7 @@ from check_site_links import (
     read_inventory,
     should_link,
 )
+from docs_support import load_docs_module
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -215,13 +214,7 @@ def test_a_clean_site_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 # --- the linking it checks ----------------------------------------------------------------------
 
 
-def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"openstarry_docs_{name}", DOCS / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+load = load_docs_module
 
 
 def test_a_page_links_the_code_that_names_a_documented_object() -> None:

@@ -155,16 +155,11 @@ def claim_idle() -> float:
 async def _worker(args: argparse.Namespace) -> int:
     from openstarry.assembly import agent_from_manifest
 
-    try:
-        idle = claim_idle()
-    except ValueError as exc:
-        print(f"openstarry worker: {exc}", file=sys.stderr)
-        return 2
     bus = EventBus.from_url(
         args.bus,
         group=args.group,
         consumer=args.consumer,
-        claim_idle=idle,
+        claim_idle=claim_idle(),  # checked by the command before it starts
         **bus_options(args),
     )
     agent = agent_from_manifest(args.manifest, bus=bus)
