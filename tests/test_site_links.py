@@ -27,8 +27,6 @@ from check_site_links import (
 )
 from docs_support import load_docs_module
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
-
 #: The reference's documentation of a class and a method, as mkdocstrings renders it.
 REFERENCE = """
 <h1 id="openstarryagent"><code>openstarry.agent</code></h1>
