@@ -16,6 +16,8 @@
 pub mod dedup;
 #[doc(hidden)]
 pub mod envelope;
+#[doc(hidden)]
+pub mod http;
 mod ingest;
 #[doc(hidden)]
 pub mod json;
@@ -35,6 +37,10 @@ pub use envelope::{
 };
 // `ingest` in one call, or its phases for a host that builds its own items
 // between them (as the Python bindings do).
+pub use http::{
+    Framing, Head, HttpError, Progress, ResponseDecoder, SseDecoder, SseError, SseEvent, MAX_HEAD,
+    MAX_HEADERS,
+};
 pub use ingest::{
     admit, admit_keyed, decode_lines, ingest, split_lines, Admitted, ChunkKeys, Decoded,
     NdjsonLines, Report, CHUNK_LINES,

@@ -262,16 +262,25 @@ def test_cli_events_from_a_piped_session_reingest_cleanly(
     assert {e.session_id for e in events} == {"cli"}
 
 
-def test_an_http_provider_without_the_extra_is_a_manifest_error(tmp_path: Path) -> None:
-    """It was a 30-line traceback and exit 1; now exit 2 naming the extra."""
+def test_an_http_provider_behind_a_proxy_without_the_extra_is_a_manifest_error(
+    tmp_path: Path,
+) -> None:
+    """It was a 30-line traceback and exit 1; now exit 2 naming the extra (httpx carries
+    the requests through a proxy; openstarry's own transport needs no extra)."""
     path = manifest_file(tmp_path, {"provider": {"name": "openai", "model": "m"}})
     code = (
         "import sys; sys.modules['httpx'] = None\n"
         "from openstarry.cli import main\n"
         f"sys.exit(main(['run', {str(path)!r}, '--input', 'hi']))\n"
     )
+    env = {**os.environ, "HTTPS_PROXY": "http://127.0.0.1:9", "OPENAI_API_KEY": "k"}
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
     )
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr

@@ -784,13 +784,16 @@ def test_importing_the_registry_does_not_import_httpx() -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_without_httpx_creating_one_names_the_extra() -> None:
+def test_without_httpx_a_provider_needs_it_only_behind_a_proxy() -> None:
+    """openstarry's own transport needs no httpx; a proxy's transport does, and says so."""
     done = run_python(
-        "import sys, types\n"
+        "import os, sys, types\n"
         "sys.modules['httpx'] = None  # as if it were not installed\n"
         "from openstarry.providers import create_provider\n"
         "config = types.SimpleNamespace(name='anthropic', model='m', options={},"
         " base_url=None, api_key_env=None)\n"
+        "print(type(create_provider(config)).__name__)\n"
+        "os.environ['HTTPS_PROXY'] = 'http://127.0.0.1:9'\n"
         "try:\n"
         "    create_provider(config)\n"
         "except ImportError as exc:\n"
@@ -799,8 +802,10 @@ def test_without_httpx_creating_one_names_the_extra() -> None:
         "    raise SystemExit('no ImportError')\n"
     )
     assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("HTTPProvider\n")
     assert "pip install 'openstarry[http]'" in done.stdout
     assert "anthropic" in done.stdout
+    assert "proxy" in done.stdout
 
 
 # --- server-sent events --------------------------------------------------------------------------
@@ -959,16 +964,18 @@ def test_a_long_sse_line_in_small_chunks_is_one_event() -> None:
 
 
 def test_a_long_sse_line_split_before_its_crlf_is_one_line() -> None:
-    """The fast path for chunks without a line break must still honour a CR held back."""
+    """A CRLF split across two reads ends one line, not two; a CR ends its line at once."""
     decoder = SSEDecoder()
     got = decoder.feed(b"data: a\r")
     got += decoder.feed(b"\ndata: b")
     got += decoder.feed(b"cd")
     got += decoder.feed(b"\r")
+    assert got == []
     got += decoder.feed(b"\r")
-    assert got == []  # the second CR may yet be the first half of a CRLF
-    got += decoder.feed(b"x")
-    assert got == [(None, "a\nbcd")]
+    assert got == [(None, "a\nbcd")]  # a blank line, whether an LF follows or not
+    got += decoder.feed(b"\n")  # ...and the LF that does is not a second blank line
+    got += decoder.feed(b"data: x\n\n")
+    assert got == [(None, "a\nbcd"), (None, "x")]
 
 
 ANTHROPIC_OK = [

@@ -270,6 +270,56 @@ def encode_response(response: ProviderResponse) -> bytes:
     """Encode a ``ProviderResponse`` to JSON with the spec's wire field names."""
 
 @final
+class ResponseDecoder:
+    """An HTTP/1.1 response read from a connection's bytes (heads by ``httparse``).
+
+    ``feed`` returns 0 while the head is incomplete, 1 once it is read, 2 once
+    the whole response is; ``ValueError`` for bytes that break HTTP/1.1,
+    ``OverflowError`` for a body past ``limit`` bytes (the limit's worth is kept).
+    """
+
+    def __new__(cls, limit: int) -> ResponseDecoder: ...
+    def feed(self, data: bytes) -> int: ...
+    def eof(self) -> int:
+        """The connection ended; ``ValueError`` when that cuts the response short."""
+    def set_limit(self, limit: int) -> None: ...
+    @property
+    def status(self) -> int: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        """The header fields, ``(lower-cased name, value)`` in order."""
+    @property
+    def keep_alive(self) -> bool: ...
+    @property
+    def body_pending(self) -> bool: ...
+    def take_body(self) -> bytes: ...
+    def json(self) -> Any: ...
+
+@final
+class SseDecoder:
+    """Server-sent events split from a body's bytes, by the rules of ``openstarry.sse``.
+
+    ``feed`` returns the events a chunk completes as ``(event name or None,
+    data)``; ``OverflowError`` for a line or an event past its bound.
+    """
+
+    def __new__(cls, max_line: int, max_event: int) -> SseDecoder: ...
+    @property
+    def max_line(self) -> int: ...
+    @property
+    def max_event(self) -> int: ...
+    def feed(self, chunk: bytes) -> list[tuple[str | None, str]]: ...
+    def close(self) -> list[tuple[str | None, str]]: ...
+
+def json_dumps(obj: Any) -> bytes:
+    """``obj`` as compact JSON bytes (``ensure_ascii=False``, no NaN)."""
+
+def json_loads(data: bytes) -> Any:
+    """One JSON document as Python objects."""
+
+@final
 class EventRef:
     """An event emitted without being made (``Emitter.mark``): nobody could
     read it when it was emitted, so only what the events it causes need of it

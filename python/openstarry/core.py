@@ -1,6 +1,8 @@
 """openstarry's Rust core: the event envelope and segment codec, the priority
 event queue, the sliding-window dedup of event ids, one-call ingestion, the
-lexical tool index, and the HDR latency recorder of ``openstarry bench latency``.
+lexical tool index, the HDR latency recorder of ``openstarry bench latency``, and
+the byte work of the model providers' HTTP transport (``ResponseDecoder``,
+``SseDecoder``, ``json_dumps``, ``json_loads``).
 
 This module needs nothing beyond the Python standard library, so other runtimes
 can embed it: ``from openstarry.core import EventQueue``.
@@ -24,6 +26,8 @@ from openstarry._core import (
     IngestResult,
     LatencyRecorder,
     ProviderResponse,
+    ResponseDecoder,
+    SseDecoder,
     ToolCall,
     ToolIndex,
     __version__,
@@ -31,6 +35,8 @@ from openstarry._core import (
     decode_response,
     encode_event,
     encode_response,
+    json_dumps,
+    json_loads,
 )
 from openstarry.errors import DecodeError, QueueClosed, QueueEmpty, QueueFull
 
@@ -56,6 +62,8 @@ __all__ = [
     "QueueClosed",
     "QueueEmpty",
     "QueueFull",
+    "ResponseDecoder",
+    "SseDecoder",
     "ToolCall",
     "ToolIndex",
     "__version__",
@@ -63,4 +71,6 @@ __all__ = [
     "decode_response",
     "encode_event",
     "encode_response",
+    "json_dumps",
+    "json_loads",
 ]

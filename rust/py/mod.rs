@@ -8,6 +8,7 @@ pub mod emitter;
 pub mod errors;
 pub mod event;
 pub mod eventref;
+pub mod http;
 pub mod ingest;
 pub mod latency;
 pub mod pyjson;
@@ -64,6 +65,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     dedup::register(m)?;
     ingest::register(m)?;
     latency::register(m)?;
+    http::register(m)?;
     retrieval::register(m)?;
     slots::register(m)?;
     Ok(())

@@ -105,18 +105,21 @@ HTTP_PROVIDERS: Mapping[str, tuple[str, str]] = {
 
 
 def _http_factory(name: str) -> ProviderFactory:
-    """The factory of HTTP provider ``name``: imports httpx and the translator when called."""
+    """The factory of HTTP provider ``name``: imports the transport and the translator when
+    called (httpx only where the environment names a proxy for the base URL)."""
     module_name, class_name = HTTP_PROVIDERS[name]
 
     def factory(config: ProviderConfigLike) -> Provider:
+        from openstarry.providers.http import HTTPProvider
+
+        api = getattr(importlib.import_module(module_name), class_name)()
         try:
-            from openstarry.providers.http import HTTPProvider
+            return HTTPProvider.from_config(api, config)
         except ImportError as exc:
             raise ImportError(
-                f"provider {name!r} needs httpx: pip install 'openstarry[http]'"
+                f"provider {name!r} reaches its server through a proxy (HTTPS_PROXY, "
+                "HTTP_PROXY or ALL_PROXY), which needs httpx: pip install 'openstarry[http]'"
             ) from exc
-        api = getattr(importlib.import_module(module_name), class_name)()
-        return HTTPProvider.from_config(api, config)
 
     factory.__name__ = factory.__qualname__ = f"make_{name.replace('-', '_')}_provider"
     return factory

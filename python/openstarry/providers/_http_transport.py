@@ -14,21 +14,31 @@ through :func:`redact`.
 
 from __future__ import annotations
 
-import contextlib
 import email.utils
+import functools
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Mapping
+import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final
 
-import httpx
-
-from openstarry import sse
+from openstarry import core, sse
 from openstarry.errors import AgentPainException, ManifestError, ProviderError
 from openstarry.providers._common import TransientProviderError
+from openstarry.providers.transport import (
+    ConnectError,
+    ConnectTimeout,
+    ReadTimeout,
+    RemoteProtocolError,
+    Request,
+    Response,
+    ResponseTooLarge,
+    Transport,
+    TransportError,
+)
 
 if TYPE_CHECKING:
     from openstarry.agent.interfaces import AgentContext
@@ -142,43 +152,46 @@ class SSEError(ProviderError):
 class SSEDecoder:
     """Server-sent events from a byte stream, as ``(event name or None, data)`` pairs.
 
-    The stream is read by :class:`openstarry.sse.SSEReader`, by the rules that
-    module states (lines end in CRLF, LF or CR only; several ``data:`` lines
-    make one multi-line value; comments, ``id:``, ``retry:`` and unknown fields
-    are ignored here; an event without data is not dispatched; an event still
-    open when the stream ends is dropped). The API translators need only each
-    event's name and data.
+    The Rust core splits the stream (``openstarry.core.SseDecoder``), by the
+    rules :mod:`openstarry.sse` states (lines end in CRLF, LF or CR only;
+    several ``data:`` lines make one multi-line value; comments, ``id:``,
+    ``retry:`` and unknown fields are ignored here; an event without data is
+    not dispatched; an event still open when the stream ends is dropped). The
+    API translators need only each event's name and data.
 
     Args:
         max_line: The longest line, in characters.
         max_event: The most data one event may carry, in characters.
 
     Raises:
-        SSEError: from :meth:`feed` and :meth:`close`, for a line or an event beyond the bounds.
+        SSEError: from :meth:`feed`, for a line or an event beyond the bounds.
     """
 
-    __slots__ = ("_reader",)
+    __slots__ = ("_decoder",)
 
     def __init__(self, max_line: int = MAX_SSE_LINE, max_event: int = MAX_SSE_EVENT) -> None:
-        self._reader = sse.SSEReader(max_line, max_event, error=SSEError)
+        self._decoder = core.SseDecoder(max_line, max_event)
 
     @property
     def max_line(self) -> int:
         """The longest line, in characters."""
-        return self._reader.lines.max_line
+        return self._decoder.max_line
 
     @property
     def max_event(self) -> int:
         """The most data one event may carry, in characters."""
-        return self._reader.parser.max_event
+        return self._decoder.max_event
 
     def feed(self, chunk: bytes) -> list[tuple[str | None, str]]:
         """The events that ``chunk`` completes, in order: ``(event name or None, data)``."""
-        return [(event.event, event.data) for event in self._reader.feed(chunk)]
+        try:
+            return self._decoder.feed(chunk)
+        except OverflowError as exc:
+            raise SSEError(str(exc)) from None
 
     def close(self) -> list[tuple[str | None, str]]:
-        """The end of the stream: complete what the last bytes held (an open event is dropped)."""
-        return [(event.event, event.data) for event in self._reader.close()]
+        """The end of the stream: an event or a line still open is dropped."""
+        return self._decoder.close()
 
 
 class Retry(Exception):
@@ -201,6 +214,19 @@ class StreamCut(Retry):
 # --- one attempt ---------------------------------------------------------------------------------
 
 
+def loads(raw: bytes) -> Any:
+    """A JSON answer: the core's parser, and the standard library's for what it refuses
+    (``NaN``, a lone surrogate) that Python's ``json`` has always read.
+
+    Raises:
+        ValueError: for bytes that are not JSON.
+    """
+    try:
+        return core.json_loads(raw)
+    except ValueError:
+        return json.loads(raw)
+
+
 @dataclass(frozen=True, slots=True)
 class Exchange:
     """One provider's side of an attempt: what it sends with, and how it reads the answer.
@@ -219,47 +245,44 @@ class Exchange:
 
     async def attempt(
         self,
-        client: httpx.AsyncClient,
-        url: str,
-        headers: Mapping[str, str],
-        content: bytes,
+        sender: Transport,
+        request: Request,
         context: AgentContext,
         names: ToolNameMap,
         key: str | None,
         *,
         stream: bool,
     ) -> ProviderResponse:
-        where = _display_url(url)
+        where = display_url(request.url)
         timeout = self.transport.timeout
-        request = client.build_request("POST", url, content=content, headers=headers)
         try:
-            response = await client.send(request, stream=True)
-        except httpx.ConnectTimeout:
+            response = await sender.send(request)
+        except ConnectTimeout:
             raise Retry(f"could not connect to {where} within {timeout:g} s") from None
-        except httpx.TimeoutException:
+        except ReadTimeout:
             raise ProviderError(
                 f"{self.name}: no answer from {where} within {timeout:g} s "
                 "(provider.options.timeout)"
             ) from None
-        except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+        except (ConnectError, RemoteProtocolError) as exc:
             # Refused, reset, or closed before any answer: the request was not served.
-            raise Retry(f"connection to {where} failed: {_describe(exc)}") from None
-        except httpx.HTTPError as exc:
+            raise Retry(f"connection to {where} failed: {exc}") from None
+        except TransportError as exc:
             raise ProviderError(
-                f"{self.name}: request to {where} failed: {redact(_describe(exc), key)}"
+                f"{self.name}: request to {where} failed: {redact(str(exc), key)}"
             ) from None
         try:
-            status = response.status_code
+            status = response.status
             if status >= 400:
                 raise await self._error(response, where, key)
             if status >= 300:
-                raise self._redirected(response, where)
+                raise self._redirected(response, request.url, where)
             content_type = response.headers.get("content-type", "")
             if stream and content_type.split(";")[0].strip().lower() == "text/event-stream":
                 return await self._read_stream(response, context, names, where)
             raw = await self._read_body(response, where, self.transport.max_response_bytes)
             try:
-                body = json.loads(raw)
+                body = loads(raw)
             except ValueError:
                 raise AgentPainException(
                     f"{self.name}: the answer from {where} is not JSON "
@@ -269,27 +292,29 @@ class Exchange:
         finally:
             await response.aclose()
 
-    def _redirected(self, response: httpx.Response, where: str) -> ProviderError:
+    def _redirected(self, response: Response, url: str, where: str) -> ProviderError:
         """A 3xx answer: redirects are not followed (the key would go along), so say where to."""
         location = response.headers.get("location", "")
         target = ""
         if location:
             try:
-                target = _display_url(str(response.url.join(location)))
-            except (httpx.InvalidURL, ValueError):
+                target = display_url(urllib.parse.urljoin(url, location))
+            except ValueError:
                 target = ""
         to = f" to {target}" if target else ""
         return ProviderError(
-            f"{self.name}: HTTP {response.status_code} from {where}: the server redirects{to}; "
+            f"{self.name}: HTTP {response.status} from {where}: the server redirects{to}; "
             "openstarry does not follow redirects: set provider.baseUrl to the address it names"
         )
 
-    async def _error(self, response: httpx.Response, where: str, key: str | None) -> Exception:
+    async def _error(self, response: Response, where: str, key: str | None) -> Exception:
         """An error answer as a ``Retry`` (429 and 5xx) or a ``ProviderError`` (the rest)."""
-        status = response.status_code
+        status = response.status
         try:
-            raw = await self._read_body(response, where, MAX_ERROR_BODY, truncate=True)
-        except (Retry, ProviderError):
+            raw = await response.read(MAX_ERROR_BODY)
+        except ResponseTooLarge as exc:
+            raw = exc.partial
+        except TransportError:
             raw = b""
         text = raw.decode("utf-8", errors="replace")
         body: Any
@@ -301,7 +326,7 @@ class Exchange:
             said = self.api.error_message(status, body)
         except Exception:
             said = ""
-        said = redact(" ".join(str(said).split())[:2000], key) or response.reason_phrase
+        said = redact(" ".join(str(said).split())[:2000], key) or response.reason
         message = f"HTTP {status} from {where}: {said}"
         if (status == 429 and not _out_of_quota(body)) or status >= 500:
             return Retry(message, _retry_after(response.headers))
@@ -309,85 +334,72 @@ class Exchange:
             message += f" (the key comes from {' or '.join(self.api_key_envs)})"
         return ProviderError(f"{self.name}: {message}")
 
-    async def _read_body(
-        self, response: httpx.Response, where: str, limit: int, *, truncate: bool = False
-    ) -> bytes:
+    async def _read_body(self, response: Response, where: str, limit: int) -> bytes:
         declared = response.headers.get("content-length", "")
-        if not truncate and declared.isdigit() and int(declared) > limit:
+        too_large = (
+            f"{self.name}: the answer from {where} is more than {limit} "
+            "bytes (provider.options.maxResponseBytes)"
+        )
+        if declared.isdigit() and int(declared) > limit:
             raise ProviderError(
                 f"{self.name}: the answer from {where} is {declared} bytes: "
                 f"more than {limit} bytes (provider.options.maxResponseBytes)"
             )
-        chunks: list[bytes] = []
-        size = 0
         try:
-            pieces = response.aiter_bytes()
-            async for chunk in pieces:
-                size += len(chunk)
-                if size > limit:
-                    await _abandon(response, pieces)
-                    if not truncate:
-                        raise ProviderError(
-                            f"{self.name}: the answer from {where} is more than {limit} "
-                            "bytes (provider.options.maxResponseBytes)"
-                        )
-                    chunks.append(chunk[: len(chunk) - (size - limit)])
-                    break
-                chunks.append(chunk)
-        except httpx.TimeoutException:
+            return await response.read(limit)
+        except ResponseTooLarge:
+            raise ProviderError(too_large) from None
+        except ReadTimeout:
             raise ProviderError(
                 f"{self.name}: the answer from {where} stalled for "
                 f"{self.transport.timeout:g} s (provider.options.timeout)"
             ) from None
-        except httpx.TransportError as exc:
-            raise Retry(f"the answer from {where} broke off: {_describe(exc)}") from None
-        return b"".join(chunks)
+        except TransportError as exc:
+            raise Retry(f"the answer from {where} broke off: {exc}") from None
 
     async def _read_stream(
         self,
-        response: httpx.Response,
+        response: Response,
         context: AgentContext,
         names: ToolNameMap,
         where: str,
     ) -> ProviderResponse:
         assembler = self.api.stream(names)
         decoder = SSEDecoder()
+        relay = _Relay(assembler, context)
         limit = self.transport.max_response_bytes
-        emitted = False
         size = 0
         broke: str | None = None
-        pieces = response.aiter_bytes()
         try:
-            async for chunk in pieces:
+            while chunk := await response.receive():
                 size += len(chunk)
                 if size > limit:
                     raise ProviderError(
                         f"{self.name}: the stream from {where} is more than {limit} bytes "
                         "(provider.options.maxResponseBytes)"
                     )
-                emitted = _pass_on(decoder.feed(chunk), assembler, context) or emitted
-            emitted = _pass_on(decoder.close(), assembler, context) or emitted
+                relay.pass_on(decoder.feed(chunk))
+            relay.pass_on(decoder.close())
         except (ProviderError, AgentPainException) as exc:
             # The stream refused (its size, an event the assembler cannot take, an
-            # error the API reported): stop reading first, so no half-read
-            # generator is left behind (trio warns of one).
-            await _abandon(response, pieces)
-            if isinstance(exc, TransientProviderError) and not emitted:
+            # error the API reported): stop reading.
+            await response.aclose()
+            if isinstance(exc, TransientProviderError) and not relay.emitted:
                 # Overloaded, say, before anything was passed on: worth another attempt.
                 raise Retry(str(exc)) from None
             raise
-        except httpx.TimeoutException:
-            if not emitted and not assembler.done:
+        except ReadTimeout:
+            if not relay.emitted and not assembler.done:
                 raise ProviderError(
                     f"{self.name}: the stream from {where} stalled for "
                     f"{self.transport.timeout:g} s (provider.options.timeout)"
                 ) from None
             broke = f"stalled for {self.transport.timeout:g} s"
-        except httpx.TransportError as exc:
-            broke = f"broke off: {_describe(exc)}"
+        except TransportError as exc:
+            broke = f"broke off: {exc}"
         if not assembler.done:
             why = broke or "ended before the answer was complete"
-            if not emitted:
+            if not relay.emitted:
                 raise StreamCut(f"the stream from {where} {why}", assembler)
             logger.warning("%s: the stream from %s %s", self.name, where, why)
         return assembler.finish()
@@ -396,50 +408,45 @@ class Exchange:
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def _pass_on(
-    events: list[tuple[str | None, str]], assembler: StreamAssembler, context: AgentContext
-) -> bool:
-    """Feed ``events`` to ``assembler``, their text to the context; whether any text went."""
-    emitted = False
-    for event, data in events:
-        delta = assembler.feed(event, data)
-        if delta:
-            context.emit_text_delta(delta)
-            emitted = True
-    return emitted
+class _Relay:
+    """Feeds a stream's events to its assembler and their text to the context, and knows
+    whether any text went (also when an event after it, in the same read, fails)."""
+
+    __slots__ = ("assembler", "context", "emitted")
+
+    def __init__(self, assembler: StreamAssembler, context: AgentContext) -> None:
+        self.assembler = assembler
+        self.context = context
+        self.emitted = False
+
+    def pass_on(self, events: list[tuple[str | None, str]]) -> None:
+        feed, emit = self.assembler.feed, self.context.emit_text_delta
+        for event, data in events:
+            delta = feed(event, data)
+            if delta:
+                emit(delta)
+                self.emitted = True
 
 
-async def _abandon(response: httpx.Response, pieces: AsyncIterator[bytes]) -> None:
-    """Stop reading ``response`` half-way through ``pieces``, its ``aiter_bytes()``.
-
-    httpx reads a body through a chain of async generators, and trio warns
-    about any left half-done (httpx issue 3686); closing the generator we hold
-    leaves the inner ones so. So the response is closed first, and ``pieces``
-    then runs out: what was buffered, then an error from the closed connection.
-    """
-    await response.aclose()
-    with contextlib.suppress(httpx.HTTPError):
-        async for _ in pieces:
-            pass
-
-
-def _display_url(url: str) -> str:
+@functools.lru_cache(maxsize=256)
+def display_url(url: str) -> str:
     """``url`` for messages: no user info, no query string."""
-    parsed = httpx.URL(url)
-    port = f":{parsed.port}" if parsed.port else ""
-    return f"{parsed.scheme}://{parsed.host}{port}{parsed.path}"
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 def redact(text: str, key: str | None) -> str:
     return text.replace(key, _REDACTED) if key else text
 
 
-def _retry_after(headers: httpx.Headers) -> float | None:
+def _retry_after(headers: Mapping[str, str]) -> float | None:
     """The wait an answer asks for: ``retry-after-ms``, or ``Retry-After`` (seconds or a date)."""
     millis = headers.get("retry-after-ms")
     if millis is not None:

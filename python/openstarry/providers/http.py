@@ -2,7 +2,8 @@
 
 :class:`HTTPProvider` does the I/O for a :class:`~openstarry.providers.wire.WireAPI`
 (OpenAI Chat Completions, OpenAI Responses, Anthropic Messages, Gemini): it
-sends the request the API's translator builds, with httpx, retries what is
+sends the request the API's translator builds through its transport
+(:mod:`openstarry.providers.transport`), retries what is
 worth retrying, reads the answer whole or as a stream of server-sent events,
 and hands it back to the translator. ``agent.json`` chooses one by name::
 
@@ -78,29 +79,23 @@ span: :mod:`openstarry.tracecontext`), so the spans of a model gateway or a
 traced model server join the turn's trace; the API's own headers win.
 
 Connections: ``async with provider:`` (or :meth:`HTTPProvider.aclose`) keeps
-one httpx client, and its pooled connections, for every call made meanwhile;
-outside it each call opens a client and closes it before returning, so a
-provider that nobody closes leaks no socket.
+one transport, and its pooled keep-alive connections, for every call made
+meanwhile; outside it each call opens a transport and closes it before
+returning, so a provider that nobody closes leaks no socket. The transport is
+openstarry's own HTTP/1.1 client, whose bytes the Rust core reads, or httpx's
+where the environment names a proxy for the base URL; ``transport=`` gives a
+provider one of your own (:mod:`openstarry.providers.transport`).
 """
 
 from __future__ import annotations
 
-try:
-    import httpx
-except ImportError as exc:  # pragma: no cover - exercised in a subprocess without httpx
-    raise ImportError(
-        "openstarry's HTTP providers need httpx: pip install 'openstarry[http]'"
-    ) from exc
-
 import dataclasses
-import functools
-import json
 import logging
 import os
 import random
 import re
-import ssl
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -124,6 +119,7 @@ from openstarry.providers._http_transport import (
     TransportOptions,
     redact,
 )
+from openstarry.providers.transport import Request, Transport, default_transport, proxied
 from openstarry.providers.wire import ToolNameMap
 from openstarry.tracecontext import current_traceparent
 
@@ -179,12 +175,6 @@ class _ToolSet:
 # --- the provider ---------------------------------------------------------------------------------
 
 
-@functools.cache
-def _ssl_context() -> ssl.SSLContext:
-    """One TLS context for every client: loading the CA bundle takes milliseconds."""
-    return httpx.create_ssl_context()
-
-
 class HTTPProvider:
     """A provider that calls an LLM API over HTTP (see the module's documentation).
 
@@ -195,6 +185,13 @@ class HTTPProvider:
         api_key_env: The environment variable holding the key; by default the API's.
         options: ``provider.options``: the transport's options, and the
             translator's (``temperature``, ``max_tokens``...).
+        transport: What the requests go through
+            (:mod:`openstarry.providers.transport`): a transport of your own
+            (recording, a proxy, a client certificate, or a
+            :class:`~openstarry.providers.transport.MockTransport` in tests),
+            which the provider uses and never closes. By default the provider
+            makes the one :func:`~openstarry.providers.transport.default_transport`
+            gives for its base URL.
 
     Raises:
         ManifestError: for a missing model, a base URL that is not http(s), a
@@ -211,18 +208,17 @@ class HTTPProvider:
         base_url: str | None = None,
         api_key_env: str | None = None,
         options: Mapping[str, Any] | None = None,
+        transport: Transport | None = None,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise ManifestError(
                 f"provider {api.name!r} needs a model (provider.model)", field="provider.model"
             )
-        if base_url is not None:
-            url = httpx.URL(base_url) if _is_http_url(base_url) else None
-            if url is None or not url.host:
-                raise ManifestError(
-                    f"provider.baseUrl must be an http:// or https:// URL, not {base_url!r}",
-                    field="provider.baseUrl",
-                )
+        if base_url is not None and (not _is_http_url(base_url) or not _host_of(base_url)):
+            raise ManifestError(
+                f"provider.baseUrl must be an http:// or https:// URL, not {base_url!r}",
+                field="provider.baseUrl",
+            )
         if api_key_env is not None and (not api_key_env or "=" in api_key_env):
             raise ManifestError(
                 f"provider.apiKeyEnv must name an environment variable, not {api_key_env!r}",
@@ -247,7 +243,11 @@ class HTTPProvider:
         self._last_tool_set: tuple[list[str], list[Tool], _ToolSet] | None = None
         #: Calls that found their tool set's declarations already translated.
         self.tool_set_reuses = 0
-        self._client: httpx.AsyncClient | None = None
+        #: The transport given, used as it is and never closed here.
+        self.given_transport = transport
+        self._transport: Transport | None = None
+        if transport is None and proxied(self.base_url):
+            import httpx  # noqa: F401 - the proxy's transport needs it: fail now, not at a call
         self._check_configuration()
 
     def _check_configuration(self) -> None:
@@ -279,7 +279,9 @@ class HTTPProvider:
             return
 
     @classmethod
-    def from_config(cls, api: WireAPI, config: ProviderConfigLike) -> HTTPProvider:
+    def from_config(
+        cls, api: WireAPI, config: ProviderConfigLike, *, transport: Transport | None = None
+    ) -> HTTPProvider:
         """The provider a manifest's ``provider`` section describes, for ``api``."""
         return cls(
             api,
@@ -287,6 +289,7 @@ class HTTPProvider:
             base_url=config.base_url,
             api_key_env=config.api_key_env,
             options=config.options,
+            transport=transport,
         )
 
     def __repr__(self) -> str:
@@ -295,8 +298,8 @@ class HTTPProvider:
     # -- connections --
 
     async def __aenter__(self) -> HTTPProvider:
-        if self._client is None:
-            self._client = self._new_client()
+        if self.given_transport is None and self._transport is None:
+            self._transport = default_transport(self.base_url)
         return self
 
     async def __aexit__(
@@ -308,30 +311,22 @@ class HTTPProvider:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the kept client and its connections (calls afterwards open their own)."""
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
-
-    def _new_client(self) -> httpx.AsyncClient:
-        timeout = self.transport.timeout
-        verify: ssl.SSLContext | bool = (
-            _ssl_context() if self.base_url.startswith("https:") else True
-        )
-        return httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout),
-            verify=verify,
-            follow_redirects=False,
-            headers={"user-agent": f"openstarry/{__version__}"},
-        )
+        """Close the kept transport and its connections (calls afterwards open their own)."""
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            await transport.aclose()
 
     @asynccontextmanager
-    async def _session(self) -> AsyncIterator[httpx.AsyncClient]:
-        if self._client is not None:
-            yield self._client
+    async def _session(self) -> AsyncIterator[Transport]:
+        kept = self.given_transport or self._transport
+        if kept is not None:
+            yield kept
             return
-        async with self._new_client() as client:
-            yield client
+        transport = default_transport(self.base_url)
+        try:
+            yield transport
+        finally:
+            await transport.aclose()
 
     # -- the call --
 
@@ -350,7 +345,9 @@ class HTTPProvider:
         options, dropped = generation_options(self.api, self.options, context.generation)
         body = self._build(prompt, context, tool_set, stream=stream, options=options)
         url = self.base_url + self.api.path(self.model, stream=stream)
-        headers = {k.lower(): v for k, v in self.api.headers(key).items()}
+        headers = {"user-agent": _USER_AGENT}
+        for name, value in self.api.headers(key).items():
+            headers[name.lower()] = value
         headers.setdefault("content-type", "application/json")
         parent = current_traceparent()
         if parent is not None:
@@ -358,20 +355,19 @@ class HTTPProvider:
         if stream:
             headers.setdefault("accept", "text/event-stream")
         try:
-            content = json.dumps(
-                body, ensure_ascii=False, allow_nan=False, separators=(",", ":")
-            ).encode()
+            content = core.json_dumps(body)
         except (TypeError, ValueError) as exc:
             raise ProviderError(f"{self.name}: the request cannot be sent as JSON: {exc}") from None
         attempts = self.transport.max_retries + 1
         exchange = Exchange(self.name, self.api, self.transport, self.api_key_envs)
-        async with self._session() as client:
+        request = Request("POST", url, headers, content, self.transport.timeout)
+        async with self._session() as sender:
             attempt = 0
             while True:
                 attempt += 1
                 try:
                     response = await exchange.attempt(
-                        client, url, headers, content, context, tool_set.names, key, stream=stream
+                        sender, request, context, tool_set.names, key, stream=stream
                     )
                     break
                 except Retry as failure:
@@ -421,7 +417,7 @@ class HTTPProvider:
             if not key:
                 continue
             if not _KEY_CHARS.fullmatch(key):
-                # httpx and h11 would refuse the header with a message quoting it.
+                # A header cannot carry it (and an HTTP client's refusal would quote it).
                 raise ProviderError(
                     f"{self.name}: the API key in {variable} holds a space, a control "
                     "character or a character outside ASCII; an API key has none"
@@ -514,8 +510,21 @@ class HTTPProvider:
 # --- helpers -------------------------------------------------------------------------------------
 
 
+#: The ``user-agent`` of every request.
+_USER_AGENT: Final = f"openstarry/{__version__}"
+
+
 def _is_http_url(text: str) -> bool:
     return text.lower().startswith(("http://", "https://"))
+
+
+def _host_of(url: str) -> str | None:
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - a bad port raises here
+    except ValueError:
+        return None
+    return parts.hostname
 
 
 def generation_options(

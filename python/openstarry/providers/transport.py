@@ -1,0 +1,848 @@
+"""How a model provider's requests reach their server: the seam, and the transports behind it.
+
+:class:`~openstarry.providers.http.HTTPProvider` builds each request's bytes
+and reads the answer through a :class:`Transport`: one method,
+:meth:`Transport.send`, from a :class:`Request` to a :class:`Response` whose
+head is read and whose body is read on demand. Give a provider a transport of
+your own with ``HTTPProvider(..., transport=...)`` (a recording one, one
+through a proxy, one with a client certificate); by default it gets the one
+that fits its base URL (:func:`default_transport`).
+
+The transports openstarry ships:
+
+:class:`PooledTransport` (the default)
+    HTTP/1.1 over keep-alive connections, pooled per host, with TLS verified
+    against the usual CA bundle (``SSL_CERT_FILE``/``SSL_CERT_DIR`` when set,
+    else certifi's, else the system's). The Rust core reads every byte
+    (``openstarry.core.ResponseDecoder``: the head by ``httparse``, the body
+    by its length, its chunks or the connection's end). On asyncio each
+    connection is a protocol fed by the event loop: a whole answer that
+    arrives in one read costs one wake-up. On trio it reads anyio streams.
+:class:`HttpxTransport`
+    httpx's client, for what the lean one does not do: proxies
+    (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``; the default
+    for a base URL that one of them routes), client certificates, HTTP/2.
+:class:`MockTransport`
+    No network: a function answers each request. Its answer is turned into
+    HTTP/1.1 bytes and read by the same decoder as a socket's, so a test
+    drives the code that production runs.
+
+Failures come out as :class:`TransportError`: :class:`ConnectError` and
+:class:`ConnectTimeout` before the request went out, :class:`ReadTimeout`
+when the server stays silent, :class:`RemoteProtocolError` for a connection
+that broke or bytes that are not HTTP, and :class:`ResponseTooLarge` for a
+body past the limit the reader asked for. The provider decides which of them
+are worth another attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import os
+import ssl
+import urllib.parse
+import urllib.request
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+
+from openstarry.core import ResponseDecoder
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = [
+    "ConnectError",
+    "ConnectTimeout",
+    "HttpxTransport",
+    "MockResponse",
+    "MockTransport",
+    "PooledTransport",
+    "ReadTimeout",
+    "RemoteProtocolError",
+    "Request",
+    "Response",
+    "ResponseTooLarge",
+    "Transport",
+    "TransportError",
+    "default_transport",
+    "proxied",
+]
+
+#: The most idle connections a :class:`PooledTransport` keeps per host.
+MAX_IDLE_PER_HOST: Final = 32
+#: The largest body a transport reads when its reader sets no limit.
+NO_LIMIT: Final = 1 << 62
+_READ_SIZE: Final = 256 * 1024
+
+# What ResponseDecoder.feed returns.
+_HEAD: Final = 0
+_BODY: Final = 1
+_DONE: Final = 2
+#: What a streamed read waits for: some body bytes, or the end.
+_SOME_BODY: Final = 3
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+
+class TransportError(Exception):
+    """A request that could not be completed; the message says why and where."""
+
+
+class ConnectError(TransportError):
+    """No connection could be made (refused, unknown host, TLS refused): nothing was sent."""
+
+
+class ConnectTimeout(ConnectError):
+    """No connection within the timeout: nothing was sent."""
+
+
+class ReadTimeout(TransportError):
+    """The server stayed silent for longer than the timeout."""
+
+
+class RemoteProtocolError(TransportError):
+    """The connection broke, or its bytes are not an HTTP/1.1 response."""
+
+
+class ResponseTooLarge(TransportError):
+    """A body longer than the limit; ``partial`` holds the limit's worth."""
+
+    def __init__(self, message: str, partial: bytes = b"") -> None:
+        super().__init__(message)
+        self.partial = partial
+
+
+# --- the seam ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request: ``headers`` have lower-case names; ``timeout`` is in seconds, for the
+    connection and for each silence of the server."""
+
+    method: str
+    url: str
+    headers: Mapping[str, str]
+    content: bytes
+    timeout: float = 60.0
+
+
+class Response(Protocol):
+    """A response whose head is read: ``headers`` have lower-case names (repeated fields
+    joined by ``", "``). Read the body with :meth:`read` or :meth:`receive`, then
+    :meth:`aclose` (which a half-read response needs, to give up its connection)."""
+
+    status: int
+    reason: str
+    headers: Mapping[str, str]
+
+    async def read(self, limit: int = NO_LIMIT) -> bytes:
+        """The whole body; :class:`ResponseTooLarge` past ``limit`` bytes."""
+        ...
+
+    async def receive(self) -> bytes:
+        """The body's next bytes as they arrive; ``b""`` at its end."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """What a provider sends its requests through (see the module's documentation)."""
+
+    async def send(self, request: Request) -> Response:
+        """Send ``request`` and read the response's head."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close every connection kept."""
+        ...
+
+
+# --- targets and request bytes -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    tls: bool
+    host: str
+    port: int
+    #: ``POST /path?query HTTP/1.1\r\nhost: ...\r\n`` without the method.
+    line: bytes
+
+
+@functools.lru_cache(maxsize=256)
+def _target(url: str) -> _Target:
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname:
+        raise ConnectError(f"not an http:// or https:// URL: {_display(url)}")
+    tls = scheme == "https"
+    try:
+        port = parts.port or (443 if tls else 80)
+    except ValueError:
+        raise ConnectError(f"a URL with a bad port: {_display(url)}") from None
+    host = parts.hostname
+    shown = f"[{host}]" if ":" in host else host
+    default = port == (443 if tls else 80)
+    host_field = shown if default else f"{shown}:{port}"
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    line = f" {path} HTTP/1.1\r\nhost: {host_field}\r\n".encode("ascii", "strict")
+    return _Target(tls, host, port, line)
+
+
+def _display(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname or ''}{parts.path}"
+
+
+def request_bytes(request: Request, target: _Target) -> bytes:
+    """The request's HTTP/1.1 bytes: its line, ``host``, the headers, the length, the body."""
+    lines = [request.method.encode("ascii"), target.line]
+    for name, value in request.headers.items():
+        text = f"{name}: {value}\r\n"
+        if "\r" in text[:-2] or "\n" in text[:-2]:
+            raise ValueError(f"header {name!r} holds a line break")
+        lines.append(text.encode("latin-1"))
+    lines.append(b"content-length: %d\r\n\r\n" % len(request.content))
+    lines.append(request.content)
+    return b"".join(lines)
+
+
+def _headers(fields: list[tuple[str, str]]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, value in fields:
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    return headers
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """One verifying TLS context: ``SSL_CERT_FILE``/``SSL_CERT_DIR``, else certifi, else the
+    system's CA bundle (loading one takes milliseconds, so it is loaded once)."""
+    cafile = os.environ.get("SSL_CERT_FILE") or None
+    capath = os.environ.get("SSL_CERT_DIR") or None
+    if cafile is None and capath is None:
+        with contextlib.suppress(ImportError):
+            import certifi
+
+            cafile = certifi.where()
+    context = ssl.create_default_context(cafile=cafile, capath=capath)
+    context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
+# --- one connection, its bytes read by the core ---------------------------------------------------
+
+
+class _Reader:
+    """What both kinds of connection share: the decoder and the response built from it."""
+
+    __slots__ = ("decoder", "state")
+
+    def __init__(self) -> None:
+        self.decoder = ResponseDecoder(NO_LIMIT)
+        self.state = _HEAD
+
+    def feed(self, data: bytes) -> None:
+        try:
+            self.state = self.decoder.feed(data)
+        except OverflowError:
+            raise
+        except ValueError as exc:
+            raise RemoteProtocolError(f"not an HTTP/1.1 response: {exc}") from None
+
+    def eof(self) -> None:
+        try:
+            self.state = self.decoder.eof()
+        except ValueError as exc:
+            raise RemoteProtocolError(str(exc)) from None
+
+
+def _ready(reader: _Reader, want: int) -> bool:
+    """Whether ``reader`` has what a wait for ``want`` waits for."""
+    if want == _SOME_BODY:
+        return reader.state == _DONE or reader.decoder.body_pending
+    return reader.state >= want
+
+
+class _AioConnection(asyncio.Protocol):
+    """A keep-alive connection on asyncio: the loop feeds its bytes to the decoder as they
+    come, and wakes the reader only when what it waits for is there."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.reader: _Reader | None = None
+        self.want = _BODY
+        self.waiter: asyncio.Future[None] | None = None
+        self.failure: BaseException | None = None
+        self.closed = False
+        self.used = False
+
+    # -- the loop's side --
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        reader = self.reader
+        if reader is None:  # bytes nobody asked for: the connection cannot be trusted
+            self.closed = True
+            if self.transport is not None:
+                self.transport.close()
+            return
+        try:
+            reader.feed(data)
+        except (OverflowError, TransportError) as exc:
+            self.failure = exc
+        if self.failure is not None or _ready(reader, self.want):
+            self._wake()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        reader = self.reader
+        if reader is not None and reader.state != _DONE and self.failure is None:
+            try:
+                reader.eof()
+            except TransportError as error:
+                self.failure = error
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- the reader's side --
+
+    async def wait(self, want: int, timeout: float, where: str) -> None:
+        """Until the decoder reaches ``want`` (or, for the body, has bytes to give)."""
+        reader = self.reader
+        assert reader is not None
+        while self.failure is None and not _ready(reader, want):
+            if self.closed:
+                raise RemoteProtocolError(f"the connection to {where} closed")
+            self.want = want
+            waiter = self.waiter = self.loop.create_future()
+            timer = self.loop.call_later(timeout, _time_out, waiter)
+            try:
+                await waiter
+            except _Silent:
+                raise ReadTimeout(f"no answer from {where} within {timeout:g} s") from None
+            finally:
+                timer.cancel()
+                self.waiter = None
+        if self.failure is not None:
+            raise self.failure
+
+
+class _Silent(Exception):
+    pass
+
+
+def _time_out(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(_Silent())
+
+
+class _AnyioConnection:
+    """A keep-alive connection on any backend anyio runs (trio), read through its stream."""
+
+    def __init__(self, stream: anyio.abc.ByteStream) -> None:
+        self.stream = stream
+        self.reader: _Reader | None = None
+        self.closed = False
+        self.used = False
+
+    async def wait(self, want: int, timeout: float, where: str) -> None:
+        reader = self.reader
+        assert reader is not None
+        while not _ready(reader, want):
+            try:
+                with anyio.fail_after(timeout):
+                    data = await self.stream.receive(_READ_SIZE)
+            except TimeoutError:
+                raise ReadTimeout(f"no answer from {where} within {timeout:g} s") from None
+            except anyio.EndOfStream:
+                self.closed = True
+                reader.eof()
+                continue
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                self.closed = True
+                raise RemoteProtocolError(f"the connection to {where} broke: {exc}") from None
+            reader.feed(data)
+
+    async def write(self, data: bytes) -> None:
+        try:
+            await self.stream.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            self.closed = True
+            raise RemoteProtocolError(f"the connection broke: {exc}") from None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+_Connection = _AioConnection | _AnyioConnection
+
+
+class _PooledResponse:
+    """A response read from a pooled connection; back to the pool once read whole."""
+
+    __slots__ = ("_conn", "_pool", "_timeout", "_where", "headers", "reason", "status")
+
+    def __init__(
+        self, conn: _Connection, pool: PooledTransport, key: _Target, where: str, timeout: float
+    ) -> None:
+        reader = conn.reader
+        assert reader is not None
+        decoder = reader.decoder
+        self._conn: _Connection | None = conn
+        self._pool = (pool, key)
+        self._where = where
+        self._timeout = timeout
+        self.status: int = decoder.status
+        self.reason: str = decoder.reason
+        self.headers: Mapping[str, str] = _headers(decoder.headers)
+
+    async def read(self, limit: int = NO_LIMIT) -> bytes:
+        conn = self._conn
+        if conn is None:
+            return b""
+        reader = conn.reader
+        assert reader is not None
+        decoder = reader.decoder
+        decoder.set_limit(limit)
+        try:
+            await conn.wait(_DONE, self._timeout, self._where)
+        except OverflowError:
+            partial = decoder.take_body()
+            await self.aclose()
+            raise ResponseTooLarge(
+                f"the answer from {self._where} is more than {limit} bytes", partial
+            ) from None
+        body = decoder.take_body()
+        await self.aclose()
+        return body
+
+    async def receive(self) -> bytes:
+        conn = self._conn
+        if conn is None:
+            return b""
+        reader = conn.reader
+        assert reader is not None
+        await conn.wait(_SOME_BODY, self._timeout, self._where)
+        body = reader.decoder.take_body()
+        if not body and reader.state == _DONE:
+            await self.aclose()
+        return body
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        pool, key = self._pool
+        pool.release(key, conn)
+
+
+class PooledTransport:
+    """HTTP/1.1 over keep-alive connections pooled per host (see the module's documentation).
+
+    Args:
+        ssl_context: The TLS context for ``https://``; by default one that
+            verifies against the usual CA bundle.
+        max_idle_per_host: The most idle connections kept per host.
+    """
+
+    def __init__(
+        self, *, ssl_context: ssl.SSLContext | None = None, max_idle_per_host: int = 8
+    ) -> None:
+        if not 0 <= max_idle_per_host <= MAX_IDLE_PER_HOST:
+            raise ValueError(f"max_idle_per_host must be from 0 to {MAX_IDLE_PER_HOST}")
+        self._ssl = ssl_context
+        self._max_idle = max_idle_per_host
+        self._idle: dict[_Target, list[_Connection]] = {}
+
+    def __repr__(self) -> str:
+        idle = sum(len(v) for v in self._idle.values())
+        return f"<PooledTransport idle={idle}>"
+
+    @property
+    def idle_connections(self) -> int:
+        """Connections kept for the next request."""
+        return sum(len(v) for v in self._idle.values())
+
+    async def send(self, request: Request) -> Response:
+        target = _target(request.url)
+        data = request_bytes(request, target)
+        where = _display(request.url)
+        while True:
+            conn = self._take(target)
+            fresh = conn is None
+            if conn is None:
+                conn = await self._connect(target, request.timeout, where)
+            try:
+                await self._start(conn, data, request.timeout, where)
+            except RemoteProtocolError:
+                _close(conn)
+                # A kept connection the server had closed meanwhile: nothing was
+                # served, so the request goes again on a new one, once.
+                if fresh or conn.reader is None or conn.reader.decoder.status:
+                    raise
+                continue
+            except BaseException:
+                _close(conn)
+                raise
+            return _PooledResponse(conn, self, target, where, request.timeout)
+
+    async def _start(self, conn: _Connection, data: bytes, timeout: float, where: str) -> None:
+        conn.reader = _Reader()
+        conn.used = True
+        if isinstance(conn, _AioConnection):
+            if conn.closed or conn.transport is None:
+                raise RemoteProtocolError(f"the connection to {where} closed")
+            conn.failure = None
+            conn.transport.write(data)
+        else:
+            await conn.write(data)
+        await conn.wait(_BODY, timeout, where)
+
+    def _take(self, target: _Target) -> _Connection | None:
+        idle = self._idle.get(target)
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                return conn
+        return None
+
+    def release(self, target: _Target, conn: _Connection) -> None:
+        """Take ``conn`` back: kept if its response was read whole and it may carry another."""
+        reader = conn.reader
+        reusable = (
+            not conn.closed
+            and reader is not None
+            and reader.state == _DONE
+            and reader.decoder.keep_alive
+            and (not isinstance(conn, _AioConnection) or conn.failure is None)
+        )
+        conn.reader = None
+        idle = self._idle.setdefault(target, [])
+        if reusable and len(idle) < self._max_idle:
+            idle.append(conn)
+        else:
+            _close(conn)
+
+    async def _connect(self, target: _Target, timeout: float, where: str) -> _Connection:
+        context = (self._ssl or _ssl_context()) if target.tls else None
+        try:
+            with anyio.fail_after(timeout):
+                if _on_asyncio():
+                    loop = asyncio.get_running_loop()
+                    _, protocol = await loop.create_connection(
+                        lambda: _AioConnection(loop),
+                        target.host,
+                        target.port,
+                        ssl=context,
+                        server_hostname=target.host if context is not None else None,
+                    )
+                    return protocol
+                stream: anyio.abc.ByteStream
+                if context is None:
+                    stream = await anyio.connect_tcp(target.host, target.port)
+                else:
+                    stream = await anyio.connect_tcp(
+                        target.host,
+                        target.port,
+                        ssl_context=context,
+                        tls_standard_compatible=False,
+                    )
+                return _AnyioConnection(stream)
+        except TimeoutError:
+            raise ConnectTimeout(f"could not connect to {where} within {timeout:g} s") from None
+        except ssl.SSLError as exc:
+            raise ConnectError(f"TLS with {where} failed: {exc}") from None
+        except OSError as exc:
+            raise ConnectError(f"could not connect to {where}: {_describe(exc)}") from None
+
+    async def aclose(self) -> None:
+        idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for conn in conns:
+                _close(conn)
+
+
+def _close(conn: _Connection) -> None:
+    conn.closed = True
+    if isinstance(conn, _AioConnection):
+        if conn.transport is not None:
+            conn.transport.close()
+    else:
+        stream = conn.stream
+        # An anyio stream closes in an await; its socket is let go now.
+        with contextlib.suppress(Exception):
+            raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+            raw.close()
+
+
+def _on_asyncio() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# --- proxies and the default ---------------------------------------------------------------------
+
+
+def proxied(url: str) -> bool:
+    """Whether the environment routes ``url`` through a proxy (``HTTPS_PROXY``, ``HTTP_PROXY``,
+    ``ALL_PROXY``, less ``NO_PROXY``)."""
+    proxies = urllib.request.getproxies_environment()
+    parts = urllib.parse.urlsplit(url)
+    if not (proxies.get(parts.scheme.lower()) or proxies.get("all")):
+        return False
+    bypass: Callable[[str, dict[str, str]], bool] = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    return not bypass(parts.hostname or "", proxies)
+
+
+def default_transport(base_url: str) -> Transport:
+    """The transport a provider gets for ``base_url``: :class:`HttpxTransport` where the
+    environment names a proxy for it, else :class:`PooledTransport`."""
+    if proxied(base_url):
+        return HttpxTransport()
+    return PooledTransport()
+
+
+# --- httpx ---------------------------------------------------------------------------------------
+
+
+class _HttpxResponse:
+    __slots__ = ("_pieces", "_response", "headers", "reason", "status")
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self._pieces = response.aiter_raw()
+        self.status: int = response.status_code
+        self.reason: str = response.reason_phrase
+        self.headers: Mapping[str, str] = {k: response.headers[k] for k in response.headers}
+
+    async def read(self, limit: int = NO_LIMIT) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk = await self.receive()
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > limit:
+                chunks.append(chunk[: len(chunk) - (size - limit)])
+                await self.aclose()
+                raise ResponseTooLarge(f"the answer is more than {limit} bytes", b"".join(chunks))
+            chunks.append(chunk)
+
+    async def receive(self) -> bytes:
+        import httpx
+
+        try:
+            return await self._pieces.__anext__()
+        except StopAsyncIteration:
+            return b""
+        except httpx.TimeoutException:
+            raise ReadTimeout(f"no answer within the timeout from {self._response.url}") from None
+        except httpx.TransportError as exc:
+            raise RemoteProtocolError(f"the answer broke off: {_describe(exc)}") from None
+
+    async def aclose(self) -> None:
+        import httpx
+
+        # httpx reads a body through a chain of async generators, and trio warns
+        # of one left half-done (httpx issue 3686): the response is closed
+        # first, then the generator we hold runs out.
+        await self._response.aclose()
+        with contextlib.suppress(httpx.HTTPError, RuntimeError):
+            async for _ in self._pieces:
+                pass
+
+
+class HttpxTransport:
+    """Requests sent by an ``httpx.AsyncClient``: proxies, client certificates, HTTP/2.
+
+    Args:
+        client: The client to send with; closed by :meth:`aclose` only when
+            made here. By default one that reads the proxy variables of the
+            environment, verifies TLS against the usual CA bundle and never
+            follows redirects.
+    """
+
+    def __init__(self, client: httpx.AsyncClient | None = None) -> None:
+        self._client = client
+        self._own = client is None
+
+    def _get(self) -> httpx.AsyncClient:
+        import httpx
+
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                verify=_ssl_context(), follow_redirects=False, trust_env=True, timeout=None
+            )
+        return self._client
+
+    async def send(self, request: Request) -> Response:
+        import httpx
+
+        client = self._get()
+        where = _display(request.url)
+        timeout = request.timeout
+        built = client.build_request(
+            request.method,
+            request.url,
+            content=request.content,
+            headers=dict(request.headers),
+            timeout=httpx.Timeout(timeout),
+        )
+        try:
+            response = await client.send(built, stream=True)
+        except httpx.ConnectTimeout:
+            raise ConnectTimeout(f"could not connect to {where} within {timeout:g} s") from None
+        except httpx.TimeoutException:
+            raise ReadTimeout(f"no answer from {where} within {timeout:g} s") from None
+        except httpx.ConnectError as exc:
+            raise ConnectError(f"could not connect to {where}: {_describe(exc)}") from None
+        except (httpx.NetworkError, httpx.RemoteProtocolError, httpx.ProxyError) as exc:
+            raise RemoteProtocolError(f"connection to {where} failed: {_describe(exc)}") from None
+        except httpx.HTTPError as exc:
+            raise TransportError(f"request to {where} failed: {_describe(exc)}") from None
+        return _HttpxResponse(response)
+
+    async def aclose(self) -> None:
+        client = self._client
+        if client is not None and self._own:
+            self._client = None
+            await client.aclose()
+
+
+# --- no network ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MockResponse:
+    """What a :class:`MockTransport` handler answers: a status, headers, and the body
+    whole (``body``) or in the pieces a server would send (``chunks``, sent with the
+    chunked transfer coding, each piece a separate read)."""
+
+    status: int = 200
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    chunks: Iterable[bytes] | None = None
+    reason: str = ""
+
+    def http_bytes(self) -> list[bytes]:
+        """The response as the reads a client would make of it."""
+        reason = self.reason or _REASONS.get(self.status, "Unknown")
+        head = [f"HTTP/1.1 {self.status} {reason}\r\n".encode("latin-1")]
+        for name, value in self.headers.items():
+            if name.lower() not in ("content-length", "transfer-encoding"):
+                head.append(f"{name}: {value}\r\n".encode("latin-1"))
+        if self.chunks is None:
+            head.append(b"content-length: %d\r\n\r\n" % len(self.body))
+            return [b"".join(head) + self.body]
+        head.append(b"transfer-encoding: chunked\r\n\r\n")
+        reads = [b"".join(head)]
+        reads.extend(b"%x\r\n%s\r\n" % (len(c), c) for c in self.chunks if c)
+        reads.append(b"0\r\n\r\n")
+        return reads
+
+
+_REASONS: Final = {200: "OK", 400: "Bad Request", 429: "Too Many Requests", 500: "Error"}
+
+Handler = Callable[[Request], "MockResponse | bytes | Awaitable[MockResponse | bytes]"]
+
+
+class _MockResponse:
+    __slots__ = ("_reader", "_reads", "_where", "headers", "reason", "status")
+
+    def __init__(self, reads: list[bytes], where: str) -> None:
+        self._reads = reads
+        self._reader = _Reader()
+        self._where = where
+        self._next(_BODY)
+        decoder = self._reader.decoder
+        self.status: int = decoder.status
+        self.reason: str = decoder.reason
+        self.headers: Mapping[str, str] = _headers(decoder.headers)
+
+    def _next(self, want: int) -> None:
+        reader = self._reader
+        while not _ready(reader, want):
+            if not self._reads:
+                reader.eof()
+                continue
+            reader.feed(self._reads.pop(0))
+
+    async def read(self, limit: int = NO_LIMIT) -> bytes:
+        decoder = self._reader.decoder
+        decoder.set_limit(limit)
+        try:
+            self._next(_DONE)
+        except OverflowError:
+            raise ResponseTooLarge(
+                f"the answer from {self._where} is more than {limit} bytes", decoder.take_body()
+            ) from None
+        return bytes(decoder.take_body())
+
+    async def receive(self) -> bytes:
+        await anyio.lowlevel.checkpoint()
+        self._next(_SOME_BODY)
+        return bytes(self._reader.decoder.take_body())
+
+    async def aclose(self) -> None:
+        self._reads = []
+
+
+class MockTransport:
+    """A transport with no network: ``handler(request)`` answers each request, with a
+    :class:`MockResponse` or the raw bytes of an HTTP/1.1 response (either may be
+    awaited). The answer is read by the core's decoder, as a socket's bytes are.
+
+    Attributes:
+        requests: Every request sent, in order.
+    """
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.requests: list[Request] = []
+
+    async def send(self, request: Request) -> Response:
+        _target(request.url)  # the same URLs refused as on the network
+        self.requests.append(request)
+        answer: Any = self.handler(request)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        reads = [bytes(answer)] if isinstance(answer, (bytes, bytearray)) else answer.http_bytes()
+        return _MockResponse(reads, _display(request.url))
+
+    async def aclose(self) -> None:
+        return None

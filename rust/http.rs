@@ -1,0 +1,749 @@
+//! HTTP/1.1 responses and server-sent events read from a byte stream: the
+//! bytes under openstarry's model providers.
+//!
+//! [`ResponseDecoder`] takes a connection's bytes as they arrive and gives
+//! back the response: its head, parsed by `httparse` (the parser under
+//! hyper), and its body, framed by `Content-Length`, by the chunked transfer
+//! coding (chunk sizes read by `httparse::parse_chunk_size`), or by the end of
+//! the connection. Interim `1xx` heads are skipped. The body is bounded: past
+//! its limit the decoder keeps exactly the limit's worth and says so.
+//!
+//! [`SseDecoder`] splits a `text/event-stream` body into `(event, data)`
+//! pairs by the rules of `openstarry.sse`, which the Python side documents:
+//! lines end at CRLF, LF or CR; a byte order mark at the start is dropped;
+//! `data` lines join with LF; `event` names the event; comments, `id`,
+//! `retry` and unknown fields are ignored; a blank line dispatches an event
+//! that has data; an event or a line left open at the end is dropped. Lines
+//! and events are bounded, in characters, and refused as soon as the excess
+//! is read.
+
+use memchr::{memchr, memchr2};
+
+/// The most header fields one head may carry.
+pub const MAX_HEADERS: usize = 100;
+/// The longest head (status line and header fields), in bytes.
+pub const MAX_HEAD: usize = 64 * 1024;
+
+/// Why a response cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HttpError {
+    /// The bytes break HTTP/1.1 (the message says where).
+    Protocol(String),
+    /// The body grew past its limit; the decoder keeps the limit's worth.
+    TooLarge(u64),
+}
+
+impl std::fmt::Display for HttpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HttpError::Protocol(msg) => f.write_str(msg),
+            HttpError::TooLarge(limit) => write!(f, "the body is more than {limit} bytes"),
+        }
+    }
+}
+
+impl std::error::Error for HttpError {}
+
+fn protocol(msg: impl Into<String>) -> HttpError {
+    HttpError::Protocol(msg.into())
+}
+
+/// How the body's end is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// `Content-Length` bytes.
+    Length(u64),
+    /// The chunked transfer coding.
+    Chunked,
+    /// The end of the connection.
+    Close,
+    /// No body (`204`, `304`).
+    Empty,
+}
+
+/// A response's head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// The status code.
+    pub status: u16,
+    /// The reason phrase, as sent.
+    pub reason: String,
+    /// The header fields in order, names lower-cased, values as text.
+    pub headers: Vec<(String, String)>,
+    /// How the body ends.
+    pub framing: Framing,
+    /// Whether the connection may carry another request after this response.
+    pub keep_alive: bool,
+}
+
+/// Where the decoder is in a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// The head is not complete yet.
+    Head,
+    /// The head is read; the body is not complete.
+    Body,
+    /// The whole response is read.
+    Done,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Head,
+    Length(u64),
+    ChunkSize,
+    ChunkData(u64),
+    ChunkEnd,
+    Trailers,
+    Close,
+    Done,
+}
+
+/// An HTTP/1.1 response read from the bytes a connection delivers.
+#[derive(Debug)]
+pub struct ResponseDecoder {
+    pending: Vec<u8>,
+    state: State,
+    head: Option<Head>,
+    body: Vec<u8>,
+    received: u64,
+    limit: u64,
+    trailer_bytes: usize,
+}
+
+impl ResponseDecoder {
+    /// A decoder for one response whose body may hold at most `limit` bytes.
+    #[must_use]
+    pub fn new(limit: u64) -> Self {
+        ResponseDecoder {
+            pending: Vec::new(),
+            state: State::Head,
+            head: None,
+            body: Vec::new(),
+            received: 0,
+            limit,
+            trailer_bytes: 0,
+        }
+    }
+
+    /// The head, once read.
+    #[must_use]
+    pub fn head(&self) -> Option<&Head> {
+        self.head.as_ref()
+    }
+
+    /// Change the body's limit (an error answer is read only so far).
+    pub fn set_limit(&mut self, limit: u64) {
+        self.limit = limit;
+    }
+
+    /// Where the decoder stands.
+    #[must_use]
+    pub fn progress(&self) -> Progress {
+        match self.state {
+            State::Head => Progress::Head,
+            State::Done => Progress::Done,
+            _ => Progress::Body,
+        }
+    }
+
+    /// Bytes received past the end of the response (none from a server that
+    /// waits for the next request).
+    #[must_use]
+    pub fn surplus(&self) -> usize {
+        if self.state == State::Done {
+            self.pending.len()
+        } else {
+            0
+        }
+    }
+
+    /// The body bytes decoded since the last call.
+    pub fn take_body(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.body)
+    }
+
+    /// The body bytes decoded and not yet taken.
+    #[must_use]
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// Read `data`, the next bytes of the connection.
+    pub fn feed(&mut self, data: &[u8]) -> Result<Progress, HttpError> {
+        if self.state == State::Done {
+            self.pending.extend_from_slice(data);
+            return Ok(Progress::Done);
+        }
+        if self.pending.is_empty() && self.state != State::Head {
+            let used = self.step(data)?;
+            self.pending.extend_from_slice(&data[used..]);
+        } else {
+            self.pending.extend_from_slice(data);
+            let buf = std::mem::take(&mut self.pending);
+            let used = self.step(&buf);
+            self.pending = buf;
+            let used = used?;
+            self.pending.drain(..used);
+        }
+        Ok(self.progress())
+    }
+
+    /// The connection ended: whether that completes the response.
+    ///
+    /// A body framed by the connection's end is complete; any other state is
+    /// a response cut short.
+    pub fn eof(&mut self) -> Result<Progress, HttpError> {
+        match self.state {
+            State::Close => {
+                self.state = State::Done;
+                Ok(Progress::Done)
+            }
+            State::Done => Ok(Progress::Done),
+            State::Head if self.pending.is_empty() => Err(protocol(
+                "the server closed the connection without answering",
+            )),
+            _ => Err(protocol(
+                "the connection closed before the response was complete",
+            )),
+        }
+    }
+
+    /// Decode as much of `buf` as the state allows; the bytes used.
+    fn step(&mut self, buf: &[u8]) -> Result<usize, HttpError> {
+        let mut pos = 0;
+        loop {
+            let rest = &buf[pos..];
+            match self.state {
+                State::Done => return Ok(pos),
+                State::Head => match self.parse_head(rest)? {
+                    Some(used) => pos += used,
+                    None => return Ok(pos),
+                },
+                State::Length(left) => {
+                    let n = (rest.len() as u64).min(left) as usize;
+                    self.push_body(&rest[..n])?;
+                    pos += n;
+                    self.state = if left == n as u64 {
+                        State::Done
+                    } else {
+                        State::Length(left - n as u64)
+                    };
+                    if self.state != State::Done {
+                        return Ok(pos);
+                    }
+                }
+                State::Close => {
+                    self.push_body(rest)?;
+                    return Ok(buf.len());
+                }
+                State::ChunkSize => match httparse::parse_chunk_size(rest) {
+                    Ok(httparse::Status::Complete((used, size))) => {
+                        pos += used;
+                        self.state = if size == 0 {
+                            State::Trailers
+                        } else {
+                            State::ChunkData(size)
+                        };
+                    }
+                    Ok(httparse::Status::Partial) => {
+                        if rest.len() > 1024 {
+                            return Err(protocol("a chunk size line longer than 1024 bytes"));
+                        }
+                        return Ok(pos);
+                    }
+                    Err(_) => return Err(protocol("an invalid chunk size")),
+                },
+                State::ChunkData(left) => {
+                    let n = (rest.len() as u64).min(left) as usize;
+                    self.push_body(&rest[..n])?;
+                    pos += n;
+                    if left == n as u64 {
+                        self.state = State::ChunkEnd;
+                    } else {
+                        self.state = State::ChunkData(left - n as u64);
+                        return Ok(pos);
+                    }
+                }
+                State::ChunkEnd => {
+                    if rest.starts_with(b"\r\n") {
+                        pos += 2;
+                    } else if rest.starts_with(b"\n") {
+                        pos += 1;
+                    } else if rest.is_empty() || rest == b"\r" {
+                        return Ok(pos);
+                    } else {
+                        return Err(protocol("a chunk not followed by CRLF"));
+                    }
+                    self.state = State::ChunkSize;
+                }
+                State::Trailers => {
+                    let Some(end) = memchr(b'\n', rest) else {
+                        if self.trailer_bytes + rest.len() > MAX_HEAD {
+                            return Err(protocol("trailer fields longer than 64 KiB"));
+                        }
+                        return Ok(pos);
+                    };
+                    self.trailer_bytes += end + 1;
+                    if self.trailer_bytes > MAX_HEAD {
+                        return Err(protocol("trailer fields longer than 64 KiB"));
+                    }
+                    let line = &rest[..end];
+                    pos += end + 1;
+                    if line.is_empty() || line == b"\r" {
+                        self.state = State::Done;
+                    }
+                }
+            }
+        }
+    }
+
+    fn push_body(&mut self, bytes: &[u8]) -> Result<(), HttpError> {
+        let room = self.limit.saturating_sub(self.received);
+        if bytes.len() as u64 > room {
+            self.body.extend_from_slice(&bytes[..room as usize]);
+            self.received = self.limit;
+            return Err(HttpError::TooLarge(self.limit));
+        }
+        self.received += bytes.len() as u64;
+        self.body.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Parse a head at the start of `buf`: the bytes it took, or `None` for more.
+    fn parse_head(&mut self, buf: &[u8]) -> Result<Option<usize>, HttpError> {
+        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut response = httparse::Response::new(&mut fields);
+        let used = match response.parse(buf) {
+            Ok(httparse::Status::Complete(used)) => used,
+            Ok(httparse::Status::Partial) => {
+                if buf.len() > MAX_HEAD {
+                    return Err(protocol("a response head longer than 64 KiB"));
+                }
+                return Ok(None);
+            }
+            Err(httparse::Error::TooManyHeaders) => {
+                return Err(protocol(format!(
+                    "a response head with more than {MAX_HEADERS} fields"
+                )))
+            }
+            Err(e) => return Err(protocol(format!("an invalid response head ({e})"))),
+        };
+        if used > MAX_HEAD {
+            return Err(protocol("a response head longer than 64 KiB"));
+        }
+        let status = response.code.unwrap_or(0);
+        if (100..200).contains(&status) && status != 101 {
+            // An interim answer (100 Continue, 103 Early Hints): the real one follows.
+            return Ok(Some(used));
+        }
+        let http10 = response.version == Some(0);
+        let mut headers = Vec::with_capacity(response.headers.len());
+        let mut length: Option<u64> = None;
+        let mut chunked = false;
+        let mut close = http10;
+        for field in response.headers.iter() {
+            let name = field.name.to_ascii_lowercase();
+            let value = String::from_utf8_lossy(field.value).into_owned();
+            match name.as_str() {
+                "content-length" => {
+                    let n: u64 = value
+                        .trim()
+                        .parse()
+                        .map_err(|_| protocol(format!("an invalid Content-Length: {value:?}")))?;
+                    if length.is_some_and(|m| m != n) {
+                        return Err(protocol("two different Content-Length fields"));
+                    }
+                    length = Some(n);
+                }
+                "transfer-encoding" => {
+                    let last = value.rsplit(',').next().unwrap_or("").trim();
+                    chunked = last.eq_ignore_ascii_case("chunked");
+                    if !chunked {
+                        return Err(protocol(format!(
+                            "an unsupported Transfer-Encoding: {value}"
+                        )));
+                    }
+                }
+                "connection" => {
+                    for token in value.split(',') {
+                        let token = token.trim();
+                        if token.eq_ignore_ascii_case("close") {
+                            close = true;
+                        } else if token.eq_ignore_ascii_case("keep-alive") && http10 {
+                            close = false;
+                        }
+                    }
+                }
+                _ => {}
+            }
+            headers.push((name, value));
+        }
+        let framing = if status == 204 || status == 304 {
+            Framing::Empty
+        } else if chunked {
+            Framing::Chunked
+        } else if let Some(n) = length {
+            Framing::Length(n)
+        } else {
+            Framing::Close
+        };
+        self.state = match framing {
+            Framing::Empty | Framing::Length(0) => State::Done,
+            Framing::Length(n) => State::Length(n),
+            Framing::Chunked => State::ChunkSize,
+            Framing::Close => State::Close,
+        };
+        self.head = Some(Head {
+            status,
+            reason: response.reason.unwrap_or("").to_owned(),
+            headers,
+            framing,
+            keep_alive: !close && framing != Framing::Close,
+        });
+        Ok(Some(used))
+    }
+}
+
+/// Why an event stream is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SseError {
+    /// A line longer than the bound, in characters.
+    Line(usize),
+    /// An event whose data grew past the bound, in characters.
+    Event(usize),
+}
+
+impl std::fmt::Display for SseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SseError::Line(n) => {
+                write!(f, "a server-sent event line is longer than {n} characters")
+            }
+            SseError::Event(n) => {
+                write!(f, "a server-sent event carries more than {n} characters")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SseError {}
+
+/// One dispatched event: its name (`None` when unnamed) and its data.
+pub type SseEvent = (Option<String>, String);
+
+/// Server-sent events split from a body's bytes (see the module's documentation).
+#[derive(Debug)]
+pub struct SseDecoder {
+    line: Vec<u8>,
+    line_chars: usize,
+    data: String,
+    data_chars: usize,
+    has_data: bool,
+    event: Option<String>,
+    after_cr: bool,
+    started: bool,
+    max_line: usize,
+    max_event: usize,
+}
+
+/// How many characters the UTF-8 in `bytes` holds (invalid bytes count one each, at most).
+fn chars(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|&&b| (b & 0xC0) != 0x80).count()
+}
+
+impl SseDecoder {
+    /// A decoder refusing lines past `max_line` and events past `max_event` characters.
+    #[must_use]
+    pub fn new(max_line: usize, max_event: usize) -> Self {
+        SseDecoder {
+            line: Vec::new(),
+            line_chars: 0,
+            data: String::new(),
+            data_chars: 0,
+            has_data: false,
+            event: None,
+            after_cr: false,
+            started: false,
+            max_line,
+            max_event,
+        }
+    }
+
+    /// The events that `chunk` completes, appended to `out` in order.
+    pub fn feed(&mut self, mut chunk: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+        if !self.started {
+            // The byte order mark, at the very start only (it may come split).
+            const BOM: &[u8] = b"\xEF\xBB\xBF";
+            let have = self.line.len();
+            let take = (BOM.len() - have).min(chunk.len());
+            let head = &chunk[..take];
+            if BOM[have..have + take] == *head {
+                if have + take < BOM.len() {
+                    self.line.extend_from_slice(head);
+                    return Ok(());
+                }
+                self.line.clear();
+                chunk = &chunk[take..];
+            } else {
+                // Not a mark: what was held back is the line's start.
+                self.line_chars = chars(&self.line);
+            }
+            self.started = true;
+        }
+        if self.after_cr {
+            self.after_cr = false;
+            if chunk.first() == Some(&b'\n') {
+                chunk = &chunk[1..];
+            }
+        }
+        while let Some(end) = memchr2(b'\r', b'\n', chunk) {
+            let piece = &chunk[..end];
+            if self.line.is_empty() {
+                self.check_line(chars(piece))?;
+                self.line_done(piece, out)?;
+            } else {
+                self.grow(piece)?;
+                let line = std::mem::take(&mut self.line);
+                self.line_done(&line, out)?;
+                self.line = line;
+                self.line.clear();
+            }
+            self.line_chars = 0;
+            if chunk[end] == b'\r' {
+                match chunk.get(end + 1) {
+                    Some(b'\n') => chunk = &chunk[end + 2..],
+                    Some(_) => chunk = &chunk[end + 1..],
+                    None => {
+                        self.after_cr = true;
+                        return Ok(());
+                    }
+                }
+            } else {
+                chunk = &chunk[end + 1..];
+            }
+        }
+        self.grow(chunk)
+    }
+
+    fn check_line(&self, n: usize) -> Result<(), SseError> {
+        if n > self.max_line {
+            Err(SseError::Line(self.max_line))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn grow(&mut self, piece: &[u8]) -> Result<(), SseError> {
+        self.line_chars += chars(piece);
+        self.check_line(self.line_chars)?;
+        self.line.extend_from_slice(piece);
+        Ok(())
+    }
+
+    fn line_done(&mut self, line: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+        if line.is_empty() {
+            if self.has_data {
+                let data = std::mem::take(&mut self.data);
+                out.push((self.event.take(), data));
+            }
+            self.event = None;
+            self.has_data = false;
+            self.data_chars = 0;
+            return Ok(());
+        }
+        if line[0] == b':' {
+            return Ok(());
+        }
+        let (name, mut value) = match memchr(b':', line) {
+            Some(i) => (&line[..i], &line[i + 1..]),
+            None => (line, &b""[..]),
+        };
+        if value.first() == Some(&b' ') {
+            value = &value[1..];
+        }
+        match name {
+            b"data" => {
+                // Each line counts with the LF that joins (or would join) it, as openstarry.sse counts.
+                let added = chars(value) + 1;
+                self.data_chars += added;
+                if self.data_chars > self.max_event {
+                    return Err(SseError::Event(self.max_event));
+                }
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(&String::from_utf8_lossy(value));
+                self.has_data = true;
+            }
+            b"event" => {
+                self.event = if value.is_empty() {
+                    None
+                } else {
+                    Some(String::from_utf8_lossy(value).into_owned())
+                };
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The stream ended: an event or a line still open is dropped.
+    pub fn close(&mut self) {
+        self.line.clear();
+        self.data.clear();
+        self.has_data = false;
+        self.event = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all(parts: &[&[u8]], limit: u64) -> (ResponseDecoder, Vec<u8>, Progress) {
+        let mut d = ResponseDecoder::new(limit);
+        let mut body = Vec::new();
+        let mut p = Progress::Head;
+        for part in parts {
+            p = d.feed(part).unwrap();
+            body.extend(d.take_body());
+        }
+        (d, body, p)
+    }
+
+    #[test]
+    fn a_length_framed_response_in_one_read_and_byte_by_byte() {
+        let raw = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"a\":1}";
+        let (d, body, p) = read_all(&[raw], 1024);
+        assert_eq!(p, Progress::Done);
+        assert_eq!(body, b"{\"a\":1}");
+        let head = d.head().unwrap();
+        assert_eq!(head.status, 200);
+        assert_eq!(head.reason, "OK");
+        assert!(head.keep_alive);
+        assert_eq!(
+            head.headers[0],
+            ("content-type".into(), "application/json".into())
+        );
+        let bytes: Vec<&[u8]> = raw.chunks(1).collect();
+        let (_, body, p) = read_all(&bytes, 1024);
+        assert_eq!((p, body.as_slice()), (Progress::Done, &b"{\"a\":1}"[..]));
+    }
+
+    #[test]
+    fn a_chunked_response_with_extensions_and_trailers_split_anywhere() {
+        let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n1\r\n \r\n5\r\nworld\r\n0\r\nX-T: 1\r\n\r\n";
+        for cut in 0..raw.len() {
+            let (d, body, p) = read_all(&[&raw[..cut], &raw[cut..]], 1024);
+            assert_eq!(p, Progress::Done, "cut at {cut}");
+            assert_eq!(body, b"hello world");
+            assert_eq!(d.surplus(), 0);
+        }
+    }
+
+    #[test]
+    fn interim_heads_are_skipped_and_empty_statuses_have_no_body() {
+        let raw = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n";
+        let (d, body, p) = read_all(&[raw], 10);
+        assert_eq!(
+            (p, body.len(), d.head().unwrap().status),
+            (Progress::Done, 0, 204)
+        );
+    }
+
+    #[test]
+    fn a_body_to_the_connections_end() {
+        let mut d = ResponseDecoder::new(100);
+        assert_eq!(
+            d.feed(b"HTTP/1.0 200 OK\r\n\r\nabc").unwrap(),
+            Progress::Body
+        );
+        assert!(!d.head().unwrap().keep_alive);
+        assert_eq!(d.eof().unwrap(), Progress::Done);
+        assert_eq!(d.take_body(), b"abc");
+    }
+
+    #[test]
+    fn a_cut_response_and_bad_bytes_are_errors() {
+        let mut d = ResponseDecoder::new(100);
+        d.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab")
+            .unwrap();
+        assert!(d.eof().is_err());
+        let mut d = ResponseDecoder::new(100);
+        assert!(d.eof().is_err());
+        for bad in [
+            &b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nabc",
+            b"SMTP nonsense\r\n\r\n",
+        ] {
+            assert!(
+                ResponseDecoder::new(100).feed(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn a_body_past_its_limit_keeps_the_limits_worth() {
+        let mut d = ResponseDecoder::new(4);
+        let err = d
+            .feed(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789")
+            .unwrap_err();
+        assert_eq!(err, HttpError::TooLarge(4));
+        assert_eq!(d.take_body(), b"0123");
+    }
+
+    #[test]
+    fn a_head_without_end_is_bounded() {
+        let mut d = ResponseDecoder::new(4);
+        d.feed(b"HTTP/1.1 200 OK\r\n").unwrap();
+        let filler = vec![b'a'; MAX_HEAD + 10];
+        assert!(d.feed(&filler).is_err());
+    }
+
+    fn events(parts: &[&[u8]]) -> Vec<SseEvent> {
+        let mut d = SseDecoder::new(100, 100);
+        let mut out = Vec::new();
+        for p in parts {
+            d.feed(p, &mut out).unwrap();
+        }
+        d.close();
+        out
+    }
+
+    #[test]
+    fn sse_line_ends_fields_and_multi_line_data_split_anywhere() {
+        let raw = b"\xEF\xBB\xBF: hi\r\nevent: delta\r\ndata: a\rdata:b\n\nid: 7\ndata: c\r\n\r\nevent: x\n\ndata: open";
+        let want = vec![
+            (Some("delta".to_owned()), "a\nb".to_owned()),
+            (None, "c".to_owned()),
+        ];
+        for cut in 0..raw.len() {
+            assert_eq!(events(&[&raw[..cut], &raw[cut..]]), want, "cut at {cut}");
+        }
+        let bytes: Vec<&[u8]> = raw.chunks(1).collect();
+        assert_eq!(events(&bytes), want);
+    }
+
+    #[test]
+    fn sse_bounds_count_characters() {
+        let mut d = SseDecoder::new(6, 6);
+        let mut out = Vec::new();
+        d.feed("data:é\n".as_bytes(), &mut out).unwrap();
+        assert!(matches!(
+            d.feed(b"data: abc", &mut out),
+            Err(SseError::Line(6))
+        ));
+        let mut d = SseDecoder::new(10, 6);
+        d.feed(b"data: abc\n", &mut out).unwrap();
+        assert!(matches!(
+            d.feed(b"data: abc\n", &mut out),
+            Err(SseError::Event(6))
+        ));
+    }
+}
