@@ -19,6 +19,8 @@
 
 use memchr::{memchr, memchr2};
 
+use crate::json::{Kind, Limits, Scanner, MAX_INPUT};
+
 /// The most header fields one head may carry.
 pub const MAX_HEADERS: usize = 100;
 /// The longest head (status line and header fields), in bytes.
@@ -597,6 +599,212 @@ impl SseDecoder {
     }
 }
 
+/// How a Chat Completions chunk reads to the stream's text fast path.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ChatChunk {
+    /// A chunk that carries text and nothing else the assembler keeps (and
+    /// whether it names both its `id` and its `model`).
+    Text(String, bool),
+    /// Any other event; `meta` when it names both its `id` and its `model`.
+    Other { meta: bool },
+}
+
+/// The most nesting a text-only chunk may have (`{"choices":[{"delta":{...}}]}`
+/// is four deep; deeper values are skipped within this bound).
+const CHUNK_DEPTH: usize = 64;
+
+/// Classify one `chat.completion.chunk` (an event's data) for the text fast
+/// path: [`ChatChunk::Text`] only when the chunk is exactly what the Chat
+/// Completions assembler would read as text alone: an object whose `choices`
+/// is one choice (index 0) whose `delta` has a non-empty string `content` and
+/// no `refusal`, `tool_calls` or `function_call` (other delta fields, such as
+/// `role`, the assembler ignores), no `finish_reason`, and no `usage` or
+/// `error` beside it. Keys written with escapes, repeated keys and anything
+/// unexpected make it [`ChatChunk::Other`], which the assembler reads in full.
+#[must_use]
+pub fn chat_chunk(data: &[u8]) -> ChatChunk {
+    let mut meta = (false, false);
+    let text = chat_text(data, &mut meta).ok().flatten();
+    let meta = meta.0 && meta.1;
+    match text {
+        Some(text) => ChatChunk::Text(text, meta),
+        None => ChatChunk::Other { meta },
+    }
+}
+
+type Scan<T> = Result<T, crate::json::JsonError>;
+
+fn nonempty_string(s: &mut Scanner<'_>) -> Scan<bool> {
+    if s.peek_kind()? == Kind::String {
+        let span = s.string()?;
+        Ok(!span.is_empty())
+    } else {
+        s.skip_value(1)?;
+        Ok(false)
+    }
+}
+
+/// Whether the value at the cursor is `null` (consumed either way).
+fn null(s: &mut Scanner<'_>) -> Scan<bool> {
+    if s.peek_kind()? == Kind::Null {
+        s.literal(Kind::Null)?;
+        Ok(true)
+    } else {
+        s.skip_value(1)?;
+        Ok(false)
+    }
+}
+
+fn chat_text(data: &[u8], meta: &mut (bool, bool)) -> Scan<Option<String>> {
+    let limits = Limits {
+        max_bytes: MAX_INPUT,
+        max_depth: CHUNK_DEPTH,
+    };
+    let mut s = Scanner::new(data, &limits)?;
+    let buf = s.buf();
+    s.begin_object()?;
+    let mut text: Option<Option<String>> = None;
+    let mut plain = true;
+    let mut first = true;
+    while let Some(key) = s.next_key(first)? {
+        first = false;
+        if key.escaped() {
+            s.skip_value(1)?;
+            plain = false;
+            continue;
+        }
+        match key.raw(buf) {
+            b"choices" if text.is_none() => text = Some(chat_choices(&mut s)?),
+            b"usage" | b"error" => plain &= null(&mut s)?,
+            b"id" => meta.0 = nonempty_string(&mut s)?,
+            b"model" => meta.1 = nonempty_string(&mut s)?,
+            b"choices" => {
+                s.skip_value(1)?;
+                plain = false;
+            }
+            _ => {
+                s.skip_value(1)?;
+            }
+        }
+    }
+    s.finish()?;
+    Ok(if plain { text.flatten() } else { None })
+}
+
+fn chat_choices(s: &mut Scanner<'_>) -> Scan<Option<String>> {
+    if s.peek_kind()? != Kind::Array {
+        s.skip_value(1)?;
+        return Ok(None);
+    }
+    s.begin_array()?;
+    if !s.next_item(true)? {
+        return Ok(None);
+    }
+    let text = chat_choice(s)?;
+    if s.next_item(false)? {
+        // A second choice: the assembler reads it (and skips it unless its index is 0).
+        while {
+            s.skip_value(2)?;
+            s.next_item(false)?
+        } {}
+        return Ok(None);
+    }
+    Ok(text)
+}
+
+fn chat_choice(s: &mut Scanner<'_>) -> Scan<Option<String>> {
+    if s.peek_kind()? != Kind::Object {
+        s.skip_value(2)?;
+        return Ok(None);
+    }
+    let buf = s.buf();
+    s.begin_object()?;
+    let mut text: Option<Option<String>> = None;
+    let mut plain = true;
+    let mut first = true;
+    while let Some(key) = s.next_key(first)? {
+        first = false;
+        if key.escaped() {
+            s.skip_value(3)?;
+            plain = false;
+            continue;
+        }
+        match key.raw(buf) {
+            b"index" => {
+                let (start, end, _) = if s.peek_kind()? == Kind::Number {
+                    s.number()?
+                } else {
+                    s.skip_value(3)?;
+                    (0, 0, false)
+                };
+                plain &= &buf[start..end] == b"0";
+            }
+            b"delta" if text.is_none() => text = Some(chat_delta(s)?),
+            b"finish_reason" => {
+                // The assembler takes a non-empty string; null and "" say nothing.
+                if s.peek_kind()? == Kind::String {
+                    plain &= s.string()?.is_empty();
+                } else {
+                    plain &= null(s)?;
+                }
+            }
+            b"delta" => {
+                s.skip_value(3)?;
+                plain = false;
+            }
+            _ => {
+                s.skip_value(3)?;
+            }
+        }
+    }
+    Ok(if plain { text.flatten() } else { None })
+}
+
+fn chat_delta(s: &mut Scanner<'_>) -> Scan<Option<String>> {
+    if s.peek_kind()? != Kind::Object {
+        s.skip_value(3)?;
+        return Ok(None);
+    }
+    let buf = s.buf();
+    s.begin_object()?;
+    let mut content: Option<String> = None;
+    let mut seen = false;
+    let mut plain = true;
+    let mut first = true;
+    while let Some(key) = s.next_key(first)? {
+        first = false;
+        if key.escaped() {
+            s.skip_value(4)?;
+            plain = false;
+            continue;
+        }
+        match key.raw(buf) {
+            b"content" if !seen => {
+                seen = true;
+                if s.peek_kind()? == Kind::String {
+                    let span = s.string()?;
+                    content = Some(span.as_str(buf).into_owned());
+                } else {
+                    s.skip_value(4)?;
+                }
+            }
+            b"refusal" | b"tool_calls" | b"function_call" => plain &= null(s)?,
+            b"content" => {
+                s.skip_value(4)?;
+                plain = false;
+            }
+            _ => {
+                s.skip_value(4)?;
+            }
+        }
+    }
+    Ok(if plain {
+        content.filter(|c| !c.is_empty())
+    } else {
+        None
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -728,6 +936,37 @@ mod tests {
         }
         let bytes: Vec<&[u8]> = raw.chunks(1).collect();
         assert_eq!(events(&bytes), want);
+    }
+
+    #[test]
+    fn chat_chunks_that_carry_text_alone() {
+        let text = |t: &str, meta: bool| ChatChunk::Text(t.to_owned(), meta);
+        let base = r#"{"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"hi \"x\""},"logprobs":null,"finish_reason":null}]}"#;
+        assert_eq!(chat_chunk(base.as_bytes()), text("hi \"x\"", true));
+        let role = r#"{"choices":[{"delta":{"role":"assistant","content":"a","refusal":null}}],"usage":null}"#;
+        assert_eq!(chat_chunk(role.as_bytes()), text("a", false));
+        for other in [
+            r#"{"id":"c","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[{"index":1,"delta":{"content":"a"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"a"}},{"delta":{"content":"b"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"a","tool_calls":[]}}]}"#,
+            r#"{"choices":[{"delta":{"content":"a"}}],"usage":{"total_tokens":1}}"#,
+            r#"{"choices":[{"delta":{"content":"a"}}],"error":{"message":"x"}}"#,
+            r#"{"choices":[{"delta":{"content":"a"}}],"choices":[]}"#,
+            r#"{"ch\u006fices":[{"delta":{"content":"a"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"a"}}]"#,
+            "[DONE]",
+        ] {
+            assert!(
+                matches!(chat_chunk(other.as_bytes()), ChatChunk::Other { .. }),
+                "{other}"
+            );
+        }
+        assert_eq!(
+            chat_chunk(br#"{"id":"c","model":"m","choices":[]}"#),
+            ChatChunk::Other { meta: true }
+        );
     }
 
     #[test]

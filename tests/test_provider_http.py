@@ -453,7 +453,9 @@ async def test_stream_deltas_reach_the_context(server: FakeLLMServer) -> None:
     p = provider(server, stream=True)
     with anyio.fail_after(HANG):
         response = await p.generate("hi", ctx)
-    assert deltas == ["The weather ", "in Taipei ", "is sunny."]
+    # One delta per network read: the pieces may come joined, never lost or reordered.
+    assert "".join(deltas) == "The weather in Taipei is sunny."
+    assert all(deltas)
     assert texts(response) == "The weather in Taipei is sunny."
     (request,) = server.requests
     assert request.headers["accept"] == "text/event-stream"
@@ -474,7 +476,8 @@ async def test_a_stream_cut_after_text_is_finished_not_retried(server: FakeLLMSe
     ctx, deltas = context()
     with anyio.fail_after(HANG):
         response = await provider(server, stream=True).generate("hi", ctx)
-    assert deltas == ["The weather ", "in Tai"]
+    assert "".join(deltas) == "The weather in Tai"
+    assert all(deltas)
     # Spec 000 section 7: the assembler's finish says what happened.
     assert texts(response) == "The weather in Tai [the answer was cut short]"
     assert len(server.requests) == 1
@@ -685,7 +688,8 @@ async def test_an_ollama_style_server_with_no_key(
     with anyio.fail_after(HANG):
         response = await p.generate("Query weather in Taipei", ctx)
     assert texts(response) == "Hello from a local model."
-    assert deltas == (["Hello from ", "a local model."] if stream else [])
+    assert "".join(deltas) == ("Hello from a local model." if stream else "")
+    assert all(deltas)
     (request,) = server.requests
     assert request.path == "/v1/chat/completions"
     assert "authorization" not in request.headers
@@ -1108,3 +1112,49 @@ def test_sse_events_do_not_depend_on_how_the_bytes_are_cut(
         start = cut
     got += pieces.feed(data[start:]) + pieces.close()
     assert got == expected
+
+
+def test_the_chat_text_fast_path_reads_what_the_assembler_reads_in_full() -> None:
+    """Chunks that carry text alone arrive joined (after a chunk that named the id and the
+    model); the answer is the one the assembler makes of every chunk read in full."""
+    from openstarry.core import encode_response
+    from openstarry.providers.openai_chat import OpenAIChatAPI
+
+    def chunk(delta: dict[str, Any], **extra: Any) -> bytes:
+        body = {"id": "c1", "model": "m", "choices": [{"index": 0, "delta": delta, **extra}]}
+        return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+    stream = b"".join(
+        [
+            chunk({"role": "assistant", "content": ""}),
+            *(chunk({"content": f"t{i} "}) for i in range(50)),
+            chunk({"tool_calls": [{"index": 0, "id": "k", "function": {"name": "f"}}]}),
+            chunk({"content": "after"}),
+            chunk({}, finish_reason="stop"),
+            b"data: [DONE]\n\n",
+        ]
+    )
+    answers = []
+    for text in (None, "openai-chat"):
+        decoder = SSEDecoder(text=text)
+        assembler = OpenAIChatAPI().stream(ToolNameMap(["f"]))
+        items = [
+            item for i in range(0, len(stream), 700) for item in decoder.feed(stream[i : i + 700])
+        ]
+        said = []
+        for item in items:
+            if isinstance(item, str):
+                said.append(assembler.text(item))  # type: ignore[attr-defined]
+            else:
+                said.append(assembler.feed(*item) or "")
+        answers.append(("".join(said), encode_response(_as_core_response(assembler.finish()))))
+        if text is not None:
+            assert any(isinstance(item, str) for item in items)
+    assert answers[0] == answers[1]
+    assert answers[0][0] == "".join(f"t{i} " for i in range(50)) + "after"
+
+
+def _as_core_response(response: Any) -> Any:
+    from openstarry.core import ProviderResponse as CoreResponse
+
+    return response if isinstance(response, CoreResponse) else response.to_core()

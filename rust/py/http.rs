@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use super::pyjson;
-use crate::http::{HttpError, Progress, ResponseDecoder, SseDecoder};
+use crate::http::{chat_chunk, ChatChunk, HttpError, Progress, ResponseDecoder, SseDecoder};
 use crate::json::{Limits, MAX_DEPTH, MAX_INPUT};
 
 fn http_error(e: HttpError) -> PyErr {
@@ -123,22 +123,41 @@ fn loads<'py>(py: Python<'py>, buf: &[u8]) -> PyResult<Bound<'py, PyAny>> {
 /// Server-sent events split from a body's bytes: `feed` returns the events a
 /// chunk completes as `(event name or None, data)`. `OverflowError` for a line
 /// or an event past its bound.
+///
+/// With `text="openai-chat"`, a run of Chat Completions chunks that carry text
+/// alone (`openstarry::http::chat_chunk`) comes back as one `str`, their texts
+/// joined, in its place among the other events; only once an earlier chunk of
+/// the stream, read in full, named the answer's `id` and `model`.
 #[pyclass(name = "SseDecoder", module = "openstarry._core")]
 pub struct PySseDecoder {
     inner: SseDecoder,
     max_line: usize,
     max_event: usize,
+    chat: bool,
+    meta_seen: bool,
 }
 
 #[pymethods]
 impl PySseDecoder {
     #[new]
-    fn py_new(max_line: usize, max_event: usize) -> Self {
-        PySseDecoder {
+    #[pyo3(signature = (max_line, max_event, text=None))]
+    fn py_new(max_line: usize, max_event: usize, text: Option<&str>) -> PyResult<Self> {
+        let chat = match text {
+            None => false,
+            Some("openai-chat") => true,
+            Some(other) => {
+                return Err(PyValueError::new_err(format!(
+                    "text must be None or 'openai-chat', not {other:?}"
+                )))
+            }
+        };
+        Ok(PySseDecoder {
             inner: SseDecoder::new(max_line, max_event),
             max_line,
             max_event,
-        }
+            chat,
+            meta_seen: false,
+        })
     }
 
     #[getter]
@@ -155,8 +174,24 @@ impl PySseDecoder {
         let mut events = Vec::new();
         let result = self.inner.feed(chunk, &mut events);
         let list = PyList::empty(py);
+        let mut text = String::new();
         for (event, data) in events {
+            if self.chat && event.is_none() {
+                match chat_chunk(data.as_bytes()) {
+                    ChatChunk::Text(piece, _) if self.meta_seen => {
+                        text.push_str(&piece);
+                        continue;
+                    }
+                    ChatChunk::Text(_, meta) | ChatChunk::Other { meta } => self.meta_seen |= meta,
+                }
+            }
+            if !text.is_empty() {
+                list.append(std::mem::take(&mut text))?;
+            }
             list.append((event, data))?;
+        }
+        if !text.is_empty() {
+            list.append(text)?;
         }
         result.map_err(|e| PyOverflowError::new_err(e.to_string()))?;
         Ok(list)

@@ -162,6 +162,10 @@ class SSEDecoder:
     Args:
         max_line: The longest line, in characters.
         max_event: The most data one event may carry, in characters.
+        text: ``"openai-chat"``: a run of Chat Completions chunks that carry
+            text alone, once an earlier chunk named the answer's id and model,
+            comes back as one ``str`` (their texts joined) among the
+            ``(event, data)`` pairs; the assembler's ``text`` method takes it.
 
     Raises:
         SSEError: from :meth:`feed`, for a line or an event beyond the bounds.
@@ -169,8 +173,10 @@ class SSEDecoder:
 
     __slots__ = ("_decoder",)
 
-    def __init__(self, max_line: int = MAX_SSE_LINE, max_event: int = MAX_SSE_EVENT) -> None:
-        self._decoder = core.SseDecoder(max_line, max_event)
+    def __init__(
+        self, max_line: int = MAX_SSE_LINE, max_event: int = MAX_SSE_EVENT, text: str | None = None
+    ) -> None:
+        self._decoder = core.SseDecoder(max_line, max_event, text)
 
     @property
     def max_line(self) -> int:
@@ -182,7 +188,7 @@ class SSEDecoder:
         """The most data one event may carry, in characters."""
         return self._decoder.max_event
 
-    def feed(self, chunk: bytes) -> list[tuple[str | None, str]]:
+    def feed(self, chunk: bytes) -> list[tuple[str | None, str] | str]:
         """The events that ``chunk`` completes, in order: ``(event name or None, data)``."""
         try:
             return self._decoder.feed(chunk)
@@ -365,7 +371,7 @@ class Exchange:
         where: str,
     ) -> ProviderResponse:
         assembler = self.api.stream(names)
-        decoder = SSEDecoder()
+        decoder = SSEDecoder(text=getattr(assembler, "text_dialect", None))
         relay = _Relay(assembler, context)
         limit = self.transport.max_response_bytes
         size = 0
@@ -419,12 +425,27 @@ class _Relay:
         self.context = context
         self.emitted = False
 
-    def pass_on(self, events: list[tuple[str | None, str]]) -> None:
-        feed, emit = self.assembler.feed, self.context.emit_text_delta
-        for event, data in events:
-            delta = feed(event, data)
-            if delta:
-                emit(delta)
+    def pass_on(self, events: list[tuple[str | None, str] | str]) -> None:
+        """Feed one read's events; their text goes on as one delta, for the whole read.
+
+        A ``str`` among them is text the Rust core read from chunks that carry
+        nothing else (see :class:`SSEDecoder`): the assembler's ``text`` takes it.
+        """
+        assembler = self.assembler
+        feed = assembler.feed
+        said: list[str] = []
+        try:
+            for item in events:
+                if type(item) is str:
+                    said.append(assembler.text(item))  # type: ignore[attr-defined]
+                    continue
+                event, data = item
+                delta = feed(event, data)
+                if delta:
+                    said.append(delta)
+        finally:
+            if said:
+                self.context.emit_text_delta("".join(said))
                 self.emitted = True
 
 

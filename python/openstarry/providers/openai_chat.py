@@ -364,9 +364,21 @@ class _ChatStream:
         self._received = False
         self._budget = StreamBudget()
 
+    #: The Rust core's fast path for this stream (:class:`~openstarry.providers.http.SSEDecoder`):
+    #: a run of chunks that carry text alone arrives joined, through :meth:`text`.
+    text_dialect = "openai-chat"
+
     @property
     def done(self) -> bool:
         return self._done_marker or self._finish_reason is not None
+
+    def text(self, content: str) -> str:
+        """The joined text of chunks that carry nothing else, read by the Rust core; these
+        come only after a chunk read in full (:meth:`feed`) named the answer's id and model."""
+        self._budget.grow(content)
+        self._text.append(content)
+        self._received = True
+        return content
 
     def feed(self, event: str | None, data: str) -> str | None:
         data = data.strip()
