@@ -816,7 +816,10 @@ def test_without_httpx_a_provider_needs_it_only_behind_a_proxy() -> None:
 
 
 def decode(*chunks: bytes, **bounds: int) -> list[tuple[str | None, str]]:
-    decoder = SSEDecoder(**bounds)
+    decoder = SSEDecoder(
+        bounds.get("max_line", SSEDecoder().max_line),
+        bounds.get("max_event", SSEDecoder().max_event),
+    )
     events = [e for chunk in chunks for e in decoder.feed(chunk)]
     return events + decoder.close()
 
@@ -1144,7 +1147,7 @@ def test_the_chat_text_fast_path_reads_what_the_assembler_reads_in_full() -> Non
         said = []
         for item in items:
             if isinstance(item, str):
-                said.append(assembler.text(item))  # type: ignore[attr-defined]
+                said.append(assembler.text(item))
             else:
                 said.append(assembler.feed(*item) or "")
         answers.append(("".join(said), encode_response(_as_core_response(assembler.finish()))))

@@ -20,10 +20,10 @@ import json
 import logging
 import math
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from openstarry import core, sse
 from openstarry.errors import AgentPainException, ManifestError, ProviderError
@@ -174,7 +174,11 @@ class SSEDecoder:
     __slots__ = ("_decoder",)
 
     def __init__(
-        self, max_line: int = MAX_SSE_LINE, max_event: int = MAX_SSE_EVENT, text: str | None = None
+        self,
+        max_line: int = MAX_SSE_LINE,
+        max_event: int = MAX_SSE_EVENT,
+        *,
+        text: str | None = None,
     ) -> None:
         self._decoder = core.SseDecoder(max_line, max_event, text)
 
@@ -188,8 +192,13 @@ class SSEDecoder:
         """The most data one event may carry, in characters."""
         return self._decoder.max_event
 
-    def feed(self, chunk: bytes) -> list[tuple[str | None, str] | str]:
-        """The events that ``chunk`` completes, in order: ``(event name or None, data)``."""
+    def feed(self, chunk: bytes) -> list[tuple[str | None, str]]:
+        """The events that ``chunk`` completes, in order: ``(event name or None, data)``
+        (for a decoder made with ``text``, use :meth:`read`)."""
+        return cast("list[tuple[str | None, str]]", self.read(chunk))
+
+    def read(self, chunk: bytes) -> list[tuple[str | None, str] | str]:
+        """What ``chunk`` completes, in order: events, and (with ``text``) joined text."""
         try:
             return self._decoder.feed(chunk)
         except OverflowError as exc:
@@ -197,7 +206,8 @@ class SSEDecoder:
 
     def close(self) -> list[tuple[str | None, str]]:
         """The end of the stream: an event or a line still open is dropped."""
-        return self._decoder.close()
+        self._decoder.close()  # an open event or line is dropped: nothing is left to complete
+        return []
 
 
 class Retry(Exception):
@@ -384,7 +394,7 @@ class Exchange:
                         f"{self.name}: the stream from {where} is more than {limit} bytes "
                         "(provider.options.maxResponseBytes)"
                     )
-                relay.pass_on(decoder.feed(chunk))
+                relay.pass_on(decoder.read(chunk))
             relay.pass_on(decoder.close())
         except (ProviderError, AgentPainException) as exc:
             # The stream refused (its size, an event the assembler cannot take, an
@@ -425,7 +435,7 @@ class _Relay:
         self.context = context
         self.emitted = False
 
-    def pass_on(self, events: list[tuple[str | None, str] | str]) -> None:
+    def pass_on(self, events: Sequence[tuple[str | None, str] | str]) -> None:
         """Feed one read's events; their text goes on as one delta, for the whole read.
 
         A ``str`` among them is text the Rust core read from chunks that carry
@@ -436,7 +446,7 @@ class _Relay:
         said: list[str] = []
         try:
             for item in events:
-                if type(item) is str:
+                if isinstance(item, str):
                     said.append(assembler.text(item))  # type: ignore[attr-defined]
                     continue
                 event, data = item
