@@ -21,7 +21,9 @@ __all__ = [
     "LatencyRecorder",
     "ProviderResponse",
     "Published",
+    "ResponseDecoder",
     "SlotsMaker",
+    "SseDecoder",
     "ToolCall",
     "ToolIndex",
     "__version__",
@@ -31,6 +33,8 @@ __all__ = [
     "decode_response",
     "encode_event",
     "encode_response",
+    "json_dumps",
+    "json_loads",
 ]
 
 __version__: Final[str]

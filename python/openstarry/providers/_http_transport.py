@@ -15,7 +15,6 @@ through :func:`redact`.
 from __future__ import annotations
 
 import email.utils
-import functools
 import json
 import logging
 import math
@@ -38,6 +37,7 @@ from openstarry.providers.transport import (
     ResponseTooLarge,
     Transport,
     TransportError,
+    display_url,
 )
 
 if TYPE_CHECKING:
@@ -457,20 +457,6 @@ class _Relay:
             if said:
                 self.context.emit_text_delta("".join(said))
                 self.emitted = True
-
-
-@functools.lru_cache(maxsize=256)
-def display_url(url: str) -> str:
-    """``url`` for messages: no user info, no query string."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        port = ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 def redact(text: str, key: str | None) -> str:

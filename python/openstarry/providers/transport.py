@@ -22,10 +22,10 @@ The transports openstarry ships:
     httpx's client, for what the lean one does not do: proxies
     (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``; the default
     for a base URL that one of them routes), client certificates, HTTP/2.
-:class:`MockTransport`
+:class:`~openstarry.providers.mock_transport.MockTransport`
     No network: a function answers each request. Its answer is turned into
-    HTTP/1.1 bytes and read by the same decoder as a socket's, so a test
-    drives the code that production runs.
+    HTTP/1.1 bytes and read by the same reader as a socket's
+    (:class:`ResponseReader`), so a test drives the code production runs.
 
 Failures come out as :class:`TransportError`: :class:`ConnectError` and
 :class:`ConnectTimeout` before the request went out, :class:`ReadTimeout`
@@ -40,14 +40,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import inspect
 import os
 import ssl
 import urllib.parse
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
 import anyio
 import anyio.abc
@@ -62,18 +61,21 @@ __all__ = [
     "ConnectError",
     "ConnectTimeout",
     "HttpxTransport",
-    "MockResponse",
-    "MockTransport",
     "PooledTransport",
     "ReadTimeout",
     "RemoteProtocolError",
     "Request",
     "Response",
+    "ResponseReader",
     "ResponseTooLarge",
     "Transport",
     "TransportError",
+    "check_url",
     "default_transport",
+    "display_url",
+    "header_map",
     "proxied",
+    "request_bytes",
 ]
 
 #: The most idle connections a :class:`PooledTransport` keeps per host.
@@ -186,12 +188,12 @@ def _target(url: str) -> _Target:
     parts = urllib.parse.urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https") or not parts.hostname:
-        raise ConnectError(f"not an http:// or https:// URL: {_display(url)}")
+        raise ConnectError(f"not an http:// or https:// URL: {display_url(url)}")
     tls = scheme == "https"
     try:
         port = parts.port or (443 if tls else 80)
     except ValueError:
-        raise ConnectError(f"a URL with a bad port: {_display(url)}") from None
+        raise ConnectError(f"a URL with a bad port: {display_url(url)}") from None
     host = parts.hostname
     shown = f"[{host}]" if ":" in host else host
     default = port == (443 if tls else 80)
@@ -203,9 +205,27 @@ def _target(url: str) -> _Target:
     return _Target(tls, host, port, line)
 
 
-def _display(url: str) -> str:
+@functools.lru_cache(maxsize=256)
+def display_url(url: str) -> str:
+    """``url`` for messages: no user info, no query string."""
     parts = urllib.parse.urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname or ''}{parts.path}"
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def check_url(url: str) -> None:
+    """Refuse a URL no transport can send to (not http or https, no host, a bad port).
+
+    Raises:
+        ConnectError: which says what is wrong with it.
+    """
+    _target(url)
 
 
 def request_bytes(request: Request, target: _Target) -> bytes:
@@ -221,7 +241,8 @@ def request_bytes(request: Request, target: _Target) -> bytes:
     return b"".join(lines)
 
 
-def _headers(fields: list[tuple[str, str]]) -> dict[str, str]:
+def header_map(fields: list[tuple[str, str]]) -> dict[str, str]:
+    """Header fields as a mapping: lower-case names, repeated fields joined by a comma."""
     headers: dict[str, str] = {}
     for name, value in fields:
         headers[name] = f"{headers[name]}, {value}" if name in headers else value
@@ -247,10 +268,23 @@ def _ssl_context() -> ssl.SSLContext:
 # --- one connection, its bytes read by the core ---------------------------------------------------
 
 
-class _Reader:
-    """What both kinds of connection share: the decoder and the response built from it."""
+class ResponseReader:
+    """A response read by the core's :class:`~openstarry.core.ResponseDecoder`, for any
+    transport that reads HTTP/1.1 bytes: :meth:`feed` them as they come, :meth:`eof` at the
+    connection's end; :meth:`ready` says whether what a reader waits for is there.
+
+    Raises:
+        RemoteProtocolError: from :meth:`feed` and :meth:`eof`, for bytes that are not
+            HTTP/1.1 or a response cut short.
+        OverflowError: from :meth:`feed`, for a body past the decoder's limit.
+    """
 
     __slots__ = ("decoder", "state")
+
+    #: What a reader may wait for: the head, the whole response, some body bytes (or the end).
+    HEAD: Final = _BODY
+    DONE: Final = _DONE
+    SOME_BODY: Final = _SOME_BODY
 
     def __init__(self) -> None:
         self.decoder = ResponseDecoder(NO_LIMIT)
@@ -270,12 +304,11 @@ class _Reader:
         except ValueError as exc:
             raise RemoteProtocolError(str(exc)) from None
 
-
-def _ready(reader: _Reader, want: int) -> bool:
-    """Whether ``reader`` has what a wait for ``want`` waits for."""
-    if want == _SOME_BODY:
-        return reader.state == _DONE or reader.decoder.body_pending
-    return reader.state >= want
+    def ready(self, want: int) -> bool:
+        """Whether what a wait for ``want`` waits for is there."""
+        if want == _SOME_BODY:
+            return self.state == _DONE or self.decoder.body_pending
+        return self.state >= want
 
 
 class _AioConnection(asyncio.Protocol):
@@ -285,7 +318,7 @@ class _AioConnection(asyncio.Protocol):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.transport: asyncio.Transport | None = None
-        self.reader: _Reader | None = None
+        self.reader: ResponseReader | None = None
         self.want = _BODY
         self.waiter: asyncio.Future[None] | None = None
         self.failure: BaseException | None = None
@@ -309,7 +342,7 @@ class _AioConnection(asyncio.Protocol):
             reader.feed(data)
         except (OverflowError, TransportError) as exc:
             self.failure = exc
-        if self.failure is not None or _ready(reader, self.want):
+        if self.failure is not None or reader.ready(self.want):
             self._wake()
 
     def eof_received(self) -> bool:
@@ -336,7 +369,7 @@ class _AioConnection(asyncio.Protocol):
         """Until the decoder reaches ``want`` (or, for the body, has bytes to give)."""
         reader = self.reader
         assert reader is not None
-        while self.failure is None and not _ready(reader, want):
+        while self.failure is None and not reader.ready(want):
             if self.closed:
                 raise RemoteProtocolError(f"the connection to {where} closed")
             self.want = want
@@ -367,14 +400,14 @@ class _AnyioConnection:
 
     def __init__(self, stream: anyio.abc.ByteStream) -> None:
         self.stream = stream
-        self.reader: _Reader | None = None
+        self.reader: ResponseReader | None = None
         self.closed = False
         self.used = False
 
     async def wait(self, want: int, timeout: float, where: str) -> None:
         reader = self.reader
         assert reader is not None
-        while not _ready(reader, want):
+        while not reader.ready(want):
             try:
                 with anyio.fail_after(timeout):
                     data = await self.stream.receive(_READ_SIZE)
@@ -420,7 +453,7 @@ class _PooledResponse:
         self._timeout = timeout
         self.status: int = decoder.status
         self.reason: str = decoder.reason
-        self.headers: Mapping[str, str] = _headers(decoder.headers)
+        self.headers: Mapping[str, str] = header_map(decoder.headers)
 
     async def read(self, limit: int = NO_LIMIT) -> bytes:
         conn = self._conn
@@ -492,7 +525,7 @@ class PooledTransport:
     async def send(self, request: Request) -> Response:
         target = _target(request.url)
         data = request_bytes(request, target)
-        where = _display(request.url)
+        where = display_url(request.url)
         while True:
             conn = self._take(target)
             fresh = conn is None
@@ -513,7 +546,7 @@ class PooledTransport:
             return _PooledResponse(conn, self, target, where, request.timeout)
 
     async def _start(self, conn: _Connection, data: bytes, timeout: float, where: str) -> None:
-        conn.reader = _Reader()
+        conn.reader = ResponseReader()
         conn.used = True
         if isinstance(conn, _AioConnection):
             if conn.closed or conn.transport is None:
@@ -714,7 +747,7 @@ class HttpxTransport:
         import httpx
 
         client = self._get()
-        where = _display(request.url)
+        where = display_url(request.url)
         timeout = request.timeout
         built = client.build_request(
             request.method,
@@ -742,107 +775,3 @@ class HttpxTransport:
         if client is not None and self._own:
             self._client = None
             await client.aclose()
-
-
-# --- no network ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class MockResponse:
-    """What a :class:`MockTransport` handler answers: a status, headers, and the body
-    whole (``body``) or in the pieces a server would send (``chunks``, sent with the
-    chunked transfer coding, each piece a separate read)."""
-
-    status: int = 200
-    headers: Mapping[str, str] = field(default_factory=dict)
-    body: bytes = b""
-    chunks: Iterable[bytes] | None = None
-    reason: str = ""
-
-    def http_bytes(self) -> list[bytes]:
-        """The response as the reads a client would make of it."""
-        reason = self.reason or _REASONS.get(self.status, "Unknown")
-        head = [f"HTTP/1.1 {self.status} {reason}\r\n".encode("latin-1")]
-        for name, value in self.headers.items():
-            if name.lower() not in ("content-length", "transfer-encoding"):
-                head.append(f"{name}: {value}\r\n".encode("latin-1"))
-        if self.chunks is None:
-            head.append(b"content-length: %d\r\n\r\n" % len(self.body))
-            return [b"".join(head) + self.body]
-        head.append(b"transfer-encoding: chunked\r\n\r\n")
-        reads = [b"".join(head)]
-        reads.extend(b"%x\r\n%s\r\n" % (len(c), c) for c in self.chunks if c)
-        reads.append(b"0\r\n\r\n")
-        return reads
-
-
-_REASONS: Final = {200: "OK", 400: "Bad Request", 429: "Too Many Requests", 500: "Error"}
-
-Handler = Callable[[Request], "MockResponse | bytes | Awaitable[MockResponse | bytes]"]
-
-
-class _MockResponse:
-    __slots__ = ("_reader", "_reads", "_where", "headers", "reason", "status")
-
-    def __init__(self, reads: list[bytes], where: str) -> None:
-        self._reads = reads
-        self._reader = _Reader()
-        self._where = where
-        self._next(_BODY)
-        decoder = self._reader.decoder
-        self.status: int = decoder.status
-        self.reason: str = decoder.reason
-        self.headers: Mapping[str, str] = _headers(decoder.headers)
-
-    def _next(self, want: int) -> None:
-        reader = self._reader
-        while not _ready(reader, want):
-            if not self._reads:
-                reader.eof()
-                continue
-            reader.feed(self._reads.pop(0))
-
-    async def read(self, limit: int = NO_LIMIT) -> bytes:
-        decoder = self._reader.decoder
-        decoder.set_limit(limit)
-        try:
-            self._next(_DONE)
-        except OverflowError:
-            raise ResponseTooLarge(
-                f"the answer from {self._where} is more than {limit} bytes", decoder.take_body()
-            ) from None
-        return bytes(decoder.take_body())
-
-    async def receive(self) -> bytes:
-        await anyio.lowlevel.checkpoint()
-        self._next(_SOME_BODY)
-        return bytes(self._reader.decoder.take_body())
-
-    async def aclose(self) -> None:
-        self._reads = []
-
-
-class MockTransport:
-    """A transport with no network: ``handler(request)`` answers each request, with a
-    :class:`MockResponse` or the raw bytes of an HTTP/1.1 response (either may be
-    awaited). The answer is read by the core's decoder, as a socket's bytes are.
-
-    Attributes:
-        requests: Every request sent, in order.
-    """
-
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
-        self.requests: list[Request] = []
-
-    async def send(self, request: Request) -> Response:
-        _target(request.url)  # the same URLs refused as on the network
-        self.requests.append(request)
-        answer: Any = self.handler(request)
-        if inspect.isawaitable(answer):
-            answer = await answer
-        reads = [bytes(answer)] if isinstance(answer, (bytes, bytearray)) else answer.http_bytes()
-        return _MockResponse(reads, _display(request.url))
-
-    async def aclose(self) -> None:
-        return None
