@@ -59,7 +59,11 @@ def add_usage(total: dict[str, Any] | None, usage: Mapping[str, Any]) -> dict[st
     result = dict(total or {})
     for key, value in usage.items():
         old = result.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float, Mapping)):
+        kind = type(value)
+        if kind is int or kind is float:  # the common case, without the checks below
+            summable = isinstance(old, (int, float)) and not isinstance(old, bool)
+            result[key] = old + value if summable else value
+        elif isinstance(value, bool) or not isinstance(value, (int, float, Mapping)):
             result[key] = value
         elif isinstance(value, Mapping):
             result[key] = add_usage(old if isinstance(old, dict) else None, value)

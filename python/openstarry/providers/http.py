@@ -562,17 +562,39 @@ def _as_core(
 ) -> core.ProviderResponse:
     """The translator's response as the core's, with ``metadata`` added to its own.
 
+    Segments the core's constructors can take field by field (those without
+    fields of their own beyond the protocol's) are built directly; the others
+    go through the protocol's JSON.
+
     Raises:
         AgentPainException: for a response the core refuses (nested too deep, say).
     """
-    if isinstance(response, core.ProviderResponse):  # a translator may build the core's
-        response = protocol.ProviderResponse.from_core(response)
     own = response.metadata
     merged: dict[str, Any] = (
         {} if own is None else dict(own) if isinstance(own, Mapping) else {"provider": own}
     )
     merged.update(metadata)
     try:
-        return response.model_copy(update={"metadata": merged}).to_core()
-    except ValueError as exc:
+        if isinstance(response, core.ProviderResponse):
+            return core.ProviderResponse(response.segments, merged)
+        if response.model_extra:
+            return response.model_copy(update={"metadata": merged}).to_core()
+        return core.ProviderResponse([_segment(s) for s in response.segments], merged)
+    except (ValueError, TypeError) as exc:
         raise AgentPainException(f"the API's answer cannot be carried: {exc}") from None
+
+
+def _segment(segment: protocol.ContentSegment) -> core.ContentSegment:
+    """``segment`` as the core's, built field by field when it has no fields of its own."""
+    call = segment.tool_call
+    if segment.model_extra or (call is not None and call.model_extra):
+        return segment.to_core()
+    return core.ContentSegment(
+        segment.type,
+        text=segment.text,
+        data=segment.data,
+        mime_type=segment.mime_type,
+        tool_call=None if call is None else core.ToolCall(call.name, call.args, call.id),
+        ui=segment.ui,
+        signature=segment.signature,
+    )
