@@ -83,7 +83,12 @@ def loads(text: str) -> Any:
         ValueError: for text that is not JSON.
         RecursionError: for JSON nested too deeply for the parser.
     """
-    return json.loads(text, parse_constant=_refuse_constant)
+    try:
+        return core.json_loads(text.encode())
+    except ValueError:
+        # What the core refuses but Python's json reads (a lone surrogate), or not JSON:
+        # the standard library says which, in its own words.
+        return json.loads(text, parse_constant=_refuse_constant)
 
 
 def quote(value: Any) -> str:
@@ -308,8 +313,13 @@ class Segments:
             call_id = f"{call_id}_{n}"
         call = ToolCall(id=call_id, name=name, args=args, **(extra or {}))
         try:
-            # The loop hands the call to the core, whose limits (nesting) are stricter.
-            call.to_core()
+            # The loop hands the call to the core, whose limits (nesting) are stricter:
+            # its constructor checks them (through the wire's JSON when the call has
+            # fields of its own).
+            if extra:
+                call.to_core()
+            else:
+                core.ToolCall(name, args, call_id)
         except ValueError as exc:
             self.note(
                 f"The model called tool {name!r}, but openstarry cannot carry its arguments "
