@@ -96,8 +96,7 @@ import random
 import re
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -246,6 +245,7 @@ class HTTPProvider:
         #: The transport given, used as it is and never closed here.
         self.given_transport = transport
         self._transport: Transport | None = None
+        self._exchange = Exchange(self.name, self.api, self.transport, self.api_key_envs)
         if transport is None and proxied(self.base_url):
             import httpx  # noqa: F401 - the proxy's transport needs it: fail now, not at a call
         self._check_configuration()
@@ -316,18 +316,6 @@ class HTTPProvider:
         if transport is not None:
             await transport.aclose()
 
-    @asynccontextmanager
-    async def _session(self) -> AsyncIterator[Transport]:
-        kept = self.given_transport or self._transport
-        if kept is not None:
-            yield kept
-            return
-        transport = default_transport(self.base_url)
-        try:
-            yield transport
-        finally:
-            await transport.aclose()
-
     # -- the call --
 
     async def generate(self, prompt: str, context: AgentContext) -> core.ProviderResponse:
@@ -359,9 +347,13 @@ class HTTPProvider:
         except (TypeError, ValueError) as exc:
             raise ProviderError(f"{self.name}: the request cannot be sent as JSON: {exc}") from None
         attempts = self.transport.max_retries + 1
-        exchange = Exchange(self.name, self.api, self.transport, self.api_key_envs)
+        exchange = self._exchange
         request = Request("POST", url, headers, content, self.transport.timeout)
-        async with self._session() as sender:
+        sender = self.given_transport or self._transport
+        own = sender is None
+        if sender is None:  # outside `async with`: a transport for this call alone
+            sender = default_transport(self.base_url)
+        try:
             attempt = 0
             while True:
                 attempt += 1
@@ -395,6 +387,9 @@ class HTTPProvider:
                         wait,
                     )
                     await anyio.sleep(wait)
+        finally:
+            if own:
+                await sender.aclose()
         latency_ms = round((time.monotonic() - started) * 1000, 1)
         if dropped:
             return _as_core(

@@ -43,9 +43,17 @@ class MockResponse:
     body: bytes = b""
     chunks: Iterable[bytes] | None = None
     reason: str = ""
+    _reads: tuple[bytes, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     def http_bytes(self) -> list[bytes]:
-        """The response as the reads a client would make of it."""
+        """The response as the reads a client would make of it (made once: a handler may
+        answer many requests with one response, and ``chunks`` may be an iterator)."""
+        if self._reads is None:
+            object.__setattr__(self, "_reads", tuple(self._make()))
+        assert self._reads is not None
+        return list(self._reads)
+
+    def _make(self) -> list[bytes]:
         reason = self.reason or _REASONS.get(self.status, "Unknown")
         head = [f"HTTP/1.1 {self.status} {reason}\r\n".encode("latin-1")]
         for name, value in self.headers.items():
