@@ -463,6 +463,33 @@ async def test_stream_deltas_reach_the_context(server: FakeLLMServer) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_stream_arriving_in_bursts_is_read_once_per_read_interval(
+    server: FakeLLMServer,
+) -> None:
+    """streamReadInterval: pieces that come within the interval are read, parsed and passed
+    on together; with 0 each read goes on as it comes. Nothing is lost either way."""
+    pieces = [f"w{i} " for i in range(40)]
+    events: list[Any] = []
+    for i, piece in enumerate(pieces):
+        events.append(sse({"text": piece}))
+        if i % 10 == 9:
+            events.append(0.02)  # four bursts, 20 ms apart
+    events.append(sse({"done": True}))
+    seen = []
+    for interval in (0.0, 0.5):
+        server.script("/v1/models/echo-1:stream", Reply(events=list(events)))
+        ctx, deltas = context()
+        p = provider(server, stream=True, streamReadInterval=interval)
+        with anyio.fail_after(HANG):
+            response = await p.generate("hi", ctx)
+        assert "".join(deltas) == "".join(pieces) == texts(response)
+        seen.append(len(deltas))
+    each, held = seen
+    assert each >= 4  # at least one read per burst
+    assert held <= 2  # the first read, then the rest together after half a second
+
+
+@pytest.mark.anyio
 async def test_streaming_is_the_default(server: FakeLLMServer) -> None:
     server.script(None, streamed("hi"))
     p = HTTPProvider(EchoAPI(), "m", base_url=server.url)
@@ -741,6 +768,11 @@ def config(**fields: Any) -> SimpleNamespace:
         ({"api_key_env": ""}, "provider.apiKeyEnv", "name an environment variable"),
         ({"options": {"stream": "yes"}}, "provider.options.stream", "true or false"),
         ({"options": {"timeout": 0}}, "provider.options.timeout", "number of seconds"),
+        (
+            {"options": {"streamReadInterval": 2}},
+            "provider.options.streamReadInterval",
+            "from 0 to 1",
+        ),
         ({"options": {"timeout": float("nan")}}, "provider.options.timeout", "number of seconds"),
         ({"options": {"maxRetries": 11}}, "provider.options.maxRetries", "0 to 10"),
         ({"options": {"max_retries": True}}, "provider.options.maxRetries", "0 to 10"),

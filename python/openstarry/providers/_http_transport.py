@@ -80,6 +80,7 @@ _OPTION_NAMES: Final = {
     "maxRetries": "max_retries",
     "retryBackoff": "retry_backoff",
     "maxResponseBytes": "max_response_bytes",
+    "streamReadInterval": "stream_read_interval",
 }
 
 
@@ -93,6 +94,7 @@ class TransportOptions:
         max_retries: Further attempts after a failed one.
         retry_backoff: The first wait between attempts, in seconds.
         max_response_bytes: The largest response read.
+        stream_read_interval: The least time between two reads of a stream, in seconds.
     """
 
     stream: bool = True
@@ -100,6 +102,7 @@ class TransportOptions:
     max_retries: int = 3
     retry_backoff: float = 0.5
     max_response_bytes: int = 16 * 1024 * 1024
+    stream_read_interval: float = 0.001
 
     @classmethod
     def split(cls, options: Mapping[str, Any] | None) -> tuple[TransportOptions, dict[str, Any]]:
@@ -129,6 +132,10 @@ def _check_option(name: str, value: Any) -> Any:
         low, high = (0, 10) if name == "maxRetries" else (1024, 1 << 30)
         ok = type(value) is int and low <= value <= high
         expected = f"an integer from {low} to {high}"
+    elif name == "streamReadInterval":
+        ok = type(value) in (int, float) and math.isfinite(value) and 0 <= value <= 1
+        expected = "a number of seconds from 0 to 1"
+        value = float(value) if ok else value
     else:  # timeout, retryBackoff
         low_f = 0.0 if name == "retryBackoff" else 0.001
         ok = type(value) in (int, float) and math.isfinite(value) and low_f <= value <= 3600

@@ -129,13 +129,17 @@ class ResponseTooLarge(TransportError):
 @dataclass(frozen=True, slots=True)
 class Request:
     """One request: ``headers`` have lower-case names; ``timeout`` is in seconds, for the
-    connection and for each silence of the server."""
+    connection and for each silence of the server; ``read_interval``, for a body read
+    as it streams (:meth:`Response.receive`), is the least time between two reads of
+    the connection, in seconds: what arrives meanwhile is read at once, one wake-up
+    for many pieces (0: each piece as it arrives)."""
 
     method: str
     url: str
     headers: Mapping[str, str]
     content: bytes
     timeout: float = 60.0
+    read_interval: float = 0.0
 
 
 class Response(Protocol):
@@ -324,6 +328,7 @@ class _AioConnection(asyncio.Protocol):
         self.failure: BaseException | None = None
         self.closed = False
         self.used = False
+        self.held: asyncio.TimerHandle | None = None
 
     # -- the loop's side --
 
@@ -347,6 +352,21 @@ class _AioConnection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         return False
+
+    def hold(self, seconds: float) -> None:
+        """Read nothing for ``seconds``: what arrives meanwhile waits in the socket."""
+        transport = self.transport
+        if self.held is None and transport is not None and not self.closed:
+            transport.pause_reading()
+            self.held = self.loop.call_later(seconds, self.release_hold)
+
+    def release_hold(self) -> None:
+        """Read again (at the end of :meth:`hold`, or when the response is let go)."""
+        held, self.held = self.held, None
+        if held is not None:
+            held.cancel()
+            if self.transport is not None and not self.closed:
+                self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -439,10 +459,20 @@ _Connection = _AioConnection | _AnyioConnection
 class _PooledResponse:
     """A response read from a pooled connection; back to the pool once read whole."""
 
-    __slots__ = ("_conn", "_pool", "_timeout", "_where", "headers", "reason", "status")
+    __slots__ = (
+        "_conn",
+        "_interval",
+        "_next_read",
+        "_pool",
+        "_timeout",
+        "_where",
+        "headers",
+        "reason",
+        "status",
+    )
 
     def __init__(
-        self, conn: _Connection, pool: PooledTransport, key: _Target, where: str, timeout: float
+        self, conn: _Connection, pool: PooledTransport, key: _Target, where: str, request: Request
     ) -> None:
         reader = conn.reader
         assert reader is not None
@@ -450,7 +480,9 @@ class _PooledResponse:
         self._conn: _Connection | None = conn
         self._pool = (pool, key)
         self._where = where
-        self._timeout = timeout
+        self._timeout = request.timeout
+        self._interval = request.read_interval
+        self._next_read = 0.0
         self.status: int = decoder.status
         self.reason: str = decoder.reason
         self.headers: Mapping[str, str] = header_map(decoder.headers)
@@ -481,10 +513,20 @@ class _PooledResponse:
             return b""
         reader = conn.reader
         assert reader is not None
+        interval = self._interval
+        if interval and isinstance(conn, _AnyioConnection) and not reader.ready(_SOME_BODY):
+            delay = self._next_read - anyio.current_time()
+            if delay > 0:
+                await anyio.sleep(delay)
         await conn.wait(_SOME_BODY, self._timeout, self._where)
         body = reader.decoder.take_body()
         if not body and reader.state == _DONE:
             await self.aclose()
+        elif interval and reader.state != _DONE:
+            if isinstance(conn, _AioConnection):
+                conn.hold(interval)
+            else:
+                self._next_read = anyio.current_time() + interval
         return body
 
     async def aclose(self) -> None:
@@ -543,7 +585,7 @@ class PooledTransport:
             except BaseException:
                 _close(conn)
                 raise
-            return _PooledResponse(conn, self, target, where, request.timeout)
+            return _PooledResponse(conn, self, target, where, request)
 
     async def _start(self, conn: _Connection, data: bytes, timeout: float, where: str) -> None:
         conn.reader = ResponseReader()
@@ -568,6 +610,8 @@ class PooledTransport:
     def release(self, target: _Target, conn: _Connection) -> None:
         """Take ``conn`` back: kept if its response was read whole and it may carry another."""
         reader = conn.reader
+        if isinstance(conn, _AioConnection):
+            conn.release_hold()
         reusable = (
             not conn.closed
             and reader is not None
