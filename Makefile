@@ -197,7 +197,7 @@ bench: dev redis-server $(PEERS) ## Run the benchmarks: each openstarry piece be
 
 FUZZ_SECONDS ?= 60
 .PHONY: fuzz
-fuzz: ## Fuzz the Rust decoders (JSON scanner, envelope, segment, DedupWindow.restore), FUZZ_SECONDS each (60); needs nightly and cargo-fuzz
+fuzz: ## Fuzz the Rust decoders (JSON scanner, envelope, segment, DedupWindow.restore, HTTP responses, server-sent events, Chat Completions chunks), FUZZ_SECONDS each (60); needs nightly and cargo-fuzz
 	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
 	fuzz/run.sh $(FUZZ_SECONDS)

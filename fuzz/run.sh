@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 seconds="${1:-60}"
-targets="${FUZZ_TARGETS:-json_scanner envelope segment dedup_restore}"
+targets="${FUZZ_TARGETS:-json_scanner envelope segment dedup_restore http_response sse chat_chunk}"
 for target in $targets; do
     echo "== $target: ${seconds}s"
     cargo +nightly fuzz run -O "$target" "corpus/$target" -- \

@@ -1,6 +1,7 @@
 //! Helpers shared by the fuzz targets: a JSON value tree read with the core's
 //! [`Scanner`], and its canonical encoding, so a target can check that
-//! decode → encode → decode gives the same value.
+//! decode → encode → decode gives the same value; and the cuts of an input
+//! into reads, for the stream decoders' split-invariance.
 
 use _core::json::{write_str, JsonError, Kind, Limits, Scanner};
 
@@ -125,4 +126,41 @@ pub fn raw_value(buf: &[u8], range: (usize, usize), limits: &Limits) -> Value {
         Ok(value) => value,
         Err(e) => panic!("a raw value the decoder accepted does not parse alone: {e}"),
     }
+}
+
+/// FNV-1a of `data`: cut points and bounds a target draws from its input, so
+/// that a crash replays from its bytes alone.
+#[must_use]
+pub fn fnv(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Ways to cut `data` into the reads of a stream, each to be decoded and
+/// compared with `data` read whole: at one point drawn from `data`, at two
+/// points with an empty read between, in reads of a few bytes (at most about
+/// `max_pieces` of them), and byte by byte when `data` is at most `bytewise`
+/// bytes long.
+#[must_use]
+pub fn cuts(data: &[u8], max_pieces: usize, bytewise: usize) -> Vec<Vec<&[u8]>> {
+    let h = fnv(data);
+    let n = data.len();
+    let at = |bits: u32| ((h >> bits) as usize) % (n + 1);
+    let one = at(0);
+    let (a, b) = {
+        let (x, y) = (at(21), at(42));
+        (x.min(y), x.max(y))
+    };
+    let small = 1 + (h >> 58) as usize % 31;
+    let size = small.max(n.div_ceil(max_pieces.max(1)));
+    let mut plans = vec![
+        vec![&data[..one], &data[one..]],
+        vec![&data[..a], &data[a..a], &data[a..b], &data[b..]],
+        data.chunks(size).collect(),
+    ];
+    if n <= bytewise {
+        plans.push(data.chunks(1).collect());
+    }
+    plans
 }
