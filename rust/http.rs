@@ -25,6 +25,8 @@ use crate::json::{Kind, Limits, Scanner, MAX_INPUT};
 pub const MAX_HEADERS: usize = 100;
 /// The longest head (status line and header fields), in bytes.
 pub const MAX_HEAD: usize = 64 * 1024;
+/// The longest chunk size line (with its extensions), in bytes.
+const MAX_CHUNK_LINE: usize = 1024;
 
 /// Why a response cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +113,8 @@ pub struct ResponseDecoder {
     received: u64,
     limit: u64,
     trailer_bytes: usize,
+    /// The bytes of a head still incomplete already searched for its end.
+    head_scanned: usize,
 }
 
 impl ResponseDecoder {
@@ -125,6 +129,7 @@ impl ResponseDecoder {
             received: 0,
             limit,
             trailer_bytes: 0,
+            head_scanned: 0,
         }
     }
 
@@ -240,6 +245,9 @@ impl ResponseDecoder {
                     return Ok(buf.len());
                 }
                 State::ChunkSize => match httparse::parse_chunk_size(rest) {
+                    Ok(httparse::Status::Complete((used, _))) if used > MAX_CHUNK_LINE => {
+                        return Err(protocol("a chunk size line longer than 1024 bytes"));
+                    }
                     Ok(httparse::Status::Complete((used, size))) => {
                         pos += used;
                         self.state = if size == 0 {
@@ -249,7 +257,7 @@ impl ResponseDecoder {
                         };
                     }
                     Ok(httparse::Status::Partial) => {
-                        if rest.len() > 1024 {
+                        if rest.len() > MAX_CHUNK_LINE {
                             return Err(protocol("a chunk size line longer than 1024 bytes"));
                         }
                         return Ok(pos);
@@ -314,6 +322,19 @@ impl ResponseDecoder {
 
     /// Parse a head at the start of `buf`: the bytes it took, or `None` for more.
     fn parse_head(&mut self, buf: &[u8]) -> Result<Option<usize>, HttpError> {
+        // Parse only once the blank line that ends a head is there, looking at the new
+        // bytes alone: a head that comes a byte at a time is not parsed again each time.
+        let from = self.head_scanned.saturating_sub(3);
+        let ended = memchr::memmem::find(&buf[from..], b"\n\r\n").is_some()
+            || memchr::memmem::find(&buf[from..], b"\n\n").is_some();
+        if !ended {
+            if buf.len() > MAX_HEAD {
+                return Err(protocol("a response head longer than 64 KiB"));
+            }
+            self.head_scanned = buf.len();
+            return Ok(None);
+        }
+        self.head_scanned = 0;
         let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut response = httparse::Response::new(&mut fields);
         let used = match response.parse(buf) {
@@ -439,6 +460,8 @@ pub type SseEvent = (Option<String>, String);
 pub struct SseDecoder {
     line: Vec<u8>,
     line_chars: usize,
+    /// The bytes of `line` already in `line_chars` (a code point cut by a read waits).
+    line_counted: usize,
     data: String,
     data_chars: usize,
     has_data: bool,
@@ -449,9 +472,31 @@ pub struct SseDecoder {
     max_event: usize,
 }
 
-/// How many characters the UTF-8 in `bytes` holds (invalid bytes count one each, at most).
-fn chars(bytes: &[u8]) -> usize {
-    bytes.iter().filter(|&&b| (b & 0xC0) != 0x80).count()
+/// How many characters `bytes` decode to, as `String::from_utf8_lossy` (and Python's
+/// `errors="replace"`) decode them: one U+FFFD for each invalid sequence. With `last`
+/// false, a sequence cut short at the end is left for the next bytes: the second value
+/// is how many bytes were counted.
+fn decoded_chars(bytes: &[u8], last: bool) -> (usize, usize) {
+    let lead = |b: &[u8]| b.iter().filter(|&&b| (b & 0xC0) != 0x80).count();
+    let mut n = 0;
+    let mut i = 0;
+    loop {
+        match std::str::from_utf8(&bytes[i..]) {
+            Ok(text) => return (n + lead(text.as_bytes()), bytes.len()),
+            Err(e) => {
+                let valid = e.valid_up_to();
+                n += lead(&bytes[i..i + valid]);
+                match e.error_len() {
+                    Some(bad) => {
+                        n += 1;
+                        i += valid + bad;
+                    }
+                    None if last => return (n + 1, bytes.len()),
+                    None => return (n, i + valid),
+                }
+            }
+        }
+    }
 }
 
 impl SseDecoder {
@@ -461,6 +506,7 @@ impl SseDecoder {
         SseDecoder {
             line: Vec::new(),
             line_chars: 0,
+            line_counted: 0,
             data: String::new(),
             data_chars: 0,
             has_data: false,
@@ -474,6 +520,9 @@ impl SseDecoder {
 
     /// The events that `chunk` completes, appended to `out` in order.
     pub fn feed(&mut self, mut chunk: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+        if chunk.is_empty() {
+            return Ok(()); // nothing read: a CR held back still waits for its LF
+        }
         if !self.started {
             // The byte order mark, at the very start only (it may come split).
             const BOM: &[u8] = b"\xEF\xBB\xBF";
@@ -489,7 +538,9 @@ impl SseDecoder {
                 chunk = &chunk[take..];
             } else {
                 // Not a mark: what was held back is the line's start.
-                self.line_chars = chars(&self.line);
+                let (n, used) = decoded_chars(&self.line, false);
+                self.line_chars = n;
+                self.line_counted = used;
             }
             self.started = true;
         }
@@ -502,16 +553,19 @@ impl SseDecoder {
         while let Some(end) = memchr2(b'\r', b'\n', chunk) {
             let piece = &chunk[..end];
             if self.line.is_empty() {
-                self.check_line(chars(piece))?;
+                self.check_line(decoded_chars(piece, true).0)?;
                 self.line_done(piece, out)?;
             } else {
-                self.grow(piece)?;
+                self.line.extend_from_slice(piece);
+                let (n, _) = decoded_chars(&self.line[self.line_counted..], true);
+                self.check_line(self.line_chars + n)?;
                 let line = std::mem::take(&mut self.line);
                 self.line_done(&line, out)?;
                 self.line = line;
                 self.line.clear();
             }
             self.line_chars = 0;
+            self.line_counted = 0;
             if chunk[end] == b'\r' {
                 match chunk.get(end + 1) {
                     Some(b'\n') => chunk = &chunk[end + 2..],
@@ -537,10 +591,11 @@ impl SseDecoder {
     }
 
     fn grow(&mut self, piece: &[u8]) -> Result<(), SseError> {
-        self.line_chars += chars(piece);
-        self.check_line(self.line_chars)?;
         self.line.extend_from_slice(piece);
-        Ok(())
+        let (n, used) = decoded_chars(&self.line[self.line_counted..], false);
+        self.line_chars += n;
+        self.line_counted += used;
+        self.check_line(self.line_chars)
     }
 
     fn line_done(&mut self, line: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
@@ -567,7 +622,7 @@ impl SseDecoder {
         match name {
             b"data" => {
                 // Each line counts with the LF that joins (or would join) it, as openstarry.sse counts.
-                let added = chars(value) + 1;
+                let added = decoded_chars(value, true).0 + 1;
                 self.data_chars += added;
                 if self.data_chars > self.max_event {
                     return Err(SseError::Event(self.max_event));
@@ -593,9 +648,13 @@ impl SseDecoder {
     /// The stream ended: an event or a line still open is dropped.
     pub fn close(&mut self) {
         self.line.clear();
+        self.line_chars = 0;
+        self.line_counted = 0;
         self.data.clear();
+        self.data_chars = 0;
         self.has_data = false;
         self.event = None;
+        self.after_cr = false;
     }
 }
 
@@ -967,6 +1026,48 @@ mod tests {
             chat_chunk(br#"{"id":"c","model":"m","choices":[]}"#),
             ChatChunk::Other { meta: true }
         );
+    }
+
+    #[test]
+    fn sse_bounds_count_invalid_bytes_as_the_replacement_characters_they_become() {
+        let mut out = Vec::new();
+        let mut d = SseDecoder::new(10, 10);
+        assert!(matches!(
+            d.feed(&[0x80; 64], &mut out),
+            Err(SseError::Line(10))
+        ));
+        let mut d = SseDecoder::new(100, 10);
+        let mut line = b"data:".to_vec();
+        line.extend([0x80; 20]);
+        line.push(b'\n');
+        assert!(matches!(d.feed(&line, &mut out), Err(SseError::Event(10))));
+        // A code point cut by a read counts once, when it is whole.
+        let mut d = SseDecoder::new(7, 100);
+        d.feed("data:\u{e9}".as_bytes().split_at(6).0, &mut out)
+            .unwrap();
+        d.feed(&"data:\u{e9}".as_bytes()[6..], &mut out).unwrap();
+        d.feed(b"\n\n", &mut out).unwrap();
+        assert_eq!(out, vec![(None, "\u{e9}".to_owned())]);
+    }
+
+    #[test]
+    fn an_empty_read_between_cr_and_lf_changes_nothing() {
+        let mut out = Vec::new();
+        let mut d = SseDecoder::new(100, 100);
+        for part in [&b"data: a\r"[..], b"", b"\ndata: b\n\n"] {
+            d.feed(part, &mut out).unwrap();
+        }
+        assert_eq!(out, vec![(None, "a\nb".to_owned())]);
+    }
+
+    #[test]
+    fn a_long_chunk_size_line_is_refused_however_it_arrives() {
+        let mut raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;".to_vec();
+        raw.extend(vec![b'a'; 2000]);
+        raw.extend(b"\r\nx\r\n0\r\n\r\n");
+        assert!(ResponseDecoder::new(100).feed(&raw).is_err());
+        let mut d = ResponseDecoder::new(100);
+        assert!(d.feed(&raw[..1500]).is_err() || d.feed(&raw[1500..]).is_err());
     }
 
     #[test]
