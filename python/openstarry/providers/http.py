@@ -125,7 +125,8 @@ from openstarry.providers._http_transport import (
     TransportOptions,
     redact,
 )
-from openstarry.providers.transport import Request, Transport, default_transport, proxied
+from openstarry.providers.proxy import default_transport, proxied
+from openstarry.providers.transport import Request, Transport
 from openstarry.providers.wire import ToolNameMap
 from openstarry.tracecontext import current_traceparent
 
@@ -196,8 +197,8 @@ class HTTPProvider:
             (recording, a proxy, a client certificate, or a
             :class:`~openstarry.providers.transport.MockTransport` in tests),
             which the provider uses and never closes. By default the provider
-            makes the one :func:`~openstarry.providers.transport.default_transport`
-            gives for its base URL.
+            makes the one :func:`~openstarry.providers.proxy.default_transport`
+            gives for its base URL (:mod:`openstarry.providers.proxy`).
 
     Raises:
         ManifestError: for a missing model, a base URL that is not http(s), a

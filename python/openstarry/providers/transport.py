@@ -6,7 +6,7 @@ and reads the answer through a :class:`Transport`: one method,
 head is read and whose body is read on demand. Give a provider a transport of
 your own with ``HTTPProvider(..., transport=...)`` (a recording one, one
 through a proxy, one with a client certificate); by default it gets the one
-that fits its base URL (:func:`default_transport`).
+that fits its base URL (:func:`openstarry.providers.proxy.default_transport`).
 
 The transports openstarry ships:
 
@@ -18,7 +18,7 @@ The transports openstarry ships:
     by its length, its chunks or the connection's end). On asyncio each
     connection is a protocol fed by the event loop: a whole answer that
     arrives in one read costs one wake-up. On trio it reads anyio streams.
-:class:`HttpxTransport`
+:class:`~openstarry.providers.proxy.HttpxTransport`
     httpx's client, for what the lean one does not do: proxies
     (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``; the default
     for a base URL that one of them routes), client certificates, HTTP/2.
@@ -44,7 +44,7 @@ import os
 import ssl
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
@@ -55,12 +55,11 @@ import anyio.lowlevel
 from openstarry.core import ResponseDecoder
 
 if TYPE_CHECKING:
-    import httpx
+    pass
 
 __all__ = [
     "ConnectError",
     "ConnectTimeout",
-    "HttpxTransport",
     "PooledTransport",
     "ReadTimeout",
     "RemoteProtocolError",
@@ -71,10 +70,10 @@ __all__ = [
     "Transport",
     "TransportError",
     "check_url",
-    "default_transport",
+    "default_ssl_context",
+    "describe",
     "display_url",
     "header_map",
-    "proxied",
     "request_bytes",
 ]
 
@@ -254,7 +253,7 @@ def header_map(fields: list[tuple[str, str]]) -> dict[str, str]:
 
 
 @functools.cache
-def _ssl_context() -> ssl.SSLContext:
+def default_ssl_context() -> ssl.SSLContext:
     """One verifying TLS context: ``SSL_CERT_FILE``/``SSL_CERT_DIR``, else certifi, else the
     system's CA bundle (loading one takes milliseconds, so it is loaded once)."""
     cafile = os.environ.get("SSL_CERT_FILE") or None
@@ -627,7 +626,7 @@ class PooledTransport:
             _close(conn)
 
     async def _connect(self, target: _Target, timeout: float, where: str) -> _Connection:
-        context = (self._ssl or _ssl_context()) if target.tls else None
+        context = (self._ssl or default_ssl_context()) if target.tls else None
         try:
             with anyio.fail_after(timeout):
                 if _on_asyncio():
@@ -656,7 +655,7 @@ class PooledTransport:
         except ssl.SSLError as exc:
             raise ConnectError(f"TLS with {where} failed: {exc}") from None
         except OSError as exc:
-            raise ConnectError(f"could not connect to {where}: {_describe(exc)}") from None
+            raise ConnectError(f"could not connect to {where}: {describe(exc)}") from None
 
     async def aclose(self) -> None:
         idle, self._idle = self._idle, {}
@@ -686,136 +685,7 @@ def _on_asyncio() -> bool:
     return True
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
+    """``exc`` for a message: its type, and its text when it has one."""
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-# --- proxies and the default ---------------------------------------------------------------------
-
-
-def proxied(url: str) -> bool:
-    """Whether the environment routes ``url`` through a proxy (``HTTPS_PROXY``, ``HTTP_PROXY``,
-    ``ALL_PROXY``, less ``NO_PROXY``)."""
-    proxies = urllib.request.getproxies_environment()
-    parts = urllib.parse.urlsplit(url)
-    if not (proxies.get(parts.scheme.lower()) or proxies.get("all")):
-        return False
-    bypass: Callable[[str, dict[str, str]], bool] = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
-    return not bypass(parts.hostname or "", proxies)
-
-
-def default_transport(base_url: str) -> Transport:
-    """The transport a provider gets for ``base_url``: :class:`HttpxTransport` where the
-    environment names a proxy for it, else :class:`PooledTransport`."""
-    if proxied(base_url):
-        return HttpxTransport()
-    return PooledTransport()
-
-
-# --- httpx ---------------------------------------------------------------------------------------
-
-
-class _HttpxResponse:
-    __slots__ = ("_pieces", "_response", "headers", "reason", "status")
-
-    def __init__(self, response: httpx.Response) -> None:
-        self._response = response
-        self._pieces = response.aiter_raw()
-        self.status: int = response.status_code
-        self.reason: str = response.reason_phrase
-        self.headers: Mapping[str, str] = {k: response.headers[k] for k in response.headers}
-
-    async def read(self, limit: int = NO_LIMIT) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            chunk = await self.receive()
-            if not chunk:
-                return b"".join(chunks)
-            size += len(chunk)
-            if size > limit:
-                chunks.append(chunk[: len(chunk) - (size - limit)])
-                await self.aclose()
-                raise ResponseTooLarge(f"the answer is more than {limit} bytes", b"".join(chunks))
-            chunks.append(chunk)
-
-    async def receive(self) -> bytes:
-        import httpx
-
-        try:
-            return await self._pieces.__anext__()
-        except StopAsyncIteration:
-            return b""
-        except httpx.TimeoutException:
-            raise ReadTimeout(f"no answer within the timeout from {self._response.url}") from None
-        except httpx.TransportError as exc:
-            raise RemoteProtocolError(f"the answer broke off: {_describe(exc)}") from None
-
-    async def aclose(self) -> None:
-        import httpx
-
-        # httpx reads a body through a chain of async generators, and trio warns
-        # of one left half-done (httpx issue 3686): the response is closed
-        # first, then the generator we hold runs out.
-        await self._response.aclose()
-        with contextlib.suppress(httpx.HTTPError, RuntimeError):
-            async for _ in self._pieces:
-                pass
-
-
-class HttpxTransport:
-    """Requests sent by an ``httpx.AsyncClient``: proxies, client certificates, HTTP/2.
-
-    Args:
-        client: The client to send with; closed by :meth:`aclose` only when
-            made here. By default one that reads the proxy variables of the
-            environment, verifies TLS against the usual CA bundle and never
-            follows redirects.
-    """
-
-    def __init__(self, client: httpx.AsyncClient | None = None) -> None:
-        self._client = client
-        self._own = client is None
-
-    def _get(self) -> httpx.AsyncClient:
-        import httpx
-
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                verify=_ssl_context(), follow_redirects=False, trust_env=True, timeout=None
-            )
-        return self._client
-
-    async def send(self, request: Request) -> Response:
-        import httpx
-
-        client = self._get()
-        where = display_url(request.url)
-        timeout = request.timeout
-        built = client.build_request(
-            request.method,
-            request.url,
-            content=request.content,
-            headers=dict(request.headers),
-            timeout=httpx.Timeout(timeout),
-        )
-        try:
-            response = await client.send(built, stream=True)
-        except httpx.ConnectTimeout:
-            raise ConnectTimeout(f"could not connect to {where} within {timeout:g} s") from None
-        except httpx.TimeoutException:
-            raise ReadTimeout(f"no answer from {where} within {timeout:g} s") from None
-        except httpx.ConnectError as exc:
-            raise ConnectError(f"could not connect to {where}: {_describe(exc)}") from None
-        except (httpx.NetworkError, httpx.RemoteProtocolError, httpx.ProxyError) as exc:
-            raise RemoteProtocolError(f"connection to {where} failed: {_describe(exc)}") from None
-        except httpx.HTTPError as exc:
-            raise TransportError(f"request to {where} failed: {_describe(exc)}") from None
-        return _HttpxResponse(response)
-
-    async def aclose(self) -> None:
-        client = self._client
-        if client is not None and self._own:
-            self._client = None
-            await client.aclose()
