@@ -714,40 +714,83 @@ fn null(s: &mut Scanner<'_>) -> Scan<bool> {
     }
 }
 
+/// Walk the object at the cursor: `field(scanner, key)` reads each value and says
+/// whether it keeps the chunk plain. A key written with escapes is skipped and makes
+/// the chunk not plain. Whether every field kept it plain.
+fn fields(
+    s: &mut Scanner<'_>,
+    depth: usize,
+    mut field: impl FnMut(&mut Scanner<'_>, &[u8]) -> Scan<bool>,
+) -> Scan<bool> {
+    let buf = s.buf();
+    s.begin_object()?;
+    let mut plain = true;
+    let mut first = true;
+    while let Some(key) = s.next_key(first)? {
+        first = false;
+        if key.escaped() {
+            s.skip_value(depth)?;
+            plain = false;
+        } else {
+            plain &= field(s, key.raw(buf))?;
+        }
+    }
+    Ok(plain)
+}
+
+/// The value at the cursor skipped: a field the assembler ignores.
+fn ignored(s: &mut Scanner<'_>, depth: usize) -> Scan<bool> {
+    s.skip_value(depth)?;
+    Ok(true)
+}
+
+/// The value at the cursor read by `read` when it is an object, else skipped (`None`).
+fn object<T>(
+    s: &mut Scanner<'_>,
+    depth: usize,
+    read: impl FnOnce(&mut Scanner<'_>) -> Scan<Option<T>>,
+) -> Scan<Option<T>> {
+    if s.peek_kind()? == Kind::Object {
+        read(s)
+    } else {
+        s.skip_value(depth)?;
+        Ok(None)
+    }
+}
+
 fn chat_text(data: &[u8], meta: &mut (bool, bool)) -> Scan<Option<String>> {
     let limits = Limits {
         max_bytes: MAX_INPUT,
         max_depth: CHUNK_DEPTH,
     };
     let mut s = Scanner::new(data, &limits)?;
-    let buf = s.buf();
-    s.begin_object()?;
     let mut text: Option<Option<String>> = None;
-    let mut plain = true;
-    let mut first = true;
-    while let Some(key) = s.next_key(first)? {
-        first = false;
-        if key.escaped() {
-            s.skip_value(1)?;
-            plain = false;
-            continue;
-        }
-        match key.raw(buf) {
-            b"choices" if text.is_none() => text = Some(chat_choices(&mut s)?),
-            b"usage" | b"error" => plain &= null(&mut s)?,
-            b"id" => meta.0 = nonempty_string(&mut s)?,
-            b"model" => meta.1 = nonempty_string(&mut s)?,
-            b"choices" => {
-                s.skip_value(1)?;
-                plain = false;
+    let plain = object(&mut s, 0, |s| {
+        let plain = fields(s, 1, |s, key| match key {
+            b"choices" if text.is_none() => {
+                text = Some(chat_choices(s)?);
+                Ok(true)
             }
-            _ => {
-                s.skip_value(1)?;
+            b"usage" | b"error" => null(s),
+            b"id" => {
+                meta.0 = nonempty_string(s)?;
+                Ok(true)
             }
-        }
-    }
+            b"model" => {
+                meta.1 = nonempty_string(s)?;
+                Ok(true)
+            }
+            b"choices" => Ok(!ignored(s, 1)?),
+            _ => ignored(s, 1),
+        })?;
+        Ok(Some(plain))
+    })?;
     s.finish()?;
-    Ok(if plain { text.flatten() } else { None })
+    Ok(if plain == Some(true) {
+        text.flatten()
+    } else {
+        None
+    })
 }
 
 fn chat_choices(s: &mut Scanner<'_>) -> Scan<Option<String>> {
@@ -759,7 +802,7 @@ fn chat_choices(s: &mut Scanner<'_>) -> Scan<Option<String>> {
     if !s.next_item(true)? {
         return Ok(None);
     }
-    let text = chat_choice(s)?;
+    let text = object(s, 2, chat_choice)?;
     if s.next_item(false)? {
         // A second choice: the assembler reads it (and skips it unless its index is 0).
         while {
@@ -772,93 +815,48 @@ fn chat_choices(s: &mut Scanner<'_>) -> Scan<Option<String>> {
 }
 
 fn chat_choice(s: &mut Scanner<'_>) -> Scan<Option<String>> {
-    if s.peek_kind()? != Kind::Object {
-        s.skip_value(2)?;
-        return Ok(None);
-    }
-    let buf = s.buf();
-    s.begin_object()?;
     let mut text: Option<Option<String>> = None;
-    let mut plain = true;
-    let mut first = true;
-    while let Some(key) = s.next_key(first)? {
-        first = false;
-        if key.escaped() {
-            s.skip_value(3)?;
-            plain = false;
-            continue;
-        }
-        match key.raw(buf) {
-            b"index" => {
-                let (start, end, _) = if s.peek_kind()? == Kind::Number {
-                    s.number()?
-                } else {
-                    s.skip_value(3)?;
-                    (0, 0, false)
-                };
-                plain &= &buf[start..end] == b"0";
-            }
-            b"delta" if text.is_none() => text = Some(chat_delta(s)?),
-            b"finish_reason" => {
-                // The assembler takes a non-empty string; null and "" say nothing.
-                if s.peek_kind()? == Kind::String {
-                    plain &= s.string()?.is_empty();
-                } else {
-                    plain &= null(s)?;
-                }
-            }
-            b"delta" => {
-                s.skip_value(3)?;
-                plain = false;
-            }
-            _ => {
-                s.skip_value(3)?;
+    let plain = fields(s, 3, |s, key| match key {
+        b"index" => {
+            if s.peek_kind()? == Kind::Number {
+                let (start, end, _) = s.number()?;
+                Ok(&s.buf()[start..end] == b"0")
+            } else {
+                Ok(!ignored(s, 3)?)
             }
         }
-    }
+        b"delta" if text.is_none() => {
+            text = Some(object(s, 3, chat_delta)?);
+            Ok(true)
+        }
+        // The assembler takes a non-empty string; null and "" say nothing.
+        b"finish_reason" if s.peek_kind()? == Kind::String => Ok(s.string()?.is_empty()),
+        b"finish_reason" => null(s),
+        b"delta" => Ok(!ignored(s, 3)?),
+        _ => ignored(s, 3),
+    })?;
     Ok(if plain { text.flatten() } else { None })
 }
 
 fn chat_delta(s: &mut Scanner<'_>) -> Scan<Option<String>> {
-    if s.peek_kind()? != Kind::Object {
-        s.skip_value(3)?;
-        return Ok(None);
-    }
-    let buf = s.buf();
-    s.begin_object()?;
-    let mut content: Option<String> = None;
-    let mut seen = false;
-    let mut plain = true;
-    let mut first = true;
-    while let Some(key) = s.next_key(first)? {
-        first = false;
-        if key.escaped() {
-            s.skip_value(4)?;
-            plain = false;
-            continue;
-        }
-        match key.raw(buf) {
-            b"content" if !seen => {
-                seen = true;
-                if s.peek_kind()? == Kind::String {
-                    let span = s.string()?;
-                    content = Some(span.as_str(buf).into_owned());
-                } else {
-                    s.skip_value(4)?;
-                }
-            }
-            b"refusal" | b"tool_calls" | b"function_call" => plain &= null(s)?,
-            b"content" => {
+    let mut content: Option<Option<String>> = None;
+    let plain = fields(s, 4, |s, key| match key {
+        b"content" if content.is_none() => {
+            content = Some(if s.peek_kind()? == Kind::String {
+                let span = s.string()?;
+                Some(span.as_str(s.buf()).into_owned())
+            } else {
                 s.skip_value(4)?;
-                plain = false;
-            }
-            _ => {
-                s.skip_value(4)?;
-            }
+                None
+            });
+            Ok(true)
         }
-    }
+        b"refusal" | b"tool_calls" | b"function_call" => null(s),
+        b"content" => Ok(!ignored(s, 4)?),
+        _ => ignored(s, 4),
+    })?;
     Ok(if plain {
-        content.filter(|c| !c.is_empty())
+        content.flatten().filter(|c| !c.is_empty())
     } else {
         None
     })
