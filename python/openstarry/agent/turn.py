@@ -691,6 +691,11 @@ class Turn:
         if not isinstance(text, str):
             raise TypeError(f"a text delta must be a str, not {type(text).__name__}")
         loop = self.loop
+        if threading.get_ident() == loop._loop_thread:
+            # Nobody subscribes to deltas and the bus is idle: counted, never made.
+            note_unread = loop._executor.note_unread
+            if note_unread is not None and note_unread(_AGENT_DELTA):
+                return
         event = self.tick.child(
             _AGENT_DELTA, {"text": text, "round": self.context.round}, source=loop.source
         )
