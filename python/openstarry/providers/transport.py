@@ -340,7 +340,7 @@ class _AioConnection(asyncio.Protocol):
         if reader is None:  # bytes nobody asked for: the connection cannot be trusted
             self.closed = True
             if self.transport is not None:
-                self.transport.close()
+                self.transport.abort()
             return
         try:
             reader.feed(data)
@@ -533,7 +533,7 @@ class _PooledResponse:
         if conn is None:
             return
         pool, key = self._pool
-        pool.release(key, conn)
+        await pool.release(key, conn)
 
 
 class PooledTransport:
@@ -575,14 +575,14 @@ class PooledTransport:
             try:
                 await self._start(conn, data, request.timeout, where)
             except RemoteProtocolError:
-                _close(conn)
+                await _close(conn)
                 # A kept connection the server had closed meanwhile: nothing was
                 # served, so the request goes again on a new one, once.
                 if fresh or conn.reader is None or conn.reader.decoder.status:
                     raise
                 continue
             except BaseException:
-                _close(conn)
+                await _close(conn)
                 raise
             return _PooledResponse(conn, self, target, where, request)
 
@@ -606,7 +606,7 @@ class PooledTransport:
                 return conn
         return None
 
-    def release(self, target: _Target, conn: _Connection) -> None:
+    async def release(self, target: _Target, conn: _Connection) -> None:
         """Take ``conn`` back: kept if its response was read whole and it may carry another."""
         reader = conn.reader
         if isinstance(conn, _AioConnection):
@@ -623,7 +623,7 @@ class PooledTransport:
         if reusable and len(idle) < self._max_idle:
             idle.append(conn)
         else:
-            _close(conn)
+            await _close(conn)
 
     async def _connect(self, target: _Target, timeout: float, where: str) -> _Connection:
         context = (self._ssl or default_ssl_context()) if target.tls else None
@@ -661,20 +661,20 @@ class PooledTransport:
         idle, self._idle = self._idle, {}
         for conns in idle.values():
             for conn in conns:
-                _close(conn)
+                await _close(conn)
 
 
-def _close(conn: _Connection) -> None:
+async def _close(conn: _Connection) -> None:
+    """Let ``conn`` go: its transport closed, or its stream closed without waiting on
+    the peer (a TLS stream's goodbye is not awaited), even in a cancelled scope."""
     conn.closed = True
     if isinstance(conn, _AioConnection):
         if conn.transport is not None:
-            conn.transport.close()
+            # Now, not after a TLS goodbye the loop may never get to read.
+            conn.transport.abort()
     else:
-        stream = conn.stream
-        # An anyio stream closes in an await; its socket is let go now.
-        with contextlib.suppress(Exception):
-            raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
-            raw.close()
+        with anyio.CancelScope(shield=True):
+            await anyio.aclose_forcefully(conn.stream)
 
 
 def _on_asyncio() -> bool:
