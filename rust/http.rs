@@ -459,11 +459,15 @@ pub type SseEvent = (Option<String>, String);
 #[derive(Debug)]
 pub struct SseDecoder {
     line: Vec<u8>,
+    /// The characters of `line` counted so far: only once its bytes pass `max_line`.
     line_chars: usize,
     /// The bytes of `line` already in `line_chars` (a code point cut by a read waits).
     line_counted: usize,
     data: String,
+    /// The characters of `data[..data_counted]`: counted only once the data's bytes pass
+    /// `max_event` (an event counts its characters and one, as `openstarry.sse` counts).
     data_chars: usize,
+    data_counted: usize,
     has_data: bool,
     event: Option<String>,
     after_cr: bool,
@@ -477,15 +481,16 @@ pub struct SseDecoder {
 /// false, a sequence cut short at the end is left for the next bytes: the second value
 /// is how many bytes were counted.
 fn decoded_chars(bytes: &[u8], last: bool) -> (usize, usize) {
-    let lead = |b: &[u8]| b.iter().filter(|&&b| (b & 0xC0) != 0x80).count();
+    // std's count of a str's chars reads a word at a time.
+    let valid_chars = |b: &[u8]| std::str::from_utf8(b).map_or(0, |t| t.chars().count());
     let mut n = 0;
     let mut i = 0;
     loop {
         match std::str::from_utf8(&bytes[i..]) {
-            Ok(text) => return (n + lead(text.as_bytes()), bytes.len()),
+            Ok(text) => return (n + text.chars().count(), bytes.len()),
             Err(e) => {
                 let valid = e.valid_up_to();
-                n += lead(&bytes[i..i + valid]);
+                n += valid_chars(&bytes[i..i + valid]);
                 match e.error_len() {
                     Some(bad) => {
                         n += 1;
@@ -509,6 +514,7 @@ impl SseDecoder {
             line_counted: 0,
             data: String::new(),
             data_chars: 0,
+            data_counted: 0,
             has_data: false,
             event: None,
             after_cr: false,
@@ -553,12 +559,17 @@ impl SseDecoder {
         while let Some(end) = memchr2(b'\r', b'\n', chunk) {
             let piece = &chunk[..end];
             if self.line.is_empty() {
-                self.check_line(decoded_chars(piece, true).0)?;
+                // No more characters than bytes: a line within the bound in bytes is.
+                if piece.len() > self.max_line {
+                    self.check_line(decoded_chars(piece, true).0)?;
+                }
                 self.line_done(piece, out)?;
             } else {
                 self.line.extend_from_slice(piece);
-                let (n, _) = decoded_chars(&self.line[self.line_counted..], true);
-                self.check_line(self.line_chars + n)?;
+                if self.line.len() > self.max_line {
+                    let (n, _) = decoded_chars(&self.line[self.line_counted..], true);
+                    self.check_line(self.line_chars + n)?;
+                }
                 let line = std::mem::take(&mut self.line);
                 self.line_done(&line, out)?;
                 self.line = line;
@@ -592,6 +603,9 @@ impl SseDecoder {
 
     fn grow(&mut self, piece: &[u8]) -> Result<(), SseError> {
         self.line.extend_from_slice(piece);
+        if self.line.len() <= self.max_line {
+            return Ok(()); // within the bound in bytes, so in characters: counted later if need be
+        }
         let (n, used) = decoded_chars(&self.line[self.line_counted..], false);
         self.line_chars += n;
         self.line_counted += used;
@@ -607,6 +621,7 @@ impl SseDecoder {
             self.event = None;
             self.has_data = false;
             self.data_chars = 0;
+            self.data_counted = 0;
             return Ok(());
         }
         if line[0] == b':' {
@@ -621,17 +636,19 @@ impl SseDecoder {
         }
         match name {
             b"data" => {
-                // Each line counts with the LF that joins (or would join) it, as openstarry.sse counts.
-                let added = decoded_chars(value, true).0 + 1;
-                self.data_chars += added;
-                if self.data_chars > self.max_event {
-                    return Err(SseError::Event(self.max_event));
-                }
+                // Bytes bound characters: they are counted only when the bytes pass it.
                 if self.has_data {
                     self.data.push('\n');
                 }
                 self.data.push_str(&String::from_utf8_lossy(value));
                 self.has_data = true;
+                if self.data.len() + 1 > self.max_event {
+                    self.data_chars += self.data[self.data_counted..].chars().count();
+                    self.data_counted = self.data.len();
+                    if self.data_chars + 1 > self.max_event {
+                        return Err(SseError::Event(self.max_event));
+                    }
+                }
             }
             b"event" => {
                 self.event = if value.is_empty() {
@@ -652,6 +669,7 @@ impl SseDecoder {
         self.line_counted = 0;
         self.data.clear();
         self.data_chars = 0;
+        self.data_counted = 0;
         self.has_data = false;
         self.event = None;
         self.after_cr = false;
