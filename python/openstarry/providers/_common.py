@@ -76,19 +76,21 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def loads(text: str) -> Any:
-    """JSON text as data; ``NaN`` and ``Infinity``, which JSON does not have, are refused.
+def loads(data: str | bytes, *, constants: bool = False) -> Any:
+    """JSON as data, read by the core. What the core refuses goes to Python's ``json``,
+    which reads a lone surrogate (and, with ``constants``, ``NaN`` and ``Infinity``,
+    which JSON does not have but answers have carried) or says why it is not JSON.
 
     Raises:
-        ValueError: for text that is not JSON.
-        RecursionError: for JSON nested too deeply for the parser.
+        ValueError: for data that is not JSON.
+        RecursionError: for JSON nested too deeply for Python's parser.
     """
     try:
-        return core.json_loads(text.encode())
+        return core.json_loads(data.encode() if isinstance(data, str) else data)
     except ValueError:
-        # What the core refuses but Python's json reads (a lone surrogate), or not JSON:
-        # the standard library says which, in its own words.
-        return json.loads(text, parse_constant=_refuse_constant)
+        if constants:
+            return json.loads(data)
+        return json.loads(data, parse_constant=_refuse_constant)
 
 
 def quote(value: Any) -> str:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from openstarry import core, sse
 from openstarry.errors import AgentPainException, ManifestError, ProviderError
-from openstarry.providers._common import TransientProviderError
+from openstarry.providers._common import TransientProviderError, loads
 from openstarry.providers.transport import (
     ConnectError,
     ConnectTimeout,
@@ -237,19 +237,6 @@ class StreamCut(Retry):
 # --- one attempt ---------------------------------------------------------------------------------
 
 
-def loads(raw: bytes) -> Any:
-    """A JSON answer: the core's parser, and the standard library's for what it refuses
-    (``NaN``, a lone surrogate) that Python's ``json`` has always read.
-
-    Raises:
-        ValueError: for bytes that are not JSON.
-    """
-    try:
-        return core.json_loads(raw)
-    except ValueError:
-        return json.loads(raw)
-
-
 @dataclass(frozen=True, slots=True)
 class Exchange:
     """One provider's side of an attempt: what it sends with, and how it reads the answer.
@@ -305,7 +292,7 @@ class Exchange:
                 return await self._read_stream(response, context, names, where)
             raw = await self._read_body(response, where, self.transport.max_response_bytes)
             try:
-                body = loads(raw)
+                body = loads(raw, constants=True)
             except ValueError:
                 raise AgentPainException(
                     f"{self.name}: the answer from {where} is not JSON "

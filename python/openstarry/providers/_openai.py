@@ -33,13 +33,11 @@ the same rules, kept here once:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from openstarry import core
 from openstarry.errors import AgentPainException, ManifestError
 from openstarry.protocol import ContentSegment, ProviderResponse
 from openstarry.providers._common import (
@@ -48,6 +46,7 @@ from openstarry.providers._common import (
     clean,
     count,
     error_body,
+    loads,
     quote,
     redact,
     reported_error,
@@ -201,15 +200,10 @@ def json_object(body: Any, what: str) -> Mapping[str, Any]:
 
 
 def event_json(data: str, what: str) -> Mapping[str, Any]:
-    """One streamed event's JSON, read by the core (Python's ``json`` for what the core
-    refuses and it reads: ``NaN``, a lone surrogate)."""
     try:
-        value = core.json_loads(data.encode())
-    except ValueError:
-        try:
-            value = json.loads(data)
-        except (ValueError, RecursionError):
-            raise AgentPainException(f"{what}: an event that is not JSON: {quote(data)}") from None
+        value = loads(data, constants=True)
+    except (ValueError, RecursionError):
+        raise AgentPainException(f"{what}: an event that is not JSON: {quote(data)}") from None
     return json_object(value, f"{what}: an event")
 
 
