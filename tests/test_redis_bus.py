@@ -149,7 +149,10 @@ async def test_a_second_commit_of_an_acknowledged_entry_publishes_nothing(
         (entry,) = [e async for e, w in backend.history() if decode_event(w).id == seen[0].id]
         client: Any = backend._client
         (stream,) = [k for k in backend._partition_of_key if await client.xrange(k, entry, entry)]
-        late = _Delivery(stream, entry.encode())
+        # Under the same lease: the XACK is what refuses it (a moved lease would too).
+        late = _Delivery(
+            stream, entry.encode(), backend._leases.value[backend._partition_of_key[stream]]
+        )
         answer = seen[0].child("OUTPUT:AGENT_MESSAGE", {"text": "second"}, source="t")
         late.effects = [backend._outbox.publish_op(answer)]
         backend._outbox.commit(late)

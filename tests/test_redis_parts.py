@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 
 from openstarry.bus.redis import RedisStreams
 from openstarry.bus.redis.keys import Layout, key_slot, partition_of, stream_key
-from openstarry.bus.redis.lua import FLUSH, FREE, RENEW
+from openstarry.bus.redis.lua import FLUSH, FREE, RENEW, TAKE
 
 pytestmark = [
     pytest.mark.anyio,
@@ -68,19 +68,29 @@ def test_one_server_keeps_its_layout_and_a_cluster_gives_each_partition_its_slot
 # -- the lease scripts ---------------------------------------------------------------
 
 
-async def test_renew_keeps_its_own_lease_takes_back_a_lapsed_one_and_free_only_its_own(
-    redis: RedisServer,
-) -> None:
+async def test_take_renew_and_free_keep_the_leases_epochs(redis: RedisServer) -> None:
+    """Each take is a new epoch; a lapsed lease is taken back only while its epoch is
+    the last one (nobody took it since, even to free it again); only its owner, in
+    its epoch, frees it."""
     client = aioredis.Redis.from_url(redis.url)
     try:
+        take = client.register_script(TAKE)
         renew, free = client.register_script(RENEW), client.register_script(FREE)
-        assert await renew(keys=["lease"], args=["me", 10_000]) == 2  # lapsed: taken back
-        assert await renew(keys=["lease"], args=["me", 10_000]) == 1  # its own: renewed
-        await client.set("lease", "other")
-        assert await renew(keys=["lease"], args=["me", 10_000]) == 0  # another's: not taken
-        assert await free(keys=["lease"], args=["me"]) == 0
-        assert await client.get("lease") == b"other"
-        assert await free(keys=["lease"], args=["other"]) == 1
+        keys = ["lease", "epoch"]
+        mine = (await take(keys=keys, args=["me", 10_000])).decode()
+        assert mine == "me|1"
+        assert await take(keys=keys, args=["other", 10_000]) is None  # held: not taken
+        assert await renew(keys=keys, args=[mine, 10_000, "1"]) == 1  # its own: renewed
+        await client.delete("lease")  # it lapsed, and nobody took it
+        assert await renew(keys=keys, args=[mine, 10_000, "1"]) == 2  # taken back
+        await client.delete("lease")
+        theirs = (await take(keys=keys, args=["other", 10_000])).decode()
+        assert theirs == "other|2"
+        assert await free(keys=["lease"], args=[mine]) == 0  # not its own
+        assert await renew(keys=keys, args=[mine, 10_000, "1"]) == 0  # another's now
+        assert await free(keys=["lease"], args=[theirs]) == 1
+        # Freed, but taken since "me|1": a late renewal is refused, the epoch moved on.
+        assert await renew(keys=keys, args=[mine, 10_000, "1"]) == 0
         assert await client.exists("lease") == 0
         assert "cmsgpack.unpack(ARGV[7])" in FLUSH  # the flush script, read from its file
     finally:
@@ -107,7 +117,8 @@ async def test_leases_share_the_partitions_and_a_stop_frees_them(redis: RedisSer
         try:  # b stopped: its leases are gone, and it left the live consumers
             layout = Layout("openstarry", 6)
             owners = [await client.get(layout.lease("g", p)) for p in range(6)]
-            assert set(owners) <= {b"a", None}
+            names = {(o.decode() if isinstance(o, bytes) else o) for o in owners if o}
+            assert {name.partition("|")[0] for name in names} <= {"a"}
             assert await client.zscore(layout.consumers("g"), "b") is None
         finally:
             await client.aclose()

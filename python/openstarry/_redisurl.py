@@ -1,10 +1,13 @@
-"""Redis URLs: one server (``redis://``) or a Redis Cluster (``redis+cluster://``), and the
-partitions a bus has by default on each. Standard library only: the CLI, the session
-store and the Redis bus read URLs the same way, with or without the ``[redis]`` extra."""
+"""Redis URLs: one server (``redis://``) or a Redis Cluster (``redis+cluster://``), the
+partitions a bus has by default on each, and where a bus's partitions and sessions live
+(their hash tags). Standard library only: the CLI, the session store and the Redis bus
+read URLs and name keys the same way, with or without the ``[redis]`` extra."""
 
 from __future__ import annotations
 
+import functools
 import urllib.parse
+import zlib
 from typing import Any
 
 __all__ = [
@@ -12,11 +15,17 @@ __all__ = [
     "CLUSTER_SCHEMES",
     "PARTITIONS",
     "REDIS_SCHEMES",
+    "SLOTS",
     "check_redis_url",
     "cluster_nodes",
     "default_partitions",
     "is_cluster_url",
     "is_redis_url",
+    "key_slot",
+    "partition_of",
+    "partition_tag",
+    "partitions_key",
+    "session_key",
 ]
 
 
@@ -118,3 +127,69 @@ def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
         key, _, value = pair.partition("=")
         options[key] = value
     return nodes, options
+
+
+# -- where a bus's keys live (the Redis bus and the session store agree on them) --
+
+
+def partition_of(session_id: str, partitions: int) -> int:
+    """The partition of a session: the same in every process (CRC-32 of its UTF-8 bytes)."""
+    return zlib.crc32(session_id.encode("utf-8", "surrogatepass")) % partitions
+
+
+#: Hash slots of a Redis Cluster.
+SLOTS = 16384
+
+
+def _crc16(data: bytes) -> int:
+    """CRC-16/XMODEM, the checksum of Redis Cluster's key slots."""
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc
+
+
+def key_slot(key: str) -> int:
+    """The hash slot of a key: of its hash tag (``{...}``) when it has one."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            key = key[start + 1 : end]
+    return _crc16(key.encode("utf-8", "surrogatepass")) % SLOTS
+
+
+@functools.lru_cache(maxsize=4096)
+def partition_tag(name: str, partition: int, cluster: bool, partitions: int = 0) -> str:
+    """The hash tag of a partition's keys: ``{name}``, or on a cluster ``{name:P.K}``.
+
+    On a cluster, ``partitions`` (when given) places the tag's slot in the
+    partition's slice of the slots (see the module); 0 takes ``K = 0``.
+    """
+    if not cluster:
+        return f"{{{name}}}"
+    if partitions <= 0:
+        return f"{{{name}:{partition}.0}}"
+    low = partition * SLOTS // partitions
+    high = (partition + 1) * SLOTS // partitions
+    k = 0
+    while True:
+        tag = f"{name}:{partition}.{k}"
+        if low <= key_slot(tag) < high or high <= low:
+            return f"{{{tag}}}"
+        k += 1
+
+
+def partitions_key(name: str) -> str:
+    """Where the bus called ``name`` records its partition count at its first use."""
+    return f"{{{name}}}:partitions"
+
+
+def session_key(name: str, partitions: int, cluster: bool, session_id: str) -> str:
+    """Where the bus called ``name`` keeps a session's memory: under the hash tag of the
+    session's partition, so that the commit of its input writes it in one script."""
+    tag = partition_tag(name, partition_of(session_id, partitions), cluster, partitions)
+    return f"{tag}:session:{session_id}"

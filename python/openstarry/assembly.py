@@ -73,10 +73,15 @@ def agent_from_manifest(
         if bus is None and manifest.bus.url is not None:
             bus = _bus_of(manifest)
         store_spec = manifest.sessions.store
-        if store_spec is None and bus is not None and bus.backend is not None:
-            store_spec = getattr(bus.backend, "url", None)
+        backend = None if bus is None else bus.backend
+        bus_url = getattr(backend, "url", None)
+        if store_spec is None:
+            store_spec = bus_url
         try:
-            store = open_store(store_spec)
+            # On the bus's own Redis, under the bus's name: saved with its commits, fenced.
+            store = open_store(
+                store_spec, name=getattr(backend, "name", None) if store_spec == bus_url else None
+            )
         except (ValueError, ImportError) as exc:
             raise ManifestError(str(exc), field="sessions.store") from exc
     except Exception as exc:

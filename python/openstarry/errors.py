@@ -16,6 +16,7 @@ import asyncio
 __all__ = [
     "AgentPainException",
     "DecodeError",
+    "LeaseLost",
     "McpConnectError",
     "OpenStarryError",
     "PartitionMismatch",
@@ -115,6 +116,16 @@ class ManifestError(OpenStarryError, ValueError):
 
 class RecursionLimitExceeded(OpenStarryError):
     """An inter-agent call chain went deeper than the allowed depth."""
+
+
+class LeaseLost(OpenStarryError):
+    """A worker's lease of a partition holds another worker now: what it was running there
+    is the new owner's, and this attempt stops without committing anything.
+
+    A worker frozen past its lease (a long GC pause, a suspended VM, a network
+    partition) meets it when it wakes up; the input is handled by the worker
+    that took the partition over.
+    """
 
 
 class McpConnectError(OpenStarryError, ConnectionError):

@@ -43,7 +43,7 @@ import anyio
 import anyio.to_thread
 
 from openstarry.agent.deadlines import Deadlines, ToolCallWatch
-from openstarry.agent.interfaces import AgentContext, Tool
+from openstarry.agent.interfaces import TOOL_CALL_KEY, AgentContext, Tool
 from openstarry.agent.limits import LoopLimits
 from openstarry.agent.memory import Observation, ToolFailure, ToolOutcome, new_tool_outcome
 from openstarry.agent.sessions import CancelScopeLike, SessionRuntime
@@ -370,6 +370,7 @@ class ToolExecutor:
         tool = self.tools.get(call.name)
         if (
             emit_mark is None
+            or context.journal is not None
             or mark_unread is None
             or note_unread is None
             or tool is None
@@ -396,10 +397,13 @@ class ToolExecutor:
         except Exception as exc:
             outcome = self._refused(tool, call, exc, observations)
         else:
+            key = TOOL_CALL_KEY.set(f"{context.run_id}/{call.id}")
             try:
                 outcome = new_tool_outcome(call.id, call.name, True, await tool.run(args, context))
             except Exception as exc:
                 outcome = ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
+            finally:
+                TOOL_CALL_KEY.reset(key)
         finally:
             current_event.reset(working)
         result = outcome.result
@@ -589,8 +593,41 @@ class ToolExecutor:
 
         What the provider should hear about (an unknown tool, bad arguments)
         goes into ``observations``. ``wait`` is the call's announced wait (a
-        client tool's output, an approval).
+        client tool's output, an approval). The call runs with its idempotency
+        key set (:attr:`AgentContext.idempotency_key`); in a durable run (a
+        journal) an outcome recorded by an earlier attempt is replayed instead,
+        and a new one is recorded before it is returned.
         """
+        journal = context.journal
+        if journal is not None:
+            recorded = journal.outcome(call.id)
+            if recorded is not None:
+                if wait is not None:
+                    self.waits.close(wait)
+                observations.extend(recorded[1])
+                return recorded[0]
+        key = TOOL_CALL_KEY.set(f"{context.run_id}/{call.id}")
+        try:
+            if journal is None:
+                return await self.run_live(call, parse_error, context, observations, tools, wait)
+            observed: list[Observation] = []
+            outcome = await self.run_live(call, parse_error, context, observed, tools, wait)
+        finally:
+            TOOL_CALL_KEY.reset(key)
+        await journal.record_outcome(outcome, observed)
+        observations.extend(observed)
+        return outcome
+
+    async def run_live(
+        self,
+        call: ToolCall,
+        parse_error: ToolArgumentsError | None,
+        context: AgentContext,
+        observations: list[Observation],
+        tools: Mapping[str, Tool] | None,
+        wait: Wait | None,
+    ) -> ToolOutcome:
+        """:meth:`run`, with neither a journal nor the key: the call itself."""
         if wait is not None and wait.kind == CLIENT_CALL:
             return await self._client_output(call, wait)
         tools = self.tools if tools is None else tools

@@ -19,6 +19,7 @@ from __future__ import annotations
 import abc
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -28,9 +29,14 @@ from openstarry.errors import ToolArgumentsError
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from openstarry.agent.journal import RunJournal
     from openstarry.core import ProviderResponse
 
-__all__ = ["AgentContext", "Provider", "Tool", "Toolset"]
+__all__ = ["TOOL_CALL_KEY", "AgentContext", "Provider", "Tool", "Toolset"]
+
+#: The idempotency key of the tool call running in this task (the executor sets it
+#: around each call): what :attr:`AgentContext.idempotency_key` answers.
+TOOL_CALL_KEY: ContextVar[str | None] = ContextVar("openstarry_tool_call_key", default=None)
 
 
 @runtime_checkable
@@ -220,9 +226,28 @@ class AgentContext:
     call_depth: int = 0
     text_sink: Callable[[str], None] | None = None
     generation: Mapping[str, Any] = field(default_factory=dict)
+    #: The run's journal on a bus that keeps one (Redis): its completed steps, replayed
+    #: when the run is handled again after a crash (``None`` elsewhere).
+    journal: RunJournal | None = field(default=None, repr=False)
+    #: The id of the input event this run serves (``""`` outside a run).
+    run_id: str = ""
     #: The previous round's outcomes, kept by the run that owns this context
     #: (``None``: read from memory).
     _tool_results: tuple[ToolOutcome, ...] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def idempotency_key(self) -> str | None:
+        """The idempotency key of the tool call running now (in a tool's ``run``), else ``None``.
+
+        The same on every attempt at the call: a run handled again after its
+        worker died (a durable run, see :mod:`openstarry.agent.journal`) runs a
+        tool whose outcome was not recorded again, with the same key. A tool with
+        side effects passes it on (a payment API's ``Idempotency-Key`` header, a
+        unique column) or remembers it, so the second attempt does nothing twice.
+        It is ``"RUN_ID/TOOL_CALL_ID"``: :attr:`run_id` (the input event's id) and
+        the call's id.
+        """
+        return TOOL_CALL_KEY.get()
 
     def emit_text_delta(self, text: str) -> None:
         """Pass on a piece of what the provider is saying as it streams in.

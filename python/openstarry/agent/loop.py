@@ -521,6 +521,8 @@ class ExecutionLoop(Lifecycle):
             call_depth,
             None,
             {},
+            None,
+            "",
         )
 
     def _on_user_message(self, event: Event) -> None:
@@ -576,8 +578,12 @@ class ExecutionLoop(Lifecycle):
         elif name == "reset":
             if rt is not None:
                 sessions.reset(rt)
-            if self.store is not None and self._start_soon is not None:
-                self._start_soon(self.store.delete, event.session_id)
+            store = self.store
+            if store is not None and self._start_soon is not None:
+                # With the command's commit, where the store commits with the bus.
+                delete_with = getattr(store, "delete_with", None)
+                if delete_with is None or not delete_with(self.bus, event, event.session_id):
+                    self._start_soon(store.delete, event.session_id)
             say(event, "Session reset: memory cleared.", command=name)
         elif name == "quit":
             sessions.quit(event.session_id)

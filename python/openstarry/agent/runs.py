@@ -7,7 +7,12 @@
 - **A remote bus**: the run's events are its input's effects, published with
   its acknowledgement, all or nothing; a run stopped or timed out is finished
   inside them, in a scope of its own, and a run cut short by the agent
-  stopping is handed back for another worker to run.
+  stopping is handed back for another worker to run. Where the backend keeps
+  journals (Redis) the run is durable (:mod:`openstarry.agent.journal`), and
+  a store that commits with the bus (:class:`~openstarry.stores.RedisStore` on
+  the bus's Redis) has the session's memory written by that same commit, so a
+  worker frozen past its lease and thawed changes nothing. An input whose
+  partition has another owner by the time its run would start is not run here.
 """
 
 from __future__ import annotations
@@ -17,11 +22,14 @@ from typing import Any, Protocol
 
 import anyio
 
+from openstarry.agent.journal import RunJournal
 from openstarry.agent.sessions import SessionRuntime
 from openstarry.agent.store import SessionStore, memory_from_data, memory_to_data
 from openstarry.agent.taskscope import CancelScopeLike
 from openstarry.agent.turn import Turn, TurnHost
+from openstarry.bus import open_journal
 from openstarry.core import Event, EventRef
+from openstarry.errors import LeaseLost
 
 __all__ = ["RunHost", "serve_input"]
 
@@ -57,25 +65,37 @@ async def _run_stored(
     rt: SessionRuntime,
     event: Event | EventRef,
     text: str | None = None,
+    journal: RunJournal | None = None,
 ) -> None:
-    """A run between loading its session from the store and saving it back."""
+    """A run between loading its session from the store and saving it back (with the
+    commit of its input, where the store commits with the bus)."""
     memory = rt.session.memory
     enter_scope = rt.enter_scope
     if enter_scope is not None:
         # A store may enter scopes of its own and wait: the run's scope first.
         enter_scope()
         rt.enter_scope = None
-    data = await store.load(rt.session.id)
+    load_with = getattr(store, "load_with", None)
+    data = await (
+        store.load(rt.session.id) if load_with is None else load_with(loop.bus, rt.session.id)
+    )
     memory.clear()
     if data:
         memory.extend(memory_from_data(data))
     epoch = rt.epoch
+    lost = False
     try:
-        await Turn(loop, rt, event, text).run()
+        await Turn(loop, rt, event, text, journal).run()
+    except LeaseLost:
+        lost = True
+        raise
     finally:
-        if rt.epoch == epoch:  # a /reset meanwhile deleted it
-            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-                await store.save(rt.session.id, memory_to_data(memory))
+        if rt.epoch == epoch and not lost:  # a /reset meanwhile deleted it
+            data = memory_to_data(memory)
+            save_with = getattr(store, "save_with", None)
+            if save_with is None or not save_with(loop.bus, event, rt.session.id, data):
+                with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                    await store.save(rt.session.id, data)
 
 
 async def _run_remote(loop: RunHost, rt: SessionRuntime, event: Event) -> None:
@@ -83,6 +103,9 @@ async def _run_remote(loop: RunHost, rt: SessionRuntime, event: Event) -> None:
     bus = loop.bus
     store = None if rt.ephemeral else loop.store
     try:
+        # (LeaseLost: its partition has another owner now, this worker was frozen.)
+        kept = await open_journal(bus.backend, event)
+        journal = None if kept is None else RunJournal(kept, event.id)
         # On a remote bus the run's events are the input's effects: they
         # are published with its acknowledgement, atomically. So a run
         # stopped or timed out is finished here, inside them, in a scope
@@ -92,14 +115,16 @@ async def _run_remote(loop: RunHost, rt: SessionRuntime, event: Event) -> None:
             try:
                 with loop._new_scope() as rt.live_scope:
                     if store is None:
-                        await Turn(loop, rt, event).run()
+                        await Turn(loop, rt, event, None, journal).run()
                     else:
-                        await _run_stored(loop, store, rt, event)
+                        await _run_stored(loop, store, rt, event, None, journal)
             finally:
                 rt.live_scope = worker_scope
             stopped, rt.stopped_turn = rt.stopped_turn, None
             if stopped is not None:
                 await stopped.finish_stopped()
+    except LeaseLost:
+        pass  # the run is its partition's new owner's: nothing of this attempt commits
     finally:
         # A run cut short by the agent stopping is handed back (another
         # worker runs it); a run that ended, or was /stop-ped, is handled.

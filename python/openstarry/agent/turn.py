@@ -45,6 +45,7 @@ from openstarry.agent.commands import BUILTIN_COMMANDS, find_tool, parse_line, p
 from openstarry.agent.deadlines import Deadlines
 from openstarry.agent.execution import ToolExecutor
 from openstarry.agent.interfaces import AgentContext, Provider, Tool
+from openstarry.agent.journal import RunJournal
 from openstarry.agent.limits import LoopLimits
 from openstarry.agent.memory import (
     Observation,
@@ -64,6 +65,7 @@ from openstarry.core import Event, EventRef, ProviderResponse, ToolCall, decode_
 from openstarry.errors import (
     AgentPainException,
     DecodeError,
+    LeaseLost,
     QueueClosed,
     QueueFull,
     ToolArgumentsError,
@@ -165,14 +167,22 @@ class Turn:
     )
 
     def __init__(
-        self, loop: TurnHost, rt: SessionRuntime, event: Event | EventRef, text: str | None = None
+        self,
+        loop: TurnHost,
+        rt: SessionRuntime,
+        event: Event | EventRef,
+        text: str | None = None,
+        journal: RunJournal | None = None,
     ) -> None:
         self.loop = loop
         self.rt = rt
         self.input = event
         self.tick: Event | EventRef = event
         self.state = _IDLE
-        self.context = loop._context(rt.session, event.trace_id)
+        self.context = context = loop._context(rt.session, event.trace_id)
+        context.run_id = event.id
+        if journal is not None:
+            context.journal = journal
         self.result: RunResult | None = loop._waiters.result(event.id)
         #: Tool calls in memory that have no outcome yet (closed if the run stops).
         self.open_calls: Sequence[ToolCall] = ()
@@ -240,7 +250,7 @@ class Turn:
                     await self.serve()
                 else:
                     await self.think_act(text)
-            except QueueClosed:
+            except (QueueClosed, LeaseLost):
                 raise
             except Exception as exc:
                 # A defect past every specific guard: this run ends, the loop and
@@ -450,6 +460,7 @@ class Turn:
         remember = memory.add
         remember_all = memory.add_all
         context = self.context
+        journal = context.journal
         limit = loop.max_tools
         if limit is not None and len(context.tools) > limit:
             self.enter_scope()  # (tools are chosen in a worker thread)
@@ -498,28 +509,33 @@ class Turn:
             if self.state is not _THINKING and not self.state_now(_THINKING):
                 await self.set_state(_THINKING)
             context.round = round_no
+            # A durable run handled again replays what an earlier attempt recorded.
+            replayed = None if journal is None else journal.response(round_no)
             try:
-                context.text_sink = sink
-                # The provider's calls are made from the round's span (tracecontext).
-                working = current_event.set((tick.trace_id, tick.id))
-                try:
-                    raw = (
-                        provider.generate(prompt, context)
-                        if generate_now is None
-                        else generate_now(prompt, context)  # the answer, if it has one now
-                    )
-                    if type(raw) is not ProviderResponse and isawaitable(raw):
-                        # The provider deadline: when it passes, the loop's watcher
-                        # cancels the run's scope and the run ends (see run()).
-                        loop._deadlines.begin(rt, limits.provider_timeout)
-                        try:
-                            raw = await raw
-                        finally:
-                            loop._deadlines.end(rt)
-                finally:
-                    current_event.reset(working)
-                    context.text_sink = None
-                response = raw if type(raw) is ProviderResponse else _coerce_response(raw)
+                if replayed is not None:
+                    response = replayed
+                else:
+                    context.text_sink = sink
+                    # The provider's calls are made from the round's span (tracecontext).
+                    working = current_event.set((tick.trace_id, tick.id))
+                    try:
+                        raw = (
+                            provider.generate(prompt, context)
+                            if generate_now is None
+                            else generate_now(prompt, context)  # the answer, if it has one now
+                        )
+                        if type(raw) is not ProviderResponse and isawaitable(raw):
+                            # The provider deadline: when it passes, the loop's watcher
+                            # cancels the run's scope and the run ends (see run()).
+                            loop._deadlines.begin(rt, limits.provider_timeout)
+                            try:
+                                raw = await raw
+                            finally:
+                                loop._deadlines.end(rt)
+                    finally:
+                        current_event.reset(working)
+                        context.text_sink = None
+                    response = raw if type(raw) is ProviderResponse else _coerce_response(raw)
             except AgentPainException as exc:
                 await self.fail(tick, "AGENT_PAIN", describe_exception(exc).partition(": ")[2])
                 break
@@ -538,6 +554,10 @@ class Turn:
             if rt.cancelled:
                 await anyio.lowlevel.checkpoint()
             calls, text, thought, segments, plain = response.parts()
+            if calls and journal is not None and replayed is None:
+                # Recorded before any of its tools runs: a run handled again asks
+                # for the same calls (their ids key their recorded outcomes).
+                await journal.record_response(round_no, response)
             remember(new_assistant_turn(text, calls, thought))
             self.open_calls = calls
             if segments is not None:

@@ -68,6 +68,7 @@ from openstarry.bus.backend import (
     BusBackend,
     BusHost,
     backend_for_url,
+    open_journal,
     register_backend,
 )
 from openstarry.bus.eventbus import Emit, EventBus
@@ -88,6 +89,7 @@ __all__ = [
     "Subscription",
     "backend_for_url",
     "describe_exception",
+    "open_journal",
     "register_backend",
     "signal_factory",
 ]

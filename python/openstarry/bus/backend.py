@@ -23,7 +23,14 @@ from typing import Any, Protocol, runtime_checkable
 
 from openstarry.core import Event
 
-__all__ = ["BackendFactory", "BusBackend", "BusHost", "backend_for_url", "register_backend"]
+__all__ = [
+    "BackendFactory",
+    "BusBackend",
+    "BusHost",
+    "backend_for_url",
+    "open_journal",
+    "register_backend",
+]
 
 #: The entry point group that backends register their URL schemes in.
 ENTRY_POINTS = "openstarry.bus_backends"
@@ -83,6 +90,24 @@ class BusBackend(Protocol):
 
     def metrics(self) -> dict[str, Any]:
         """The backend's own counters."""
+
+
+async def open_journal(backend: BusBackend | None, event: Event) -> Any:
+    """The journal of the work on ``event``, where the backend keeps journals, else ``None``.
+
+    A backend that keeps them (Redis: ``RedisStreams.journal``) answers for an
+    event it delivered to this process: an object with ``steps``, what earlier
+    attempts at the work recorded (bytes, oldest first), and ``await
+    record(step)``, which returns once the backend holds the step. The journal
+    is deleted with the event's commit.
+
+    Raises:
+        LeaseLost: the backend leases its partitions, and the lease ``event`` was
+            delivered under holds another worker now (this process was frozen or
+            cut off past it): the new owner runs it; this process must not.
+    """
+    journal = getattr(backend, "journal", None)
+    return None if journal is None else await journal(event)
 
 
 class BackendFactory(Protocol):

@@ -83,15 +83,22 @@ class _Deliveries:
     def settle(self, event: Event, delivery: _Delivery, outcome: str) -> None:
         """What becomes of a delivery the bus is done with."""
         outbox = self.outbox
+        if delivery.lease is None:
+            # Its partition's lease was lost: its new owner runs it; nothing is said of it here.
+            self.streams._durable.committed(delivery)
+            return
         if outcome == "handled":
-            if delivery.effects:
+            if delivery.effects or delivery.state:
                 outbox.commit(delivery)
             else:
                 outbox.ack(delivery)
             self._twins_done(delivery)
             return
-        # A failed or handed-back attempt commits nothing: its effects go with it.
+        # A failed or handed-back attempt commits nothing: its effects and state go with it.
         delivery.effects = None
+        if delivery.state is not None:
+            self.streams._durable.committed(delivery)
+            delivery.state = None
         if outcome == "failed":
             if delivery.attempts + 1 >= self.streams.max_deliveries:
                 outbox.dead_letter(event, delivery, "handler failed")
@@ -421,8 +428,10 @@ class _Deliveries:
         ):
             # A fresh read, in the order the Ingestor dispatches (priority first,
             # then as read): event i is entry i; first deliveries all.
+            lease = self.leases.value.get
+            partition_of_key = streams._partition_of_key
             return [
-                (event, _Delivery(stream, entry))
+                (event, _Delivery(stream, entry, lease(partition_of_key[stream])))
                 for event, (stream, entry, _) in zip(events, entries, strict=True)
             ]
         return self._match(entries, attempts, result.invalid, events)
@@ -441,8 +450,10 @@ class _Deliveries:
         # An event keeps the very bytes it was decoded from: they find its entry
         # (a list only where one batch holds the same bytes twice).
         by_wire: dict[bytes, Any] = {}
+        lease = self.leases.value.get
+        partition_of_key = streams._partition_of_key
         for i, (stream, entry, wire) in enumerate(entries):
-            delivery = _Delivery(stream, entry)
+            delivery = _Delivery(stream, entry, lease(partition_of_key[stream]))
             if invalid and i in invalid:
                 outbox.dead_letter(None, delivery, "invalid envelope", wire)
                 continue

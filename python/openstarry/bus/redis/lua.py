@@ -4,9 +4,11 @@
   (an entry's acknowledgement with the effects of its handling), acknowledgements
   and dead letters, in order, atomically, with the duplicate window and the
   streams' bound (see the comment at its top);
+- ``take.lua``: take a free lease, for a new epoch;
 - ``renew.lua``: renew a partition's lease (or take it back when it lapsed and
-  nobody took it);
-- ``free.lua``: free a lease this consumer owns.
+  nobody took it since);
+- ``free.lua``: free a lease this consumer owns;
+- ``journal.lua``: record a completed step of a run, while its lease holds.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 
-__all__ = ["FLUSH", "FREE", "RENEW", "script"]
+__all__ = ["FLUSH", "FREE", "JOURNAL", "RENEW", "TAKE", "script"]
 
 
 @cache
@@ -26,3 +28,5 @@ def script(name: str) -> str:
 FLUSH = script("flush")
 RENEW = script("renew")
 FREE = script("free")
+TAKE = script("take")
+JOURNAL = script("journal")

@@ -449,6 +449,11 @@ class _Outbox:
                 streams.acked += op.effects
                 streams.skipped_handled += op.effects - result
             elif code == "C":  # never refused: a full stream must be able to drain
+                if op.delivery is not None:
+                    streams._durable.committed(op.delivery)
+                if result == -3:  # fenced: the entry's partition has another owner now
+                    streams.fenced += 1
+                    continue
                 streams.acked += 1
                 if result == -2:
                     streams.skipped_handled += 1
@@ -471,12 +476,28 @@ class _Outbox:
             self._wake()
 
     def commit(self, delivery: _Delivery) -> None:
-        """Commit a handled delivery: its XACK and its effects at once."""
+        """Commit a handled delivery: its XACK, its effects and the state it wrote, at
+        once, fenced by the lease it was delivered under."""
+        streams = self.streams
         effects = delivery.effects or []
-        blob = _fields(delivery.stream, delivery.entry, b"%d" % len(effects))
-        blob = b"".join([blob, *[effect.blob for effect in effects]])
+        state = delivery.state or []
+        partition = streams._partition_of_key[delivery.stream]
+        blob = _fields(
+            delivery.stream,
+            delivery.entry,
+            b"%d" % len(effects),
+            b"%d" % len(state),
+            streams.layout.lease(streams.group, partition),
+            delivery.lease or "",
+        )
+        blob = b"".join(
+            [blob, *[effect.blob for effect in effects], *[_fields(*kv) for kv in state]]
+        )
         delivery.effects = None
-        self.queue.append(_Outgoing("C", blob, 3 + 3 * len(effects), len(effects)))
+        op = _Outgoing("C", blob, 6 + 3 * len(effects) + 2 * len(state), len(effects))
+        if state:
+            op.delivery = delivery
+        self.queue.append(op)
         self._wake()
 
     def dead_letter(

@@ -11,12 +11,19 @@ __all__: list[str] = []
 class _Delivery:
     """One stream entry delivered to this consumer, until it is done."""
 
-    __slots__ = ("attempts", "effects", "entry", "stream", "twins")
+    __slots__ = ("attempts", "effects", "entry", "lease", "state", "stream", "twins")
 
-    def __init__(self, stream: bytes, entry: bytes) -> None:
+    def __init__(self, stream: bytes, entry: bytes, lease: str | None) -> None:
         self.stream = stream
         self.entry = entry
+        #: The value of its partition's lease when it was delivered (``consumer|epoch``):
+        #: its commit is refused unless the lease still holds it. ``None``: the lease
+        #: was lost since; it is dropped unanswered (its new owner runs it).
+        self.lease = lease
         self.attempts = 0
+        #: What its handling wrote, committed with it: ``(key, value)``, an empty
+        #: value deleting the key (made on the first).
+        self.state: list[tuple[str, bytes]] | None = None
         #: What its handling published, held back until its commit (made on the first).
         self.effects: list[_Outgoing] | None = None
         #: Other entries that hold the same envelope, delivered while this one
@@ -28,7 +35,7 @@ class _Delivery:
 class _Outgoing:
     """One operation waiting for the next flush: its code and its fields, encoded."""
 
-    __slots__ = ("accepted", "blob", "effects", "fields", "op", "relay", "waiter")
+    __slots__ = ("accepted", "blob", "delivery", "effects", "fields", "op", "relay", "waiter")
 
     def __init__(self, op: str, blob: bytes, fields: int, effects: int = 0) -> None:
         self.op = op
@@ -43,6 +50,8 @@ class _Outgoing:
         self.accepted = False
         #: A publish by the relay (an effect committed in another partition, on a cluster).
         self.relay = False
+        #: A commit's delivery, when it writes state (told how its commit went).
+        self.delivery: _Delivery | None = None
 
 
 class _Answers:

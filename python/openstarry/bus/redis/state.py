@@ -94,5 +94,11 @@ class Streams(Protocol):
     dead_lettered: int
     reconnects: int
     relayed: int
+    fenced: int
+    _leases: Any
+    #: What runs write beside their effects (``durable._Durable``).
+    _durable: Any
 
     async def _retrying(self, action: Callable[[], Any]) -> Any: ...
+
+    async def flush(self) -> None: ...

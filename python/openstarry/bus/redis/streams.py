@@ -4,7 +4,8 @@
 :mod:`openstarry.bus.redis` for the rules they keep): the outbox
 (:mod:`~openstarry.bus.redis.outbox`), the leases
 (:mod:`~openstarry.bus.redis.leases`) and the deliveries
-(:mod:`~openstarry.bus.redis.deliveries`).
+(:mod:`~openstarry.bus.redis.deliveries`); and what runs write beside their effects,
+fenced like their commits (:mod:`~openstarry.bus.redis.durable`).
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import anyio
 
 from openstarry.bus.backend import BusHost
 from openstarry.bus.redis.deliveries import _Deliveries
+from openstarry.bus.redis.durable import RedisJournal, _Durable
 from openstarry.bus.redis.keys import Layout, cluster_nodes, default_partitions, is_cluster_url
 from openstarry.bus.redis.leases import _Leases
-from openstarry.bus.redis.lua import FLUSH, FREE, RENEW
+from openstarry.bus.redis.lua import FLUSH, FREE, JOURNAL, RENEW, TAKE
 from openstarry.bus.redis.outbox import _Outbox, _Outboxes
 from openstarry.bus.redis.reader import agree_on_partitions, read_history, read_new
 from openstarry.bus.redis.records import _Delivery
@@ -151,6 +153,9 @@ class RedisStreams:
         self.dead_lettered = 0
         self.reconnects = 0
         self.relayed = 0
+        #: Commits refused because their partition's lease had moved on.
+        self.fenced = 0
+        self._durable = _Durable(self)
 
     def _outboxes(self) -> list[_Outbox]:
         outbox = self._outbox
@@ -199,6 +204,8 @@ class RedisStreams:
                 "flush": client.register_script(FLUSH),
                 "renew": client.register_script(RENEW),
                 "free": client.register_script(FREE),
+                "take": client.register_script(TAKE),
+                "journal": client.register_script(JOURNAL),
             }
             if self.cluster:
                 await self._retrying(client.initialize)  # the slots, before any node is named
@@ -236,6 +243,7 @@ class RedisStreams:
         finally:
             self._bus = None
             deliveries.held.clear()
+            self._durable.pending.clear()
             leases.clear()
             with anyio.move_on_after(2, shield=True):
                 await client.aclose()
@@ -308,11 +316,47 @@ class RedisStreams:
         delivery = self._deliveries.held.pop(event, None)
         if delivery is None:
             return
-        if outcome == "handled" and delivery.effects is None and delivery.twins is None:
+        if (
+            outcome == "handled"
+            and delivery.effects is None
+            and delivery.twins is None
+            and delivery.state is None
+            and delivery.lease is not None
+        ):
             # The common case: handled without effects, acknowledged by stream.
             self._outbox.ack(delivery)
             return
         self._deliveries.settle(event, delivery, outcome)
+
+    # -- what runs write: state in the commit, journals, ownership ------
+
+    def stage(self, event: Event, key: str, value: bytes, data: Any = None) -> bool:
+        """Write ``key`` (``value``; empty: delete it) with the commit of ``event``, if it
+        commits: only then, atomically with its acknowledgement and effects.
+
+        Until the commit is answered, :meth:`staged` answers ``data`` for the key.
+        Returns ``False`` when ``event`` is not a delivery this worker holds.
+
+        Raises:
+            LeaseLost: ``event`` was delivered under a lease that was lost since.
+        """
+        return self._durable.stage(event, key, value, data)
+
+    def staged(self, key: str) -> tuple[bool, Any]:
+        """``(True, data)`` while a write of ``key`` waits for its commit, else ``(False, _)``."""
+        return self._durable.read(key)
+
+    async def journal(self, event: Event) -> RedisJournal | None:
+        """The journal of the run of ``event``, with the steps earlier attempts recorded.
+
+        ``None`` for an event this worker does not hold (not delivered here).
+
+        Raises:
+            LeaseLost: the lease ``event`` was delivered under holds another worker
+                now (this one was frozen, or cut off, past it): it must not be run
+                here. Asked of Redis only once the lease's deadline has passed.
+        """
+        return await self._durable.journal(event)
 
     # -- reading the streams (openstarry tail) ---------------------------
 
@@ -371,6 +415,7 @@ class RedisStreams:
             "dead_lettered": self.dead_lettered,
             "reconnects": self.reconnects,
             "relayed": self.relayed,
+            "fenced": self.fenced,
             "outgoing": sum(len(outbox.queue) for outbox in self._outboxes()),
             "holding": len(self._deliveries.held),
             "partitions": sorted(self._leases.owned),

@@ -11,6 +11,14 @@
 -- consumer's retried flush, or by another consumer that ran it too), and then
 -- the commit publishes nothing.
 --
+-- A commit is fenced: it names the partition's lease and the value ("consumer|epoch")
+-- it held when its entry was delivered, and is refused whole (-3: no XACK, no effect,
+-- no write) when the lease holds another. A worker frozen past its lease and thawed
+-- commits nothing, whatever it ran meanwhile. A commit also carries the state its
+-- handling wrote (a session's memory: key and value, an empty value deleting the key;
+-- the run's journal, deleted), applied only with its XACK: memory is written if, and
+-- only if, the handling that wrote it is the one committed.
+--
 -- The duplicate window: the ids published in each `window` ms live in one hash
 -- ({name}:ids:B, B = server time / window); an id is known while it is in the
 -- current or the previous hash, so for at least `window` ms and less than twice
@@ -60,9 +68,12 @@ for i = 1, #codes do
       ids[nids] = id
     end
     k = k + 4
-  elseif op == C then -- stream, entry, n, then n times id, stream, wire
+  elseif op == C then
+    -- stream, entry, n, m, lease, holder, then n times id, stream, wire (the
+    -- effects), then m times key, value (the state written)
     local n = tonumber(t[k + 2])
-    k = k + 3
+    local m = tonumber(t[k + 3])
+    k = k + 6
     for j = 1, n do
       local id = t[k]
       if known[id] == nil then
@@ -72,6 +83,7 @@ for i = 1, #codes do
       end
       k = k + 3
     end
+    k = k + 2 * m
   elseif op == A then -- stream, entry ids joined by commas
     k = k + 2
   else -- 'D': stream, entry, wire, reason
@@ -141,6 +153,8 @@ local function has_room(skey)
 end
 
 local fresh, nfresh = {}, 0
+-- The leases the commits name, read once per flush.
+local owners = {}
 
 for i = 1, #codes do
   local op = codes[i]
@@ -173,13 +187,27 @@ for i = 1, #codes do
   elseif op == C then
     -- Never refused for room: the effects of a handled entry are appended with
     -- its acknowledgement, so a full stream can always drain.
-    if call('XACK', t[f], group, t[f + 1]) == 0 then
+    local lease, holder = t[f + 4], t[f + 5]
+    local owner = owners[lease]
+    if owner == nil then
+      owner = call('GET', lease) or false
+      owners[lease] = owner
+    end
+    if owner == false then
+      -- Lapsed, and nobody took it since (a take makes a new epoch): still the holder's,
+      -- as renew.lua would find it (a slow renewal, a failover that lost its expiry).
+      local epochs = prefix .. 'epoch:' .. string.sub(lease, #prefix + 7)
+      if call('GET', epochs) == string.match(holder, '|(%d+)$') then owner = holder end
+    end
+    if owner ~= holder then
+      out[i] = -3 -- the lease moved on: another consumer owns the entry's partition now
+    elseif call('XACK', t[f], group, t[f + 1]) == 0 then
       out[i] = -2 -- acknowledged before: its effects were committed then
     else
       local n = tonumber(t[f + 2])
       local fresh_effects = 0
       for j = 1, n do
-        local e = f + 3 * j
+        local e = f + 3 + 3 * j
         local id, skey = t[e], t[e + 1]
         if relay and string.sub(skey, 1, #prefix) ~= prefix then
           call('XADD', relay, '*', 'e', t[e + 2])
@@ -194,6 +222,11 @@ for i = 1, #codes do
           fresh[nfresh] = token
           fresh_effects = fresh_effects + 1
         end
+      end
+      local w = f + 6 + 3 * n
+      for j = 0, tonumber(t[f + 3]) - 1 do
+        local key, value = t[w + 2 * j], t[w + 2 * j + 1]
+        if value == '' then call('DEL', key) else call('SET', key, value) end
       end
       out[i] = fresh_effects
     end

@@ -1,3 +1,3 @@
--- Free a lease: only the consumer that owns it may delete it.
+-- Free a lease: only the consumer that owns it, in the same epoch, may delete it.
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0

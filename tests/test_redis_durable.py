@@ -1,0 +1,195 @@
+"""State written with the commit, fenced by the lease; runs' journals (a real redis-server).
+
+In one process, each part on its own: a commit under a lease that moved on
+writes nothing; a session's memory is carried by the commit of its input and
+read back before that commit is answered; a ``/reset`` goes with its own
+commit; a run's journal is recorded step by step, refused once the lease has
+moved on, deleted by the commit. The faults across processes (SIGSTOP,
+kill -9) are in ``test_exactly_once_state.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from openstarry.agent import Agent
+from openstarry.bus import EventBus, open_journal
+from openstarry.core import Event
+from openstarry.errors import LeaseLost
+from openstarry.redis_server import RedisServer
+from openstarry.stores import RedisStore
+from openstarry.testing import ScriptedProvider
+from redis_support import NEEDS_REDIS_SERVER, running_redis
+
+pytestmark = [pytest.mark.anyio, NEEDS_REDIS_SERVER]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
+    with running_redis(tmp_path, aof=False) as server:
+        yield server
+
+
+def _input(text: str, session: str = "s1") -> Event:
+    return Event.new("INPUT:USER_MESSAGE", {"text": text}, source="test", session_id=session)
+
+
+async def _until(predicate: Any, timeout: float = 20.0) -> None:
+    with anyio.fail_after(timeout):
+        while not predicate():
+            await anyio.sleep(0.01)
+
+
+def _holding(bus: EventBus) -> Any:
+    """A handler that holds what it is given (done when the test releases it)."""
+
+    def hold(event: Event) -> None:
+        bus.hold(event)
+
+    return hold
+
+
+async def _held(bus: EventBus, event: Event) -> tuple[Any, Any]:
+    """Wait until ``event`` is delivered and held by ``bus``'s worker; its backend, delivery."""
+    backend: Any = bus.backend
+    await _until(lambda: event in backend.held)
+    return backend, backend.held[event]
+
+
+async def test_a_commit_under_a_lease_that_moved_on_writes_nothing(redis: RedisServer) -> None:
+    """A worker that held an entry while another took its partition (it was frozen)
+    commits nothing of it: no acknowledgement, no effect, no state; the entry stays
+    pending for the new owner."""
+    seen: list[Event] = []
+    async with EventBus.from_url(redis.url, group="g", consumer="a", claim_idle=1.0) as bus:
+
+        def handle(event: Event) -> None:
+            bus.hold(event)  # (as the execution loop does: done when released)
+            seen.append(event)
+
+        bus.subscribe("INPUT:*", handle)
+        question = _input("hello")
+        await bus.apublish(question)
+        await _until(lambda: bool(seen))
+        backend, delivery = await _held(bus, question)
+        partition = backend._partition_of_key[delivery.stream]
+        client = backend._client
+        lease = backend.layout.lease("g", partition)
+        # Another consumer takes the partition (a new epoch), as after a freeze.
+        await client.set(lease, "b|999")
+        with bus.effects_of(question):
+            await bus.apublish(question.child("OUTPUT:AGENT_MESSAGE", {"text": "late"}, source="t"))
+        assert backend.stage(question, "{openstarry}:probe", b"written")
+        assert backend.staged("{openstarry}:probe") == (True, None)
+        bus.release(question)
+        await bus.backend.flush()  # type: ignore[union-attr]
+        metrics = backend.metrics()
+        assert metrics["fenced"] == 1
+        assert await client.get("{openstarry}:probe") is None
+        assert backend.staged("{openstarry}:probe") == (False, None)
+        pending = await client.xpending(delivery.stream.decode(), "g")
+        assert pending["pending"] == 1  # for the partition's owner to reclaim
+        texts = [json.loads(w)["payload"].get("text") async for _, w in backend.history()]
+        assert "late" not in texts
+        await client.set(lease, delivery.lease)  # (so that the stop frees it cleanly)
+
+
+async def test_the_state_a_commit_carries_is_written_with_it_and_read_back_before(
+    redis: RedisServer,
+) -> None:
+    """The value staged on a delivery is read back at once, written by its commit only."""
+    async with EventBus.from_url(redis.url, group="g", consumer="a", claim_idle=1.0) as bus:
+        bus.subscribe("INPUT:*", _holding(bus))
+        question = _input("hello")
+        await bus.apublish(question)
+        backend, _ = await _held(bus, question)
+        assert backend.stage(question, "{openstarry}:k", b"one", ["one"])
+        assert backend.stage(question, "{openstarry}:k", b"two", ["two"])  # the last one wins
+        assert backend.staged("{openstarry}:k") == (True, ["two"])
+        assert await backend._client.get("{openstarry}:k") is None  # not before the commit
+        assert not backend.stage(_input("never delivered"), "{openstarry}:k", b"x")
+        bus.release(question)
+        await bus.backend.flush()  # type: ignore[union-attr]
+        assert await backend._client.get("{openstarry}:k") == b"two"
+        assert backend.staged("{openstarry}:k") == (False, None)
+
+
+async def test_an_agents_memory_goes_with_its_commits_not_by_saves_of_its_own(
+    redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On its bus's Redis the store never saves by itself: each run's memory goes with
+    its input's commit; inputs of one session run back to back see each other's turns
+    before those commits are answered, and a ``/reset`` deletes with its own commit."""
+
+    async def no_plain_saves(*args: Any) -> None:
+        raise AssertionError("a plain save on the bus's own Redis: not fenced")
+
+    monkeypatch.setattr(RedisStore, "save", no_plain_saves)
+    monkeypatch.setattr(RedisStore, "delete", no_plain_saves)
+    answers: list[Event] = []
+    bus = EventBus.from_url(redis.url, group="g", consumer="w", claim_idle=1.0)
+    bus.subscribe("OUTPUT:AGENT_MESSAGE", answers.append)
+    store = RedisStore(redis.url)
+    async with EventBus.from_url(redis.url, consume=False) as producer:
+        backend: Any = producer.backend
+        inputs = [_input(f"turn {i}", session="s") for i in range(1, 21)]
+        assert all(await backend.asend_many(inputs))
+    async with bus, Agent(ScriptedProvider(["ok"], cycle=True), bus=bus, store=store):
+        await _until(lambda: len(answers) == 20)
+        await bus.backend.flush()  # type: ignore[union-attr]
+        saved = await store.load("s")
+        assert saved is not None
+        assert [e["text"] for e in saved if e["role"] == "user"] == [
+            f"turn {i}" for i in range(1, 21)
+        ]
+        await bus.apublish(_input("/reset", session="s"))
+        await _until(lambda: len(answers) == 21)
+        await bus.backend.flush()  # type: ignore[union-attr]
+        assert await store.load("s") is None
+
+
+async def test_a_journal_records_steps_refuses_them_once_the_lease_moved_and_goes_with_the_commit(
+    redis: RedisServer,
+) -> None:
+    async with EventBus.from_url(redis.url, group="g", consumer="a", claim_idle=1.0) as bus:
+        bus.subscribe("INPUT:*", _holding(bus))
+        question = _input("hello")
+        await bus.apublish(question)
+        backend, delivery = await _held(bus, question)
+        journal = await open_journal(bus.backend, question)
+        assert journal is not None
+        assert journal.steps == []
+        await journal.record(b"step one")
+        await journal.record(b"step two")
+        client = backend._client
+        assert await client.lrange(journal.key, 0, -1) == [b"step one", b"step two"]
+        assert await open_journal(bus.backend, _input("not delivered here")) is None
+        bus.release(question)
+        await bus.backend.flush()  # type: ignore[union-attr]
+        assert await client.exists(journal.key) == 0  # deleted by the commit
+
+        second = _input("again")
+        await bus.apublish(second)
+        backend, delivery = await _held(bus, second)
+        journal = await open_journal(bus.backend, second)
+        partition = backend._partition_of_key[delivery.stream]
+        await client.set(backend.layout.lease("g", partition), "b|999")
+        with pytest.raises(LeaseLost):
+            await journal.record(b"too late")
+        assert await client.exists(journal.key) == 0
+        with pytest.raises(LeaseLost):  # dropped: its new owner runs it
+            await open_journal(bus.backend, second)
+        bus.release(second)
+        await bus.backend.flush()  # type: ignore[union-attr]
+        assert backend.metrics()["acked"] == 1  # the first only
