@@ -19,8 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
+
+from openstarry.bus.redis.lua import JOURNAL
 from openstarry.bus.redis.records import _Delivery
-from openstarry.bus.redis.state import Streams, log
+from openstarry.bus.redis.state import Streams, log, redis_errors
 from openstarry.core import Event
 from openstarry.errors import LeaseLost
 
@@ -33,18 +36,79 @@ JOURNAL_STEPS = 4096
 JOURNAL_STEP_BYTES = 8 << 20
 #: Seconds a journal lives after its last step, when its input never commits.
 JOURNAL_TTL = 7 * 24 * 3600
+#: Journal writes one pipeline carries at most.
+_JOURNAL_BATCH = 256
+
+
+class _Step:
+    """One journal write waiting for the writer: its keys and arguments, then its answer."""
+
+    __slots__ = ("answer", "args", "done", "keys")
+
+    def __init__(self, keys: list[str], args: list[Any]) -> None:
+        self.keys = keys
+        self.args = args
+        self.done = anyio.Event()
+        self.answer = 0
 
 
 class _Durable:
     """The state staged on deliveries, and the journals of the runs this worker serves."""
 
-    __slots__ = ("pending", "streams")
+    __slots__ = ("pending", "steps", "streams", "wake")
 
     def __init__(self, streams: Streams) -> None:
         self.streams = streams
         #: The value staged for each key, by the delivery whose commit carries it, until
         #: that commit is answered: ``key -> (delivery, value, data)``.
         self.pending: dict[str, tuple[_Delivery, bytes, Any]] = {}
+        #: Journal writes waiting for the writer.
+        self.steps: list[_Step] = []
+        self.wake = anyio.Event()
+
+    async def append(self, keys: list[str], args: list[Any]) -> int:
+        """Run ``journal.lua`` for one step, with the other runs' steps of the moment:
+        the writer sends what waits in one pipeline (a round trip for them all, and
+        one connection however many runs are recording)."""
+        step = _Step(keys, args)
+        self.steps.append(step)
+        self.wake.set()
+        await step.done.wait()
+        return step.answer
+
+    async def run(self) -> None:
+        """Send the waiting journal writes, a pipeline at a time, until the backend stops.
+
+        A pipeline whose answer is lost is sent again whole: a step appended twice
+        is read back once (steps are keyed by round and by tool call)."""
+        streams = self.streams
+        script = streams._scripts["journal"]
+        while True:
+            await self.wake.wait()
+            self.wake = anyio.Event()
+            batch, self.steps = self.steps, []
+            while batch:
+                taken, batch = batch[:_JOURNAL_BATCH], batch[_JOURNAL_BATCH:]
+
+                async def send(taken: list[_Step] = taken) -> list[Any]:
+                    client = streams._client
+                    pipe = client.pipeline(transaction=False)
+                    for step in taken:
+                        await script(keys=step.keys, args=step.args, client=pipe)
+                    try:
+                        answers: list[Any] = await pipe.execute()
+                    except redis_errors.NoScriptError:
+                        # A node that lacks it (a replica promoted since it was loaded).
+                        await client.script_load(JOURNAL)
+                        raise redis_errors.ConnectionError(
+                            "the journal script was loaded again"
+                        ) from None
+                    return answers
+
+                answers = await streams._retrying(send)
+                for step, answer in zip(taken, answers, strict=True):
+                    step.answer = int(answer)
+                    step.done.set()
 
     def stage(self, event: Event, key: str, value: bytes, data: Any = None) -> bool:
         """Write ``key`` with the commit of ``event`` (an empty value deletes it).
@@ -173,8 +237,7 @@ class RedisJournal:
         partition = streams._partition_of_key[delivery.stream]
         keys = [self.key, *streams._leases.keys(partition)]
         args = [lease, step, JOURNAL_STEPS, JOURNAL_TTL * 1000]
-        script = streams._scripts["journal"]
-        answer = await streams._retrying(lambda: script(keys=keys, args=args))
+        answer = await durable.append(keys, args)
         if answer == -1:
             if streams._leases.value.get(partition) == lease:
                 streams._leases.lost(partition)

@@ -213,6 +213,7 @@ class RedisStreams:
             await self._retrying(functools.partial(agree_on_partitions, client, self.layout))
             # The flusher sends the script by its hash: loaded (on every master) before it starts.
             await self._retrying(functools.partial(client.script_load, FLUSH))
+            await self._retrying(functools.partial(client.script_load, JOURNAL))
             if self.consume:
                 await self._retrying(deliveries.create_groups)
             async with anyio.create_task_group() as tasks:
@@ -220,6 +221,7 @@ class RedisStreams:
                     tasks.start_soon(each.run, name="openstarry.redis flusher")
                 if self.consume:
                     tasks.start_soon(leases.run, name="openstarry.redis leases")
+                    tasks.start_soon(self._durable.run, name="openstarry.redis journal")
                     if isinstance(outbox, _Outboxes):
                         relay = _Relay(self, outbox, leases)
                         tasks.start_soon(relay.run, name="openstarry.redis relay")
@@ -244,6 +246,7 @@ class RedisStreams:
             self._bus = None
             deliveries.held.clear()
             self._durable.pending.clear()
+            self._durable.steps.clear()
             leases.clear()
             with anyio.move_on_after(2, shield=True):
                 await client.aclose()
