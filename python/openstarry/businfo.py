@@ -4,7 +4,8 @@
 
 For each partition: its hash tag, the node that holds it (the master of its
 tag's slot on a cluster; the server itself on one server), its owner in the
-group (the value of its lease, ``-`` when no consumer holds it), the entries
+group (the consumer its lease names, ``-`` when none holds it; ``epoch`` in the
+JSON: how many times its lease was taken), the entries
 of its six streams (all priorities, and priority 0 apart), the entries the
 group has read and not acknowledged (``XPENDING``, summed over the streams)
 and its dead letters. Then per node: the partitions it holds and its share
@@ -140,7 +141,9 @@ async def collect(client: Any, layout: Any, group: str) -> dict[str, Any]:
                 "partition": p,
                 "tag": layout.tags[p],
                 "node": node_of[p],
-                "owner": None if owner is None else _text(owner),
+                # A lease's value is "consumer|epoch" (each take of it a new epoch).
+                "owner": None if owner is None else _text(owner).rpartition("|")[0] or _text(owner),
+                "epoch": None if owner is None else _epoch(_text(owner)),
                 "streams": lengths,
                 "entries": sum(lengths),
                 "pending": pending,
@@ -254,3 +257,9 @@ def render(found: dict[str, Any], *, now_ms: int | None = None) -> str:
     else:
         lines.append(f"no live consumer in group {found['group']}")
     return "\n".join(lines) + "\n"
+
+
+def _epoch(lease: str) -> int | None:
+    """The epoch of a lease's value ``consumer|epoch`` (``None`` for another value)."""
+    epoch = lease.rpartition("|")[2]
+    return int(epoch) if epoch.isdigit() else None
