@@ -18,13 +18,14 @@ from typing import Any
 import anyio
 import pytest
 
+from openstarry import AgentContext, tool
 from openstarry.agent import Agent
 from openstarry.bus import EventBus, open_journal
 from openstarry.core import Event
 from openstarry.errors import LeaseLost
 from openstarry.redis_server import RedisServer
 from openstarry.stores import RedisStore
-from openstarry.testing import ScriptedProvider
+from openstarry.testing import FunctionProvider, ScriptedProvider, tool_call
 from redis_support import NEEDS_REDIS_SERVER, running_redis
 
 pytestmark = [pytest.mark.anyio, NEEDS_REDIS_SERVER]
@@ -193,3 +194,58 @@ async def test_a_journal_records_steps_refuses_them_once_the_lease_moved_and_goe
         bus.release(second)
         await bus.backend.flush()  # type: ignore[union-attr]
         assert backend.metrics()["acked"] == 1  # the first only
+
+
+async def test_a_run_handed_over_mid_tool_replays_what_completed(redis: RedisServer) -> None:
+    """A worker stopped while a run's second tool runs hands the run back; the worker
+    that takes it over replays the first response, the first tool's outcome and the
+    second response from the journal, runs the second tool again (it was in flight,
+    with the same idempotency key) and the third once, and answers once."""
+    runs: dict[str, list[str | None]] = {"one": [], "two": [], "three": []}
+    second_started = anyio.Event()
+    calls = 0
+
+    def counting(name: str) -> Any:
+        async def run(context: AgentContext) -> str:
+            runs[name].append(context.idempotency_key)
+            if name == "two" and len(runs["two"]) == 1:
+                second_started.set()
+                await anyio.sleep_forever()  # stopped here, by its worker's stop
+            return f"{name} done"
+
+        run.__name__ = run.__qualname__ = name
+        run.__doc__ = f"Tool {name}."
+        return tool(run)
+
+    def model(prompt: str, context: AgentContext) -> Any:
+        nonlocal calls
+        calls += 1
+        return (
+            tool_call(("one", "two", "three")[context.round - 1], {})
+            if context.round <= 3
+            else "all done"
+        )
+
+    tools = [counting(name) for name in ("one", "two", "three")]
+    answers: list[Event] = []
+    question = _input("go", session="durable")
+    async with EventBus.from_url(redis.url, consume=False) as producer:
+        await producer.apublish(question)
+    first = EventBus.from_url(redis.url, group="g", consumer="a", claim_idle=1.0)
+    async with first, Agent(FunctionProvider(model), tools, bus=first):
+        with anyio.fail_after(20):
+            await second_started.wait()
+    assert calls == 2
+    second = EventBus.from_url(redis.url, group="g", consumer="b", claim_idle=1.0)
+    second.subscribe("OUTPUT:AGENT_MESSAGE", answers.append)
+    async with second, Agent(FunctionProvider(model), tools, bus=second):
+        await _until(lambda: any(a.payload.get("final") for a in answers))
+    assert len(runs["one"]) == 1
+    assert len(runs["two"]) == 2
+    assert runs["two"][0] == runs["two"][1]  # the same key on both attempts
+    assert runs["two"][0] is not None
+    assert runs["two"][0].startswith(f"{question.id}/")
+    assert len(runs["three"]) == 1
+    assert calls == 4  # rounds 1 and 2 replayed: the model asked for rounds 3 and 4 only
+    finals = [a for a in answers if a.payload.get("final")]
+    assert [f.payload["text"] for f in finals] == ["all done"]
