@@ -90,7 +90,9 @@ class _Leases:
         pipe.zcard(consumers)
         live = max(1, (await pipe.execute())[2])
         for p in sorted(self.owned):
-            value = self.value[p]
+            value = self.value.get(p)
+            if value is None:
+                continue  # lost meanwhile (a run that found it so, while this one awaited)
             sent = time.monotonic()
             renewed = await scripts["renew"](
                 keys=self.keys(p), args=[value, ttl, value.rpartition("|")[2]]
@@ -124,7 +126,9 @@ class _Leases:
             if not any(partition_of_key[d.stream] == p for d in held.values()):
                 # Its commits go first: they name this lease, refused once it is freed.
                 await streams.flush()
-                await scripts["free"](keys=[self.key(p)], args=[self.value[p]])
+                value = self.value.get(p)
+                if value is not None:
+                    await scripts["free"](keys=[self.key(p)], args=[value])
                 self.forget(p)
 
     async def free(self) -> None:
@@ -135,8 +139,8 @@ class _Leases:
             return
         async with self.lock:
             try:
-                for p in list(self.owned):
-                    await streams._scripts["free"](keys=[self.key(p)], args=[self.value[p]])
+                for p, value in list(self.value.items()):
+                    await streams._scripts["free"](keys=[self.key(p)], args=[value])
                 await client.zrem(streams.layout.consumers(streams.group), streams.consumer)
             except _RETRY:
                 pass  # the leases expire by themselves
