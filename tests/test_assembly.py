@@ -191,3 +191,17 @@ async def test_issue6_only_the_top_n_tools_of_agent_json_reach_the_http_provider
     assert "send_email" in asked[2]
     # Each input gets its own selection.
     assert len({tuple(sorted(names)) for names in asked}) == 3
+
+
+def test_approval_tools_named_by_import_reference_wait_for_approval(tmp_path: Path) -> None:
+    """``approval.tools`` names an imported tool by its entry in ``tools`` (what the
+    manifest's check asks for): the agent's loop knows it by the tool's own name."""
+    entry = "test_assembly:send_email"
+    path = manifest_file(
+        tmp_path,
+        {"provider": {"name": "default"}, "tools": [entry], "approval": {"tools": [entry]}},
+    )
+    agent = agent_from_manifest(path)
+    executor = agent.loop._executor
+    assert executor.approval_tools == frozenset({"send_email"})
+    assert executor.needs_approval(executor.tools["send_email"])

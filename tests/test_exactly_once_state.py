@@ -317,8 +317,8 @@ async def step_one() -> str:
 
 
 async def step_two() -> str:
-    """The second step: its first run blocks (its worker is killed meanwhile)."""
-    if _count("step_two") == 0:
+    """The second step: its first run blocks where asked to (its worker is killed meanwhile)."""
+    if _count("step_two") == 0 and (HERE / "block").exists():
         await anyio.sleep(60)
     return "two done"
 
@@ -347,6 +347,23 @@ def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+def _steps_agent(folder: Path, **manifest: Any) -> Path:
+    """The three steps' module in ``folder`` and the manifest of their agent."""
+    (folder / "exactly_once_steps.py").write_text(STEPS_MODULE)
+    path = folder / "steps.json"
+    path.write_text(
+        json.dumps(
+            {
+                "identity": {"name": "steps"},
+                "provider": {"name": "three-steps"},
+                "tools": [f"exactly_once_steps:{step}" for step in STEPS],
+                **manifest,
+            }
+        )
+    )
+    return path
+
+
 def test_a_run_killed_mid_tool_resumes_without_repeating_completed_tools(
     redis: RedisServer, tmp_path: Path
 ) -> None:
@@ -354,17 +371,8 @@ def test_a_run_killed_mid_tool_resumes_without_repeating_completed_tools(
     (``kill -9``) while it runs. The other worker finishes the run: the first tool had
     completed and must not run again, nor the third twice; the second may (it was in
     flight); and the input is answered once, by the whole run."""
-    (tmp_path / "exactly_once_steps.py").write_text(STEPS_MODULE)
-    manifest = tmp_path / "steps.json"
-    manifest.write_text(
-        json.dumps(
-            {
-                "identity": {"name": "steps"},
-                "provider": {"name": "three-steps"},
-                "tools": [f"exactly_once_steps:{step}" for step in STEPS],
-            }
-        )
-    )
+    manifest = _steps_agent(tmp_path)
+    (tmp_path / "block").touch()
     data = encode_event(_input("run the three steps", session="steps")) + b"\n"
     client = _client(redis.url)
     workers: dict[str, subprocess.Popen[bytes]] = {}
@@ -392,6 +400,63 @@ def test_a_run_killed_mid_tool_resumes_without_repeating_completed_tools(
     (answer,) = _outputs(redis.url, 1, timeout=5)
     assert answer.payload["text"] == "all 3 steps done"
     _assert_stopped_cleanly({n: c for n, c in codes.items() if n != victim}, tmp_path)
+
+
+def test_a_run_waiting_for_approval_survives_a_restart_of_every_worker(
+    redis: RedisServer, tmp_path: Path
+) -> None:
+    """The second of three tools needs approval. While the run waits for it, every
+    worker is killed (``kill -9``) and new ones start; the approval, sent then as
+    ``/approve ID``, resumes the run on a new worker: the first tool is not run
+    again, the approval request is not published twice, and the input is answered
+    once, after the second and third tools ran once each."""
+    manifest = _steps_agent(tmp_path, approval={"tools": ["exactly_once_steps:step_two"]})
+    question = encode_event(_input("run the three steps", session="steps")) + b"\n"
+    client = _client(redis.url)
+    workers: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for name in ("w1", "w2"):
+            workers[name] = _worker(manifest, redis.url, name, pythonpath=tmp_path)
+        _wait_consumers(client, Layout(NAME, 8), 2)
+        assert _run(["publish", "--bus", redis.url], stdin=question).returncode == 0
+        requests = _run(
+            [
+                "tail",
+                "--bus",
+                redis.url,
+                "--type",
+                "EXEC:APPROVAL_REQUEST",
+                "--count",
+                "1",
+                "--timeout",
+                "30",
+            ],
+            timeout=60,
+        )
+        (request,) = [json.loads(line) for line in requests.stdout.splitlines()]
+        approval = request["payload"]["approvalId"]
+        assert _lines(tmp_path / "step_one.count") != []
+        assert _lines(tmp_path / "step_two.count") == []
+        for worker in workers.values():
+            worker.send_signal(signal.SIGKILL)
+            worker.wait(timeout=10)
+        workers.clear()
+        for name in ("w3", "w4"):
+            workers[name] = _worker(manifest, redis.url, name, pythonpath=tmp_path)
+        approve = encode_event(_input(f"/approve {approval}", session="steps")) + b"\n"
+        assert _run(["publish", "--bus", redis.url], stdin=approve).returncode == 0
+        _wait_answered(redis.url, 2, timeout=30)
+    finally:
+        client.close()
+        codes = _stop(workers)
+    runs = {step: len(_lines(tmp_path / f"{step}.count")) for step in STEPS}
+    assert runs == {"step_one": 1, "step_two": 1, "step_three": 1}, runs
+    _assert_each_answered_once(redis.url, question + approve)
+    texts = {a.parent_id: a.payload["text"] for a in _outputs(redis.url, 2, timeout=5)}
+    assert texts[json.loads(question)["id"]] == "all 3 steps done"
+    again = _run(["tail", "--bus", redis.url, "--type", "EXEC:APPROVAL_REQUEST", "--timeout", "1"])
+    assert len(again.stdout.splitlines()) == 1  # published once, not again by the replay
+    _assert_stopped_cleanly(codes, tmp_path)
 
 
 # -- the same pause on a Redis Cluster, with a master killed ---------------------------

@@ -33,7 +33,7 @@ from openstarry.errors import ManifestError
 from openstarry.manifest import AgentManifest, McpServerConfig, load_manifest
 from openstarry.providers import create_provider
 from openstarry.stores import open_store
-from openstarry.tools import import_reference, resolve_tools
+from openstarry.tools import import_reference, resolve_tools, tool_name
 
 __all__ = ["agent_from_manifest", "mcp_toolset"]
 
@@ -108,7 +108,8 @@ def agent_from_manifest(
         max_tools=manifest.tool_retrieval.top_n,
         retriever=retriever,
         toolsets=toolsets,
-        approval_tools=manifest.approval.tools,
+        # Entries, as the manifest names tools: an imported tool by its reference.
+        approval_tools=[tool_name(entry) for entry in manifest.approval.tools],
         store=store,
     )
 

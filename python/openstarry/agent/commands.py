@@ -48,6 +48,8 @@ BUILTIN_COMMANDS: Mapping[str, str] = {
     "stop": "cancel the run in progress (and drop the inputs queued behind it)",
     "quit": "stop and end this session",
     "metrics": "show the event bus and loop metrics",
+    "approve": "approve the tool call an approval request names: /approve APPROVAL_ID",
+    "deny": "deny it: /deny APPROVAL_ID [reason]",
 }
 
 

@@ -507,6 +507,7 @@ class ToolExecutor:
     ) -> dict[int, Wait]:
         """Open the round's waits, publish their approval requests and the ``EXEC:AWAITING``."""
         waits: dict[int, Wait] = {}
+        published_now = False
         for i, call in enumerate(calls):
             tool = tools.get(call.name)
             if tool is None:
@@ -515,6 +516,7 @@ class ToolExecutor:
                 waits[i] = self.waits.open(CLIENT_CALL, context, call.id, call.name, call.args)
             elif self.needs_approval(tool) and _valid(tool, call):
                 label = getattr(tool, "server_label", None)
+                journal = context.journal
                 wait = self.waits.open(
                     APPROVAL,
                     context,
@@ -522,8 +524,18 @@ class ToolExecutor:
                     call.name,
                     call.args,
                     server_label=label if isinstance(label, str) else None,
+                    wait_id=None if journal is None else journal.approval_id(call.id),
                 )
                 waits[i] = wait
+                if journal is not None:
+                    answered = journal.answers.get(wait.id)
+                    if answered is not None:  # while no worker ran it (all restarted)
+                        approve, reason = answered
+                        self.waits.answer(
+                            wait.session_id, wait.id, Answer(approve=approve, reason=reason)
+                        )
+                    if wait.id in journal.announced:
+                        continue  # published by an earlier attempt
                 payload: dict[str, Any] = {
                     "approvalId": wait.id,
                     "toolCallId": call.id,
@@ -532,15 +544,27 @@ class ToolExecutor:
                 }
                 if wait.server_label is not None:
                     payload["serverLabel"] = wait.server_label
-                await self.bus.apublish(
-                    call_events[i].child(APPROVAL_REQUEST, payload, source=self.source)
-                )
+                request = call_events[i].child(APPROVAL_REQUEST, payload, source=self.source)
+                if journal is None:
+                    await self.bus.apublish(request)
+                    continue
+                # A durable run's: published now, not with the run's commit (its client
+                # must see it while the run waits), and once, whatever the attempts.
+                with self.bus.effects_of(request):  # (no delivery's effect: sent at once)
+                    await self.bus.apublish(request)
+                await journal.record_announced(wait.id)
+                published_now = True
         if waits:
             announced = {
                 "callIds": [w.id for w in waits.values() if w.kind == CLIENT_CALL],
                 "approvalIds": [w.id for w in waits.values() if w.kind == APPROVAL],
             }
-            await self.bus.apublish(parent.child(AWAITING, announced, source=self.source))
+            awaiting = parent.child(AWAITING, announced, source=self.source)
+            if published_now:  # with its requests, at once
+                with self.bus.effects_of(awaiting):
+                    await self.bus.apublish(awaiting)
+            else:
+                await self.bus.apublish(awaiting)
         return waits
 
     async def _client_output(self, call: ToolCall, wait: Wait) -> ToolOutcome:

@@ -6,8 +6,15 @@ completed before its next one starts:
 
 - a **model response** that asked for tools (a final answer needs no record:
   the run commits right after it), before any of its tools runs;
-- each **tool call's outcome** (an approval's answer with it: a denied call's
-  outcome is its denial), with what the core observed about the call.
+- each **tool call's outcome** (a denied call's outcome is its denial), with
+  what the core observed about the call;
+- an **approval request** once it is published (it is published at once, not
+  with the run's commit: its client must see it while the run waits), and the
+  **approval's answer** (``/approve ID`` or ``/deny ID``, which any worker of
+  the session's partition records here before acknowledging it). A run that
+  waits for an approval thus survives a restart of every worker: handled
+  again, it replays up to the wait, and the answer, recorded or still to
+  come, resumes it.
 
 When a worker dies in the middle of a run, its input is handled again, on any
 worker, from the start: the run reads its journal and replays what it holds
@@ -26,18 +33,22 @@ The journal is deleted by that commit.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any, Protocol
 
 from openstarry.agent.memory import Observation, ToolFailure, ToolOutcome
 from openstarry.core import ProviderResponse, decode_response, encode_response
 
-__all__ = ["BusJournal", "RunJournal"]
+__all__ = ["BusJournal", "RunJournal", "approval_id", "record_answer", "run_of_approval"]
 
 #: A step's first byte: a model response (then its round, a newline and the
-#: response's JSON), or a tool call's outcome (then its JSON).
+#: response's JSON), a tool call's outcome (then its JSON), an approval request
+#: published (then its id), an approval's answer (then its JSON).
 _RESPONSE = b"R"
 _OUTCOME = b"T"
+_ANNOUNCED = b"W"
+_ANSWER = b"Y"
 
 
 class BusJournal(Protocol):
@@ -56,7 +67,7 @@ class RunJournal:
         input_id: The input's event id (the idempotency keys start with it).
     """
 
-    __slots__ = ("input_id", "journal", "outcomes", "responses")
+    __slots__ = ("announced", "answers", "input_id", "journal", "outcomes", "responses")
 
     def __init__(self, journal: BusJournal, input_id: str) -> None:
         self.journal = journal
@@ -65,6 +76,10 @@ class RunJournal:
         self.responses: dict[int, bytes] = {}
         #: Recorded outcomes (and observations), by tool call id.
         self.outcomes: dict[str, tuple[ToolOutcome, list[Observation]]] = {}
+        #: The approval requests already published, by approval id.
+        self.announced: set[str] = set()
+        #: The approvals' answers recorded, by approval id: ``(approve, reason)``.
+        self.answers: dict[str, tuple[bool, str | None]] = {}
         for step in journal.steps:
             kind = step[:1]
             if kind == _RESPONSE:
@@ -73,6 +88,15 @@ class RunJournal:
             elif kind == _OUTCOME:
                 outcome, observed = _outcome_from(json.loads(step[1:]))
                 self.outcomes[outcome.tool_call_id] = (outcome, observed)
+            elif kind == _ANNOUNCED:
+                self.announced.add(step[1:].decode())
+            elif kind == _ANSWER:
+                data = json.loads(step[1:])
+                reason = data.get("reason")
+                self.answers[str(data["id"])] = (
+                    data.get("approve") is True,
+                    reason if isinstance(reason, str) else None,
+                )
 
     @property
     def replaying(self) -> bool:
@@ -107,6 +131,40 @@ class RunJournal:
     def key(self, call_id: str) -> str:
         """The idempotency key of tool call ``call_id`` of this run: the same on every attempt."""
         return f"{self.input_id}/{call_id}"
+
+    def approval_id(self, call_id: str) -> str:
+        """The id of the approval of tool call ``call_id``: the same on every attempt, and
+        it names the run (:func:`run_of_approval`), so an answer finds its journal."""
+        return approval_id(self.input_id, call_id)
+
+    async def record_announced(self, approval: str) -> None:
+        """Record that the request of approval ``approval`` was published (a run handled
+        again does not publish it twice)."""
+        self.announced.add(approval)
+        await self.journal.record(_ANNOUNCED + approval.encode())
+
+
+def approval_id(run_id: str, call_id: str) -> str:
+    """The approval id of tool call ``call_id`` of the durable run of input ``run_id``."""
+    digest = hashlib.blake2b(call_id.encode("utf-8", "surrogatepass"), digest_size=8)
+    return f"apr_{run_id}.{digest.hexdigest()}"
+
+
+def run_of_approval(approval: str) -> str | None:
+    """The input id an approval id of a durable run names (:func:`approval_id`), or ``None``."""
+    if not approval.startswith("apr_"):
+        return None
+    run_id, dot, digest = approval[4:].rpartition(".")
+    return run_id if dot and run_id and len(digest) == 16 else None
+
+
+async def record_answer(
+    journal: BusJournal, approval: str, approve: bool, reason: str | None
+) -> None:
+    """Record an approval's answer in the journal of the run that waits for it (the
+    answer's own handling writes it there, before the answer is acknowledged)."""
+    data = {"id": approval, "approve": approve, "reason": reason}
+    await journal.record(_ANSWER + json.dumps(data, ensure_ascii=False).encode())
 
 
 def _outcome_data(outcome: ToolOutcome, observed: list[Observation]) -> dict[str, Any]:

@@ -50,6 +50,8 @@ __all__ = [
 CLIENT_CALL = "function_call"
 #: The kind of a wait for an approval.
 APPROVAL = "approval"
+#: Answers kept for waits not opened yet, at most (the oldest go first).
+EARLY_ANSWERS = 1024
 
 
 @final
@@ -108,10 +110,20 @@ class Wait:
 class Waits:
     """The calls that wait, by session and id; the loop keeps one."""
 
-    __slots__ = ("_sessions",)
+    __slots__ = ("_early", "_sessions")
 
     def __init__(self) -> None:
         self._sessions: dict[str, dict[str, Wait]] = {}
+        #: Answers that came before their wait was opened (a durable run still
+        #: replaying up to it), by session and id: at most :data:`EARLY_ANSWERS`.
+        self._early: dict[tuple[str, str], Answer] = {}
+
+    def keep(self, session_id: str, wait_id: str, answer: Answer) -> None:
+        """Keep an answer for a wait not opened yet: :meth:`open` gives it to the wait."""
+        early = self._early
+        early[(session_id, wait_id)] = answer
+        if len(early) > EARLY_ANSWERS:
+            del early[next(iter(early))]
 
     def open(
         self,
@@ -122,9 +134,12 @@ class Waits:
         args: Any,
         *,
         server_label: str | None = None,
+        wait_id: str | None = None,
     ) -> Wait:
-        """Record a wait (not yet waited for); an approval gets a fresh ``apr_`` id."""
-        wait_id = tool_call_id if kind == CLIENT_CALL else f"apr_{uuid.uuid4().hex}"
+        """Record a wait (not yet waited for); an approval gets a fresh ``apr_`` id, unless
+        ``wait_id`` gives one (a durable run's, the same on every attempt)."""
+        if wait_id is None:
+            wait_id = tool_call_id if kind == CLIENT_CALL else f"apr_{uuid.uuid4().hex}"
         wait = Wait(
             wait_id,
             kind,
@@ -136,6 +151,8 @@ class Waits:
             server_label,
         )
         self._sessions.setdefault(wait.session_id, {})[wait_id] = wait
+        if self._early:
+            wait.answer = self._early.pop((wait.session_id, wait_id), None)
         return wait
 
     def find(self, session_id: str, kind: str, tool_call_id: str) -> Wait | None:

@@ -92,8 +92,12 @@ class BusBackend(Protocol):
         """The backend's own counters."""
 
 
-async def open_journal(backend: BusBackend | None, event: Event) -> Any:
+async def open_journal(backend: BusBackend | None, event: Event, run_id: str | None = None) -> Any:
     """The journal of the work on ``event``, where the backend keeps journals, else ``None``.
+
+    ``run_id``: instead, the journal of another event of the same session, which
+    ``event``'s handling records a step in (an approval's answer, for the run
+    that waits for it); it is that run's commit that deletes it.
 
     A backend that keeps them (Redis: ``RedisStreams.journal``) answers for an
     event it delivered to this process: an object with ``steps``, what earlier
@@ -107,7 +111,9 @@ async def open_journal(backend: BusBackend | None, event: Event) -> Any:
             cut off past it): the new owner runs it; this process must not.
     """
     journal = getattr(backend, "journal", None)
-    return None if journal is None else await journal(event)
+    if journal is None:
+        return None
+    return await (journal(event) if run_id is None else journal(event, run_id))
 
 
 class BackendFactory(Protocol):

@@ -156,9 +156,13 @@ class _Durable:
                 self.committed(delivery)
                 delivery.lease = None
 
-    async def journal(self, event: Event) -> RedisJournal | None:
+    async def journal(self, event: Event, run_id: str | None = None) -> RedisJournal | None:
         """The journal of the run of ``event`` (a delivery this worker holds), its steps
         read; ``None`` for an event not delivered here.
+
+        ``run_id``: the journal of another input of the same session (what an
+        approval's answer, ``event``, records for the run that waits for it),
+        written under ``event``'s lease and left to that run's commit to delete.
 
         Raises:
             LeaseLost: the lease ``event`` was delivered under is not this worker's
@@ -171,6 +175,9 @@ class _Durable:
         partition = streams._partition_of_key[delivery.stream]
         if not await streams._leases.owns(partition, delivery.lease):
             raise LeaseLost(f"the lease of event {event.id}'s partition is another worker's")
+        if run_id is not None and run_id != event.id:
+            key = streams.layout.journal(partition, run_id)
+            return RedisJournal(self, event, delivery, key, [], own=False)
         key = streams.layout.journal(partition, event.id)
         steps: list[bytes] = []
         if delivery.attempts:
@@ -191,7 +198,7 @@ class RedisJournal:
     first), read when it started; :meth:`record` appends one.
     """
 
-    __slots__ = ("delivery", "durable", "event", "full", "key", "steps")
+    __slots__ = ("delivery", "durable", "event", "full", "key", "own", "steps")
 
     def __init__(
         self,
@@ -200,6 +207,8 @@ class RedisJournal:
         delivery: _Delivery,
         key: str,
         steps: list[bytes],
+        *,
+        own: bool = True,
     ) -> None:
         self.durable = durable
         self.event = event
@@ -207,6 +216,8 @@ class RedisJournal:
         self.key = key
         self.steps = steps
         self.full = False
+        #: The journal of ``event``'s own run (deleted by its commit), or of another's.
+        self.own = own
 
     async def record(self, step: bytes) -> None:
         """Append ``step`` once Redis holds it (fenced by the run's lease).
@@ -251,5 +262,5 @@ class RedisJournal:
             self.full = True
             return
         self.steps.append(step)
-        if answer == 1:
+        if answer == 1 and self.own:
             durable.stage(self.event, self.key, b"")  # deleted by the input's commit

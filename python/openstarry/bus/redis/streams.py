@@ -349,17 +349,19 @@ class RedisStreams:
         """``(True, data)`` while a write of ``key`` waits for its commit, else ``(False, _)``."""
         return self._durable.read(key)
 
-    async def journal(self, event: Event) -> RedisJournal | None:
+    async def journal(self, event: Event, run_id: str | None = None) -> RedisJournal | None:
         """The journal of the run of ``event``, with the steps earlier attempts recorded.
 
         ``None`` for an event this worker does not hold (not delivered here).
+        ``run_id`` names another input of the same session whose journal ``event``'s
+        handling writes to (an approval's answer, for the run waiting for it).
 
         Raises:
             LeaseLost: the lease ``event`` was delivered under holds another worker
                 now (this one was frozen, or cut off, past it): it must not be run
                 here. Asked of Redis only once the lease's deadline has passed.
         """
-        return await self._durable.journal(event)
+        return await self._durable.journal(event, run_id)
 
     # -- reading the streams (openstarry tail) ---------------------------
 
