@@ -505,3 +505,45 @@ def test_a_cluster_worker_frozen_past_its_lease_with_a_master_killed(
         _assert_each_answered_once(url, data)
         _assert_each_turn_remembered_once(url, sessions, [(frozen, held)])
     _assert_stopped_cleanly(codes, manifest.parent)
+
+
+# -- openstarry serve on the Redis bus ---------------------------------------------------
+
+
+def test_serve_runs_the_redis_bus_its_manifest_names(redis: RedisServer, tmp_path: Path) -> None:
+    """A manifest whose ``bus`` is Redis: ``openstarry serve`` starts that bus with the
+    agent (it refused every request with "the Redis bus is not running" before), answers
+    over HTTP, and the session's memory goes to the bus's Redis with the commits."""
+    import httpx
+
+    from test_api_serve import serve_process
+
+    manifest = tmp_path / "agent.json"
+    manifest.write_text(
+        json.dumps(
+            {
+                "identity": {"name": "w"},
+                "provider": {"name": "default"},
+                "tools": ["get_weather"],
+                "bus": {"url": redis.url},
+            }
+        )
+    )
+    request = {
+        "input": [
+            {"role": "user", "type": "message", "content": [{"type": "text", "text": "Weather?"}]}
+        ],
+        "session_id": "http",
+        "stream": False,
+    }
+    with serve_process(manifest) as (url, _):
+        for _ in range(2):
+            answer = httpx.post(f"{url}/process", json=request, timeout=30).json()
+            assert answer["status"] == "completed", answer
+
+    async def load() -> list[Any]:
+        async with RedisStore(redis.url) as store:
+            return await store.load("http") or []
+
+    said = [e["text"] for e in anyio.run(load) if e.get("role") == "user"]
+    assert said == ["Weather?", "Weather?"]

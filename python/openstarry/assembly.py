@@ -70,7 +70,8 @@ def agent_from_manifest(
             raise ManifestError(str(exc), field="provider.name") from exc
         retriever = _retriever_of(manifest.tool_retrieval.retriever)
         toolsets = _toolsets_of(manifest)
-        if bus is None and manifest.bus.url is not None:
+        made_bus = bus is None and manifest.bus.url is not None
+        if made_bus:
             bus = _bus_of(manifest)
         store_spec = manifest.sessions.store
         backend = None if bus is None else bus.backend
@@ -111,6 +112,8 @@ def agent_from_manifest(
         # Entries, as the manifest names tools: an imported tool by its reference.
         approval_tools=[tool_name(entry) for entry in manifest.approval.tools],
         store=store,
+        # The bus the manifest names runs with the agent; a bus given is the caller's.
+        run_bus=made_bus,
     )
 
 

@@ -76,6 +76,9 @@ class Agent(Lifecycle):
             (:mod:`openstarry.agent.waits`).
         store: Where sessions' memory lives between runs (``None``: in this
             process); a store that is an async context manager is entered with the agent.
+        run_bus: Whether the agent starts and stops ``bus`` with itself, as it does
+            its own (default: only its own). An agent assembled from a manifest
+            whose ``bus`` names a Redis bus runs that bus.
     """
 
     def __init__(
@@ -94,6 +97,7 @@ class Agent(Lifecycle):
         toolsets: Sequence[Toolset] = (),
         approval_tools: Iterable[str] = (),
         store: SessionStore | None = None,
+        run_bus: bool | None = None,
     ) -> None:
         for toolset in toolsets:
             if not isinstance(toolset, Toolset):
@@ -103,11 +107,12 @@ class Agent(Lifecycle):
         self.name = name
         self.manifest = manifest
         self.toolsets: tuple[Toolset, ...] = tuple(toolsets)
-        self._owns_bus = bus is None
+        self._owns_bus = bus is None if run_bus is None else run_bus
         self.bus = bus if bus is not None else EventBus()
         """The :class:`~openstarry.bus.EventBus` the agent runs on: the one given, or its own.
 
-        Its own bus starts and stops with the agent; a bus given is the caller's to run.
+        Its own bus starts and stops with the agent; a bus given is the caller's to
+        run (unless ``run_bus``).
 
         Subscribe to it to watch a run (``agent.bus.subscribe("EXEC:*", print)``);
         an ``INPUT:USER_MESSAGE`` published on it asks as :meth:`ask` does.
