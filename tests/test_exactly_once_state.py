@@ -364,6 +364,20 @@ def _steps_agent(folder: Path, **manifest: Any) -> Path:
     return path
 
 
+def _steps_workers_asked(
+    url: str,
+    manifest: Path,
+    client: Any,
+    workers: dict[str, subprocess.Popen[bytes]],
+    data: bytes,
+) -> None:
+    """Start two workers of the steps' agent (into ``workers``), then publish ``data``."""
+    for name in ("w1", "w2"):
+        workers[name] = _worker(manifest, url, name, pythonpath=manifest.parent)
+    _wait_consumers(client, Layout(NAME, 8), 2)
+    assert _run(["publish", "--bus", url], stdin=data).returncode == 0
+
+
 def test_a_run_killed_mid_tool_resumes_without_repeating_completed_tools(
     redis: RedisServer, tmp_path: Path
 ) -> None:
@@ -377,10 +391,7 @@ def test_a_run_killed_mid_tool_resumes_without_repeating_completed_tools(
     client = _client(redis.url)
     workers: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        for name in ("w1", "w2"):
-            workers[name] = _worker(manifest, redis.url, name, pythonpath=tmp_path)
-        _wait_consumers(client, Layout(NAME, 8), 2)
-        assert _run(["publish", "--bus", redis.url], stdin=data).returncode == 0
+        _steps_workers_asked(redis.url, manifest, client, workers, data)
         deadline = time.monotonic() + 30
         while not _lines(tmp_path / "step_two.count"):
             assert time.monotonic() < deadline, {s: _lines(tmp_path / f"{s}.count") for s in STEPS}
@@ -415,10 +426,7 @@ def test_a_run_waiting_for_approval_survives_a_restart_of_every_worker(
     client = _client(redis.url)
     workers: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        for name in ("w1", "w2"):
-            workers[name] = _worker(manifest, redis.url, name, pythonpath=tmp_path)
-        _wait_consumers(client, Layout(NAME, 8), 2)
-        assert _run(["publish", "--bus", redis.url], stdin=question).returncode == 0
+        _steps_workers_asked(redis.url, manifest, client, workers, question)
         requests = _run(
             [
                 "tail",

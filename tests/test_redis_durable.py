@@ -61,6 +61,13 @@ def _holding(bus: EventBus) -> Any:
     return hold
 
 
+async def _delivered(bus: EventBus, event: Event) -> tuple[Any, Any]:
+    """Publish ``event`` to ``bus``, whose worker holds its inputs; once it is delivered
+    and held there, the bus's backend and the event's delivery."""
+    await bus.apublish(event)
+    return await _held(bus, event)
+
+
 async def _held(bus: EventBus, event: Event) -> tuple[Any, Any]:
     """Wait until ``event`` is delivered and held by ``bus``'s worker; its backend, delivery."""
     backend: Any = bus.backend
@@ -113,8 +120,7 @@ async def test_the_state_a_commit_carries_is_written_with_it_and_read_back_befor
     async with EventBus.from_url(redis.url, group="g", consumer="a", claim_idle=1.0) as bus:
         bus.subscribe("INPUT:*", _holding(bus))
         question = _input("hello")
-        await bus.apublish(question)
-        backend, _ = await _held(bus, question)
+        backend, _ = await _delivered(bus, question)
         assert backend.stage(question, "{openstarry}:k", b"one", ["one"])
         assert backend.stage(question, "{openstarry}:k", b"two", ["two"])  # the last one wins
         assert backend.staged("{openstarry}:k") == (True, ["two"])
@@ -166,8 +172,7 @@ async def test_a_journal_records_steps_refuses_them_once_the_lease_moved_and_goe
     async with EventBus.from_url(redis.url, group="g", consumer="a", claim_idle=1.0) as bus:
         bus.subscribe("INPUT:*", _holding(bus))
         question = _input("hello")
-        await bus.apublish(question)
-        backend, delivery = await _held(bus, question)
+        backend, delivery = await _delivered(bus, question)
         journal = await open_journal(bus.backend, question)
         assert journal is not None
         assert journal.steps == []
@@ -181,8 +186,7 @@ async def test_a_journal_records_steps_refuses_them_once_the_lease_moved_and_goe
         assert await client.exists(journal.key) == 0  # deleted by the commit
 
         second = _input("again")
-        await bus.apublish(second)
-        backend, delivery = await _held(bus, second)
+        backend, delivery = await _delivered(bus, second)
         journal = await open_journal(bus.backend, second)
         partition = backend._partition_of_key[delivery.stream]
         await client.set(backend.layout.lease("g", partition), "b|999")
