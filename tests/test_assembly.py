@@ -205,3 +205,14 @@ def test_approval_tools_named_by_import_reference_wait_for_approval(tmp_path: Pa
     executor = agent.loop._executor
     assert executor.approval_tools == frozenset({"send_email"})
     assert executor.needs_approval(executor.tools["send_email"])
+
+
+@pytest.mark.anyio
+async def test_an_agent_assembled_without_a_bus_runs_its_own(tmp_path: Path) -> None:
+    """No ``bus`` in the manifest: entering the agent starts its own bus (the one named
+    by a manifest's ``bus`` too; a bus the caller gives stays the caller's to run)."""
+    agent = agent_from_manifest(manifest_file(tmp_path, {"provider": {"name": "default"}}))
+    with anyio.fail_after(10):
+        async with agent:
+            result = await agent.ask("hello", session_id="s")
+    assert result.text

@@ -23,7 +23,7 @@ from openstarry.agent import Agent
 from openstarry.bus import EventBus, open_journal
 from openstarry.core import Event
 from openstarry.errors import LeaseLost
-from openstarry.redis_server import RedisServer
+from openstarry.redis_server import RedisClusterServer, RedisServer
 from openstarry.stores import RedisStore
 from openstarry.testing import FunctionProvider, ScriptedProvider, tool_call
 from redis_support import NEEDS_REDIS_SERVER, running_redis
@@ -200,7 +200,20 @@ async def test_a_journal_records_steps_refuses_them_once_the_lease_moved_and_goe
         assert backend.metrics()["acked"] == 1  # the first only
 
 
-async def test_a_run_handed_over_mid_tool_replays_what_completed(redis: RedisServer) -> None:
+@pytest.fixture(params=["one node", "cluster"])
+def bus_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A Redis server's URL, or a 3-master Redis Cluster's."""
+    if request.param == "one node":
+        with running_redis(tmp_path, aof=False) as server:
+            yield server.url
+    else:
+        with RedisClusterServer(tmp_path / "cluster", masters=3, replicas=0) as rig:
+            yield rig.url
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_run_handed_over_mid_tool_replays_what_completed(bus_url: str) -> None:
     """A worker stopped while a run's second tool runs hands the run back; the worker
     that takes it over replays the first response, the first tool's outcome and the
     second response from the journal, runs the second tool again (it was in flight,
@@ -233,14 +246,14 @@ async def test_a_run_handed_over_mid_tool_replays_what_completed(redis: RedisSer
     tools = [counting(name) for name in ("one", "two", "three")]
     answers: list[Event] = []
     question = _input("go", session="durable")
-    async with EventBus.from_url(redis.url, consume=False) as producer:
+    async with EventBus.from_url(bus_url, consume=False) as producer:
         await producer.apublish(question)
-    first = EventBus.from_url(redis.url, group="g", consumer="a", claim_idle=1.0)
+    first = EventBus.from_url(bus_url, group="g", consumer="a", claim_idle=1.0)
     async with first, Agent(FunctionProvider(model), tools, bus=first):
         with anyio.fail_after(20):
             await second_started.wait()
     assert calls == 2
-    second = EventBus.from_url(redis.url, group="g", consumer="b", claim_idle=1.0)
+    second = EventBus.from_url(bus_url, group="g", consumer="b", claim_idle=1.0)
     second.subscribe("OUTPUT:AGENT_MESSAGE", answers.append)
     async with second, Agent(FunctionProvider(model), tools, bus=second):
         await _until(lambda: any(a.payload.get("final") for a in answers))

@@ -113,7 +113,7 @@ def agent_from_manifest(
         approval_tools=[tool_name(entry) for entry in manifest.approval.tools],
         store=store,
         # The bus the manifest names runs with the agent; a bus given is the caller's.
-        run_bus=made_bus,
+        run_bus=True if made_bus else None,
     )
 
 

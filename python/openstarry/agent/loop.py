@@ -40,6 +40,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from openstarry._lifecycle import Lifecycle
+from openstarry.agent.approvals import answer_approval
 from openstarry.agent.commands import (
     InvalidCommand,
     help_text,
@@ -51,7 +52,6 @@ from openstarry.agent.deadlines import Deadlines, clock_of_backend
 from openstarry.agent.execution import ToolExecutor, tools_by_name
 from openstarry.agent.external import MAX_EXTERNAL_CALLS, ExternalCalls
 from openstarry.agent.interfaces import AgentContext, Provider, Tool
-from openstarry.agent.journal import record_answer, run_of_approval
 from openstarry.agent.limits import LoopLimits
 from openstarry.agent.memory import (
     Session,
@@ -65,10 +65,9 @@ from openstarry.agent.runs import serve_input
 from openstarry.agent.sessions import Sessions
 from openstarry.agent.store import SessionStore
 from openstarry.agent.taskscope import CancelScopeLike, scope_factory
-from openstarry.agent.waits import Answer
-from openstarry.bus import Emit, EventBus, Signal, Subscription, open_journal
+from openstarry.bus import Emit, EventBus, Signal, Subscription
 from openstarry.core import Event, EventRef
-from openstarry.errors import LeaseLost, QueueClosed, QueueFull
+from openstarry.errors import QueueClosed, QueueFull
 from openstarry.events import (
     OUTPUT_AGENT_MESSAGE_DELTA,
     AgentState,
@@ -588,7 +587,9 @@ class ExecutionLoop(Lifecycle):
                     self._start_soon(store.delete, event.session_id)
             say(event, "Session reset: memory cleared.", command=name)
         elif name in ("approve", "deny"):
-            self._answer_approval(event, name, args)
+            answer_approval(
+                event, name, args, self.bus, self._executor.waits, self._outbox, self._start_soon
+            )
         elif name == "quit":
             sessions.quit(event.session_id)
             say(event, "Goodbye.", command=name)
@@ -599,55 +600,6 @@ class ExecutionLoop(Lifecycle):
             say(event, json.dumps(metrics, indent=2, sort_keys=True), command=name, data=metrics)
         else:
             say(event, help_text(self.tools), command=name)
-
-    def _answer_approval(self, event: Event, name: str, args: list[str]) -> None:
-        """``/approve ID`` or ``/deny ID [reason]``: answer the approval ``ID`` waits for.
-
-        On a bus that keeps journals (Redis), the answer is first recorded in the
-        journal of the run the id names, under this command's lease, and only then
-        acknowledged: the run waiting here is woken, and a run that no worker runs
-        at the moment (every worker restarted) finds it when it is handled again.
-        """
-        if not args:
-            self._outbox.error(event, "INVALID_INPUT", f"/{name} needs an approval id")
-            return
-        answer = Answer(approve=name == "approve", reason=" ".join(args[1:]) or None)
-        run_id = run_of_approval(args[0])
-        if run_id is not None and self._start_soon is not None and self.bus.hold(event):
-            self._start_soon(self._record_approval, event, name, args[0], run_id, answer)
-            return
-        self._approval_answered(event, name, args[0], answer)
-
-    async def _record_approval(
-        self, event: Event, name: str, approval: str, run_id: str, answer: Answer
-    ) -> None:
-        bus = self.bus
-        try:
-            with bus.effects_of(event):
-                journal = await open_journal(bus.backend, event, run_id)
-                if journal is not None:
-                    await record_answer(journal, approval, answer.approve, answer.reason)
-                self._approval_answered(event, name, approval, answer, recorded=True)
-        except LeaseLost:
-            pass  # the partition's new owner handles the command
-        finally:
-            bus.release(event)
-
-    def _approval_answered(
-        self, event: Event, name: str, approval: str, answer: Answer, *, recorded: bool = False
-    ) -> None:
-        waits = self._executor.waits
-        found = waits.answer(event.session_id, approval, answer)
-        if not found and recorded:
-            # Its run has not reached the wait yet (it replays up to it): kept for it.
-            waits.keep(event.session_id, approval, answer)
-        verb = "Approved" if answer.approve else "Denied"
-        if found or recorded:
-            self._outbox.say(event, f"{verb}: {approval}.", command=name)
-        else:
-            self._outbox.error(
-                event, "UNKNOWN_APPROVAL", f"session {event.session_id!r} waits for no {approval}"
-            )
 
     # -- metrics ---------------------------------------------------------
 

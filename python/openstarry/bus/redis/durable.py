@@ -23,7 +23,7 @@ import anyio
 
 from openstarry.bus.redis.lua import JOURNAL
 from openstarry.bus.redis.records import _Delivery
-from openstarry.bus.redis.state import Streams, log, redis_errors
+from openstarry.bus.redis.state import _MOVED, _RETRY, Streams, log, redis_errors
 from openstarry.core import Event
 from openstarry.errors import LeaseLost
 
@@ -94,20 +94,28 @@ class _Durable:
                     client = streams._client
                     pipe = client.pipeline(transaction=False)
                     for step in taken:
-                        await script(keys=step.keys, args=step.args, client=pipe)
-                    try:
-                        answers: list[Any] = await pipe.execute()
-                    except redis_errors.NoScriptError:
+                        # (A cluster's pipeline refuses its evalsha method, not the command:
+                        # each step goes to the node of its keys' slot.)
+                        pipe.execute_command(
+                            "EVALSHA", script.sha, len(step.keys), *step.keys, *step.args
+                        )
+                    answers: list[Any] = await pipe.execute(raise_on_error=False)
+                    if any(isinstance(a, redis_errors.NoScriptError) for a in answers):
                         # A node that lacks it (a replica promoted since it was loaded).
                         await client.script_load(JOURNAL)
-                        raise redis_errors.ConnectionError(
-                            "the journal script was loaded again"
-                        ) from None
+                        raise redis_errors.ConnectionError("the journal script was loaded again")
+                    for answer in answers:
+                        if isinstance(answer, (*_RETRY, *_MOVED)):
+                            raise answer  # sent again whole, once reconnected
                     return answers
 
                 answers = await streams._retrying(send)
                 for step, answer in zip(taken, answers, strict=True):
-                    step.answer = int(answer)
+                    if isinstance(answer, Exception):
+                        log.warning("redis: a journal write was refused: %s", answer)
+                        step.answer = -3
+                    else:
+                        step.answer = int(answer)
                     step.done.set()
 
     def stage(self, event: Event, key: str, value: bytes, data: Any = None) -> bool:
@@ -253,6 +261,8 @@ class RedisJournal:
             if streams._leases.value.get(partition) == lease:
                 streams._leases.lost(partition)
             raise LeaseLost(f"the lease of run {self.event.id}'s partition moved on")
+        if answer == -3:
+            raise RuntimeError(f"Redis refused a step of run {self.event.id}'s journal")
         if answer == -2:
             log.warning(
                 "redis: run %s has %d journaled steps, the bound: it goes on unjournaled",
