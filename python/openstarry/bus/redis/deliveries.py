@@ -30,6 +30,7 @@ class _Deliveries:
         "ingestor",
         "leases",
         "outbox",
+        "partitions_read",
         "reader",
         "reading",
         "scratch",
@@ -48,6 +49,10 @@ class _Deliveries:
         self.reader: int | None = None
         #: Whether a read is on its way (sent, not yet answered).
         self.reading = False
+        #: The partitions the reads on their way name: a lease is not freed while a
+        #: read could still deliver its partition's entries here (they would be held
+        #: by a consumer that no longer owns them, and its successor reclaimed before).
+        self.partitions_read: frozenset[int] = frozenset()
         #: Set when the fetcher has stopped: no read of its can deliver more.
         self.finished = anyio.Event()
 
@@ -236,6 +241,7 @@ class _Deliveries:
                         continue
                     if readable != reading:
                         reading = readable
+                        self.partitions_read = frozenset(readable)
                         # Priority first: a reply lists the streams in this order, so
                         # a batch arrives as the Ingestor orders it (see deliver).
                         layout = streams.layout
@@ -327,6 +333,8 @@ class _Deliveries:
                 continue
             count = max(16, -(-streams.batch // len(readable)))
             layout = streams.layout
+            self.partitions_read = frozenset(readable)
+            self.reading = True
             try:
                 pipe = client.pipeline(transaction=False)
                 for p in readable:
@@ -341,13 +349,16 @@ class _Deliveries:
                         target_nodes=node,
                     )
                 replies = await pipe.execute()
+                self.reading = False
             except (*_RETRY, *_MOVED) as exc:
+                self.reading = False
                 nodes.clear()  # the slots moved (a failover): looked up again
                 streams.reconnects += 1
                 log.warning("redis: %s; reading again", exc)
                 await anyio.sleep(0.1)
                 continue
             except redis_errors.ResponseError as exc:
+                self.reading = False
                 if "NOGROUP" in str(exc):  # the streams were deleted under us
                     await streams._retrying(self.create_groups)
                     continue

@@ -122,7 +122,10 @@ class _Leases:
                 self.draining.add(p)
         held = streams.held
         partition_of_key = streams._partition_of_key
+        deliveries = streams._deliveries
         for p in list(self.draining):
+            if deliveries.reading and p in deliveries.partitions_read:
+                continue  # a read on its way may still deliver its entries: next time
             if not any(partition_of_key[d.stream] == p for d in held.values()):
                 # Its commits go first: they name this lease, refused once it is freed.
                 await streams.flush()

@@ -98,6 +98,8 @@ class Streams(Protocol):
     _leases: Any
     #: What runs write beside their effects (``durable._Durable``).
     _durable: Any
+    #: What was fetched for this consumer (``deliveries._Deliveries``).
+    _deliveries: Any
 
     async def _retrying(self, action: Callable[[], Any]) -> Any: ...
 
