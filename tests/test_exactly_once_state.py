@@ -267,7 +267,7 @@ def test_a_worker_frozen_past_its_lease_neither_doubles_nor_loses_memory(
             frozen.append(_publish_and_freeze(redis.url, path, client, layout, workers))
             time.sleep(FREEZE)
             workers[frozen[-1][0]].send_signal(signal.SIGCONT)
-        _wait_answered(redis.url, SESSIONS * TURNS, timeout=30)
+        _wait_answered(redis.url, SESSIONS * TURNS, timeout=90)
     finally:
         client.close()
         codes = _stop(workers)

@@ -102,6 +102,7 @@ async def _run_remote(loop: RunHost, rt: SessionRuntime, event: Event) -> None:
     """A run on a remote bus, whose events are the effects of its input."""
     bus = loop.bus
     store = None if rt.ephemeral else loop.store
+    handled = loop._open
     try:
         # (LeaseLost: its partition has another owner now, this worker was frozen.)
         kept = await open_journal(bus.backend, event)
@@ -124,8 +125,10 @@ async def _run_remote(loop: RunHost, rt: SessionRuntime, event: Event) -> None:
             if stopped is not None:
                 await stopped.finish_stopped()
     except LeaseLost:
-        pass  # the run is its partition's new owner's: nothing of this attempt commits
+        # The run is its partition's new owner's: handed back, nothing of this
+        # attempt committed, not even an acknowledgement.
+        handled = False
     finally:
         # A run cut short by the agent stopping is handed back (another
         # worker runs it); a run that ended, or was /stop-ped, is handled.
-        bus.release(event, handled=loop._open)
+        bus.release(event, handled=handled and loop._open)

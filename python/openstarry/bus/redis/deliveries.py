@@ -151,6 +151,10 @@ class _Deliveries:
                             first.twins = [delivery]
                         else:
                             first.twins.append(delivery)
+                    elif delivery.lease is not None:
+                        # Reclaimed by this consumer under the lease it holds now (taken
+                        # again): its commit names that one.
+                        first.lease = delivery.lease
                     continue
                 held[event] = delivery
                 fresh.append(event)
