@@ -21,7 +21,8 @@ import pytest
 from openstarry import AgentContext, tool
 from openstarry.agent import Agent
 from openstarry.bus import EventBus, open_journal
-from openstarry.core import Event
+from openstarry.bus.redis.keys import partition_of
+from openstarry.core import Event, encode_event
 from openstarry.errors import LeaseLost
 from openstarry.redis_server import RedisClusterServer, RedisServer
 from openstarry.stores import RedisStore
@@ -111,6 +112,50 @@ async def test_a_commit_under_a_lease_that_moved_on_writes_nothing(redis: RedisS
         texts = [json.loads(w)["payload"].get("text") async for _, w in backend.history()]
         assert "late" not in texts
         await client.set(lease, delivery.lease)  # (so that the stop frees it cleanly)
+
+
+async def test_an_entry_left_pending_with_nobody_to_run_it_is_run_by_its_partitions_owner(
+    redis: RedisServer,
+) -> None:
+    """A consumer frozen past its lease and thawed may read its old partition once more
+    before it learns it lost it: what it read is pending under its name, and it will
+    never commit it. The partition's owner finds such entries (every ``claim_idle``)
+    and runs them; what it holds itself is not touched."""
+    seen: list[str] = []
+    holding: list[Event] = []
+    async with EventBus.from_url(redis.url, group="g", consumer="a", claim_idle=0.5) as bus:
+
+        def handle(event: Event) -> None:
+            seen.append(str(event.payload["text"]))
+            if event.payload["text"] == "long":
+                bus.hold(event)  # a run longer than a sweep: not taken for stranded
+                holding.append(event)
+
+        bus.subscribe("INPUT:*", handle)
+        backend: Any = bus.backend
+        await _until(lambda: len(backend.metrics()["partitions"]) == backend.partitions)
+        await bus.apublish(_input("long"))
+        await _until(lambda: bool(holding))
+        stray = _input("read by a thawed consumer", session="s2")
+        key = backend.layout.stream(partition_of("s2", backend.partitions), stray.priority)
+        client = backend._client
+        # The ghost reads the entry in the same transaction that adds it: the owner's
+        # blocked read never sees it.
+        async with client.pipeline(transaction=True) as pipe:
+            pipe.xadd(key, {"e": encode_event(stray)})
+            pipe.xreadgroup("g", "ghost", {key: ">"}, count=1)
+            _, read = await pipe.execute()
+        assert read and read[0][1], "the ghost read the entry"
+        await _until(lambda: "read by a thawed consumer" in seen, timeout=10)
+        assert backend.metrics()["stranded"] == 1
+        assert seen.count("long") == 1  # held by its owner: left alone
+        await anyio.sleep(1.2)  # more sweeps: nothing else is found
+        assert backend.metrics()["stranded"] == 1
+        bus.release(holding[0])
+        await backend.flush()
+        for p in range(backend.partitions):
+            for stream in backend.layout.streams(p):
+                assert (await client.xpending(stream, "g"))["pending"] == 0
 
 
 async def test_the_state_a_commit_carries_is_written_with_it_and_read_back_before(

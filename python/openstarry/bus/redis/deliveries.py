@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import operator
+import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +31,7 @@ class _Deliveries:
         "held",
         "ingestor",
         "leases",
+        "next_sweep",
         "outbox",
         "partitions_read",
         "reader",
@@ -55,6 +58,9 @@ class _Deliveries:
         self.partitions_read: frozenset[int] = frozenset()
         #: Set when the fetcher has stopped: no read of its can deliver more.
         self.finished = anyio.Event()
+        #: When (``time.monotonic()``) the owned partitions are next swept for
+        #: entries left pending with nobody to run them (:meth:`sweep`).
+        self.next_sweep = time.monotonic() + streams.claim_idle
 
     async def create_groups(self) -> None:
         streams = self.streams
@@ -218,6 +224,10 @@ class _Deliveries:
         if leases.reclaim:
             await streams._retrying(lambda: self.reclaim_partition(leases.reclaim[0]))
             leases.reclaim.popleft()
+            return None
+        if time.monotonic() >= self.next_sweep:
+            await streams._retrying(self.sweep)
+            self.next_sweep = time.monotonic() + streams.claim_idle
             return None
         readable = sorted(leases.owned - leases.draining)
         if not readable:
@@ -417,6 +427,83 @@ class _Deliveries:
                 if cursor == "0-0":
                     break
 
+    async def sweep(self) -> None:
+        """Feed again what is pending in the owned partitions and held by nobody here.
+
+        An entry can be left pending with nobody to run it: one whose run found its
+        lease lost, or whose commit was refused, before this consumer took the
+        partition back (a new epoch); one that a consumer frozen past its lease read
+        after the partition was taken over. A partition's owner looks, every
+        ``claim_idle``: each stream's pending count, by consumer, in one round trip,
+        against what it holds; only a stream where they differ is read entry by entry.
+        What it settled before the snapshot of what it holds is answered first (a
+        second at most, else this sweep is skipped), so that nothing it handled is
+        taken for stranded; the fetcher runs this between two reads, so that nothing
+        is on its way to it either.
+        """
+        streams = self.streams
+        leases = self.leases
+        owned = sorted(leases.owned - leases.draining)
+        if not owned:
+            return
+        holding: set[tuple[bytes, bytes]] = set()
+        for delivery in self.held.values():
+            holding.add((delivery.stream, delivery.entry))
+            for twin in delivery.twins or ():
+                holding.add((twin.stream, twin.entry))
+        held_in = Counter(stream for stream, _ in holding)
+        outbox = self.outbox
+        outboxes = outbox.all if isinstance(outbox, _Outboxes) else [outbox]
+        marks = [o.settles for o in outboxes]
+        with anyio.move_on_after(1.0):
+            while not all(map(_settled, outboxes, marks)):
+                await anyio.sleep(0.005)
+        if not all(map(_settled, outboxes, marks)):
+            return  # the flushes are slow (Redis is): the next sweep
+        client = streams._client
+        group, consumer = streams.group, streams.consumer.encode()
+        keys = [(p, key) for p in owned for key in streams.layout.streams(p)]
+        pipe = client.pipeline(transaction=False)
+        for _, key in keys:
+            pipe.xpending(key, group)
+        summaries = await pipe.execute()
+        room = streams.max_held - len(self.held)
+        for (p, key), summary in zip(keys, summaries, strict=True):
+            stream = key.encode()
+            by_consumer = {c["name"]: int(c["pending"]) for c in summary["consumers"]}
+            mine = by_consumer.pop(consumer, 0)
+            if room <= 0 or (not any(by_consumer.values()) and mine <= held_in[stream]):
+                continue
+            if not await leases.owns(p, leases.value.get(p)):
+                continue  # lost meanwhile: its new owner sweeps it
+            cursor = "-"
+            while room > 0:
+                page = await client.xpending_range(key, group, cursor, "+", 1000)
+                if not page:
+                    break
+                cursor = "(" + _text(page[-1]["message_id"])
+                counts = {
+                    row["message_id"]: int(row["times_delivered"]) + 1
+                    for row in page
+                    if (stream, row["message_id"]) not in holding
+                }
+                if counts:
+                    ids = list(counts)[:room]
+                    claimed = await client.xclaim(key, group, streams.consumer, 0, ids)
+                    entries = [(stream, entry, fields.get(b"e", b"")) for entry, fields in claimed]
+                    if entries:
+                        streams.stranded += len(entries)
+                        log.warning(
+                            "redis: %d entries of %s were pending with nobody to run them; "
+                            "running them",
+                            len(entries),
+                            key,
+                        )
+                        room -= len(entries)
+                        self.feed(self.deliver(entries, attempts=counts))
+                if len(page) < 1000:
+                    break
+
     def deliver(
         self,
         entries: Sequence[tuple[bytes, bytes, bytes]],
@@ -491,3 +578,14 @@ class _Deliveries:
                 continue
             items.append((event, delivery))
         return items
+
+
+def _settled(outbox: _Outbox, mark: int) -> bool:
+    """Whether every acknowledgement, commit and dead letter ``outbox`` queued before
+    ``mark`` (a value of its ``settles``) has been answered by Redis: none waits, nor
+    travels in a flush on its way."""
+    if outbox.unacked and outbox.acks_from <= mark:
+        return False
+    if any(0 < op.settle <= mark for op in outbox.queue):
+        return False
+    return not any(0 < op.settle <= mark for ops, _ in outbox.flights for op in ops)

@@ -71,8 +71,10 @@ class _Outbox:
 
     __slots__ = (
         "acks",
+        "acks_from",
         "bases",
         "conn",
+        "flights",
         "flushed",
         "flushes",
         "in_flight",
@@ -82,6 +84,7 @@ class _Outbox:
         "numbered",
         "partition",
         "queue",
+        "settles",
         "streams",
         "unacked",
         "wake",
@@ -101,7 +104,14 @@ class _Outbox:
         self.wake: anyio.Event = anyio.Event()
         self.flushed: anyio.Event = anyio.Event()
         self.in_flight = 0  # operations taken by the flush under way
+        #: The flushes sent and not yet answered: their operations, the command.
+        self.flights: deque[tuple[list[_Outgoing], Any]] = deque()
         self.flushes = 0
+        #: Acknowledgements, commits and dead letters queued so far: each is numbered
+        #: (:attr:`_Outgoing.settle`), so that a sweep can wait for those before a mark.
+        self.settles = 0
+        #: The number of the first acknowledgement waiting in :attr:`acks`.
+        self.acks_from = 0
         #: The stream keys, by partition * 6 + priority, as the blob carries them.
         layout = streams.layout
         self.keys = [
@@ -223,7 +233,9 @@ class _Outbox:
             acks, self.acks, self.unacked = self.acks, {}, 0
             for stream, entries in acks.items():
                 blob = _fields(stream, b",".join(entries))
-                ops.append(_Outgoing("A", blob, 2, len(entries)))
+                op = _Outgoing("A", blob, 2, len(entries))
+                op.settle = self.acks_from
+                ops.append(op)
         return ops
 
     async def run(self) -> None:
@@ -252,6 +264,7 @@ class _Outbox:
         wait = ("WAIT", replicas, streams.replica_timeout_ms)
         conn = await self._connect()
         in_flight: deque[tuple[list[_Outgoing], Any]] = deque()
+        self.flights = in_flight
         refused: list[_Outgoing] = []
         heard = 0  # the last flush whose refusal this process has heard of
         broken = False
@@ -472,7 +485,9 @@ class _Outbox:
         else:
             entries.append(delivery.entry)
         self.unacked += 1
+        self.settles += 1
         if self.unacked == 1:  # else woken already: the flusher takes them all at once
+            self.acks_from = self.settles
             self._wake()
 
     def commit(self, delivery: _Delivery) -> None:
@@ -497,6 +512,7 @@ class _Outbox:
         op = _Outgoing("C", blob, 6 + 3 * len(effects) + 2 * len(state), len(effects))
         if state:
             op.delivery = delivery
+        op.settle = self.settles = self.settles + 1
         self.queue.append(op)
         self._wake()
 
@@ -509,7 +525,9 @@ class _Outbox:
             encode_event(event) if event is not None else wire,
             reason,
         )
-        self.queue.append(_Outgoing("D", fields, 4))
+        op = _Outgoing("D", fields, 4)
+        op.settle = self.settles = self.settles + 1
+        self.queue.append(op)
         self._wake()
 
 

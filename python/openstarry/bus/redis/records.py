@@ -35,7 +35,17 @@ class _Delivery:
 class _Outgoing:
     """One operation waiting for the next flush: its code and its fields, encoded."""
 
-    __slots__ = ("accepted", "blob", "delivery", "effects", "fields", "op", "relay", "waiter")
+    __slots__ = (
+        "accepted",
+        "blob",
+        "delivery",
+        "effects",
+        "fields",
+        "op",
+        "relay",
+        "settle",
+        "waiter",
+    )
 
     def __init__(self, op: str, blob: bytes, fields: int, effects: int = 0) -> None:
         self.op = op
@@ -52,6 +62,9 @@ class _Outgoing:
         self.relay = False
         #: A commit's delivery, when it writes state (told how its commit went).
         self.delivery: _Delivery | None = None
+        #: An acknowledgement's, commit's or dead letter's number among its outbox's
+        #: settles (the first of an acknowledgement's entries); 0 for a publish.
+        self.settle = 0
 
 
 class _Answers:

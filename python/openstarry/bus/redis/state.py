@@ -95,6 +95,7 @@ class Streams(Protocol):
     reconnects: int
     relayed: int
     fenced: int
+    stranded: int
     _leases: Any
     #: What runs write beside their effects (``durable._Durable``).
     _durable: Any

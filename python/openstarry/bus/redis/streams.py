@@ -155,6 +155,8 @@ class RedisStreams:
         self.relayed = 0
         #: Commits refused because their partition's lease had moved on.
         self.fenced = 0
+        #: Pending entries found held by nobody here (see ``_Deliveries.sweep``), fed again.
+        self.stranded = 0
         self._durable = _Durable(self)
 
     def _outboxes(self) -> list[_Outbox]:
@@ -421,6 +423,7 @@ class RedisStreams:
             "reconnects": self.reconnects,
             "relayed": self.relayed,
             "fenced": self.fenced,
+            "stranded": self.stranded,
             "outgoing": sum(len(outbox.queue) for outbox in self._outboxes()),
             "holding": len(self._deliveries.held),
             "partitions": sorted(self._leases.owned),
