@@ -16,6 +16,7 @@ the ``openstarry worker`` command:
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import signal
@@ -30,7 +31,7 @@ import anyio
 import pytest
 
 from openstarry._redisurl import cluster_nodes, is_cluster_url
-from openstarry.bus.redis.keys import Layout
+from openstarry.bus.redis.keys import Layout, partition_of
 from openstarry.core import encode_event
 from openstarry.redis_server import RedisClusterServer, RedisServer
 from openstarry.stores import RedisStore
@@ -556,3 +557,90 @@ def test_serve_runs_the_redis_bus_its_manifest_names(redis: RedisServer, tmp_pat
 
     said = [e["text"] for e in anyio.run(load) if e.get("role") == "user"]
     assert said == ["Weather?", "Weather?"]
+
+
+# -- serve beside workers ----------------------------------------------------------------
+
+
+def _owner(client: Any, layout: Layout, session: str) -> str:
+    """The consumer whose lease holds ``session``'s partition now ("" when none does)."""
+    value = client.get(layout.lease(GROUP, partition_of(session, layout.partitions)))
+    return value.decode().rpartition("|")[0] if value else ""
+
+
+def _ask(url: str, session: str, text: str, timeout: float = 60) -> dict[str, Any]:
+    import httpx
+
+    request = {
+        "input": [{"role": "user", "type": "message", "content": [{"type": "text", "text": text}]}],
+        "session_id": session,
+        "stream": False,
+    }
+    answer: dict[str, Any] = httpx.post(f"{url}/process", json=request, timeout=timeout).json()
+    return answer
+
+
+def _said(answer: dict[str, Any]) -> str:
+    return " ".join(
+        part["text"]
+        for item in answer.get("output", [])
+        if item.get("type") == "message"
+        for part in item.get("content", [])
+        if part.get("type") == "text"
+    )
+
+
+def test_serve_beside_a_worker_answers_the_requests_the_worker_runs(
+    redis: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``openstarry serve`` as one of two workers of a group: a request whose session's
+    partition the other worker owns is run there, once, and its answer comes back over
+    HTTP (the serve process follows the partition's streams for its run's events)."""
+    from test_api_serve import TESTS, gated_manifest, serve_process
+
+    manifest = gated_manifest(tmp_path)
+    data = json.loads(manifest.read_text())
+    data["bus"] = {"url": redis.url}
+    manifest.write_text(json.dumps(data))
+    monkeypatch.setenv("OPENSTARRY_CLAIM_IDLE", str(LEASE))
+    client = _client(redis.url)
+    layout = Layout(NAME, 8)
+    worker: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        with serve_process(manifest) as (url, _):
+            worker["w1"] = _worker(manifest, redis.url, "w1", pythonpath=TESTS)
+            _wait_consumers(client, layout, 2)
+            sessions = [f"h{i}" for i in range(24)]
+            deadline = time.monotonic() + 30
+            # Balanced: the serve process (first) hands the worker its share.
+            while not any(_owner(client, layout, s) == "w1" for s in sessions) or not all(
+                _owner(client, layout, s) for s in sessions
+            ):
+                assert time.monotonic() < deadline, "the worker took no partition of theirs"
+                time.sleep(0.05)
+            theirs = [s for s in sessions if _owner(client, layout, s) == "w1"]
+            for session in sessions:
+                answer = _ask(url, session, "What is the weather in Paris?")
+                assert answer["status"] == "completed", (session, answer)
+                assert "The weather in Paris is" in _said(answer), answer
+
+            # The worker killed (kill -9) while it runs a request of one of its sessions:
+            # the request waits, the serve process takes the partition over once the
+            # lease lapses, runs the input again, and the answer comes back, once.
+            gate = tmp_path / "gate"
+            session = theirs[0]
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                asked = pool.submit(_ask, url, session, f"/wait_for {gate}", 90)
+                deadline = time.monotonic() + 30
+                while not any(c == "w1" and n for (c, _), n in _held(client, layout).items()):
+                    assert time.monotonic() < deadline, "the worker never held the request"
+                    time.sleep(0.05)
+                worker["w1"].kill()
+                worker["w1"].wait()
+                gate.touch()
+                answer = asked.result(timeout=90)
+            assert answer["status"] == "completed", answer
+            assert "gate opened" in json.dumps(answer), json.dumps(answer)[:3000]
+    finally:
+        client.close()
+        _stop(worker)

@@ -145,7 +145,8 @@ async def test_an_entry_left_pending_with_nobody_to_run_it_is_run_by_its_partiti
             pipe.xadd(key, {"e": encode_event(stray)})
             pipe.xreadgroup("g", "ghost", {key: ">"}, count=1)
             _, read = await pipe.execute()
-        assert read and read[0][1], "the ghost read the entry"
+        assert read, "the ghost read the entry"
+        assert read[0][1], "the ghost read the entry"
         await _until(lambda: "read by a thawed consumer" in seen, timeout=10)
         assert backend.metrics()["stranded"] == 1
         assert seen.count("long") == 1  # held by its owner: left alone

@@ -46,6 +46,15 @@ OUTPUT_AGENT_MESSAGE = "OUTPUT:AGENT_MESSAGE"
 OUTPUT_AGENT_MESSAGE_DELTA = "OUTPUT:AGENT_MESSAGE_DELTA"
 
 
+#: The end of a run, for whoever published its input and waits for it in another
+#: process: on a remote bus, a run whose ``INPUT:USER_MESSAGE`` payload holds
+#: ``"reportEnd": true`` ends with this event, committed with its other events
+#: (``openstarry serve`` asks for it when the bus is shared with other workers). Its
+#: payload: ``stopped`` (a bool), ``error`` (the ``KERNEL:ERROR`` payload that ended
+#: the run, or null) and ``usage`` (the run's provider usage, added up, or null).
+OUTPUT_RUN_END = "OUTPUT:RUN_END"
+
+
 class AgentState(str, Enum):
     """The states of a session's execution loop (``KERNEL:STATE_CHANGE``)."""
 

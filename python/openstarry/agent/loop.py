@@ -177,7 +177,7 @@ class ExecutionLoop(Lifecycle):
         self._sessions = Sessions(
             partial(serve_input, self),
             self._waiters,
-            release=bus.release,
+            release=partial(_release_dropped, bus, self._outbox),
             memory_window=memory_window,
             max_sessions=limits.max_sessions,
             max_pending_inputs=limits.max_pending_inputs if bus.backend is None else None,
@@ -623,3 +623,11 @@ class ExecutionLoop(Lifecycle):
 
 #: Published when the agent's tools change while the loop runs: ``{"tools": [names]}``.
 TOOLS_CHANGED = "KERNEL:TOOLS_CHANGED"
+
+
+def _release_dropped(bus: EventBus, outbox: Outbox, event: Event, *, handled: bool) -> None:
+    """The sessions dropped a queued input (``/stop``, the loop leaving): released, and,
+    when handled, its end said to an asker in another process that waits for it."""
+    if handled:
+        outbox.ended(event, stopped=True)
+    bus.release(event, handled=handled)

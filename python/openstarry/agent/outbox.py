@@ -21,7 +21,7 @@ from openstarry.agent.results import RunResult, Waiters
 from openstarry.bus import EventBus
 from openstarry.core import Event, EventRef
 from openstarry.errors import QueueClosed
-from openstarry.events import OUTPUT_AGENT_MESSAGE, EventType
+from openstarry.events import OUTPUT_AGENT_MESSAGE, OUTPUT_RUN_END, EventType
 
 __all__ = ["Outbox"]
 
@@ -69,6 +69,19 @@ class Outbox:
         result = self.waiters.result(event.id)
         if result is not None:
             result.replies.append(text)
+        self.ended(event)  # the command's answer is its run
+
+    def ended(self, event: Event, *, stopped: bool = False) -> None:
+        """An input that did not run (a command, an input dropped by ``/stop``) has ended:
+        ``OUTPUT:RUN_END`` for an asker in another process, if the input asks for it.
+        (A run reports its own end, :func:`openstarry.agent.runs.serve_input`.)"""
+        payload = event.payload
+        if isinstance(payload, dict) and payload.get("reportEnd") is True:
+            end = {"stopped": stopped, "error": None, "usage": None}
+            with self.bus.effects_of(event):
+                self.publish_or_drop(
+                    event.child(OUTPUT_RUN_END, end, source=self.source, priority=5)
+                )
 
     def error(self, parent: Event | EventRef, code: str, message: str) -> None:
         """A ``KERNEL:ERROR`` from a handler (an input refused before any run)."""

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import anyio
 
 from openstarry.agent.journal import RunJournal
+from openstarry.agent.results import RunResult
 from openstarry.agent.sessions import SessionRuntime
 from openstarry.agent.store import SessionStore, memory_from_data, memory_to_data
 from openstarry.agent.taskscope import CancelScopeLike
@@ -30,6 +31,7 @@ from openstarry.agent.turn import Turn, TurnHost
 from openstarry.bus import open_journal
 from openstarry.core import Event, EventRef
 from openstarry.errors import LeaseLost
+from openstarry.events import OUTPUT_RUN_END
 
 __all__ = ["RunHost", "serve_input"]
 
@@ -103,6 +105,7 @@ async def _run_remote(loop: RunHost, rt: SessionRuntime, event: Event) -> None:
     bus = loop.bus
     store = None if rt.ephemeral else loop.store
     handled = loop._open
+    report, own = _report(loop, event)
     try:
         # (LeaseLost: its partition has another owner now, this worker was frozen.)
         kept = await open_journal(bus.backend, event)
@@ -124,11 +127,33 @@ async def _run_remote(loop: RunHost, rt: SessionRuntime, event: Event) -> None:
             stopped, rt.stopped_turn = rt.stopped_turn, None
             if stopped is not None:
                 await stopped.finish_stopped()
+            if report is not None:
+                payload = {"stopped": report.stopped, "error": report.error, "usage": report.usage}
+                end = event.child(OUTPUT_RUN_END, payload, source=loop.source, priority=5)
+                await bus.apublish(end)
     except LeaseLost:
         # The run is its partition's new owner's: handed back, nothing of this
         # attempt committed, not even an acknowledgement.
         handled = False
     finally:
+        if own:
+            loop._waiters.forget(event.id)
         # A run cut short by the agent stopping is handed back (another
         # worker runs it); a run that ended, or was /stop-ped, is handled.
         bus.release(event, handled=handled and loop._open)
+
+
+def _report(loop: RunHost, event: Event) -> tuple[RunResult | None, bool]:
+    """The result to report at the end of the run (``OUTPUT:RUN_END``), when its input
+    asks for it: the one its local asker waits on, else one filled for the report (and
+    whether it is that one, to forget)."""
+    payload = event.payload
+    if not isinstance(payload, dict) or payload.get("reportEnd") is not True:
+        return None, False
+    waiters = loop._waiters
+    result = waiters.result(event.id)
+    if result is not None:
+        return result, False
+    result = RunResult(event.trace_id)
+    waiters.add(event.id, result, None)
+    return result, True

@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from openstarry.agent.commands import find_tool, parse_line
+from openstarry.agent.commands import find_tool, parse_line, user_message
+from openstarry.agent.results import RunResult
 from openstarry.agent.waits import Answer
 from openstarry.api.builders import ResponseBuilder
 from openstarry.api.choices import Choices, check_choices
@@ -56,15 +57,15 @@ from openstarry.api.models import (
 )
 from openstarry.api.tracecontext import incoming_parent, incoming_trace
 from openstarry.api.translate import RunTranslator, WireEvent, run_status
-from openstarry.bus import EventBus, Subscription
+from openstarry.bus import EventBus, Subscription, follow_session
 from openstarry.core import Event
 from openstarry.errors import QueueClosed, QueueFull
-from openstarry.events import OUTPUT_AGENT_MESSAGE_DELTA, EventType
+from openstarry.events import OUTPUT_AGENT_MESSAGE_DELTA, OUTPUT_RUN_END, EventType
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from openstarry.agent.loop import PendingRun, RunResult
+    from openstarry.agent.loop import PendingRun
     from openstarry.agent.runtime import Agent
 
 __all__ = ["RESPONSE_END", "RunStream", "check_request", "collect_run", "open_run"]
@@ -80,6 +81,8 @@ SOURCE = "openstarry.api"
 MAX_PENDING_EVENTS = 10_000
 
 _PATTERNS = ("OUTPUT:*", "EXEC:*", EventType.ERROR.value, "API:*")
+#: What of a followed run's events the stream translates (as :data:`_PATTERNS`).
+_FOLLOWED = ("OUTPUT:", "EXEC:", EventType.ERROR.value)
 _AWAITING = "EXEC:AWAITING"
 
 
@@ -399,6 +402,12 @@ class RunStream:
         self._stop_sent = False
         self._ended = False
         self._finished = False
+        #: On a bus shared with other workers (Redis): the run is followed in its
+        #: partition's streams, whoever runs it (see :meth:`_start_followed`).
+        self._follow: contextlib.AbstractAsyncContextManager[None] | None = None
+        self._input: Event | None = None
+        self._seen: set[str] = set()
+        self._end: Event | None = None
         #: The run waits for this stream's client (the response ended ``incomplete``).
         self.waiting = False
         #: Text deltas dropped because the consumer fell behind.
@@ -421,6 +430,11 @@ class RunStream:
             await self._task_group.__aenter__()
             self._task_group.start_soon(self._watch, name=f"openstarry.api n {self.response_id}")
             return self
+        if not self._answers and "tools" not in self._extra:
+            follow = follow_session(self.agent.bus.backend, self.session_id, self._on_followed)
+            if follow is not None:
+                await self._start_followed(follow)
+                return self
         if self._answers:
             pending = _PARKED.get(self.agent, {}).pop(self.session_id, None)
             if pending is None:
@@ -455,7 +469,75 @@ class RunStream:
         self._task_group = task_group
         return self
 
+    async def _start_followed(self, follow: contextlib.AbstractAsyncContextManager[None]) -> None:
+        """Publish the input and follow its run in its partition's streams: on a bus
+        shared with other workers, whichever worker owns the session runs it, and its
+        events reach this process only there. The input asks for ``OUTPUT:RUN_END``,
+        committed with the run's other events: the stream ends once it has read them."""
+        caller = incoming_parent.get()
+        extra = {**self._extra, "reportEnd": True}
+        if caller is not None:
+            extra["traceparent"] = caller
+        event = user_message(self._text, self.session_id, SOURCE, None, extra, incoming_trace.get())
+        self._input = event
+        self._trace_id = event.trace_id
+        await follow.__aenter__()  # before the input: nothing of its run is missed
+        self._follow = follow
+        try:
+            await self.agent.bus.apublish(event)
+            self._translator.start()
+            self._task_group = anyio.create_task_group()
+            await self._task_group.__aenter__()
+        except BaseException:
+            self._follow = None
+            with anyio.CancelScope(shield=True):
+                await follow.__aexit__(None, None, None)
+            raise
+
+    def _on_followed(self, events: list[Event], caught_up: bool) -> None:
+        """A read of the run's partition: its events, then its end once all are read."""
+        run = self._input
+        if run is None or self._ended:
+            return
+        seen = self._seen
+        for event in events:
+            if event.trace_id != run.trace_id or event.id in seen or event.id == run.id:
+                continue
+            seen.add(event.id)
+            if event.type == OUTPUT_RUN_END:
+                if event.parent_id == run.id:
+                    self._end = event
+            elif event.type.startswith(_FOLLOWED):
+                self._on_event(event)
+        end = self._end
+        if end is not None and caught_up:
+            payload = end.payload if isinstance(end.payload, dict) else {}
+            error = payload.get("error")
+            usage = payload.get("usage")
+            self.result = RunResult(
+                run.trace_id,
+                stopped=payload.get("stopped") is True,
+                error=error if isinstance(error, dict) else None,
+                usage=usage if isinstance(usage, dict) else None,
+            )
+            status = run_status(self.result).value
+            self._push(run.child(RESPONSE_END, {"responseId": self.response_id, "status": status}))
+
     async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        try:
+            return await self._leave(exc_type, exc, tb)
+        finally:
+            follow, self._follow = self._follow, None
+            if follow is not None:
+                with anyio.CancelScope(shield=True):
+                    await follow.__aexit__(None, None, None)
+
+    async def _leave(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
@@ -614,7 +696,10 @@ class RunStream:
                 self.final = self._translator.end(self.result)
                 self._finished = True
             elif event.type == _AWAITING and isinstance(event.payload, dict):
-                self._park()
+                if self._input is None:
+                    self._park()
+                else:  # followed: answered with /approve or /deny (the run is durable)
+                    self.waiting = self._ended = True
                 self.final = self._translator.waiting(event.payload)
                 self._finished = True
             else:

@@ -68,6 +68,7 @@ from openstarry.bus.backend import (
     BusBackend,
     BusHost,
     backend_for_url,
+    follow_session,
     open_journal,
     register_backend,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "Subscription",
     "backend_for_url",
     "describe_exception",
+    "follow_session",
     "open_journal",
     "register_backend",
     "signal_factory",

@@ -16,7 +16,7 @@ This is how fsspec finds its filesystems and SQLAlchemy its dialects.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
@@ -114,6 +114,29 @@ async def open_journal(backend: BusBackend | None, event: Event, run_id: str | N
     if journal is None:
         return None
     return await (journal(event) if run_id is None else journal(event, run_id))
+
+
+def follow_session(
+    backend: BusBackend | None,
+    session_id: str,
+    handler: Callable[[list[Event], bool], None],
+) -> AbstractAsyncContextManager[None] | None:
+    """Follow what is committed in ``session_id``'s partition, whoever runs it, where the
+    backend can (Redis: ``RedisStreams.follower``), else ``None``.
+
+    Inside the returned context, ``handler(events, caught_up)`` is called after each
+    read of the partition, with its events in the order of their streams (every
+    session of the partition: filter them). ``caught_up`` says that the read holds
+    all that was committed there before it: a commit it holds any of, it holds
+    whole. Whatever is published after the context is entered is seen. The
+    process that published an input (``openstarry serve``) sees its run's events
+    this way when another worker of the group runs it.
+    """
+    follower = getattr(backend, "follower", None)
+    if follower is None:
+        return None
+    context: AbstractAsyncContextManager[None] = follower.follow(session_id, handler)
+    return context
 
 
 class BackendFactory(Protocol):

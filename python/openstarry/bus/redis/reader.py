@@ -338,12 +338,18 @@ async def read_ends(client: Any, keys: Iterable[str]) -> dict[str, str]:
 
 
 async def read_new(
-    client: Any, cursors: dict[str, str], timeout: float, *, page: int = PAGE
+    client: Any,
+    cursors: dict[str, str],
+    timeout: float,
+    *,
+    page: int = PAGE,
+    full: set[str] | None = None,
 ) -> list[tuple[str, bytes]]:
     """Entries added after the ``cursors``, ordered by id: at most ``page`` per stream.
 
     Waits up to ``timeout`` seconds (at most :data:`MAX_BLOCK`) when there are
-    none yet; the cursors move past what is returned.
+    none yet; the cursors move past what is returned. ``full``, when given, is
+    filled with the streams that returned a whole page (more may follow).
     """
     if isinstance(client, RedisCluster):
         reply = await _read_cluster(client, cursors, timeout, page)
@@ -357,6 +363,8 @@ async def read_new(
         if entries:
             name = stream.decode() if isinstance(stream, bytes) else stream
             cursors[name] = entries[-1][0].decode()
+            if full is not None and len(entries) >= page:
+                full.add(name)
     found.sort(key=lambda item: item[:2])
     return [(entry.decode(), wire) for _, _, entry, wire in found]
 

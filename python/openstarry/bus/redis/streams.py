@@ -24,6 +24,7 @@ import anyio
 from openstarry.bus.backend import BusHost
 from openstarry.bus.redis.deliveries import _Deliveries
 from openstarry.bus.redis.durable import RedisJournal, _Durable
+from openstarry.bus.redis.follow import _Follower
 from openstarry.bus.redis.keys import Layout, cluster_nodes, default_partitions, is_cluster_url
 from openstarry.bus.redis.leases import _Leases
 from openstarry.bus.redis.lua import FLUSH, FREE, JOURNAL, RENEW, TAKE
@@ -158,6 +159,8 @@ class RedisStreams:
         #: Pending entries found held by nobody here (see ``_Deliveries.sweep``), fed again.
         self.stranded = 0
         self._durable = _Durable(self)
+        #: Reads sessions' partitions outside the group (``openstarry.bus.follow_session``).
+        self.follower = _Follower(self)
 
     def _outboxes(self) -> list[_Outbox]:
         outbox = self._outbox
@@ -221,6 +224,7 @@ class RedisStreams:
             async with anyio.create_task_group() as tasks:
                 for each in self._outboxes():
                     tasks.start_soon(each.run, name="openstarry.redis flusher")
+                tasks.start_soon(self.follower.run, name="openstarry.redis follower")
                 if self.consume:
                     tasks.start_soon(leases.run, name="openstarry.redis leases")
                     tasks.start_soon(self._durable.run, name="openstarry.redis journal")
