@@ -105,6 +105,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from openstarry._http import ConnectionLimits, check_bind, graceful_server
+from openstarry.api.a2a import CARD_PATH, a2a_routes
 from openstarry.api.console import PUBLIC_PATHS, console_routes
 from openstarry.api.limits import ServerLimits
 from openstarry.api.routes import api_routes, exception_handlers
@@ -169,6 +170,8 @@ def create_app(
         routes=[
             # /process, /process/{response_id} and /health (openstarry.api.routes).
             *api_routes(api),
+            # A2A 1.0: the agent card and the JSON-RPC binding (openstarry.api.a2a).
+            *a2a_routes(api, secured=signin is not None),
             # The console, /events, /metrics and /stop (openstarry.api.console).
             *console_routes(agent),
             # With a key, the console's sign-in (openstarry.api.signin).
@@ -181,7 +184,7 @@ def create_app(
                 Middleware(
                     ConsoleAuth,
                     signin=signin,
-                    public={"/health", "/signin", "/signout", *PUBLIC_PATHS},
+                    public={"/health", "/signin", "/signout", CARD_PATH, *PUBLIC_PATHS},
                 )
             ]
             if signin is not None

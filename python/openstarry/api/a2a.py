@@ -1,0 +1,549 @@
+"""A2A 1.0 on ``openstarry serve``: the agent card and the JSON-RPC binding, on the same
+port as the Agent API, with its auth and limits.
+
+- ``GET /.well-known/agent-card.json``: the card. The manifest's identity (name,
+  description, version), the exposed tools (``api.expose_tools``) as skills,
+  streaming, and the bearer scheme when the server has a key. Public, as A2A clients
+  read it before they authenticate.
+- ``POST /a2a``: JSON-RPC 2.0, the methods of A2A 1.0: ``SendMessage`` (blocking, or
+  ``configuration.returnImmediately``), ``SendStreamingMessage`` (server-sent events:
+  the task, its status, its answer as it is said, the final status), ``GetTask``,
+  ``ListTasks``, ``CancelTask``, ``SubscribeToTask``; ``GetExtendedAgentCard`` answers
+  that there is none.
+
+A task is a response of the Agent API (its id is the response's, its ``contextId`` the
+session's), so a task runs where the server's runs run, in the process or on its Redis
+bus, and keeps their limits (one run per session, ``max_concurrent_runs``, the replay
+buffer, the response TTL). A message to a context goes on in the same session: its
+memory holds the earlier turns.
+
+Wire form (A2A 1.0, ProtoJSON): camelCase fields, ``ROLE_*`` and ``TASK_STATE_*``
+enums, timestamps in UTC with a ``Z``, parts as ``{"text": ...}`` or ``{"data": ...}``.
+Every error is a JSON-RPC error with the A2A code (``-32001`` task not found, ``-32002``
+not cancelable, ``-32004`` unsupported, ``-32009`` version, the standard ``-326xx``),
+never a 5xx: bad input is the caller's, and is said so. A request must say
+``A2A-Version: 1.0`` (a header, or the query parameter): the spec reads a missing one as
+0.3, which this server does not speak.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+
+from openstarry.api.models import ProtocolError, parse_request
+from openstarry.api.replay import _Gone, _Record
+from openstarry.api.routes import _check_content_type, _read_body
+from openstarry.api.runs import _Api, _ApiError
+
+try:
+    from starlette.requests import Request
+    from starlette.responses import Response, StreamingResponse
+    from starlette.routing import BaseRoute, Route
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "openstarry.api.server needs Starlette and uvicorn: pip install 'openstarry[http]'"
+    ) from exc
+
+__all__ = ["A2A_PATH", "CARD_PATH", "a2a_routes", "agent_card"]
+
+#: Where the agent card is (A2A's well-known path).
+CARD_PATH = "/.well-known/agent-card.json"
+#: Where the JSON-RPC binding answers.
+A2A_PATH = "/a2a"
+#: The protocol version served (``A2A-Version``: major.minor).
+VERSION = "1.0"
+
+#: A2A's error codes (spec section 9.5) beside JSON-RPC's own.
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+TASK_NOT_FOUND = -32001
+TASK_NOT_CANCELABLE = -32002
+UNSUPPORTED = -32004
+EXTENDED_CARD_NOT_CONFIGURED = -32007
+VERSION_NOT_SUPPORTED = -32009
+
+#: Tasks a ``ListTasks`` page holds by default, and at most.
+PAGE_SIZE, MAX_PAGE_SIZE = 50, 100
+#: The most parts one message may carry, and the longest text part.
+MAX_PARTS = 64
+
+#: Each Agent API status, as an A2A task state.
+_STATES = {
+    "created": "TASK_STATE_SUBMITTED",
+    "queued": "TASK_STATE_SUBMITTED",
+    "in_progress": "TASK_STATE_WORKING",
+    "completed": "TASK_STATE_COMPLETED",
+    "failed": "TASK_STATE_FAILED",
+    "canceled": "TASK_STATE_CANCELED",
+    "rejected": "TASK_STATE_REJECTED",
+    "incomplete": "TASK_STATE_INPUT_REQUIRED",
+    "unknown": "TASK_STATE_UNSPECIFIED",
+}
+#: States after which a task does not change (spec 3.1: terminal, or interrupted).
+_ENDED = {
+    "TASK_STATE_COMPLETED",
+    "TASK_STATE_FAILED",
+    "TASK_STATE_CANCELED",
+    "TASK_STATE_REJECTED",
+    "TASK_STATE_INPUT_REQUIRED",
+}
+
+
+class A2AError(Exception):
+    """A JSON-RPC error to answer with: its code and message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _now() -> str:
+    return _timestamp(datetime.datetime.now(datetime.timezone.utc).timestamp())
+
+
+def _timestamp(seconds: float) -> str:
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def agent_card(api: _Api, base_url: str, *, secured: bool) -> dict[str, Any]:
+    """The card of the agent ``api`` serves, its JSON-RPC endpoint under ``base_url``."""
+    agent = api.agent
+    manifest = getattr(agent, "manifest", None)
+    identity = getattr(manifest, "identity", None)
+    name = str(getattr(identity, "name", None) or agent.name)
+    description = str(getattr(identity, "description", None) or f"The openstarry agent {name}.")
+    version = str(getattr(identity, "version", None) or "1.0.0")
+    skills = [
+        {
+            "id": tool.name,
+            "name": tool.name,
+            "description": tool.description or tool.name,
+            "tags": ["tool"],
+        }
+        for tool in agent.tools.values()
+        if tool.name in api.expose_tools
+    ] or [
+        {
+            "id": "chat",
+            "name": name,
+            "description": description,
+            "tags": ["chat"],
+        }
+    ]
+    card: dict[str, Any] = {
+        "name": name,
+        "description": description,
+        "version": version,
+        "supportedInterfaces": [
+            {
+                "url": base_url.rstrip("/") + A2A_PATH,
+                "protocolBinding": "JSONRPC",
+                "protocolVersion": VERSION,
+            }
+        ],
+        "capabilities": {"streaming": True, "pushNotifications": False},
+        "defaultInputModes": ["text/plain", "application/json"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": skills,
+    }
+    if secured:
+        card["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}
+        card["securityRequirements"] = [{"schemes": {"bearer": {}}}]
+    return card
+
+
+class _Tasks:
+    """What A2A adds to the server's responses: each task's first message and its start."""
+
+    def __init__(self, api: _Api) -> None:
+        self.api = api
+        #: Each task's message (the user's), by task id; forgotten with its response.
+        self.messages: dict[str, dict[str, Any]] = {}
+        self.started: dict[str, float] = {}
+
+    def forget_gone(self) -> None:
+        records = self.api.records
+        for task_id in [t for t in self.messages if t not in records]:
+            del self.messages[task_id]
+            self.started.pop(task_id, None)
+
+    def record(self, task_id: object) -> _Record:
+        if not isinstance(task_id, str) or not task_id:
+            raise A2AError(INVALID_PARAMS, "params.id: the task's id, a string")
+        try:
+            return self.api.find(task_id)
+        except _ApiError:
+            raise A2AError(TASK_NOT_FOUND, f"no task {task_id!r} (unknown, or expired)") from None
+
+    def state(self, record: _Record) -> str:
+        final = record.final
+        if final is None:
+            return "TASK_STATE_WORKING" if record.last_seq >= 0 else "TASK_STATE_SUBMITTED"
+        return _STATES.get(str(final.status), "TASK_STATE_UNSPECIFIED")
+
+    def task(
+        self, record: _Record, *, history: int | None = None, artifacts: bool = True
+    ) -> dict[str, Any]:
+        """The A2A task of ``record``, as it stands."""
+        state = self.state(record)
+        final = record.final.to_wire() if record.final is not None else None
+        when = (final or {}).get("completed_at") or self.started.get(record.id)
+        status: dict[str, Any] = {
+            "state": state,
+            "timestamp": _timestamp(when) if isinstance(when, (int, float)) else _now(),
+        }
+        said = _said(final) if final is not None else ""
+        error = (final or {}).get("error")
+        if isinstance(error, dict) and state in ("TASK_STATE_FAILED", "TASK_STATE_CANCELED"):
+            status["message"] = self._agent_message(record, str(error.get("message", "")))
+        elif state == "TASK_STATE_INPUT_REQUIRED":
+            status["message"] = self._agent_message(record, said or "the agent waits for input")
+        task: dict[str, Any] = {"id": record.id, "contextId": record.session_id, "status": status}
+        if artifacts and said and state == "TASK_STATE_COMPLETED":
+            task["artifacts"] = [_artifact(record.id, said)]
+        past = []
+        asked = self.messages.get(record.id)
+        if asked is not None:
+            past.append(asked)
+        if said and state == "TASK_STATE_COMPLETED":
+            past.append(self._agent_message(record, said))
+        if history is None or history > 0:
+            task["history"] = past if history is None else past[-history:]
+        return task
+
+    @staticmethod
+    def _agent_message(record: _Record, text: str) -> dict[str, Any]:
+        return {
+            "messageId": f"{record.id}.answer",
+            "contextId": record.session_id,
+            "taskId": record.id,
+            "role": "ROLE_AGENT",
+            "parts": [{"text": text}],
+        }
+
+
+def _artifact(task_id: str, text: str) -> dict[str, Any]:
+    return {"artifactId": f"{task_id}.answer", "name": "answer", "parts": [{"text": text}]}
+
+
+def _said(final: dict[str, Any]) -> str:
+    """The text the agent said in a response: its assistant messages' text, joined."""
+    texts = []
+    for item in final.get("output") or ():
+        if item.get("type") != "message" or item.get("role") != "assistant":
+            continue
+        for part in item.get("content") or ():
+            if part.get("type") == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+    return "\n".join(texts)
+
+
+def _text_of(message: object) -> tuple[str, dict[str, Any]]:
+    """The input text of an A2A message (its text parts, and its data parts as JSON), and
+    the message as kept in the task's history."""
+    if not isinstance(message, dict):
+        raise A2AError(INVALID_PARAMS, "params.message: a Message object is required")
+    parts = message.get("parts")
+    if not isinstance(parts, list) or not parts:
+        raise A2AError(INVALID_PARAMS, "params.message.parts: at least one part")
+    if len(parts) > MAX_PARTS:
+        raise A2AError(INVALID_PARAMS, f"params.message.parts: at most {MAX_PARTS} parts")
+    role = message.get("role", "ROLE_USER")
+    if role not in ("ROLE_USER", "ROLE_UNSPECIFIED", "user"):
+        raise A2AError(INVALID_PARAMS, f"params.message.role: ROLE_USER, not {role!r}")
+    texts = []
+    for i, part in enumerate(parts):
+        if not isinstance(part, dict):
+            raise A2AError(INVALID_PARAMS, f"params.message.parts[{i}]: a Part object")
+        if isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif "data" in part:
+            texts.append(json.dumps(part["data"], ensure_ascii=False))
+        else:
+            raise A2AError(
+                INVALID_PARAMS,
+                f"params.message.parts[{i}]: this agent reads text and data parts "
+                "(not raw bytes or urls)",
+            )
+    text = "\n".join(texts)
+    if not text.strip():
+        raise A2AError(INVALID_PARAMS, "params.message: its text is empty")
+    message_id = message.get("messageId")
+    kept = {
+        "messageId": message_id if isinstance(message_id, str) else str(uuid.uuid4()),
+        "role": "ROLE_USER",
+        "parts": parts,
+    }
+    return text, kept
+
+
+def _history_length(params: dict[str, Any], where: dict[str, Any] | None = None) -> int | None:
+    value = (where if where is not None else params).get("historyLength")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise A2AError(INVALID_PARAMS, "historyLength: a whole number >= 0")
+    return value
+
+
+class _Rpc:
+    """The JSON-RPC methods, over the server's :class:`_Api`."""
+
+    def __init__(self, api: _Api) -> None:
+        self.api = api
+        self.tasks = _Tasks(api)
+
+    def start(self, params: dict[str, Any]) -> _Record:
+        """Start the run of a ``SendMessage``'s message: a new task in its context."""
+        text, kept = _text_of(params.get("message"))
+        message = params["message"]
+        if message.get("taskId") not in (None, ""):
+            record = self.tasks.record(message["taskId"])
+            if self.tasks.state(record) in _ENDED:
+                raise A2AError(
+                    UNSUPPORTED,
+                    f"task {record.id} has ended; send the message without a taskId "
+                    f"(in context {record.session_id}) to go on",
+                )
+            raise A2AError(UNSUPPORTED, f"task {record.id} is still running")
+        context = message.get("contextId")
+        if context is not None and not isinstance(context, str):
+            raise A2AError(INVALID_PARAMS, "params.message.contextId: a string")
+        body = {
+            "input": [{"role": "user", "content": [{"type": "text", "text": text}]}],
+            "session_id": context or f"ctx_{uuid.uuid4()}",
+            "stream": False,
+        }
+        try:
+            request = parse_request(json.dumps(body))
+            self.api.check_command(text)
+            record = self.api.start(request)
+        except ProtocolError as exc:
+            raise A2AError(INVALID_PARAMS, str(exc)) from None
+        except _ApiError as exc:
+            raise A2AError(INVALID_REQUEST, f"{exc.code}: {exc.message}") from None
+        self.tasks.forget_gone()
+        self.tasks.messages[record.id] = {
+            **kept,
+            "contextId": record.session_id,
+            "taskId": record.id,
+        }
+        self.tasks.started[record.id] = datetime.datetime.now(datetime.timezone.utc).timestamp()
+        return record
+
+    async def send(self, params: dict[str, Any]) -> dict[str, Any]:
+        configuration = params.get("configuration") or {}
+        if not isinstance(configuration, dict):
+            raise A2AError(INVALID_PARAMS, "params.configuration: an object")
+        history = _history_length(params, configuration)
+        record = self.start(params)
+        if configuration.get("returnImmediately") is not True:
+            await record.wait_done()
+        return {"task": self.tasks.task(record, history=history)}
+
+    def get(self, params: dict[str, Any]) -> dict[str, Any]:
+        record = self.tasks.record(params.get("id"))
+        return self.tasks.task(record, history=_history_length(params))
+
+    def list(self, params: dict[str, Any]) -> dict[str, Any]:
+        size = params.get("pageSize", PAGE_SIZE)
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_PAGE_SIZE:
+            raise A2AError(INVALID_PARAMS, f"pageSize: 1 to {MAX_PAGE_SIZE}")
+        token = params.get("pageToken") or "0"
+        if not isinstance(token, str) or not token.isascii() or not token.isdigit():
+            raise A2AError(INVALID_PARAMS, "pageToken: a token from an earlier page")
+        context, state = params.get("contextId"), params.get("status")
+        history = _history_length(params)
+        records = [
+            r
+            for r in reversed(self.api.records.values())
+            if (not context or r.session_id == context)
+            and (not state or self.tasks.state(r) == state)
+        ]
+        start = int(token[:18])
+        page = records[start : start + size]
+        more = start + size < len(records)
+        artifacts = params.get("includeArtifacts") is True
+        return {
+            "tasks": [self.tasks.task(r, history=history, artifacts=artifacts) for r in page],
+            "nextPageToken": str(start + size) if more else "",
+            "pageSize": size,
+            "totalSize": len(records),
+        }
+
+    async def cancel(self, params: dict[str, Any]) -> dict[str, Any]:
+        record = self.tasks.record(params.get("id"))
+        if record.done:
+            raise A2AError(
+                TASK_NOT_CANCELABLE, f"task {record.id} has ended ({self.tasks.state(record)})"
+            )
+        record.cancel()
+        with anyio.move_on_after(10):
+            await record.wait_done()
+        return self.tasks.task(record)
+
+    async def stream(self, record: _Record, request_id: object) -> AsyncIterator[bytes]:
+        """The events of a task as server-sent events: the task, then its status while it
+        works, its answer as it is said (appended), and its last status."""
+        tasks = self.tasks
+
+        def frame(result: dict[str, Any]) -> bytes:
+            body = {"jsonrpc": "2.0", "id": request_id, "result": result}
+            return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+
+        def status(state: str) -> dict[str, Any]:
+            task = tasks.task(record, history=0)
+            task["status"]["state"] = state
+            return {
+                "statusUpdate": {
+                    "taskId": record.id,
+                    "contextId": record.session_id,
+                    "status": task["status"],
+                }
+            }
+
+        yield frame({"task": tasks.task(record)})
+        yield frame(status("TASK_STATE_WORKING"))
+        first = True
+        try:
+            async for item in record.frames_after(-1, self.api.limits.heartbeat):
+                text = _delta(item)
+                if text:
+                    update = {
+                        "taskId": record.id,
+                        "contextId": record.session_id,
+                        "artifact": _artifact(record.id, text),
+                        "append": not first,
+                    }
+                    first = False
+                    yield frame({"artifactUpdate": update})
+                elif item.startswith(b":"):
+                    yield item  # a keep-alive comment
+        except _Gone:
+            pass  # a reader too far behind: the final status still says how it ended
+        await record.wait_done()
+        said = _said(record.final.to_wire()) if record.final is not None else ""
+        if first and said and tasks.state(record) == "TASK_STATE_COMPLETED":
+            update = {
+                "taskId": record.id,
+                "contextId": record.session_id,
+                "artifact": _artifact(record.id, said),
+                "lastChunk": True,
+            }
+            yield frame({"artifactUpdate": update})
+        yield frame(status(tasks.state(record)))
+
+
+def _delta(frame: bytes) -> str:
+    """The text a frame of the Agent API adds to the answer: a text delta's."""
+    _, sep, data = frame.partition(b"\ndata: ")
+    if not sep:
+        return ""
+    try:
+        event = json.loads(data)
+    except ValueError:
+        return ""
+    if (
+        isinstance(event, dict)
+        and event.get("object") == "content"
+        and event.get("type") == "text"
+        and event.get("delta") is True
+        and isinstance(event.get("text"), str)
+    ):
+        return str(event["text"])
+    return ""
+
+
+def _error(request_id: object, code: int, message: str) -> Response:
+    body = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+    return Response(json.dumps(body).encode(), media_type="application/json")
+
+
+def _result(request_id: object, result: dict[str, Any]) -> Response:
+    body = {"jsonrpc": "2.0", "id": request_id, "result": result}
+    return Response(json.dumps(body, ensure_ascii=False).encode(), media_type="application/json")
+
+
+def a2a_routes(api: _Api, *, secured: bool) -> list[BaseRoute]:
+    """The card and the JSON-RPC endpoint of A2A, over the server's runs."""
+    rpc = _Rpc(api)
+
+    async def card(request: Request) -> Response:
+        body = agent_card(api, str(request.base_url), secured=secured)
+        return Response(json.dumps(body).encode(), media_type="application/json")
+
+    async def endpoint(request: Request) -> Response:
+        request_id: object = None
+        try:
+            version = request.headers.get("a2a-version") or request.query_params.get(
+                "A2A-Version", ""
+            )
+            if version.strip().split(".")[0] != VERSION.split(".")[0]:
+                raise A2AError(
+                    VERSION_NOT_SUPPORTED,
+                    f"this server speaks A2A {VERSION}: send the header A2A-Version: {VERSION}"
+                    + (f", not {version[:20]!r}" if version else " (none means 0.3)"),
+                )
+            _check_content_type(request)
+            body = await _read_body(request, api.limits.max_body_bytes, api.limits.body_timeout)
+            try:
+                call = json.loads(body)
+            except ValueError:
+                raise A2AError(PARSE_ERROR, "the body is not JSON") from None
+            if not isinstance(call, dict):
+                raise A2AError(INVALID_REQUEST, "a JSON-RPC request is an object (no batches)")
+            request_id = call.get("id")
+            if isinstance(request_id, (dict, list, bool)) or (
+                isinstance(request_id, str) and len(request_id) > 200
+            ):
+                request_id = None
+                raise A2AError(INVALID_REQUEST, "id: a string or a number")
+            method, params = call.get("method"), call.get("params", {})
+            if call.get("jsonrpc") != "2.0" or not isinstance(method, str):
+                raise A2AError(
+                    INVALID_REQUEST, 'a JSON-RPC 2.0 request: "jsonrpc": "2.0", "method"'
+                )
+            if not isinstance(params, dict):
+                raise A2AError(INVALID_PARAMS, "params: an object")
+            if method == "SendMessage":
+                return _result(request_id, await rpc.send(params))
+            if method == "SendStreamingMessage":
+                return _events(rpc.stream(rpc.start(params), request_id))
+            if method == "GetTask":
+                return _result(request_id, rpc.get(params))
+            if method == "ListTasks":
+                return _result(request_id, rpc.list(params))
+            if method == "CancelTask":
+                return _result(request_id, await rpc.cancel(params))
+            if method == "SubscribeToTask":
+                record = rpc.tasks.record(params.get("id"))
+                if record.done:
+                    raise A2AError(UNSUPPORTED, f"task {record.id} has ended: GetTask tells how")
+                return _events(rpc.stream(record, request_id))
+            if method == "GetExtendedAgentCard":
+                raise A2AError(UNSUPPORTED, "this agent has no extended card")
+            raise A2AError(METHOD_NOT_FOUND, f"no method {method[:100]!r} (A2A {VERSION})")
+        except A2AError as exc:
+            return _error(request_id, exc.code, exc.message)
+        except _ApiError as exc:  # the body's size, time or type
+            return _error(request_id, INVALID_REQUEST, f"{exc.code}: {exc.message}")
+
+    return [
+        Route(CARD_PATH, card, methods=["GET"]),
+        Route(A2A_PATH, endpoint, methods=["POST"]),
+    ]
+
+
+def _events(events: AsyncIterator[bytes]) -> Response:
+    headers = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+    return StreamingResponse(events, media_type="text/event-stream", headers=headers)

@@ -1,0 +1,259 @@
+"""A2A 1.0 on ``openstarry serve``, driven by the official ``a2a-sdk`` client.
+
+A real uvicorn server on 127.0.0.1 (``test_api_http.serving``): the card resolved,
+blocking, non-blocking and streamed sends, multi-turn by context, get, list and cancel,
+the A2A errors, the key the card declares, and malformed JSON-RPC bodies answered with
+JSON-RPC errors, never a 5xx.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.helpers import get_artifact_text
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    TaskState,
+)
+from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
+
+from openstarry.agent.interfaces import AgentContext
+from openstarry.agent.runtime import Agent
+from openstarry.api.server import create_app
+from openstarry.core import ProviderResponse
+from openstarry.testing import FunctionProvider, text
+from test_api_http import serving_app
+
+pytestmark = pytest.mark.anyio
+
+HANG = 30
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@contextmanager
+def served(agent: Agent, api_key: str | None = None) -> Iterator[str]:
+    with serving_app(create_app(agent, api_key=api_key), lifespan="on") as url:
+        yield url
+
+
+@asynccontextmanager
+async def a2a_client(
+    url: str, *, streaming: bool = False, headers: dict[str, str] | None = None
+) -> AsyncIterator[Any]:
+    async with httpx.AsyncClient(headers=headers or {}, timeout=HANG) as http:
+        card = await A2ACardResolver(http, url).get_agent_card()
+        client = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(card)
+        try:
+            yield client
+        finally:
+            await client.close()
+
+
+def message(words: str, context: str | None = None) -> Message:
+    found = Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=words)])
+    if context is not None:
+        found.context_id = context
+    return found
+
+
+async def send(client: Any, words: str, context: str | None = None, **config: Any) -> Any:
+    request = SendMessageRequest(
+        message=message(words, context), configuration=SendMessageConfiguration(**config)
+    )
+    answers = [answer async for answer in client.send_message(request)]
+    assert len(answers) == 1
+    assert answers[0].HasField("task")
+    return answers[0].task
+
+
+def echo_agent() -> Agent:
+    """An agent that repeats what it was told, and how many turns its session has had."""
+
+    async def answer(prompt: str, context: AgentContext) -> ProviderResponse:
+        turns = sum(1 for entry in context.memory if entry.role == "user")
+        return text(f"{prompt} (turn {turns})")
+
+    return Agent(FunctionProvider(answer), name="echo")
+
+
+async def test_the_card_names_the_agent_and_its_json_rpc_endpoint() -> None:
+    agent = echo_agent()
+    with served(agent) as url:
+        async with httpx.AsyncClient() as http:
+            card = await A2ACardResolver(http, url).get_agent_card()
+            raw = (await http.get(f"{url}/.well-known/agent-card.json")).json()
+    assert card.name == "echo"
+    assert card.capabilities.streaming
+    [interface] = card.supported_interfaces
+    assert interface.url == f"{url}/a2a"
+    assert interface.protocol_binding == "JSONRPC"
+    assert interface.protocol_version == "1.0"
+    assert raw["skills"]
+    assert "securitySchemes" not in raw  # no key: none asked
+
+
+async def test_a_blocking_send_answers_with_the_completed_task_and_a_context_goes_on() -> None:
+    with served(echo_agent()) as url:
+        async with a2a_client(url) as client:
+            with anyio.fail_after(HANG):
+                task = await send(client, "hello")
+                assert task.status.state == TaskState.TASK_STATE_COMPLETED
+                assert get_artifact_text(task.artifacts[0]) == "hello (turn 1)"
+                assert [m.role for m in task.history] == [Role.ROLE_USER, Role.ROLE_AGENT]
+                # The same context is the same session: its memory holds the first turn.
+                again = await send(client, "again", context=task.context_id)
+                assert again.context_id == task.context_id
+                assert again.id != task.id
+                assert get_artifact_text(again.artifacts[0]) == "again (turn 2)"
+                found = await client.get_task(GetTaskRequest(id=task.id, history_length=1))
+                assert found.status.state == TaskState.TASK_STATE_COMPLETED
+                assert len(found.history) == 1
+                page = await client.list_tasks(ListTasksRequest(context_id=task.context_id))
+                assert {t.id for t in page.tasks} == {task.id, again.id}
+                assert page.total_size == 2
+                assert page.next_page_token == ""
+                first = await client.list_tasks(ListTasksRequest(page_size=1))
+                assert len(first.tasks) == 1
+                assert first.next_page_token
+
+
+async def test_a_streamed_send_gives_the_task_its_answer_and_its_last_state() -> None:
+    with served(echo_agent()) as url:
+        async with a2a_client(url, streaming=True) as client:
+            with anyio.fail_after(HANG):
+                request = SendMessageRequest(message=message("stream me"))
+                kinds, said, states = [], [], []
+                async for answer in client.send_message(request):
+                    kind = answer.WhichOneof("payload")
+                    kinds.append(kind)
+                    if kind == "artifact_update":
+                        said.append(get_artifact_text(answer.artifact_update.artifact))
+                    if kind == "status_update":
+                        states.append(answer.status_update.status.state)
+    assert kinds[0] == "task"
+    assert "".join(said) == "stream me (turn 1)"
+    assert states[-1] == TaskState.TASK_STATE_COMPLETED
+
+
+class _Gate:
+    """A provider that waits until it is cancelled (or told to go on)."""
+
+    def __init__(self) -> None:
+        self.started = anyio.Event()
+
+    async def __call__(self, prompt: str, context: AgentContext) -> ProviderResponse:
+        self.started.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+async def test_a_task_returned_at_once_is_cancelled_and_the_errors_are_a2as() -> None:
+    gate = _Gate()
+    with served(Agent(FunctionProvider(gate), name="slow")) as url:
+        async with a2a_client(url) as client:
+            with anyio.fail_after(HANG):
+                task = await send(client, "wait", return_immediately=True)
+                assert task.status.state in (
+                    TaskState.TASK_STATE_SUBMITTED,
+                    TaskState.TASK_STATE_WORKING,
+                )
+                await gate.started.wait()
+                cancelled = await client.cancel_task(CancelTaskRequest(id=task.id))
+                assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+                with pytest.raises(TaskNotCancelableError):
+                    await client.cancel_task(CancelTaskRequest(id=task.id))
+                with pytest.raises(TaskNotFoundError):
+                    await client.get_task(GetTaskRequest(id="task-that-never-was"))
+
+
+async def test_with_a_key_the_card_says_so_and_a_call_without_it_is_refused() -> None:
+    with served(echo_agent(), api_key="s3cret-key") as url:
+        async with httpx.AsyncClient(timeout=HANG) as http:
+            raw = (await http.get(f"{url}/.well-known/agent-card.json")).json()
+            assert raw["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
+            refused = await http.post(
+                f"{url}/a2a",
+                json={"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}},
+                headers={"A2A-Version": "1.0"},
+            )
+            assert refused.status_code == 401
+        async with a2a_client(url, headers={"Authorization": "Bearer s3cret-key"}) as client:
+            with anyio.fail_after(HANG):
+                task = await send(client, "hello")
+        assert task.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+async def test_malformed_json_rpc_gets_json_rpc_errors_never_a_5xx() -> None:
+    """Bodies broken in every way a fuzzer finds: each answered 200 with an error object
+    (or 4xx for the HTTP itself), the server still serving after."""
+    rng = random.Random(7)
+    valid = {
+        "jsonrpc": "2.0",
+        "id": "1",
+        "method": "SendMessage",
+        "params": {
+            "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]},
+        },
+    }
+    odd: list[Any] = [None, True, 0, -1, 2**70, 1.5, "", "x" * 300, [], {}, [1], {"a": None}]
+    bodies: list[bytes] = [b"", b"{", b"[]", b"null", b"\xff\xfe", b'{"jsonrpc": "2.0"}']
+    for _ in range(150):
+        call = json.loads(json.dumps(valid))
+        where = rng.choice(["top", "params", "message", "part"])
+        target = {
+            "top": call,
+            "params": call["params"],
+            "message": call["params"]["message"],
+            "part": call["params"]["message"]["parts"][0],
+        }[where]
+        key = rng.choice([*list(target), "configuration", "historyLength", "pageSize", "id"])
+        target[key] = rng.choice(odd)
+        if rng.random() < 0.3:
+            call["method"] = rng.choice(
+                ["GetTask", "ListTasks", "CancelTask", "SubscribeToTask", "Nope", 5]
+            )
+        bodies.append(json.dumps(call).encode())
+    with served(echo_agent()) as url:
+        async with httpx.AsyncClient(timeout=HANG) as http:
+            for body in bodies:
+                answer = await http.post(
+                    f"{url}/a2a",
+                    content=body,
+                    headers={"A2A-Version": "1.0", "content-type": "application/json"},
+                )
+                assert answer.status_code < 500, (body, answer.text)
+                if answer.headers["content-type"].startswith("application/json"):
+                    reply = answer.json()
+                    assert reply["jsonrpc"] == "2.0"
+                    assert ("result" in reply) != ("error" in reply), reply
+            old = await http.post(
+                f"{url}/a2a", json={"jsonrpc": "2.0", "id": 1, "method": "ListTasks"}
+            )
+            assert old.json()["error"]["code"] == -32009  # no A2A-Version: 0.3, not served
+            unknown = await http.post(
+                f"{url}/a2a",
+                json={"jsonrpc": "2.0", "id": 2, "method": "message/send", "params": {}},
+                headers={"A2A-Version": "1.0"},
+            )
+            assert unknown.json()["error"]["code"] == -32601
+            assert (await http.get(f"{url}/health")).status_code == 200
