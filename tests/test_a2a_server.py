@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -33,11 +34,14 @@ from a2a.types import (
 )
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 
+from openstarry.a2a import A2AToolset
 from openstarry.agent.interfaces import AgentContext
+from openstarry.agent.memory import ToolOutcome
 from openstarry.agent.runtime import Agent
 from openstarry.api.server import create_app
 from openstarry.core import ProviderResponse
-from openstarry.testing import FunctionProvider, text
+from openstarry.manifest import A2AAgentConfig
+from openstarry.testing import FunctionProvider, text, tool_call
 from test_api_http import serving_app
 
 pytestmark = pytest.mark.anyio
@@ -257,3 +261,86 @@ async def test_malformed_json_rpc_gets_json_rpc_errors_never_a_5xx() -> None:
             )
             assert unknown.json()["error"]["code"] == -32601
             assert (await http.get(f"{url}/health")).status_code == 200
+
+
+# -- the client side: remote agents as tools -----------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+async def test_an_agent_calls_another_over_a2a_in_its_trace() -> None:
+    """Two openstarry agents: the caller's tool is the other agent; the other's run is
+    in the caller's trace, one call deep, and its answer is the tool's result."""
+    seen: list[tuple[str, int]] = []
+
+    async def helper(prompt: str, context: AgentContext) -> ProviderResponse:
+        seen.append((context.trace_id, context.call_depth))
+        return text(f"helper says: {prompt.upper()}")
+
+    async def caller(prompt: str, context: AgentContext) -> ProviderResponse:
+        if context.round == 1:
+            return tool_call("helper", {"message": prompt})
+        outcome = context.memory[-1]
+        assert isinstance(outcome, ToolOutcome)
+        return text(f"the helper answered {outcome.result}")
+
+    with served(Agent(FunctionProvider(helper), name="helper")) as url:
+        toolset = A2AToolset([A2AAgentConfig(name="helper", url=url)], timeout=HANG)
+        agent = Agent(FunctionProvider(caller), name="caller", toolsets=[toolset])
+        async with agent:
+            tool = agent.tools["helper"]
+            assert "helper" in tool.description  # from the card
+            with anyio.fail_after(HANG):
+                result = await agent.ask("hello there", session_id="s1")
+                again = await agent.ask("and again", session_id="s1")
+    assert result.text == "the helper answered helper says: HELLO THERE"
+    assert again.text == "the helper answered helper says: AND AGAIN"
+    assert seen[0] == (result.trace_id, 1)  # the caller's trace, one call deep
+    assert seen[1] == (again.trace_id, 1)
+
+
+async def test_a_cycle_of_agents_is_refused_at_the_depth_limit() -> None:
+    """An agent whose tool is itself, over A2A: each call goes one deeper, until the
+    sixth is refused (-32050) and the refusal comes back up the chain."""
+    depths: list[int] = []
+
+    async def loop(prompt: str, context: AgentContext) -> ProviderResponse:
+        if context.round == 1:
+            depths.append(context.call_depth)
+            return tool_call("self", {"message": prompt})
+        outcome = context.memory[-1]
+        assert isinstance(outcome, ToolOutcome)
+        said = outcome.result if outcome.success else f"{outcome.error.code}"  # type: ignore[union-attr]
+        return text(f"{context.call_depth}<{said}>")
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    toolset = A2AToolset([A2AAgentConfig(name="self", url=url)], timeout=HANG)
+    agent = Agent(FunctionProvider(loop), name="loop", toolsets=[toolset])
+    with serving_app(create_app(agent), lifespan="on", port=port):
+        async with httpx.AsyncClient(timeout=HANG) as http:
+            answer = await http.post(
+                f"{url}/a2a",
+                headers={"A2A-Version": "1.0"},
+                json={
+                    "jsonrpc": "2.0",
+                    "id": "1",
+                    "method": "SendMessage",
+                    "params": {
+                        "message": {
+                            "messageId": "m",
+                            "role": "ROLE_USER",
+                            "parts": [{"text": "go"}],
+                        }
+                    },
+                },
+            )
+    task = answer.json()["result"]["task"]
+    said = task["artifacts"][0]["parts"][0]["text"]
+    assert depths == [0, 1, 2, 3, 4, 5]
+    assert said == "0<1<2<3<4<5<RECURSION_LIMIT_EXCEEDED>>>>>>"

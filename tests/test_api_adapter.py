@@ -446,3 +446,44 @@ async def test_running_the_adapter_keeps_no_agents_bus_alive() -> None:
     gc.collect()
     assert [ref() for ref in buses] == [None, None, None]
     assert len(adapter_module._ROUTERS) == 0
+
+
+@pytest.mark.anyio
+async def test_two_runs_of_one_trace_each_get_their_own_events() -> None:
+    """Requests that carry the same trace (one agent calling itself over A2A, each hop
+    joining the caller's trace; or two clients sending one trace header) run at once:
+    each stream gets its own run's events, and ends with its own run."""
+    from openstarry.api.tracecontext import incoming_trace
+
+    gate = anyio.Event()
+
+    async def answer(prompt: str, context: AgentContext) -> ProviderResponse:
+        if prompt == "first":
+            await gate.wait()  # still running while the second starts and ends
+        return text(f"answer to {prompt}")
+
+    finals: dict[str, AgentResponse] = {}
+    async with Agent(FunctionProvider(answer)) as agent:
+        token = incoming_trace.set("11111111-2222-3333-4444-555555555555")
+        try:
+
+            async def one(words: str, session: str) -> None:
+                async with open_run(agent, request(words, session_id=session)) as run:
+                    events = [event async for event in run]
+                final = events[-1]
+                assert isinstance(final, AgentResponse)
+                finals[words] = final
+
+            with anyio.fail_after(HANG):
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(one, "first", "a")
+                    await anyio.sleep(0.05)
+                    await one("second", "b")
+                    gate.set()
+        finally:
+            incoming_trace.reset(token)
+    for words in ("first", "second"):
+        final = finals[words]
+        assert str(final.status) == "completed"
+        assert final.output is not None
+        assert [m.get_text_content() for m in final.output] == [f"answer to {words}"]

@@ -55,11 +55,14 @@ def serving(agent: Agent, limits: ServerLimits | None = None) -> Iterator[str]:
 
 
 @contextmanager
-def serving_app(app: Any, lifespan: Literal["auto", "on", "off"] = "auto") -> Iterator[str]:
-    """Serve the ASGI ``app`` with uvicorn on a free port of 127.0.0.1 in a thread."""
+def serving_app(
+    app: Any, lifespan: Literal["auto", "on", "off"] = "auto", port: int = 0
+) -> Iterator[str]:
+    """Serve the ASGI ``app`` with uvicorn on 127.0.0.1 in a thread: on ``port``, or
+    a free one."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
         app, log_level="warning", log_config=None, timeout_graceful_shutdown=2, lifespan=lifespan

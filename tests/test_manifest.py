@@ -485,6 +485,7 @@ def test_json_schema_of_agent_json() -> None:
         "memory",
         "approval",
         "mcp",
+        "a2a",
         "bus",
         "sessions",
     }

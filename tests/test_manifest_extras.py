@@ -128,3 +128,27 @@ def test_a_bad_retriever_reference_names_the_field(
     with pytest.raises(ManifestError, match=message) as info:
         agent_from_manifest(write(tmp_path, data))
     assert "toolRetrieval.retriever" in str(info.value)
+
+
+def test_a2a_agents_are_tools_by_name_with_http_urls() -> None:
+    from openstarry.errors import ManifestError
+    from openstarry.manifest import parse_manifest
+
+    manifest = parse_manifest(
+        {
+            "identity": {"name": "caller"},
+            "tools": ["get_weather"],
+            "a2a": {"agents": [{"name": "helper", "url": "http://127.0.0.1:9000"}]},
+            "approval": {"tools": ["helper"]},
+        }
+    )
+    [agent] = manifest.a2a.agents
+    assert (agent.name, agent.url, agent.approval) == ("helper", "http://127.0.0.1:9000", False)
+    for bad, why in (
+        ({"name": "get_weather", "url": "http://x"}, "already names"),
+        ({"name": "h", "url": "ftp://x"}, "url"),
+        ({"name": "a b", "url": "http://x"}, "name"),
+    ):
+        data = {"identity": {"name": "c"}, "tools": ["get_weather"], "a2a": {"agents": [bad]}}
+        with pytest.raises(ManifestError, match=why):
+            parse_manifest(data)

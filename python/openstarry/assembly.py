@@ -132,13 +132,21 @@ def _bus_of(manifest: AgentManifest) -> EventBus:
 
 
 def _toolsets_of(manifest: AgentManifest) -> list[Toolset]:
-    """The manifest's toolsets: its remote MCP servers as one (none without servers)."""
+    """The manifest's toolsets: its remote MCP servers as one, its A2A agents as another."""
+    toolsets: list[Toolset] = []
     servers = manifest.mcp.servers
-    if not servers:
-        return []
-    return [
-        mcp_toolset(servers, tool_timeout=manifest.limits.tool_timeout, base_dir=manifest.base_dir)
-    ]
+    timeout = manifest.limits.tool_timeout
+    if servers:
+        toolsets.append(mcp_toolset(servers, tool_timeout=timeout, base_dir=manifest.base_dir))
+    if manifest.a2a.agents:
+        try:
+            from openstarry.a2a import A2AToolset
+        except ImportError as exc:
+            raise ManifestError(
+                f"a2a.agents: remote A2A agents need the A2A SDK: {exc}", field="a2a.agents"
+            ) from exc
+        toolsets.append(A2AToolset(manifest.a2a.agents, timeout=timeout))
+    return toolsets
 
 
 def mcp_toolset(

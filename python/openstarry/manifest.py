@@ -54,6 +54,8 @@ from openstarry.errors import ManifestError
 __all__ = [
     "MANIFEST_FILENAME",
     "MAX_MANIFEST_BYTES",
+    "A2AAgentConfig",
+    "A2AConfig",
     "AgentManifest",
     "ApiConfig",
     "FsConfig",
@@ -318,6 +320,30 @@ class McpConfig(_Section):
     )
 
 
+class A2AAgentConfig(_Section):
+    """A remote agent spoken to over A2A 1.0, as one tool of this agent."""
+
+    name: str = Field(
+        min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$", description="The tool's name."
+    )
+    url: str = Field(
+        pattern=r"^https?://",
+        description="The agent's base URL: its card is at <url>/.well-known/agent-card.json.",
+    )
+    timeout: float | None = Field(
+        default=None, gt=0, description="Seconds to read its card (default: limits.toolTimeout)."
+    )
+    approval: bool = Field(default=False, description="Each call waits for a person's approval.")
+
+
+class A2AConfig(_Section):
+    """The remote agents this agent may call over A2A."""
+
+    agents: list[A2AAgentConfig] = Field(
+        default_factory=list, max_length=64, description="Each a tool (the [a2a] extra)."
+    )
+
+
 class ApprovalConfig(_Section):
     """Tools whose calls wait for a person's yes before they run (human in the loop)."""
 
@@ -398,6 +424,9 @@ class AgentManifest(_Section):
         default_factory=McpConfig,
         description="What an MCP server of the agent shows, and the remote servers it uses.",
     )
+    a2a: A2AConfig = Field(
+        default_factory=A2AConfig, alias="a2a", description="Remote agents over A2A 1.0."
+    )
     api: ApiConfig = Field(
         default_factory=ApiConfig,
         description="What callers of the Agent API over HTTP may run directly.",
@@ -463,6 +492,14 @@ class AgentManifest(_Section):
                     )
                 )
             seen_servers.add(server.name)
+        for index, agent in enumerate(self.a2a.agents):
+            if agent.name in tools or agent.name in seen_servers:
+                why = f"{agent.name!r} already names a tool, a server or an agent"
+                errors.append(
+                    _detail(("a2a", "agents", index, "name"), "duplicate", why, agent.name)
+                )
+            seen_servers.add(agent.name)
+        tools |= {agent.name for agent in self.a2a.agents}
         for section, key, names in (
             ("mcp", "expose_tools", self.mcp.expose_tools),
             ("mcp", "private_tools", self.mcp.private_tools),

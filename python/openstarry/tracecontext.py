@@ -22,6 +22,9 @@ import re
 import uuid
 
 __all__ = [
+    "MAX_CALL_DEPTH",
+    "META_DEPTH",
+    "META_TRACE",
     "current_event",
     "current_traceparent",
     "event_span_id",
@@ -37,6 +40,15 @@ __all__ = [
 current_event: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
     "openstarry_current_event", default=None
 )
+
+#: The deepest agent-to-agent call an agent serves (spec 004 section 4): a user's input
+#: is depth 1's caller, a call made while serving depth ``d`` is ``d + 1``, and a
+#: call deeper than this is refused, so a cycle of agents stops (MCP and A2A alike).
+MAX_CALL_DEPTH = 5
+#: The keys a call's trace id and depth travel under in a message's metadata (MCP's
+#: ``params._meta``, A2A's ``message.metadata``).
+META_TRACE = "openstarry/traceId"
+META_DEPTH = "openstarry/depth"
 
 _HEX = frozenset("0123456789abcdef")
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")

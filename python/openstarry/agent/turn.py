@@ -76,7 +76,7 @@ from openstarry.events import (
     AgentState,
     EventType,
 )
-from openstarry.tracecontext import current_event
+from openstarry.tracecontext import MAX_CALL_DEPTH, current_event
 
 __all__ = ["Turn", "TurnHost"]
 
@@ -195,13 +195,14 @@ class Turn:
             assert isinstance(event, Event), "an EventRef input comes with its text"
             payload = event.payload
             text = payload["text"]
-            if "tools" in payload or "generation" in payload:
+            if "tools" in payload or "generation" in payload or "callDepth" in payload:
                 self._read_request(payload)
         #: The input's text.
         self.text: str = text
 
     def _read_request(self, payload: dict[str, Any]) -> None:
-        """What the input's request adds to a run: its client's tools, its generation parameters."""
+        """What the input's request adds to a run: its client's tools, its generation
+        parameters, and how many agent-to-agent calls deep it is."""
         declared = payload.get("tools")
         client_tools: dict[str, Tool] = {}
         for spec in declared if isinstance(declared, list) else ():
@@ -213,6 +214,10 @@ class Turn:
         generation = payload.get("generation")
         if isinstance(generation, dict):
             self.context.generation = generation
+        depth = payload.get("callDepth")
+        if isinstance(depth, int) and not isinstance(depth, bool) and 0 < depth <= MAX_CALL_DEPTH:
+            # Asked by another agent, ``depth`` calls deep (an A2A message): its calls go deeper.
+            self.context.call_depth = depth
 
     def close_calls(self, code: str, message: str) -> None:
         """Give every open call of memory an outcome, so each call keeps its answer."""

@@ -40,6 +40,8 @@ from openstarry.api.models import ProtocolError, parse_request
 from openstarry.api.replay import _Gone, _Record
 from openstarry.api.routes import _check_content_type, _read_body
 from openstarry.api.runs import _Api, _ApiError
+from openstarry.api.tracecontext import incoming_depth, incoming_trace
+from openstarry.tracecontext import MAX_CALL_DEPTH, META_DEPTH, META_TRACE
 
 try:
     from starlette.requests import Request
@@ -69,11 +71,15 @@ TASK_NOT_CANCELABLE = -32002
 UNSUPPORTED = -32004
 EXTENDED_CARD_NOT_CONFIGURED = -32007
 VERSION_NOT_SUPPORTED = -32009
+#: A message deeper in a chain of agents than :data:`MAX_CALL_DEPTH` (as MCP's guard).
+RECURSION_LIMIT_EXCEEDED = -32050
 
 #: Tasks a ``ListTasks`` page holds by default, and at most.
 PAGE_SIZE, MAX_PAGE_SIZE = 50, 100
-#: The most parts one message may carry, and the longest text part.
+#: The most parts one message may carry.
 MAX_PARTS = 64
+#: The position of a reader that reads no events (a blocking ``SendMessage``).
+_NO_EVENTS = 1 << 62
 
 #: Each Agent API status, as an A2A task state.
 _STATES = {
@@ -287,6 +293,31 @@ def _text_of(message: object) -> tuple[str, dict[str, Any]]:
     return text, kept
 
 
+def _join_trace(metadata: object) -> None:
+    """A message from another agent says in its metadata how many calls deep it is, and
+    its trace (spec 004's guard, as over MCP): the run joins that trace at that depth,
+    and a message deeper than :data:`MAX_CALL_DEPTH` is refused (a cycle of agents)."""
+    if not isinstance(metadata, dict):
+        return
+    depth, trace = metadata.get(META_DEPTH), metadata.get(META_TRACE)
+    if depth is None:
+        return
+    if isinstance(depth, float) and depth.is_integer():
+        depth = int(depth)  # (ProtoJSON carries numbers as doubles)
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise A2AError(INVALID_PARAMS, f"metadata[{META_DEPTH!r}]: a whole number >= 1")
+    if depth > MAX_CALL_DEPTH:
+        raise A2AError(
+            RECURSION_LIMIT_EXCEEDED,
+            f"call depth {depth} exceeds the limit of {MAX_CALL_DEPTH}"
+            + (f" (trace {trace[:64]})" if isinstance(trace, str) else "")
+            + ": refused to break a call cycle",
+        )
+    incoming_depth.set(depth)
+    if isinstance(trace, str) and 0 < len(trace) <= 128 and trace.isprintable():
+        incoming_trace.set(trace)
+
+
 def _history_length(params: dict[str, Any], where: dict[str, Any] | None = None) -> int | None:
     value = (where if where is not None else params).get("historyLength")
     if value is None:
@@ -319,6 +350,7 @@ class _Rpc:
         context = message.get("contextId")
         if context is not None and not isinstance(context, str):
             raise A2AError(INVALID_PARAMS, "params.message.contextId: a string")
+        _join_trace(message.get("metadata"))
         body = {
             "input": [{"role": "user", "content": [{"type": "text", "text": text}]}],
             "session_id": context or f"ctx_{uuid.uuid4()}",
@@ -348,7 +380,14 @@ class _Rpc:
         history = _history_length(params, configuration)
         record = self.start(params)
         if configuration.get("returnImmediately") is not True:
-            await record.wait_done()
+            # A reader while it waits (of no events): a run someone waits for is not
+            # one nobody reads, stopped to make room; a caller gone stops it after
+            # the reconnect grace, as for the Agent API.
+            reader = self.api.attach(record, _NO_EVENTS)
+            try:
+                await record.wait_done()
+            finally:
+                self.api.detach(record, reader)
         return {"task": self.tasks.task(record, history=history)}
 
     def get(self, params: dict[str, Any]) -> dict[str, Any]:

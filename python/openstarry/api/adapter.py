@@ -55,7 +55,7 @@ from openstarry.api.models import (
     TextContent,
     WireModel,
 )
-from openstarry.api.tracecontext import incoming_parent, incoming_trace
+from openstarry.api.tracecontext import incoming_depth, incoming_parent, incoming_trace
 from openstarry.api.translate import RunTranslator, WireEvent, run_status
 from openstarry.bus import EventBus, Subscription, follow_session
 from openstarry.core import Event
@@ -80,7 +80,8 @@ SOURCE = "openstarry.api"
 #: dropped (the completed content still carries the whole text).
 MAX_PENDING_EVENTS = 10_000
 
-_PATTERNS = ("OUTPUT:*", "EXEC:*", EventType.ERROR.value, "API:*")
+_PATTERNS = ("OUTPUT:*", "EXEC:*", EventType.ERROR.value, "API:*", EventType.TICK_START.value)
+_TICK, _CALL = EventType.TICK_START.value, EventType.TOOL_CALL.value
 #: What of a followed run's events the stream translates (as :data:`_PATTERNS`).
 _FOLLOWED = ("OUTPUT:", "EXEC:", EventType.ERROR.value)
 _AWAITING = "EXEC:AWAITING"
@@ -301,7 +302,14 @@ def _refuse(code: str, message: str) -> InvalidRequestError:
 
 
 class _Router:
-    """One subscription per bus that hands each run its own events, by ``traceId``.
+    """One subscription per bus that hands each run its own events: by ``traceId``, and
+    within a trace that several runs share, by the input each event descends from.
+
+    Runs share a trace when one calls another in the same process (an agent that asks
+    itself over A2A, each hop joining the caller's trace), or when two requests carry
+    the same trace header. Each run's ``KERNEL:TICK_START`` and ``EXEC:TOOL_CALL`` are
+    remembered as its own, and an event goes to the run its parent (the input, a tick,
+    a call) belongs to.
 
     It holds its bus only through its subscriptions, while a run is routed: a
     router is the value of a weak-keyed table whose key is the bus, and a
@@ -309,24 +317,49 @@ class _Router:
     """
 
     def __init__(self) -> None:
-        self.routes: dict[str, Callable[[Event], None]] = {}
+        #: The runs routed, by trace, each by its input's id.
+        self.routes: dict[str, dict[str, Callable[[Event], None]]] = {}
+        #: The ticks and calls of the runs routed: the input each belongs to.
+        self.owner: dict[str, str] = {}
         self.subscriptions: list[Subscription] = []
 
-    def add(self, bus: EventBus, trace_id: str, handler: Callable[[Event], None]) -> None:
+    def add(
+        self, bus: EventBus, trace_id: str, input_id: str, handler: Callable[[Event], None]
+    ) -> None:
         if not self.subscriptions:
             self.subscriptions = [bus.subscribe(p, self._dispatch) for p in _PATTERNS]
-        self.routes[trace_id] = handler
+        self.routes.setdefault(trace_id, {})[input_id] = handler
 
-    def remove(self, trace_id: str) -> None:
-        self.routes.pop(trace_id, None)
+    def remove(self, trace_id: str, input_id: str) -> None:
+        runs = self.routes.get(trace_id)
+        if runs is not None and runs.pop(input_id, None) is not None:
+            owner = self.owner
+            for event_id in [e for e, run in owner.items() if run == input_id]:
+                del owner[event_id]
+            if not runs:
+                del self.routes[trace_id]
         if not self.routes:
             for subscription in self.subscriptions:
                 subscription.cancel()
             self.subscriptions = []
+            self.owner.clear()
 
     def _dispatch(self, event: Event) -> None:
-        handler = self.routes.get(event.trace_id)
-        if handler is not None:
+        runs = self.routes.get(event.trace_id)
+        if runs is None:
+            return
+        kind = event.type
+        if len(runs) == 1:
+            run, handler = next(iter(runs.items()))
+        else:
+            parent = event.parent_id
+            found = parent if parent in runs else self.owner.get(parent or "")
+            if found is None:
+                return
+            run, handler = found, runs[found]
+        if kind in (_TICK, _CALL):
+            self.owner[event.id] = run
+        if kind != _TICK:
             handler(event)
 
 
@@ -378,6 +411,9 @@ class RunStream:
         generation = _generation(request)
         if generation:
             self._extra["generation"] = generation
+        depth = incoming_depth.get()
+        if depth:  # a call from another agent: the run's own calls go one deeper
+            self._extra["callDepth"] = depth
         self.agent = agent
         #: Why the request is refused before any run (``rejected``), if it is.
         self.rejection = _rejection(agent, self._text)
@@ -454,7 +490,9 @@ class RunStream:
         self._pending = pending
         # Routed before anything of the run can be dispatched (no await since start).
         self._trace_id = pending.event.trace_id
-        _router(self.agent.bus).add(self.agent.bus, self._trace_id, self._on_event)
+        _router(self.agent.bus).add(
+            self.agent.bus, self._trace_id, pending.event.id, self._on_event
+        )
         for wait_id, answer in self._answers.items():
             loop.waits.answer(self.session_id, wait_id, answer)
         self._translator.start()
@@ -612,10 +650,11 @@ class RunStream:
             )
 
     def _unroute(self) -> None:
-        if self._trace_id is not None:
+        pending = self._pending
+        if self._trace_id is not None and pending is not None:
             router = _ROUTERS.get(self.agent.bus)
             if router is not None:
-                router.remove(self._trace_id)
+                router.remove(self._trace_id, pending.event.id)
 
     def _park(self) -> None:
         """The run waits for the client: keep it for the request that answers."""

@@ -26,6 +26,7 @@ from openstarry.tracecontext import parse_traceparent, w3c_trace_id
 
 __all__ = [
     "TraceContextMiddleware",
+    "incoming_depth",
     "incoming_parent",
     "incoming_trace",
     "trace_context_of_headers",
@@ -39,6 +40,13 @@ incoming_trace: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 #: The request's ``traceparent`` (normalized) when the run is in its trace, else ``None``.
 incoming_parent: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "openstarry_incoming_parent", default=None
+)
+
+#: How many agent-to-agent calls deep the request being served is (0: none; an A2A
+#: message from another agent says so in its metadata, :mod:`openstarry.api.a2a`).
+#: The run it starts has that ``call_depth``, so its own remote calls go one deeper.
+incoming_depth: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "openstarry_incoming_depth", default=0
 )
 
 _MAX_TRACE = 128

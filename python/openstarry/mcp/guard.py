@@ -28,6 +28,9 @@ from typing import Any
 
 from openstarry.errors import RecursionLimitExceeded
 from openstarry.tracecontext import (
+    MAX_CALL_DEPTH,
+    META_DEPTH,
+    META_TRACE,
     current_event,
     event_span_id,
     parse_traceparent,
@@ -61,12 +64,10 @@ DEPTH_HEADER = "X-OpenStarry-Trace-Depth"
 #: The W3C Trace Context header (and ``_meta`` key) sent beside the openstarry ones.
 TRACEPARENT_HEADER = "traceparent"
 META_TRACEPARENT = "traceparent"
-#: The ``params._meta`` key carrying the trace id (stdio, or any transport).
-META_TRACE = "openstarry/traceId"
-#: The ``params._meta`` key carrying the depth.
-META_DEPTH = "openstarry/depth"
+# The ``params._meta`` keys carrying the trace id and the depth (stdio, or any
+# transport): META_TRACE and META_DEPTH, shared with A2A (openstarry.tracecontext).
 #: The deepest call an agent serves; a deeper one is refused.
-MAX_DEPTH = 5
+MAX_DEPTH = MAX_CALL_DEPTH
 #: The JSON-RPC error code of a call refused by the recursion guard (in the
 #: implementation-defined server error range, clear of the codes MCP reserves).
 RECURSION_LIMIT_EXCEEDED = -32050
