@@ -34,6 +34,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 
+from openstarry import tool
 from openstarry.a2a import A2AToolset
 from openstarry.agent.interfaces import AgentContext
 from openstarry.agent.memory import ToolOutcome
@@ -344,3 +345,80 @@ async def test_a_cycle_of_agents_is_refused_at_the_depth_limit() -> None:
     said = task["artifacts"][0]["parts"][0]["text"]
     assert depths == [0, 1, 2, 3, 4, 5]
     assert said == "0<1<2<3<4<5<RECURSION_LIMIT_EXCEEDED>>>>>>"
+
+
+async def test_a_task_that_asks_for_an_approval_goes_on_when_answered_by_its_id() -> None:
+    """input-required: the task's status names the approval it waits for; a message to
+    that task with the answer as a data part resumes it, the same task, to its end."""
+    charged: list[int] = []
+
+    @tool
+    async def charge(amount: int) -> str:
+        """Charge the card."""
+        charged.append(amount)
+        return f"charged {amount}"
+
+    async def answer(prompt: str, context: AgentContext) -> ProviderResponse:
+        if context.round == 1:
+            return tool_call("charge", {"amount": 5})
+        outcome = context.memory[-1]
+        assert isinstance(outcome, ToolOutcome)
+        return text(f"done: {outcome.result if outcome.success else 'not charged'}")
+
+    agent = Agent(FunctionProvider(answer), tools=[charge], approval_tools=["charge"])
+
+    async def call(http: httpx.AsyncClient, url: str, message: dict[str, Any]) -> Any:
+        body = {
+            "jsonrpc": "2.0",
+            "id": "1",
+            "method": "SendMessage",
+            "params": {"message": message},
+        }
+        reply = (await http.post(f"{url}/a2a", json=body, headers={"A2A-Version": "1.0"})).json()
+        assert "result" in reply, reply
+        return reply["result"]["task"]
+
+    with served(agent) as url:
+        async with httpx.AsyncClient(timeout=HANG) as http:
+            with anyio.fail_after(HANG):
+                asked = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "pay"}]}
+                task = await call(http, url, asked)
+                assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+                [waiting] = [p["data"] for p in task["status"]["message"]["parts"] if "data" in p]
+                [approval] = waiting["approvals"]
+                assert approval["name"] == "charge"
+                assert charged == []
+                answer_part = {
+                    "data": {
+                        "approval_request_id": approval["approval_request_id"],
+                        "approve": True,
+                    }
+                }
+                resumed = await call(
+                    http,
+                    url,
+                    {
+                        "messageId": "m2",
+                        "role": "ROLE_USER",
+                        "taskId": task["id"],
+                        "parts": [answer_part],
+                    },
+                )
+                assert resumed["id"] == task["id"]
+                assert resumed["status"]["state"] == "TASK_STATE_COMPLETED"
+                assert resumed["artifacts"][0]["parts"][0]["text"] == "done: charged 5"
+                assert charged == [5]
+                again = {
+                    "messageId": "m3",
+                    "role": "ROLE_USER",
+                    "taskId": task["id"],
+                    "parts": [answer_part],
+                }
+                body = {
+                    "jsonrpc": "2.0",
+                    "id": "2",
+                    "method": "SendMessage",
+                    "params": {"message": again},
+                }
+                refused = await http.post(f"{url}/a2a", json=body, headers={"A2A-Version": "1.0"})
+                assert refused.json()["error"]["code"] == -32004  # it is over now

@@ -173,21 +173,29 @@ class _Tasks:
 
     def __init__(self, api: _Api) -> None:
         self.api = api
-        #: Each task's message (the user's), by task id; forgotten with its response.
+        #: Each task's message (the user's), by response id; forgotten with its response.
         self.messages: dict[str, dict[str, Any]] = {}
         self.started: dict[str, float] = {}
+        #: A task resumed after it asked for input goes on in another response: the
+        #: response each such task is in now, and the task each such response is.
+        self.now_in: dict[str, str] = {}
+        self.task_of: dict[str, str] = {}
 
     def forget_gone(self) -> None:
         records = self.api.records
-        for task_id in [t for t in self.messages if t not in records]:
-            del self.messages[task_id]
-            self.started.pop(task_id, None)
+        for response in [r for r in self.messages if r not in records]:
+            del self.messages[response]
+            self.started.pop(response, None)
+        for response in [r for r in self.task_of if r not in records]:
+            task_id = self.task_of.pop(response)
+            if self.now_in.get(task_id) == response:
+                del self.now_in[task_id]
 
     def record(self, task_id: object) -> _Record:
         if not isinstance(task_id, str) or not task_id:
             raise A2AError(INVALID_PARAMS, "params.id: the task's id, a string")
         try:
-            return self.api.find(task_id)
+            return self.api.find(self.now_in.get(task_id, task_id))
         except _ApiError:
             raise A2AError(TASK_NOT_FOUND, f"no task {task_id!r} (unknown, or expired)") from None
 
@@ -212,9 +220,11 @@ class _Tasks:
         error = (final or {}).get("error")
         if isinstance(error, dict) and state in ("TASK_STATE_FAILED", "TASK_STATE_CANCELED"):
             status["message"] = self._agent_message(record, str(error.get("message", "")))
-        elif state == "TASK_STATE_INPUT_REQUIRED":
-            status["message"] = self._agent_message(record, said or "the agent waits for input")
-        task: dict[str, Any] = {"id": record.id, "contextId": record.session_id, "status": status}
+        elif state == "TASK_STATE_INPUT_REQUIRED" and final is not None:
+            status["message"] = message = self._agent_message(record, said or "I wait for input.")
+            message["parts"].append({"data": _waiting_for(final), "mediaType": "application/json"})
+        task_id = self.task_of.get(record.id, record.id)
+        task: dict[str, Any] = {"id": task_id, "contextId": record.session_id, "status": status}
         if artifacts and said and state == "TASK_STATE_COMPLETED":
             task["artifacts"] = [_artifact(record.id, said)]
         past = []
@@ -227,15 +237,36 @@ class _Tasks:
             task["history"] = past if history is None else past[-history:]
         return task
 
-    @staticmethod
-    def _agent_message(record: _Record, text: str) -> dict[str, Any]:
+    def _agent_message(self, record: _Record, text: str) -> dict[str, Any]:
         return {
             "messageId": f"{record.id}.answer",
             "contextId": record.session_id,
-            "taskId": record.id,
+            "taskId": self.task_of.get(record.id, record.id),
             "role": "ROLE_AGENT",
             "parts": [{"text": text}],
         }
+
+
+def _waiting_for(final: dict[str, Any]) -> dict[str, Any]:
+    """What a task in ``TASK_STATE_INPUT_REQUIRED`` waits for, as its status message's data
+    part: the approvals (``approval_request_id`` each, with the call) and the client
+    tools' calls (``call_id``), and how to answer them."""
+    waiting: dict[str, list[Any]] = {"approvals": [], "calls": []}
+    waited = (final.get("metadata") or {}).get("waiting_for") or {}
+    calls = set(waited.get("function_call") or ())
+    for item in final.get("output") or ():
+        kind = item.get("type")
+        data = next((c.get("data") for c in item.get("content") or () if "data" in c), None)
+        if kind == "mcp_approval_request" and isinstance(data, dict):
+            waiting["approvals"].append({"approval_request_id": data.get("id"), **data})
+        elif kind == "function_call" and isinstance(data, dict) and data.get("call_id") in calls:
+            waiting["calls"].append(data)
+    return {
+        **waiting,
+        "answer": "send a message with this taskId whose data parts are "
+        '{"approval_request_id": ID, "approve": true|false, "reason"?: TEXT} '
+        'or {"call_id": ID, "output": ...}',
+    }
 
 
 def _artifact(task_id: str, text: str) -> dict[str, Any]:
@@ -339,14 +370,7 @@ class _Rpc:
         text, kept = _text_of(params.get("message"))
         message = params["message"]
         if message.get("taskId") not in (None, ""):
-            record = self.tasks.record(message["taskId"])
-            if self.tasks.state(record) in _ENDED:
-                raise A2AError(
-                    UNSUPPORTED,
-                    f"task {record.id} has ended; send the message without a taskId "
-                    f"(in context {record.session_id}) to go on",
-                )
-            raise A2AError(UNSUPPORTED, f"task {record.id} is still running")
+            return self.resume(message["taskId"], message, kept)
         context = message.get("contextId")
         if context is not None and not isinstance(context, str):
             raise A2AError(INVALID_PARAMS, "params.message.contextId: a string")
@@ -372,6 +396,50 @@ class _Rpc:
         }
         self.tasks.started[record.id] = datetime.datetime.now(datetime.timezone.utc).timestamp()
         return record
+
+    def resume(self, task_id: str, message: dict[str, Any], kept: dict[str, Any]) -> _Record:
+        """Answer a task that asked for input: its message's data parts answer the
+        approvals and client tools it waits for, and it goes on (in another response of
+        its session, the same task)."""
+        tasks = self.tasks
+        record = tasks.record(task_id)
+        state = tasks.state(record)
+        if state != "TASK_STATE_INPUT_REQUIRED":
+            raise A2AError(
+                UNSUPPORTED,
+                f"task {task_id} is {'still running' if state not in _ENDED else 'over'}"
+                f" ({state}): only a task that asks for input takes a message; send one "
+                f"without a taskId (in context {record.session_id}) to go on",
+            )
+        answers = []
+        for i, part in enumerate(message["parts"]):
+            data = part.get("data")
+            if isinstance(data, dict) and "approval_request_id" in data:
+                kind = "mcp_approval_response"
+            elif isinstance(data, dict) and "call_id" in data:
+                kind = "function_call_output"
+            else:
+                raise A2AError(
+                    INVALID_PARAMS,
+                    f"params.message.parts[{i}]: an answer to the task is a data part, "
+                    '{"approval_request_id": ID, "approve": BOOL} or '
+                    '{"call_id": ID, "output": ...}',
+                )
+            answers.append(
+                {"type": kind, "role": "user", "content": [{"type": "data", "data": data}]}
+            )
+        body = {"input": answers, "session_id": record.session_id, "stream": False}
+        try:
+            resumed = self.api.start(parse_request(json.dumps(body)))
+        except ProtocolError as exc:
+            raise A2AError(INVALID_PARAMS, str(exc)) from None
+        except _ApiError as exc:
+            raise A2AError(INVALID_REQUEST, f"{exc.code}: {exc.message}") from None
+        tasks.now_in[task_id] = resumed.id
+        tasks.task_of[resumed.id] = task_id
+        tasks.messages[resumed.id] = {**kept, "contextId": record.session_id, "taskId": task_id}
+        tasks.started[resumed.id] = datetime.datetime.now(datetime.timezone.utc).timestamp()
+        return resumed
 
     async def send(self, params: dict[str, Any]) -> dict[str, Any]:
         configuration = params.get("configuration") or {}
