@@ -19,6 +19,7 @@ import pytest
 
 from mcp_fixtures import helpers
 from mcp_fixtures.tools import gate
+from openstarry._http import BearerAuth, WrongKeys
 from openstarry.assembly import agent_from_manifest
 from openstarry.mcp.server import MAX_SESSIONS, SESSION_IDLE_TIMEOUT, AgentMcpServer
 
@@ -147,3 +148,29 @@ async def test_a_key_guards_every_request(tmp_path: Path) -> None:
         assert refused.status_code == 401
         assert json.loads(refused.content)["code"] == "unauthorized"
     assert right.status_code == 200
+
+
+async def test_wrong_keys_in_a_row_are_slowed_down(tmp_path: Path) -> None:
+    """A key cannot be guessed at the server's full speed: past five wrong keys in a
+    row from one address, its tries are answered 429 (Retry-After) until its wait is
+    over, the right key included; after the wait, the right key is let in again."""
+    clock = [0.0]
+    book = WrongKeys(free_attempts=5, max_delay=60, clock=lambda: clock[0])
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"in"})
+
+    guarded = BearerAuth(app, "k3y", wrong_keys=book)
+    transport = httpx.ASGITransport(app=guarded, client=("10.0.0.7", 1234))
+    async with httpx.AsyncClient(transport=transport, base_url="http://mcp") as http:
+        wrong = {"authorization": "Bearer guess"}
+        codes = [(await http.post("/mcp", headers=wrong)).status_code for _ in range(5)]
+        assert codes == [401] * 5
+        slowed = await http.post("/mcp", headers={"authorization": "Bearer k3y"})
+        assert slowed.status_code == 429
+        assert int(slowed.headers["retry-after"]) >= 1
+        clock[0] += 2  # the first wait (1 s) is over
+        right = await http.post("/mcp", headers={"authorization": "Bearer k3y"})
+        assert right.status_code == 200
+        assert book.wait("10.0.0.7") == 0  # the right key starts the count again

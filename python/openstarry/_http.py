@@ -30,6 +30,8 @@ import os
 import signal
 import socket
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +46,7 @@ __all__ = [
     "listen",
     "read_api_key",
     "send_json",
+    "WrongKeys",
 ]
 
 log = logging.getLogger("openstarry.http")
@@ -96,13 +99,116 @@ def check_bind(host: str, api_key: str | None, *, insecure: bool) -> None:
         )
 
 
-class BearerAuth:
-    """Ask every HTTP request but ``exempt`` paths for ``Authorization: Bearer <key>``."""
+class _Failures:
+    __slots__ = ("count", "last", "until")
 
-    def __init__(self, app: ASGIApp, key: str, exempt: Collection[str] = ()) -> None:
+    def __init__(self) -> None:
+        self.count = 0
+        self.last = 0.0
+        self.until = 0.0
+
+
+class WrongKeys:
+    """The book of wrong keys per client address, and how long each must wait.
+
+    Args:
+        free_attempts: Wrong keys in a row before the address must wait.
+        max_delay: The longest wait, in seconds.
+        forget_after: Seconds after its last wrong key that an address is forgotten.
+        max_addresses: Addresses kept at most (the least recently failed go first).
+        clock: Monotonic seconds (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        *,
+        free_attempts: int = 5,
+        max_delay: float = 60.0,
+        forget_after: float = 900.0,
+        max_addresses: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if free_attempts < 1 or max_addresses < 1:
+            raise ValueError("free_attempts and max_addresses must be at least 1")
+        if not (max_delay > 0 and forget_after >= max_delay):
+            raise ValueError("max_delay must be positive and forget_after at least max_delay")
+        self.free_attempts = free_attempts
+        self.max_delay = max_delay
+        self.forget_after = forget_after
+        self.max_addresses = max_addresses
+        self.clock = clock
+        self._book: OrderedDict[str, _Failures] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._book)
+
+    @staticmethod
+    def key_of(address: str) -> str:
+        """The book's key for a client address: an IPv6 address counts by its /64."""
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return address
+        if ip.version == 6:
+            return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+        return str(ip)
+
+    def _forget_old(self, now: float) -> None:
+        book = self._book
+        while book:
+            first = next(iter(book.values()))
+            if now - first.last < self.forget_after:
+                break
+            book.popitem(last=False)
+
+    def wait(self, address: str) -> float:
+        """Seconds ``address`` must still wait before its next key is checked (0: none)."""
+        now = self.clock()
+        self._forget_old(now)
+        entry = self._book.get(self.key_of(address))
+        return max(entry.until - now, 0.0) if entry is not None else 0.0
+
+    def failed(self, address: str) -> tuple[int, float]:
+        """Record a wrong key from ``address``: ``(wrong keys in a row, seconds to wait)``."""
+        now = self.clock()
+        self._forget_old(now)
+        key = self.key_of(address)
+        entry = self._book.pop(key, None) or _Failures()
+        self._book[key] = entry  # the most recently failed last
+        while len(self._book) > self.max_addresses:
+            self._book.popitem(last=False)
+        entry.count += 1
+        entry.last = now
+        delay = 0.0
+        if entry.count >= self.free_attempts:
+            delay = min(2.0 ** min(entry.count - self.free_attempts, 30), self.max_delay)
+            entry.until = now + delay
+        return entry.count, delay
+
+    def succeeded(self, address: str) -> None:
+        """A right key from ``address``: its count starts again."""
+        self._book.pop(self.key_of(address), None)
+
+
+class BearerAuth:
+    """Ask every HTTP request but ``exempt`` paths for ``Authorization: Bearer <key>``.
+
+    Wrong keys from one address are slowed down (:class:`WrongKeys`): past a few in a
+    row, its next tries are answered ``429`` until its wait is over, so a key cannot
+    be guessed at the server's full speed.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        key: str,
+        exempt: Collection[str] = (),
+        wrong_keys: WrongKeys | None = None,
+    ) -> None:
         self.app = app
         self._expected = f"Bearer {key}".encode()
         self._exempt = frozenset(exempt)
+        self.wrong_keys = wrong_keys if wrong_keys is not None else WrongKeys()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path") in self._exempt:
@@ -113,9 +219,30 @@ class BearerAuth:
             if name == b"authorization":
                 given = value
                 break
+        client = scope.get("client")
+        address = str(client[0]) if client else ""
+        wait = self.wrong_keys.wait(address) if given else 0.0
+        if wait > 0:
+            retry = str(int(wait) + 1).encode()
+            body = _json_error(
+                "too_many_wrong_keys",
+                f"too many wrong keys from this address: try again in {wait:.0f} s",
+            )
+            await send_json(send, 429, body, [(b"retry-after", retry)])
+            return
         if hmac.compare_digest(given, self._expected):
+            if given:
+                self.wrong_keys.succeeded(address)
             await self.app(scope, receive, send)
             return
+        if given:
+            count, delay = self.wrong_keys.failed(address)
+            log.warning(
+                "wrong API key from %s (%d in a row)%s",
+                address or "an unknown address",
+                count,
+                f": its next try waits {delay:g} s" if delay else "",
+            )
         body = _json_error(
             "unauthorized",
             "this server needs the header 'Authorization: Bearer <key>'"

@@ -56,18 +56,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import ipaddress
 import json
 import logging
 import math
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, MutableMapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import anyio
+
+from openstarry._http import WrongKeys
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -129,97 +129,6 @@ class SessionCookies:
         if not hmac.compare_digest(mac.encode("ascii"), self._mac(payload).encode("ascii")):
             return False
         return int(expiry) > self.clock()
-
-
-class _Failures:
-    __slots__ = ("count", "last", "until")
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.last = 0.0
-        self.until = 0.0
-
-
-class WrongKeys:
-    """The book of wrong keys per client address, and how long each must wait.
-
-    Args:
-        free_attempts: Wrong keys in a row before the address must wait.
-        max_delay: The longest wait, in seconds.
-        forget_after: Seconds after its last wrong key that an address is forgotten.
-        max_addresses: Addresses kept at most (the least recently failed go first).
-        clock: Monotonic seconds (tests pass their own).
-    """
-
-    def __init__(
-        self,
-        *,
-        free_attempts: int = 5,
-        max_delay: float = 60.0,
-        forget_after: float = 900.0,
-        max_addresses: int = 10_000,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        if free_attempts < 1 or max_addresses < 1:
-            raise ValueError("free_attempts and max_addresses must be at least 1")
-        if not (max_delay > 0 and forget_after >= max_delay):
-            raise ValueError("max_delay must be positive and forget_after at least max_delay")
-        self.free_attempts = free_attempts
-        self.max_delay = max_delay
-        self.forget_after = forget_after
-        self.max_addresses = max_addresses
-        self.clock = clock
-        self._book: OrderedDict[str, _Failures] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._book)
-
-    @staticmethod
-    def key_of(address: str) -> str:
-        """The book's key for a client address: an IPv6 address counts by its /64."""
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            return address
-        if ip.version == 6:
-            return str(ipaddress.ip_network(f"{ip}/64", strict=False))
-        return str(ip)
-
-    def _forget_old(self, now: float) -> None:
-        book = self._book
-        while book:
-            first = next(iter(book.values()))
-            if now - first.last < self.forget_after:
-                break
-            book.popitem(last=False)
-
-    def wait(self, address: str) -> float:
-        """Seconds ``address`` must still wait before its next key is checked (0: none)."""
-        now = self.clock()
-        self._forget_old(now)
-        entry = self._book.get(self.key_of(address))
-        return max(entry.until - now, 0.0) if entry is not None else 0.0
-
-    def failed(self, address: str) -> tuple[int, float]:
-        """Record a wrong key from ``address``: ``(wrong keys in a row, seconds to wait)``."""
-        now = self.clock()
-        self._forget_old(now)
-        key = self.key_of(address)
-        entry = self._book.pop(key, None) or _Failures()
-        self._book[key] = entry  # the most recently failed last
-        while len(self._book) > self.max_addresses:
-            self._book.popitem(last=False)
-        entry.count += 1
-        entry.last = now
-        delay = 0.0
-        if entry.count >= self.free_attempts:
-            delay = min(2.0 ** min(entry.count - self.free_attempts, 30), self.max_delay)
-            entry.until = now + delay
-        return entry.count, delay
-
-    def succeeded(self, address: str) -> None:
-        """A right key from ``address``: its count starts again."""
-        self._book.pop(self.key_of(address), None)
 
 
 class SignIn:
