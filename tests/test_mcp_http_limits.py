@@ -15,13 +15,17 @@ from typing import Any
 
 import anyio
 import httpx
+import pydantic
 import pytest
 
 from mcp_fixtures import helpers
 from mcp_fixtures.tools import gate
+from openstarry import tool
 from openstarry._http import BearerAuth, WrongKeys
+from openstarry.agent.runtime import Agent
 from openstarry.assembly import agent_from_manifest
 from openstarry.mcp.server import MAX_SESSIONS, SESSION_IDLE_TIMEOUT, AgentMcpServer
+from openstarry.testing import ScriptedProvider
 
 HANG = 10
 pytestmark = pytest.mark.anyio
@@ -174,3 +178,67 @@ async def test_wrong_keys_in_a_row_are_slowed_down(tmp_path: Path) -> None:
         right = await http.post("/mcp", headers={"authorization": "Bearer k3y"})
         assert right.status_code == 200
         assert book.wait("10.0.0.7") == 0  # the right key starts the count again
+
+
+class Forecast(pydantic.BaseModel):
+    city: str
+    celsius: float
+
+
+@tool
+def forecast(city: str) -> Forecast:
+    """Tomorrow's weather."""
+    return Forecast(city=city, celsius=20.5)
+
+
+@tool
+def counts(words: str) -> dict[str, int]:
+    """Count the words."""
+    return {word: words.split().count(word) for word in words.split()}
+
+
+@tool
+def echo(words: str) -> str:
+    """Say it back."""
+    return words
+
+
+async def test_a_tool_that_says_what_it_returns_declares_an_output_schema() -> None:
+    """tools/list: a tool whose return annotation is an object (a pydantic model, a
+    dict[str, ...]) has that as its outputSchema; one returning text declares none."""
+    agent = Agent(ScriptedProvider(["ok"]), tools=[forecast, counts, echo])
+    async with agent:
+        listed = AgentMcpServer(agent, expose=["forecast", "counts", "echo"]).exposed_tools()
+    schemas = {t.name: t.output_schema for t in listed}
+    assert schemas["echo"] is None
+    assert schemas["counts"] == {"type": "object", "additionalProperties": {"type": "integer"}}
+    forecast_schema = schemas["forecast"]
+    assert forecast_schema is not None
+    assert forecast_schema["type"] == "object"
+    assert set(forecast_schema["properties"]) == {"city", "celsius"}
+    assert forecast_schema["required"] == ["city", "celsius"]
+
+
+async def test_a_tool_that_returns_a_model_answers_with_its_fields() -> None:
+    """A pydantic model (or a dataclass) returned by a tool is its fields, the object its
+    outputSchema describes, not an INVALID_RESULT failure."""
+    from openstarry.agent.interfaces import AgentContext
+    from openstarry.agent.memory import ToolOutcome
+    from openstarry.core import ProviderResponse
+    from openstarry.testing import FunctionProvider, text, tool_call
+
+    seen: list[ToolOutcome] = []
+
+    def model(prompt: str, context: AgentContext) -> ProviderResponse:
+        if context.round == 1:
+            return tool_call("forecast", {"city": "Oslo"})
+        outcome = context.memory[-1]
+        assert isinstance(outcome, ToolOutcome)
+        seen.append(outcome)
+        return text("ok")
+
+    async with Agent(FunctionProvider(model), tools=[forecast]) as agent:
+        await agent.ask("tomorrow?")
+    [outcome] = seen
+    assert outcome.success
+    assert outcome.result == {"city": "Oslo", "celsius": 20.5}

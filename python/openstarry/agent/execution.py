@@ -33,6 +33,7 @@ Rules the executor keeps:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -209,6 +210,10 @@ class ToolExecutor:
         try:
             event = call_event.child(_TOOL_RESULT, result_payload(outcome), source=self.source)
         except (TypeError, ValueError) as exc:
+            plain = _as_json_object(outcome.result) if outcome.success else None
+            if plain is not None:  # a pydantic model or a dataclass: its fields
+                outcome = ToolOutcome(outcome.tool_call_id, outcome.name, True, result=plain)
+                return self.result_event(call_event, outcome)
             failure = ToolFailure("INVALID_RESULT", f"the tool's result is not JSON: {exc}", "core")
             outcome = ToolOutcome(outcome.tool_call_id, outcome.name, False, error=failure)
             event = call_event.child(_TOOL_RESULT, result_payload(outcome), source=self.source)
@@ -758,3 +763,22 @@ def tools_by_name(tools: Iterable[Tool] | Mapping[str, Tool]) -> dict[str, Tool]
             raise ValueError(f"two tools are named {tool.name!r}")
         by_name[tool.name] = tool
     return by_name
+
+
+def _as_json_object(value: Any) -> dict[str, Any] | None:
+    """A tool's result that JSON cannot carry as it is, as the object of its fields: a
+    pydantic model (``model_dump(mode="json")``) or a dataclass; ``None`` otherwise."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, type):
+        try:
+            dumped = dump(mode="json")
+        except Exception:  # a model whose fields cannot be dumped either
+            return None
+        return dumped if isinstance(dumped, dict) else None
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        try:
+            plain = json.loads(json.dumps(dataclasses.asdict(value), default=str))
+        except (TypeError, ValueError):
+            return None
+        return plain if isinstance(plain, dict) else None
+    return None

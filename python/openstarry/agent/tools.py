@@ -134,6 +134,14 @@ class FunctionTool(Tool, Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
 
+    @functools.cached_property
+    def output_schema(self) -> dict[str, Any] | None:
+        """A JSON Schema of what the tool returns, from the function's return annotation,
+        when that is an object (a ``TypedDict``, a pydantic model, a dataclass, a
+        ``dict[str, ...]``); ``None`` otherwise (no annotation, a string, a list, a
+        bare ``dict``). MCP declares it as the tool's ``outputSchema``. Made at first use."""
+        return _output_schema(self.func)
+
     @property
     def completes_at_once(self) -> bool:
         """True for an ``async def`` whose body has no ``await``, ``async with`` nor ``async for``.
@@ -527,3 +535,27 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
             elif current is not None:
                 arg_docs[current] = f"{arg_docs[current]} {line.strip()}".strip()
     return " ".join(summary), arg_docs
+
+
+def _output_schema(func: Callable[..., Any]) -> dict[str, Any] | None:
+    """:attr:`FunctionTool.output_schema` of ``func``."""
+    target = func.func if isinstance(func, functools.partial) else func
+    try:
+        hints = typing.get_type_hints(target)
+    except Exception:  # an annotation that names what cannot be imported here
+        return None
+    returned = hints.get("return")
+    if returned is None or returned is dict or returned is typing.Any:
+        return None
+    origin = typing.get_origin(returned)
+    if origin in (typing.Union, types.UnionType) or returned in (str, int, float, bool, list):
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PydanticJsonSchemaWarning)
+            schema: dict[str, Any] = pydantic.TypeAdapter(returned).json_schema()
+    except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError, TypeError):
+        return None
+    if schema.get("type") != "object":
+        return None  # (MCP's outputSchema is an object's)
+    return schema

@@ -200,6 +200,8 @@ class AgentMcpServer:
                     name=name,
                     description=described.get("description") or None,
                     input_schema=object_schema(described.get("parameters")),
+                    # Where a tool says what it returns (FunctionTool.output_schema).
+                    output_schema=getattr(tool, "output_schema", None),
                 )
             )
         return listed
