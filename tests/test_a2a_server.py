@@ -30,6 +30,7 @@ from a2a.types import (
     Role,
     SendMessageConfiguration,
     SendMessageRequest,
+    SubscribeToTaskRequest,
     TaskState,
 )
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
@@ -422,3 +423,36 @@ async def test_a_task_that_asks_for_an_approval_goes_on_when_answered_by_its_id(
                 }
                 refused = await http.post(f"{url}/a2a", json=body, headers={"A2A-Version": "1.0"})
                 assert refused.json()["error"]["code"] == -32004  # it is over now
+
+
+async def test_a_subscriber_follows_a_running_task_to_its_end() -> None:
+    gate = anyio.Event()
+
+    async def answer(prompt: str, context: AgentContext) -> ProviderResponse:
+        await gate.wait()
+        return text("at last")
+
+    with served(Agent(FunctionProvider(answer), name="slow")) as url:
+        async with (
+            a2a_client(url) as client,
+            a2a_client(url, streaming=True) as subscriber,
+        ):
+            with anyio.fail_after(HANG):
+                task = await send(client, "go", return_immediately=True)
+                seen: list[Any] = []
+                async with anyio.create_task_group() as tasks:
+
+                    async def follow() -> None:
+                        async for event in subscriber.subscribe(SubscribeToTaskRequest(id=task.id)):
+                            seen.append(event)
+
+                    tasks.start_soon(follow)
+                    await anyio.sleep(0.3)
+                    gate.set()
+    kinds = [event.WhichOneof("payload") for event in seen]
+    assert kinds[0] == "task"
+    said = "".join(
+        get_artifact_text(e.artifact_update.artifact) for e in seen if e.HasField("artifact_update")
+    )
+    assert said == "at last"
+    assert seen[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
