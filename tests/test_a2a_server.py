@@ -253,9 +253,15 @@ async def test_malformed_json_rpc_gets_json_rpc_errors_never_a_5xx() -> None:
                     assert reply["jsonrpc"] == "2.0"
                     assert ("result" in reply) != ("error" in reply), reply
             old = await http.post(
+                f"{url}/a2a",
+                json={"jsonrpc": "2.0", "id": 1, "method": "ListTasks"},
+                headers={"A2A-Version": "0.3"},
+            )
+            assert old.json()["error"]["code"] == -32009  # 0.3 is not served
+            unnamed = await http.post(
                 f"{url}/a2a", json={"jsonrpc": "2.0", "id": 1, "method": "ListTasks"}
             )
-            assert old.json()["error"]["code"] == -32009  # no A2A-Version: 0.3, not served
+            assert "result" in unnamed.json()  # no version named: 1.0
             unknown = await http.post(
                 f"{url}/a2a",
                 json={"jsonrpc": "2.0", "id": 2, "method": "message/send", "params": {}},

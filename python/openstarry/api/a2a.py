@@ -21,9 +21,9 @@ Wire form (A2A 1.0, ProtoJSON): camelCase fields, ``ROLE_*`` and ``TASK_STATE_*`
 enums, timestamps in UTC with a ``Z``, parts as ``{"text": ...}`` or ``{"data": ...}``.
 Every error is a JSON-RPC error with the A2A code (``-32001`` task not found, ``-32002``
 not cancelable, ``-32004`` unsupported, ``-32009`` version, the standard ``-326xx``),
-never a 5xx: bad input is the caller's, and is said so. A request must say
-``A2A-Version: 1.0`` (a header, or the query parameter): the spec reads a missing one as
-0.3, which this server does not speak.
+never a 5xx: bad input is the caller's, and is said so. A request that names another
+version than 1.0 (``A2A-Version``, a header or the query parameter) is refused; one that
+names none is taken for 1.0 (0.3's methods have other names, and are not found).
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 TASK_NOT_FOUND = -32001
 TASK_NOT_CANCELABLE = -32002
+PUSH_NOT_SUPPORTED = -32003
 UNSUPPORTED = -32004
 EXTENDED_CARD_NOT_CONFIGURED = -32007
 VERSION_NOT_SUPPORTED = -32009
@@ -93,6 +94,7 @@ _STATES = {
     "incomplete": "TASK_STATE_INPUT_REQUIRED",
     "unknown": "TASK_STATE_UNSPECIFIED",
 }
+_STATE_NAMES = frozenset({*_STATES.values(), "TASK_STATE_AUTH_REQUIRED"})
 #: States after which a task does not change (spec 3.1: terminal, or interrupted).
 _ENDED = {
     "TASK_STATE_COMPLETED",
@@ -198,6 +200,14 @@ class _Tasks:
             return self.api.find(self.now_in.get(task_id, task_id))
         except _ApiError:
             raise A2AError(TASK_NOT_FOUND, f"no task {task_id!r} (unknown, or expired)") from None
+
+    def updated(self, record: _Record) -> float:
+        """When the task's status last changed (seconds since the epoch)."""
+        final = record.final
+        done = final.to_wire().get("completed_at") if final is not None else None
+        if isinstance(done, (int, float)):
+            return float(done)
+        return self.started.get(record.id, 0.0)
 
     def state(self, record: _Record) -> str:
         final = record.final
@@ -349,6 +359,21 @@ def _join_trace(metadata: object) -> None:
         incoming_trace.set(trace)
 
 
+def _seconds(value: object) -> float | None:
+    """An A2A timestamp (ISO 8601, UTC ``Z`` or an offset) as seconds since the epoch."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and len(value) <= 40:
+        try:
+            moment = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            pass
+        else:
+            if moment.tzinfo is not None:
+                return moment.timestamp()
+    raise A2AError(INVALID_PARAMS, "statusTimestampAfter: an ISO 8601 time with Z or an offset")
+
+
 def _history_length(params: dict[str, Any], where: dict[str, Any] | None = None) -> int | None:
     value = (where if where is not None else params).get("historyLength")
     if value is None:
@@ -470,21 +495,26 @@ class _Rpc:
         if not isinstance(token, str) or not token.isascii() or not token.isdigit():
             raise A2AError(INVALID_PARAMS, "pageToken: a token from an earlier page")
         context, state = params.get("contextId"), params.get("status")
+        if state and state not in _STATE_NAMES:
+            raise A2AError(INVALID_PARAMS, f"status: one of {', '.join(sorted(_STATE_NAMES))}")
+        after = _seconds(params.get("statusTimestampAfter"))
         history = _history_length(params)
+        tasks = self.tasks
         records = [
             r
             for r in reversed(self.api.records.values())
             if (not context or r.session_id == context)
-            and (not state or self.tasks.state(r) == state)
+            and (not state or tasks.state(r) == state)
+            and (after is None or tasks.updated(r) > after)
         ]
         start = int(token[:18])
         page = records[start : start + size]
         more = start + size < len(records)
         artifacts = params.get("includeArtifacts") is True
         return {
-            "tasks": [self.tasks.task(r, history=history, artifacts=artifacts) for r in page],
+            "tasks": [tasks.task(r, history=history, artifacts=artifacts) for r in page],
             "nextPageToken": str(start + size) if more else "",
-            "pageSize": size,
+            "pageSize": len(page),
             "totalSize": len(records),
         }
 
@@ -595,11 +625,13 @@ def a2a_routes(api: _Api, *, secured: bool) -> list[BaseRoute]:
             version = request.headers.get("a2a-version") or request.query_params.get(
                 "A2A-Version", ""
             )
-            if version.strip().split(".")[0] != VERSION.split(".")[0]:
+            # A request that names no version is taken for 1.0: a 0.3 client calls
+            # methods by 0.3's names (``message/send``), which are not found here.
+            if version.strip() and version.strip().split(".")[0] != VERSION.split(".")[0]:
                 raise A2AError(
                     VERSION_NOT_SUPPORTED,
-                    f"this server speaks A2A {VERSION}: send the header A2A-Version: {VERSION}"
-                    + (f", not {version[:20]!r}" if version else " (none means 0.3)"),
+                    f"this server speaks A2A {VERSION}, not {version[:20]!r}: "
+                    f"send the header A2A-Version: {VERSION}",
                 )
             _check_content_type(request)
             body = await _read_body(request, api.limits.max_body_bytes, api.limits.body_timeout)
@@ -639,6 +671,10 @@ def a2a_routes(api: _Api, *, secured: bool) -> list[BaseRoute]:
                 return _events(rpc.stream(record, request_id))
             if method == "GetExtendedAgentCard":
                 raise A2AError(UNSUPPORTED, "this agent has no extended card")
+            if method.endswith("TaskPushNotificationConfig") or method.endswith(
+                "TaskPushNotificationConfigs"
+            ):
+                raise A2AError(PUSH_NOT_SUPPORTED, "this agent sends no push notifications")
             raise A2AError(METHOD_NOT_FOUND, f"no method {method[:100]!r} (A2A {VERSION})")
         except A2AError as exc:
             return _error(request_id, exc.code, exc.message)
