@@ -14,7 +14,7 @@ EXTRAS_VENV := .venv-extras
 # the wheel and what the extra brings, no test tools) and runs its first documented
 # example there (tests/smoke_extras.py), so that a module an extra needs and does not
 # install fails; then all but redis together in $(EXTRAS_VENV), with [otel].
-EXTRAS_ALONE := redis http mcp cli
+EXTRAS_ALONE := redis http mcp cli a2a
 EXTRAS_TOGETHER := http,mcp,cli,otel
 EXAMPLE := examples/weather-agent/agent.json
 # The extension `make dev` builds (and so `make bench` and `make run` use):

@@ -3,8 +3,8 @@
 Run by ``make test`` with the python of a fresh virtual environment that holds
 the wheel and what the extras named by ``--extra`` bring, nothing else (no test
 tools), so a module an extra needs and does not install fails here. ``make
-test`` runs it once for each of ``redis``, ``http``, ``mcp`` and ``cli``
-alone, each in its own venv, then for ``http,mcp,cli,otel`` together:
+test`` runs it once for each of ``redis``, ``http``, ``mcp``, ``cli`` and
+``a2a`` alone, each in its own venv, then for ``http,mcp,cli,otel`` together:
 
 - ``redis``: a throwaway ``redis-server`` (no persistence), the first example
   of docs/guides/redis.md (a worker and a producer in one process), then
@@ -16,7 +16,9 @@ alone, each in its own venv, then for ``http,mcp,cli,otel`` together:
 - ``mcp``: ``openstarry mcp`` over stdio, its tool called by the MCP SDK's client;
 - ``cli``: ``openstarry run`` at a terminal (a pseudo-terminal): the
   prompt_toolkit prompt, a question typed, its answer read, ``/quit``;
-- ``otel``: ``openstarry.otel`` imports.
+- ``otel``: ``openstarry.otel`` imports;
+- ``a2a``: a remote A2A agent as a tool of an agent (nothing listens: its call
+  says ``REMOTE_UNAVAILABLE``; a server would need ``[http]``).
 
 Every server is on 127.0.0.1, started and stopped here, and every wait has a
 time limit. Only the standard library and what the extras install are used.
@@ -41,6 +43,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -437,12 +440,39 @@ def check_otel(manifest: str) -> None:
     print("otel: openstarry.otel imports")
 
 
+def check_a2a(manifest: str) -> None:
+    """The [a2a] extra: a remote A2A agent as a tool (its SDK, httpx), one that is not
+    reachable, so the call answers REMOTE_UNAVAILABLE (no server needs [http] here)."""
+    anyio.run(_check_a2a)
+
+
+async def _check_a2a() -> None:
+    from openstarry.a2a import A2AToolset
+    from openstarry.agent.runtime import Agent
+    from openstarry.manifest import A2AAgentConfig
+    from openstarry.testing import FunctionProvider, text, tool_call
+
+    def model(prompt: str, context: Any) -> Any:
+        if context.round == 1:
+            return tool_call("far", {"message": prompt})
+        return text(str(context.memory[-1].error.code))
+
+    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    far = A2AToolset([A2AAgentConfig(name="far", url=url)], timeout=5)
+    async with Agent(FunctionProvider(model), toolsets=[far]) as agent:
+        said = (await agent.ask("hello?")).text
+    if said != "REMOTE_UNAVAILABLE":
+        raise fail(f"a2a: an unreachable agent's call said {said!r}, not REMOTE_UNAVAILABLE")
+    print("a2a: a remote agent as a tool; unreachable, its call says REMOTE_UNAVAILABLE")
+
+
 CHECKS: dict[str, Callable[[str], None]] = {
     "redis": check_redis,
     "http": check_http,
     "mcp": check_mcp,
     "cli": check_cli,
     "otel": check_otel,
+    "a2a": check_a2a,
 }
 
 
