@@ -283,8 +283,13 @@ class HTTPProvider:
             )
         except ManifestError:
             raise
-        except Exception:
-            return
+        except Exception as exc:  # a defect of the translator, not of the configuration
+            logger.warning(
+                "%s: the check of provider.options failed unexpectedly (%s); the options are "
+                "sent as they are, and a call may fail on them",
+                self.name,
+                f"{type(exc).__name__}: {exc}",
+            )
 
     @classmethod
     def from_config(
