@@ -424,6 +424,8 @@ class RedisClusterServer:
                     master = by_id.get(n.master_id or "")
                     if master is None or master.role != "master":
                         return False
+                elif n.port in live and not n.slots and self.replicas:
+                    return False  # a replica this node does not know as one yet (gossip)
         for port in live:
             role = _ask(port, "ROLE")
             if role[0] == "slave" and role[3] != "connected":
