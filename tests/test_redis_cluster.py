@@ -165,9 +165,10 @@ async def test_every_input_answered_once_across_shards_with_exact_duplicates(
 async def _failover_run(
     rig: RedisClusterServer, *, min_replicas: int
 ) -> tuple[list[str], Counter[str], dict[str, float], float, float, float]:
-    """A producer publishes for 7 s while a worker answers; 2 s in, the master of partition
-    0 is killed (kill -9), its replica takes over, and the dead master comes back as the new
-    master's replica. What was accepted (and when), the answers, the kill's time, when the
+    """A producer publishes for 7 s while a worker answers, both with ``min_replicas``; 2 s
+    in, the master of partition 0 is killed (kill -9), its replica takes over, and the dead
+    master comes back as the new master's replica. (A worker without it may lose a commit
+    made in the replication lag: its input is then handled again, as the guide says.) What was accepted (and when), the answers, the kill's time, when the
     replica was seen promoted and when the first answer of its partitions was handled."""
     layout = Layout("openstarry", PARTITIONS, cluster=True)
     victim = rig.master_for_slot(key_slot(layout.dead(0)))
@@ -187,7 +188,9 @@ async def _failover_run(
         rig.restart_node(victim.port)
 
     async with (
-        EventBus.from_url(rig.url, group="g", consumer="w1", claim_idle=3) as worker,
+        EventBus.from_url(
+            rig.url, group="g", consumer="w1", claim_idle=3, min_replicas=min_replicas
+        ) as worker,
         EventBus.from_url(rig.url, consume=False, min_replicas=min_replicas) as producer,
     ):
         answering = _Answering(worker)
