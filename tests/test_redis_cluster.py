@@ -168,8 +168,9 @@ async def _failover_run(
     """A producer publishes for 7 s while a worker answers, both with ``min_replicas``; 2 s
     in, the master of partition 0 is killed (kill -9), its replica takes over, and the dead
     master comes back as the new master's replica. (A worker without it may lose a commit
-    made in the replication lag: its input is then handled again, as the guide says.) What was accepted (and when), the answers, the kill's time, when the
-    replica was seen promoted and when the first answer of its partitions was handled."""
+    made in the replication lag: its input is then handled again, as the guide says.)
+    What was accepted (and when), the answers, the kill's time, when the replica was seen
+    promoted and when the first answer of its partitions was handled."""
     layout = Layout("openstarry", PARTITIONS, cluster=True)
     victim = rig.master_for_slot(key_slot(layout.dead(0)))
     dead = {

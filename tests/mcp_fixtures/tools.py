@@ -96,3 +96,18 @@ class Echo(Tool):
     async def run(self, args: dict[str, Any], context: AgentContext) -> Any:
         self.runs += 1
         return args.get("value")
+
+
+#: The transfers :func:`transfer` made, in order (the approval tests read them).
+TRANSFERS: list[int] = []
+
+
+@tool
+def transfer(amount: int) -> dict[str, Any]:
+    """Moves ``amount``: a tool with an effect, which the approval tests have approved.
+
+    Args:
+        amount: How much.
+    """
+    TRANSFERS.append(amount)
+    return {"moved": amount}

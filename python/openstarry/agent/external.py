@@ -19,6 +19,13 @@ Rules kept:
   before the bus handed it over never starts.
 - **The loop's own calls are not answered twice**: an ``EXEC:TOOL_CALL`` whose
   source is the agent's own was made by one of its runs, which runs it.
+- **An approval comes from the caller's transport, never from the bus.** A call
+  to a tool that needs approval is refused (``APPROVAL_REQUIRED``) unless the
+  transport that made it passes the caller's answer (``approval``, as the MCP
+  server does once its client has answered). A yes runs the tool; a no is a
+  ``DENIED`` outcome. The ``EXEC:TOOL_CALL`` says who answered
+  (``approval: {"approve", "by"}``), for the record only: nothing published on
+  the bus grants an approval.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import anyio.abc
 from openstarry.agent.execution import ToolExecutor
 from openstarry.agent.interfaces import AgentContext
 from openstarry.agent.memory import Session, ToolFailure, ToolOutcome
+from openstarry.agent.waits import APPROVAL, Answer
 from openstarry.bus import Signal
 from openstarry.core import Event, ToolCall
 from openstarry.events import EventType
@@ -54,10 +62,12 @@ class _ExternalCall:
     once its caller went away (then it must not start).
     """
 
-    __slots__ = ("abandoned", "dispatched", "done", "outcome", "scope")
+    __slots__ = ("abandoned", "approval", "dispatched", "done", "outcome", "scope")
 
-    def __init__(self, done: Signal | None) -> None:
+    def __init__(self, done: Signal | None, approval: Answer | None = None) -> None:
         self.done = done
+        #: The caller's answer, when its transport asked it for approval.
+        self.approval = approval
         self.outcome: ToolOutcome | None = None
         self.scope: anyio.CancelScope | None = None
         self.dispatched = False
@@ -127,8 +137,11 @@ class ExternalCalls:
         source: str,
         session_id: str,
         traceparent: str | None = None,
+        approval: Answer | None = None,
     ) -> ToolOutcome:
         """Publish the call as an ``EXEC:TOOL_CALL`` and wait for its outcome.
+
+        ``approval`` is the caller's yes or no, for a tool that needs approval.
 
         Raises:
             RuntimeError: when the loop is not running.
@@ -143,12 +156,14 @@ class ExternalCalls:
         }
         if traceparent is not None:
             payload["traceparent"] = traceparent  # the caller's span
+        if approval is not None:  # for the record: the answer itself stays in process
+            payload["approval"] = {"approve": approval.approve, "by": source}
         event = Event.new(
             _TOOL_CALL, payload, source=source, session_id=session_id, trace_id=trace_id
         )
         bus = self._executor.bus
         done = bus.new_signal()
-        call = _ExternalCall(done)
+        call = _ExternalCall(done, approval)
         self._calls[event.id] = call
         try:
             await bus.apublish(event)
@@ -219,11 +234,22 @@ class ExternalCalls:
                 call.finish(self._publish_result(event, outcome))
                 return
             if not call.abandoned:  # the caller may have gone since the dispatch
+                wait = None
+                tool = self._executor.tools.get(name)
+                if (
+                    call.approval is not None
+                    and tool is not None
+                    and self._executor.needs_approval(tool)
+                ):  # answered already: the wait ends at once
+                    wait = self._executor.waits.open(
+                        APPROVAL, context, tool_call_id, name, tool_call.args
+                    )
+                    wait.answer = call.approval
                 with anyio.CancelScope() as scope:
                     call.scope = scope
                     # Calls the tool makes are children of this call's span.
                     current_event.set((event.trace_id, event.id))
-                    outcome = await self._executor.run(tool_call, None, context, [])
+                    outcome = await self._executor.run(tool_call, None, context, [], wait=wait)
             if outcome is None:
                 outcome = ToolOutcome(
                     tool_call_id,

@@ -65,6 +65,7 @@ from openstarry.agent.runs import serve_input
 from openstarry.agent.sessions import Sessions
 from openstarry.agent.store import SessionStore
 from openstarry.agent.taskscope import CancelScopeLike, scope_factory
+from openstarry.agent.waits import Answer
 from openstarry.bus import Emit, EventBus, Signal, Subscription
 from openstarry.core import Event, EventRef
 from openstarry.errors import QueueClosed, QueueFull
@@ -469,6 +470,7 @@ class ExecutionLoop(Lifecycle):
         source: str = "mcp",
         session_id: str = "mcp",
         traceparent: str | None = None,
+        approval: Answer | None = None,
     ) -> ToolOutcome:
         """Run one of the agent's tools for another agent (an MCP ``tools/call``).
 
@@ -488,6 +490,11 @@ class ExecutionLoop(Lifecycle):
         carries it, and its ``openstarry.tool`` span is that span's child
         (:mod:`openstarry.otel`).
 
+        A tool that needs approval (:meth:`needs_approval`) runs only with
+        ``approval``, the caller's yes, got by the transport (the MCP server
+        asks its client); a no is a ``DENIED`` outcome, and without one the
+        call is refused (``APPROVAL_REQUIRED``).
+
         Returns:
             The outcome, as in the ``EXEC:TOOL_RESULT`` payload.
 
@@ -502,7 +509,13 @@ class ExecutionLoop(Lifecycle):
             source=source,
             session_id=session_id,
             traceparent=traceparent,
+            approval=approval,
         )
+
+    def needs_approval(self, name: str) -> bool:
+        """Whether a call of the tool ``name`` waits for a person's yes (False for no such tool)."""
+        tool = self._executor.tools.get(name)
+        return tool is not None and self._executor.needs_approval(tool)
 
     @property
     def external_calls(self) -> int:

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from openstarry.errors import McpConnectError, ToolError
 from openstarry.manifest import McpServerConfig
+from openstarry.mcp.approvals import REQUIRES_APPROVAL, ApprovalAnswers
 from openstarry.mcp.guard import RECURSION_LIMIT_EXCEEDED, TraceContext
 from openstarry.mcp.listchanges import serve_until
 from openstarry.mcp.proxies import (
@@ -126,6 +127,8 @@ class McpServerConnection:
         self.listed: list[str] = []
         #: Connections made so far (stdio: processes started).
         self.connects = 0
+        #: The answers to the server's approval forms (:mod:`openstarry.mcp.approvals`).
+        self.approvals = ApprovalAnswers(self.name)
         self._client: Client | None = None
         self._wake = anyio.Event()
         self._drop: anyio.Event | None = None
@@ -213,6 +216,7 @@ class McpServerConnection:
                     on_closed=lambda: self._closed_under_us(drop),
                     message_handler=self._on_message,
                     mode=_PROTOCOL_MODE,
+                    elicitation_callback=self.approvals,
                 ) as client:
                     self.absorb(await self.list_tools(client))
                     resources = client.server_capabilities.resources
@@ -336,6 +340,9 @@ class McpServerConnection:
                 tool = self._add_tool(remote.name)
             tool.description = description
             tool.parameters = dict(remote.input_schema)
+            if isinstance(tool, RemoteTool):  # the entry's approval, or the listing's word
+                listed_approval = (remote.meta or {}).get(REQUIRES_APPROVAL) is True
+                tool.requires_approval = self.config.approval or listed_approval
 
     def _add_tool(self, remote_name: str) -> RemoteTool:
         tool = RemoteTool(self, remote_name)
@@ -394,8 +401,18 @@ class McpServerConnection:
         command = " ".join(self.config.command or ())
         return command if len(command) <= 200 else command[:197] + "..."
 
-    async def call(self, remote_name: str, args: dict[str, Any], trace: TraceContext) -> Any:
+    async def call(
+        self,
+        remote_name: str,
+        args: dict[str, Any],
+        trace: TraceContext,
+        *,
+        approved: bool = False,
+    ) -> Any:
         """Call a tool of this server with ``args``, carrying ``trace``; return its result.
+
+        ``approved``: the agent's user said yes to this call before it was sent,
+        so the server's approval form for it is answered yes.
 
         The result is the call's ``structuredContent`` when it has one, else its
         text (one string), else its content blocks as JSON objects.
@@ -417,7 +434,8 @@ class McpServerConnection:
         token = CURRENT_TRACE.set(trace)
         span_token = enter_span(trace)
         try:
-            result = await client.call_tool(remote_name, args, meta=cast(Any, trace.meta()))
+            with self.approvals.calling(remote_name, approved):
+                result = await client.call_tool(remote_name, args, meta=cast(Any, trace.meta()))
         except MCPError as exc:
             message = cut(exc.error.message, _MAX_ERROR_CHARS)
             if exc.error.code == mcp_types.CONNECTION_CLOSED or session_gone(exc):

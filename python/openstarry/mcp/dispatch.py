@@ -41,9 +41,11 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     ) from exc
 
 from openstarry._http import BearerAuth
+from openstarry.agent.waits import Answer
 from openstarry.core import Event
 from openstarry.errors import QueueClosed, RecursionLimitExceeded
 from openstarry.events import EventType
+from openstarry.mcp.approvals import REQUIRES_APPROVAL, approval_for
 from openstarry.mcp.calls import (
     SOURCE,
     caller_span,
@@ -189,6 +191,7 @@ class AgentMcpServer:
         Remote tools (``server.tool``) count once the agent has them.
         """
         tools = self.agent.tools
+        needs_approval = self.agent.loop.needs_approval
         listed = []
         for name in self.expose:
             tool = tools.get(name)
@@ -202,6 +205,7 @@ class AgentMcpServer:
                     input_schema=object_schema(described.get("parameters")),
                     # Where a tool says what it returns (FunctionTool.output_schema).
                     output_schema=getattr(tool, "output_schema", None),
+                    _meta={REQUIRES_APPROVAL: True} if needs_approval(name) else None,
                 )
             )
         return listed
@@ -297,7 +301,7 @@ class AgentMcpServer:
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         self._know(ctx.session)
         name = params.name
         client = client_name(ctx)
@@ -337,6 +341,14 @@ class AgentMcpServer:
             )
         self.calls_running += 1
         try:
+            approval: Answer | None = None
+            if self.agent.loop.needs_approval(name):  # asks the client (openstarry.mcp.approvals)
+                asked = await approval_for(
+                    ctx, params, self.server.name, self.agent.loop.limits.approval_timeout
+                )
+                if isinstance(asked, types.InputRequiredResult):
+                    return asked
+                approval = asked
             outcome = await self.agent.loop.call_tool(
                 name,
                 params.arguments if params.arguments is not None else {},
@@ -345,6 +357,7 @@ class AgentMcpServer:
                 source=f"mcp:{client}",
                 session_id=session_id,
                 traceparent=caller_span(ctx, params, trace),
+                approval=approval,
             )
         except (RuntimeError, QueueClosed) as exc:
             # The agent is not running (not started, or shutting down).

@@ -67,7 +67,9 @@ class ToolServer(Protocol):
     def config(self) -> McpServerConfig:
         """The server's manifest entry (its ``approval``)."""
 
-    async def call(self, remote_name: str, args: dict[str, Any], trace: TraceContext) -> Any:
+    async def call(
+        self, remote_name: str, args: dict[str, Any], trace: TraceContext, *, approved: bool = False
+    ) -> Any:
         """Call a tool of the server; see :meth:`McpServerConnection.call`."""
 
     async def read_resource(self, uri: str) -> str:
@@ -83,8 +85,10 @@ class RemoteTool(Tool):
         server: The server's name in the manifest.
         server_label: The same: the Agent API shows its calls as ``mcp_call``
             messages with this ``server_label``.
-        requires_approval: The server's entry sets ``approval``: each call
-            waits for a person's yes.
+        requires_approval: The server's entry sets ``approval``, or its listing
+            says the tool needs it (``_meta["openstarry/requiresApproval"]``):
+            each call waits for a person's yes, which is also the answer to the
+            server's own approval form (:mod:`openstarry.mcp.approvals`).
     """
 
     def __init__(
@@ -110,7 +114,9 @@ class RemoteTool(Tool):
                 or ``INVALID_RESULT``; see the module's documentation.
         """
         trace = next_hop(context.trace_id, context.call_depth)
-        return await self._connection.call(self.remote_name, args, trace)
+        # A tool that needs approval runs only after its yes (the executor waits for it).
+        approved = self.requires_approval
+        return await self._connection.call(self.remote_name, args, trace, approved=approved)
 
 
 class ReadResourceTool(Tool):

@@ -259,6 +259,7 @@ async def open_client(
     on_closed: Any,
     message_handler: Any,
     mode: Any,
+    elicitation_callback: Any = None,
 ) -> AsyncIterator[Client]:
     """The SDK client of the server ``config`` names, connected (over stdio or Streamable HTTP).
 
@@ -269,6 +270,7 @@ async def open_client(
         on_closed: Called when the server ends the connection.
         message_handler: The SDK's handler of the server's notifications.
         mode: How the protocol version is agreed (the SDK's ``mode``).
+        elicitation_callback: Answers the server's forms (its approval requests).
     """
     async with AsyncExitStack() as stack:
         transport: Any
@@ -296,5 +298,6 @@ async def open_client(
             cache=None,
             mode=mode,
             message_handler=message_handler,
+            elicitation_callback=elicitation_callback,
         )
         yield await stack.enter_async_context(client)
