@@ -41,7 +41,7 @@ from openstarry.agent.interfaces import AgentContext
 from openstarry.agent.memory import ToolOutcome
 from openstarry.agent.runtime import Agent
 from openstarry.api.server import create_app
-from openstarry.core import ProviderResponse
+from openstarry.core import Event, ProviderResponse
 from openstarry.manifest import A2AAgentConfig
 from openstarry.testing import FunctionProvider, text, tool_call
 from test_api_http import serving_app
@@ -310,6 +310,51 @@ async def test_an_agent_calls_another_over_a2a_in_its_trace() -> None:
     assert again.text == "the helper answered helper says: AND AGAIN"
     assert seen[0] == (result.trace_id, 1)  # the caller's trace, one call deep
     assert seen[1] == (again.trace_id, 1)
+
+
+async def test_a_streamed_remote_answer_comes_as_progress_of_the_call_in_the_callers_run() -> None:
+    """The helper says its answer in pieces; the caller's run shows each piece, and each
+    state of the remote task, as EXEC:TOOL_PROGRESS children of the call, in its trace,
+    and the tool's result is the whole answer."""
+    pieces = ["The weather ", "in Taipei ", "is sunny."]
+
+    async def helper(prompt: str, context: AgentContext) -> ProviderResponse:
+        for piece in pieces:
+            context.emit_text_delta(piece)
+        return text("".join(pieces))
+
+    async def caller(prompt: str, context: AgentContext) -> ProviderResponse:
+        if context.round == 1:
+            return tool_call("helper", {"message": prompt})
+        outcome = context.memory[-1]
+        assert isinstance(outcome, ToolOutcome)
+        return text(str(outcome.result))
+
+    events: list[Event] = []
+    with served(Agent(FunctionProvider(helper), name="helper")) as url:
+        toolset = A2AToolset([A2AAgentConfig(name="helper", url=url)], timeout=HANG)
+        agent = Agent(FunctionProvider(caller), name="caller", toolsets=[toolset])
+        async with agent:
+            agent.bus.subscribe("EXEC:*", events.append)
+            with anyio.fail_after(HANG):
+                result = await agent.ask("weather?", session_id="s1")
+                await agent.bus.wait_idle()
+    assert result.text == "".join(pieces)
+    (call,) = [e for e in events if e.type == "EXEC:TOOL_CALL"]
+    progress = [e for e in events if e.type == "EXEC:TOOL_PROGRESS"]
+    assert progress
+    for event in progress:
+        assert (event.trace_id, event.parent_id) == (result.trace_id, call.id)
+        assert event.payload["toolCallId"] == call.payload["toolCallId"]
+        assert event.payload["name"] == "helper"
+        assert event.payload["taskId"]
+    said = [e.payload["text"] for e in progress if "text" in e.payload]
+    assert said == pieces  # one event per piece, as the helper said them
+    states = [e.payload["state"] for e in progress if "state" in e.payload]
+    assert states[-1] == "TASK_STATE_COMPLETED"
+    assert "TASK_STATE_WORKING" in states
+    (done,) = [e for e in events if e.type == "EXEC:TOOL_RESULT"]
+    assert done.payload["result"] == "".join(pieces)
 
 
 async def test_a_cycle_of_agents_is_refused_at_the_depth_limit() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from enum import Enum
 
 __all__ = [
+    "EXEC_TOOL_PROGRESS",
     "OUTPUT_AGENT_MESSAGE",
     "OUTPUT_AGENT_MESSAGE_DELTA",
     "AgentState",
@@ -44,6 +45,14 @@ OUTPUT_AGENT_MESSAGE = "OUTPUT:AGENT_MESSAGE"
 #: carries the whole text; deltas are for showing it as it comes. Its payload
 #: is :class:`openstarry.protocol.AgentMessageDelta`.
 OUTPUT_AGENT_MESSAGE_DELTA = "OUTPUT:AGENT_MESSAGE_DELTA"
+
+
+#: How a tool call that takes a while is going (``AgentContext.emit_progress``): a
+#: child of the call's ``EXEC:TOOL_CALL``, in the run's trace. Its payload is what
+#: the tool said (by convention ``text``, a piece of a remote agent's answer, and
+#: ``state``) with the call's ``toolCallId`` and ``name``. A preview: the call's
+#: ``EXEC:TOOL_RESULT`` carries the whole outcome.
+EXEC_TOOL_PROGRESS = "EXEC:TOOL_PROGRESS"
 
 
 #: The end of a run, for whoever published its input and waits for it in another

@@ -1,5 +1,14 @@
 """Remote A2A agents as tools: :class:`A2AToolset` resolves their cards when the agent
-starts, and each :class:`A2ATool` sends a message and answers with the reply."""
+starts, and each :class:`A2ATool` sends a message and answers with the reply.
+
+A remote agent whose card declares streaming is called with
+``SendStreamingMessage``: each piece of its answer, and each change of its task's
+state, is an ``EXEC:TOOL_PROGRESS`` event of the call in the caller's run
+(``{"text": ...}`` or ``{"state": "TASK_STATE_WORKING"}``, with the ``taskId``),
+so whoever follows the run (the Agent API's stream, ``/events``, the console,
+``openstarry tail``) sees the remote answer as it comes. The tool's result is
+still the whole answer, once the task is done.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +16,7 @@ import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from contextlib import aclosing
 from types import TracebackType
 from typing import Any
 
@@ -21,7 +31,7 @@ try:
     import httpx
     from a2a.client import A2ACardResolver, A2AClientError, ClientConfig, ClientFactory
     from a2a.helpers import get_artifact_text
-    from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
+    from a2a.types import Message, Part, Role, SendMessageRequest, StreamResponse, TaskState
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "remote A2A agents need the official A2A SDK: pip install 'openstarry[a2a]'"
@@ -33,6 +43,19 @@ log = logging.getLogger("openstarry.a2a")
 
 #: The remote contexts kept per tool: one per caller session, the oldest forgotten.
 MAX_CONTEXTS = 1024
+
+#: The states a task ends in (input-required and auth-required end a call: the task
+#: waits for its caller).
+_ENDED = frozenset(
+    {
+        TaskState.TASK_STATE_COMPLETED,
+        TaskState.TASK_STATE_FAILED,
+        TaskState.TASK_STATE_CANCELED,
+        TaskState.TASK_STATE_REJECTED,
+        TaskState.TASK_STATE_INPUT_REQUIRED,
+        TaskState.TASK_STATE_AUTH_REQUIRED,
+    }
+)
 
 #: What a call answers with, when the remote agent's task ended otherwise than done.
 _FAILED = {
@@ -94,7 +117,8 @@ class A2ATool(Tool):
                     f"{exc or type(exc).__name__}",
                     code="REMOTE_UNAVAILABLE",
                 ) from exc
-            config = ClientConfig(streaming=False, httpx_client=self._http)
+            # Streamed where the card says it can be (the SDK checks), else one answer.
+            config = ClientConfig(streaming=True, httpx_client=self._http)
             self._client = ClientFactory(config).create(card)
             skills = "; ".join(
                 f"{skill.name}: {skill.description}" if skill.description else skill.name
@@ -133,9 +157,13 @@ class A2ATool(Tool):
         known = self._contexts.get(session)
         if known is not None:
             message.context_id = known
+        answer = _Answer(self.name, context)
         try:
-            request = SendMessageRequest(message=message)
-            answers = [answer async for answer in self._client.send_message(request)]
+            events = self._client.send_message(SendMessageRequest(message=message))
+            async with aclosing(events):  # closed when the task has ended, whatever follows
+                async for event in events:
+                    if answer.take(event):
+                        break
         except A2AClientError as exc:
             said = str(exc)
             code = "RECURSION_LIMIT_EXCEEDED" if "-32050" in said else "REMOTE_ERROR"
@@ -144,24 +172,88 @@ class A2ATool(Tool):
             raise ToolError(f"{self.name}: {said}", code=code) from None
         except httpx.TransportError as exc:
             raise ToolError(f"{self.name}: {exc}", code="REMOTE_UNAVAILABLE") from None
-        for answer in answers:
-            if answer.HasField("message"):
-                return "\n".join(part.text for part in answer.message.parts if part.text)
-            if answer.HasField("task"):
-                return self._answer(session, answer.task)
-        raise ToolError(f"{self.name}: the agent answered nothing", code="REMOTE_ERROR")
+        if answer.context_id:
+            contexts = self._contexts
+            contexts[session] = answer.context_id
+            contexts.move_to_end(session)
+            while len(contexts) > MAX_CONTEXTS:
+                contexts.popitem(last=False)
+        return answer.result()
 
-    def _answer(self, session: str, task: Any) -> str:
-        contexts = self._contexts
-        contexts[session] = task.context_id
-        contexts.move_to_end(session)
-        while len(contexts) > MAX_CONTEXTS:
-            contexts.popitem(last=False)
-        said = "\n".join(get_artifact_text(artifact) for artifact in task.artifacts)
-        code = _FAILED.get(task.status.state)
+
+class _Answer:
+    """A remote agent's answer as it comes: a message, or a task and its updates.
+
+    Each piece of an artifact and each new state of the task is passed on as the
+    call's progress (:meth:`AgentContext.emit_progress`); :meth:`result` is the
+    whole answer once the task has ended.
+    """
+
+    def __init__(self, tool: str, context: AgentContext) -> None:
+        self.tool = tool
+        self.context = context
+        self.context_id = ""
+        self.message: str | None = None
+        self.state = TaskState.TASK_STATE_UNSPECIFIED
+        self.why = ""
+        #: Each artifact's text, by its id: the pieces appended, in order.
+        self.artifacts: dict[str, list[str]] = {}
+
+    def take(self, event: StreamResponse) -> bool:
+        """Take one event of the answer; True once the answer is whole."""
+        if event.HasField("message"):
+            self.message = "\n".join(part.text for part in event.message.parts if part.text)
+            self.context_id = event.message.context_id or self.context_id
+            return True
+        if event.HasField("task"):
+            task = event.task
+            self.context_id = task.context_id
+            for artifact in task.artifacts:
+                self.artifacts[artifact.artifact_id] = [get_artifact_text(artifact)]
+            self._status(task.id, task.status)
+        elif event.HasField("artifact_update"):
+            update = event.artifact_update
+            artifact = update.artifact
+            piece = get_artifact_text(artifact)
+            pieces = self.artifacts.setdefault(artifact.artifact_id, [])
+            if not update.append:
+                pieces.clear()
+            pieces.append(piece)
+            if piece:
+                self.context.emit_progress(text=piece, taskId=update.task_id)
+        elif event.HasField("status_update"):
+            update = event.status_update
+            self.context_id = update.context_id or self.context_id
+            self._status(update.task_id, update.status)
+        return self.state in _ENDED
+
+    def _status(self, task_id: str, status: Any) -> None:
+        if status.state != self.state:
+            self.state = status.state
+            self.context.emit_progress(state=TaskState.Name(status.state), taskId=task_id)
+        said = "\n".join(p.text for p in status.message.parts if p.text)
+        if said:
+            self.why = said
+
+    def result(self) -> str:
+        """The answer's text.
+
+        Raises:
+            ToolError: the task ended otherwise than done (``REMOTE_ERROR`` and the
+                like), or the answer ended before its task did.
+        """
+        if self.message is not None:
+            return self.message
+        said = "\n".join("".join(pieces) for pieces in self.artifacts.values())
+        code = _FAILED.get(self.state)
         if code is not None:
-            why = "\n".join(p.text for p in task.status.message.parts if p.text) or said
-            raise ToolError(f"{self.name}: {why or TaskState.Name(task.status.state)}", code=code)
+            why = self.why or said or TaskState.Name(self.state)
+            raise ToolError(f"{self.tool}: {why}", code=code)
+        if self.state != TaskState.TASK_STATE_COMPLETED:
+            raise ToolError(
+                f"{self.tool}: the answer ended with its task {TaskState.Name(self.state)}",
+                code="REMOTE_ERROR",
+            )
         return said
 
 

@@ -44,9 +44,10 @@ import anyio
 import anyio.to_thread
 
 from openstarry.agent.deadlines import Deadlines, ToolCallWatch
-from openstarry.agent.interfaces import TOOL_CALL_KEY, AgentContext, Tool
+from openstarry.agent.interfaces import TOOL_CALL_KEY, TOOL_PROGRESS, AgentContext, Tool
 from openstarry.agent.limits import LoopLimits
 from openstarry.agent.memory import Observation, ToolFailure, ToolOutcome, new_tool_outcome
+from openstarry.agent.progress import ProgressSender
 from openstarry.agent.sessions import CancelScopeLike, SessionRuntime
 from openstarry.agent.waits import APPROVAL, CLIENT_CALL, Answer, ClientTool, Wait, Waits
 from openstarry.bus import Emit, EventBus, Subscription, describe_exception
@@ -150,6 +151,7 @@ class ToolExecutor:
         "new_scope",
         "note_unread",
         "own_calls",
+        "progress",
         "source",
         "tools",
         "waits",
@@ -194,6 +196,8 @@ class ToolExecutor:
         #: deadline watcher (the loop sets both when it starts).
         self.new_scope: Callable[..., CancelScopeLike] = anyio.CancelScope
         self.deadlines = Deadlines()
+        #: Publishes a running call's progress (:meth:`AgentContext.emit_progress`).
+        self.progress = ProgressSender(bus, source).send
 
     def needs_approval(self, tool: Tool) -> bool:
         """Whether a call of ``tool`` waits for a yes before it runs."""
@@ -403,11 +407,13 @@ class ToolExecutor:
             outcome = self._refused(tool, call, exc, observations)
         else:
             key = TOOL_CALL_KEY.set(f"{context.run_id}/{call.id}")
+            running = TOOL_PROGRESS.set((self.progress, context.session_id, call.id, call.name))
             try:
                 outcome = new_tool_outcome(call.id, call.name, True, await tool.run(args, context))
             except Exception as exc:
                 outcome = ToolOutcome(call.id, call.name, False, error=_failure_of(exc))
             finally:
+                TOOL_PROGRESS.reset(running)
                 TOOL_CALL_KEY.reset(key)
         finally:
             current_event.reset(working)
@@ -636,12 +642,14 @@ class ToolExecutor:
                 observations.extend(recorded[1])
                 return recorded[0]
         key = TOOL_CALL_KEY.set(f"{context.run_id}/{call.id}")
+        running = TOOL_PROGRESS.set((self.progress, context.session_id, call.id, call.name))
         try:
             if journal is None:
                 return await self.run_live(call, parse_error, context, observations, tools, wait)
             observed: list[Observation] = []
             outcome = await self.run_live(call, parse_error, context, observed, tools, wait)
         finally:
+            TOOL_PROGRESS.reset(running)
             TOOL_CALL_KEY.reset(key)
         await journal.record_outcome(outcome, observed)
         observations.extend(observed)

@@ -32,11 +32,19 @@ if TYPE_CHECKING:
     from openstarry.agent.journal import RunJournal
     from openstarry.core import ProviderResponse
 
-__all__ = ["TOOL_CALL_KEY", "AgentContext", "Provider", "Tool", "Toolset"]
+__all__ = ["TOOL_CALL_KEY", "TOOL_PROGRESS", "AgentContext", "Provider", "Tool", "Toolset"]
 
 #: The idempotency key of the tool call running in this task (the executor sets it
 #: around each call): what :attr:`AgentContext.idempotency_key` answers.
 TOOL_CALL_KEY: ContextVar[str | None] = ContextVar("openstarry_tool_call_key", default=None)
+
+#: Where :meth:`AgentContext.emit_progress` sends a piece of progress of the tool
+#: call running in this task, with the call's id and name (the executor sets it
+#: around each call): ``(send, session_id, tool_call_id, name)``; ``send`` takes the
+#: other three and the fields.
+TOOL_PROGRESS: ContextVar[
+    tuple[Callable[[str, str, str, dict[str, Any]], None], str, str, str] | None
+] = ContextVar("openstarry_tool_progress", default=None)
 
 
 @runtime_checkable
@@ -260,6 +268,24 @@ class AgentContext:
         """
         if text and self.text_sink is not None:
             self.text_sink(text)
+
+    def emit_progress(self, **fields: Any) -> None:
+        """Tell the run's subscribers how a tool call that takes a while is going.
+
+        Called from a tool's ``run``: the loop publishes an ``EXEC:TOOL_PROGRESS``
+        event, a child of the call's ``EXEC:TOOL_CALL`` in the run's trace. Its
+        payload is ``fields`` (JSON values; by convention ``text``, a piece of
+        what a remote agent is saying, and ``state``, where its work stands)
+        with the call's ``toolCallId`` and ``name``. An A2A agent called as a
+        tool streams its answer this way. Progress is a preview, never the
+        record: the call's result still carries everything, and a full bus
+        drops a progress event rather than make the tool wait. Outside a tool's
+        call it does nothing.
+        """
+        running = TOOL_PROGRESS.get()
+        if running is not None:
+            send, session_id, call_id, name = running
+            send(session_id, call_id, name, fields)
 
     @property
     def memory(self) -> Memory:
