@@ -161,6 +161,44 @@ async def test_a_streamed_send_gives_the_task_its_answer_and_its_last_state() ->
     assert states[-1] == TaskState.TASK_STATE_COMPLETED
 
 
+async def test_a_streamed_answer_of_two_messages_adds_up_to_the_tasks_artifact() -> None:
+    """A first message said in pieces, a tool call, then a second one said whole: the
+    pieces streamed (appended as A2A says) are the artifact GetTask gives, lines and all."""
+
+    @tool
+    def look() -> str:
+        """Looks."""
+        return "seen"
+
+    async def answer(prompt: str, context: AgentContext) -> ProviderResponse:
+        if context.round == 1:
+            for piece in ("Let me ", "look."):
+                context.emit_text_delta(piece)
+            response = tool_call("look", {})
+            response.segments.insert(0, {"type": "text", "text": "Let me look."})
+            return response
+        return text("It is there.")  # not streamed
+
+    with served(Agent(FunctionProvider(answer), [look], name="two")) as url:
+        async with a2a_client(url, streaming=True) as client:
+            with anyio.fail_after(HANG):
+                artifact: list[str] = []
+                task_id = ""
+                request = SendMessageRequest(message=message("where?"))
+                async for event in client.send_message(request):
+                    if event.HasField("task"):
+                        task_id = event.task.id
+                    if event.HasField("artifact_update"):
+                        update = event.artifact_update
+                        if not update.append:
+                            artifact.clear()
+                        artifact.append(get_artifact_text(update.artifact))
+                task = await client.get_task(GetTaskRequest(id=task_id))
+    whole = "\n".join(get_artifact_text(a) for a in task.artifacts)
+    assert whole == "Let me look.\nIt is there."
+    assert artifact == ["Let me ", "look.", "\nIt is there."]  # the pieces as said
+
+
 class _Gate:
     """A provider that waits until it is cancelled (or told to go on)."""
 

@@ -16,7 +16,6 @@ import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from contextlib import aclosing
 from types import TracebackType
 from typing import Any
 
@@ -159,11 +158,10 @@ class A2ATool(Tool):
             message.context_id = known
         answer = _Answer(self.name, context)
         try:
-            events = self._client.send_message(SendMessageRequest(message=message))
-            async with aclosing(events):  # closed when the task has ended, whatever follows
-                async for event in events:
-                    if answer.take(event):
-                        break
+            # Read to the stream's end, which the server makes once the task has ended
+            # (breaking off would leave the SDK's inner streams for the collector).
+            async for event in self._client.send_message(SendMessageRequest(message=message)):
+                answer.take(event)
         except A2AClientError as exc:
             said = str(exc)
             code = "RECURSION_LIMIT_EXCEEDED" if "-32050" in said else "REMOTE_ERROR"
@@ -199,13 +197,14 @@ class _Answer:
         #: Each artifact's text, by its id: the pieces appended, in order.
         self.artifacts: dict[str, list[str]] = {}
 
-    def take(self, event: StreamResponse) -> bool:
-        """Take one event of the answer; True once the answer is whole."""
+    def take(self, event: StreamResponse) -> None:
+        """Take one event of the answer (nothing more, once it is whole)."""
+        if self.message is not None or self.state in _ENDED:
+            return
         if event.HasField("message"):
             self.message = "\n".join(part.text for part in event.message.parts if part.text)
             self.context_id = event.message.context_id or self.context_id
-            return True
-        if event.HasField("task"):
+        elif event.HasField("task"):
             task = event.task
             self.context_id = task.context_id
             for artifact in task.artifacts:
@@ -225,7 +224,6 @@ class _Answer:
             update = event.status_update
             self.context_id = update.context_id or self.context_id
             self._status(update.task_id, update.status)
-        return self.state in _ENDED
 
     def _status(self, task_id: str, status: Any) -> None:
         if status.state != self.state:

@@ -551,54 +551,91 @@ class _Rpc:
 
         yield frame({"task": tasks.task(record)})
         yield frame(status("TASK_STATE_WORKING"))
-        first = True
+        answer = _Streamed()
+
+        def update(piece: str, *, append: bool, last: bool = False) -> bytes:
+            changed = {
+                "taskId": record.id,
+                "contextId": record.session_id,
+                "artifact": _artifact(record.id, piece),
+                "append": append,
+            }
+            if last:
+                changed["lastChunk"] = True
+            return frame({"artifactUpdate": changed})
+
         try:
             async for item in record.frames_after(-1, self.api.limits.heartbeat):
-                text = _delta(item)
-                if text:
-                    update = {
-                        "taskId": record.id,
-                        "contextId": record.session_id,
-                        "artifact": _artifact(record.id, text),
-                        "append": not first,
-                    }
-                    first = False
-                    yield frame({"artifactUpdate": update})
+                appended = answer.take(item)
+                if appended:
+                    yield update(appended, append=len(answer.pieces) > 1)
                 elif item.startswith(b":"):
                     yield item  # a keep-alive comment
         except _Gone:
-            pass  # a reader too far behind: the final status still says how it ended
+            pass  # a reader too far behind: the last update below makes the answer whole
         await record.wait_done()
         said = _said(record.final.to_wire()) if record.final is not None else ""
-        if first and said and tasks.state(record) == "TASK_STATE_COMPLETED":
-            update = {
-                "taskId": record.id,
-                "contextId": record.session_id,
-                "artifact": _artifact(record.id, said),
-                "lastChunk": True,
-            }
-            yield frame({"artifactUpdate": update})
+        completed = tasks.state(record) == "TASK_STATE_COMPLETED"
+        if completed and said and "".join(answer.pieces) != said:
+            yield update(said, append=False, last=True)  # the whole answer, replacing the pieces
         yield frame(status(tasks.state(record)))
 
 
-def _delta(frame: bytes) -> str:
-    """The text a frame of the Agent API adds to the answer: a text delta's."""
+class _Streamed:
+    """The answer of a streamed task, as the Agent API's frames say it: the pieces sent.
+
+    A text content item's deltas are pieces as they come; an item said whole (its
+    completed value, or a provider that does not stream) adds what no delta of it
+    said. Items after the first start on a new line, as the task's artifact joins
+    them (:func:`_said`).
+    """
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        #: The text sent of each content item, by (message id, index).
+        self._items: dict[tuple[object, object], str] = {}
+
+    def take(self, frame: bytes) -> str:
+        """The piece ``frame`` adds to the answer ("" for none)."""
+        content = _text_content(frame)
+        if content is None:
+            return ""
+        item = (content.get("msg_id"), content.get("index"))
+        text: str = content["text"]
+        before = self._items.get(item)
+        if content.get("delta") is True:
+            so_far = (before or "") + text
+        else:  # the item's whole text so far
+            so_far = text
+            text = text[len(before) :] if before is not None and text.startswith(before) else ""
+            if before is None:
+                text = so_far
+        self._items[item] = so_far
+        if not text:
+            return ""
+        if before is None and self.pieces:
+            text = "\n" + text
+        self.pieces.append(text)
+        return text
+
+
+def _text_content(frame: bytes) -> dict[str, Any] | None:
+    """A frame of the Agent API that is a text content item (a delta or a whole value)."""
     _, sep, data = frame.partition(b"\ndata: ")
     if not sep:
-        return ""
+        return None
     try:
         event = json.loads(data)
     except ValueError:
-        return ""
+        return None
     if (
         isinstance(event, dict)
         and event.get("object") == "content"
         and event.get("type") == "text"
-        and event.get("delta") is True
         and isinstance(event.get("text"), str)
     ):
-        return str(event["text"])
-    return ""
+        return event
+    return None
 
 
 def _error(request_id: object, code: int, message: str) -> Response:
