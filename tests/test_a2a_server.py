@@ -41,7 +41,7 @@ from openstarry.agent.interfaces import AgentContext
 from openstarry.agent.memory import ToolOutcome
 from openstarry.agent.runtime import Agent
 from openstarry.api.server import create_app
-from openstarry.core import Event, ProviderResponse
+from openstarry.core import ContentSegment, Event, ProviderResponse
 from openstarry.manifest import A2AAgentConfig
 from openstarry.testing import FunctionProvider, text, tool_call
 from test_api_http import serving_app
@@ -175,7 +175,7 @@ async def test_a_streamed_answer_of_two_messages_adds_up_to_the_tasks_artifact()
             for piece in ("Let me ", "look."):
                 context.emit_text_delta(piece)
             response = tool_call("look", {})
-            response.segments.insert(0, {"type": "text", "text": "Let me look."})
+            response.segments.insert(0, ContentSegment("text", text="Let me look."))
             return response
         return text("It is there.")  # not streamed
 
