@@ -49,6 +49,8 @@ from test_api_http import serving_app
 pytestmark = pytest.mark.anyio
 
 HANG = 30
+#: The two bindings the server speaks, as the official client names them.
+BINDINGS = ["JSONRPC", "HTTP+JSON"]
 
 
 @pytest.fixture
@@ -64,11 +66,18 @@ def served(agent: Agent, api_key: str | None = None) -> Iterator[str]:
 
 @asynccontextmanager
 async def a2a_client(
-    url: str, *, streaming: bool = False, headers: dict[str, str] | None = None
+    url: str,
+    *,
+    streaming: bool = False,
+    headers: dict[str, str] | None = None,
+    binding: str = "JSONRPC",
 ) -> AsyncIterator[Any]:
     async with httpx.AsyncClient(headers=headers or {}, timeout=HANG) as http:
         card = await A2ACardResolver(http, url).get_agent_card()
-        client = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(card)
+        config = ClientConfig(
+            streaming=streaming, httpx_client=http, supported_protocol_bindings=[binding]
+        )
+        client = ClientFactory(config).create(card)
         try:
             yield client
         finally:
@@ -102,7 +111,7 @@ def echo_agent() -> Agent:
     return Agent(FunctionProvider(answer), name="echo")
 
 
-async def test_the_card_names_the_agent_and_its_json_rpc_endpoint() -> None:
+async def test_the_card_names_the_agent_and_its_two_bindings() -> None:
     agent = echo_agent()
     with served(agent) as url:
         async with httpx.AsyncClient() as http:
@@ -110,17 +119,21 @@ async def test_the_card_names_the_agent_and_its_json_rpc_endpoint() -> None:
             raw = (await http.get(f"{url}/.well-known/agent-card.json")).json()
     assert card.name == "echo"
     assert card.capabilities.streaming
-    [interface] = card.supported_interfaces
-    assert interface.url == f"{url}/a2a"
-    assert interface.protocol_binding == "JSONRPC"
-    assert interface.protocol_version == "1.0"
+    bindings = {i.protocol_binding: i for i in card.supported_interfaces}
+    assert list(bindings) == ["JSONRPC", "HTTP+JSON"]  # JSON-RPC first: the preferred one
+    for interface in bindings.values():
+        assert interface.url == f"{url}/a2a"
+        assert interface.protocol_version == "1.0"
     assert raw["skills"]
     assert "securitySchemes" not in raw  # no key: none asked
 
 
-async def test_a_blocking_send_answers_with_the_completed_task_and_a_context_goes_on() -> None:
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_blocking_send_answers_with_the_completed_task_and_a_context_goes_on(
+    binding: str,
+) -> None:
     with served(echo_agent()) as url:
-        async with a2a_client(url) as client:
+        async with a2a_client(url, binding=binding) as client:
             with anyio.fail_after(HANG):
                 task = await send(client, "hello")
                 assert task.status.state == TaskState.TASK_STATE_COMPLETED
@@ -143,9 +156,10 @@ async def test_a_blocking_send_answers_with_the_completed_task_and_a_context_goe
                 assert first.next_page_token
 
 
-async def test_a_streamed_send_gives_the_task_its_answer_and_its_last_state() -> None:
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_streamed_send_gives_the_task_its_answer_and_its_last_state(binding: str) -> None:
     with served(echo_agent()) as url:
-        async with a2a_client(url, streaming=True) as client:
+        async with a2a_client(url, streaming=True, binding=binding) as client:
             with anyio.fail_after(HANG):
                 request = SendMessageRequest(message=message("stream me"))
                 kinds, said, states = [], [], []
@@ -161,7 +175,10 @@ async def test_a_streamed_send_gives_the_task_its_answer_and_its_last_state() ->
     assert states[-1] == TaskState.TASK_STATE_COMPLETED
 
 
-async def test_a_streamed_answer_of_two_messages_adds_up_to_the_tasks_artifact() -> None:
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_streamed_answer_of_two_messages_adds_up_to_the_tasks_artifact(
+    binding: str,
+) -> None:
     """A first message said in pieces, a tool call, then a second one said whole: the
     pieces streamed (appended as A2A says) are the artifact GetTask gives, lines and all."""
 
@@ -180,7 +197,7 @@ async def test_a_streamed_answer_of_two_messages_adds_up_to_the_tasks_artifact()
         return text("It is there.")  # not streamed
 
     with served(Agent(FunctionProvider(answer), [look], name="two")) as url:
-        async with a2a_client(url, streaming=True) as client:
+        async with a2a_client(url, streaming=True, binding=binding) as client:
             with anyio.fail_after(HANG):
                 artifact: list[str] = []
                 task_id = ""
@@ -211,10 +228,11 @@ class _Gate:
         raise AssertionError("unreachable")
 
 
-async def test_a_task_returned_at_once_is_cancelled_and_the_errors_are_a2as() -> None:
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_task_returned_at_once_is_cancelled_and_the_errors_are_a2as(binding: str) -> None:
     gate = _Gate()
     with served(Agent(FunctionProvider(gate), name="slow")) as url:
-        async with a2a_client(url) as client:
+        async with a2a_client(url, binding=binding) as client:
             with anyio.fail_after(HANG):
                 task = await send(client, "wait", return_immediately=True)
                 assert task.status.state in (
@@ -230,7 +248,8 @@ async def test_a_task_returned_at_once_is_cancelled_and_the_errors_are_a2as() ->
                     await client.get_task(GetTaskRequest(id="task-that-never-was"))
 
 
-async def test_with_a_key_the_card_says_so_and_a_call_without_it_is_refused() -> None:
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_with_a_key_the_card_says_so_and_a_call_without_it_is_refused(binding: str) -> None:
     with served(echo_agent(), api_key="s3cret-key") as url:
         async with httpx.AsyncClient(timeout=HANG) as http:
             raw = (await http.get(f"{url}/.well-known/agent-card.json")).json()
@@ -241,7 +260,9 @@ async def test_with_a_key_the_card_says_so_and_a_call_without_it_is_refused() ->
                 headers={"A2A-Version": "1.0"},
             )
             assert refused.status_code == 401
-        async with a2a_client(url, headers={"Authorization": "Bearer s3cret-key"}) as client:
+        async with a2a_client(
+            url, headers={"Authorization": "Bearer s3cret-key"}, binding=binding
+        ) as client:
             with anyio.fail_after(HANG):
                 task = await send(client, "hello")
         assert task.status.state == TaskState.TASK_STATE_COMPLETED
@@ -307,6 +328,68 @@ async def test_malformed_json_rpc_gets_json_rpc_errors_never_a_5xx() -> None:
             )
             assert unknown.json()["error"]["code"] == -32601
             assert (await http.get(f"{url}/health")).status_code == 200
+
+
+async def test_malformed_http_json_requests_get_a2a_errors_never_a_5xx() -> None:
+    """The HTTP+JSON binding, fed broken bodies, odd query strings and unknown paths:
+    each answered with a google.rpc.Status naming an A2A reason, the server still up."""
+    rng = random.Random(11)
+    valid = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}
+    odd: list[Any] = [None, True, 0, -1, 2**70, 1.5, "", "x" * 300, [], {}, [1], {"a": None}]
+    sends: list[bytes] = [b"", b"{", b"[]", b"null", b"\xff\xfe", b"{}"]
+    for _ in range(100):
+        call = json.loads(json.dumps(valid))
+        where = rng.choice(["top", "message", "part"])
+        target = {"top": call, "message": call["message"], "part": call["message"]["parts"][0]}
+        target = target[where]
+        key = rng.choice([*list(target), "configuration", "taskId", "contextId"])
+        target[key] = rng.choice(odd)
+        sends.append(json.dumps(call).encode())
+    queries = [
+        "pageSize=0",
+        "pageSize=x",
+        "pageSize=-5",
+        "pageToken=%F0",
+        "historyLength=-1",
+        "status=NOPE",
+        "statusTimestampAfter=yesterday",
+        "includeArtifacts=maybe",
+    ]
+    with served(echo_agent()) as url:
+        async with httpx.AsyncClient(timeout=HANG) as http:
+            answers = [await http.post(f"{url}/a2a/message:send", content=body) for body in sends]
+            answers += [await http.get(f"{url}/a2a/tasks?{query}") for query in queries]
+            answers += [
+                await http.get(f"{url}/a2a/tasks/nope"),
+                await http.post(f"{url}/a2a/tasks/nope:cancel"),
+                await http.post(f"{url}/a2a/tasks/nope:subscribe"),
+                await http.get(f"{url}/a2a/tasks/nope/pushNotificationConfigs"),
+                await http.get(f"{url}/a2a/extendedAgentCard"),
+                await http.delete(f"{url}/a2a/whatever/else"),
+                await http.post(
+                    f"{url}/a2a/message:send", content=b"{}", headers={"content-type": "text/plain"}
+                ),
+            ]
+            old = await http.get(f"{url}/a2a/tasks", headers={"A2A-Version": "0.3"})
+            assert (await http.get(f"{url}/health")).status_code == 200
+    reasons = set()
+    for answer in answers:
+        assert answer.status_code < 500, answer.text
+        if answer.status_code >= 400:
+            error = answer.json()["error"]
+            assert error["code"] == answer.status_code
+            (info,) = error["details"]
+            assert info["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
+            reasons.add(info["reason"])
+    assert {
+        "TASK_NOT_FOUND",
+        "INVALID_PARAMS",
+        "INVALID_REQUEST",
+        "METHOD_NOT_FOUND",
+        "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        "UNSUPPORTED_OPERATION",
+    } <= reasons
+    assert old.json()["error"]["details"][0]["reason"] == "VERSION_NOT_SUPPORTED"
 
 
 # -- the client side: remote agents as tools -----------------------------------------------
@@ -437,7 +520,10 @@ async def test_a_cycle_of_agents_is_refused_at_the_depth_limit() -> None:
     assert said == "0<1<2<3<4<5<RECURSION_LIMIT_EXCEEDED>>>>>>"
 
 
-async def test_a_task_that_asks_for_an_approval_goes_on_when_answered_by_its_id() -> None:
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_task_that_asks_for_an_approval_goes_on_when_answered_by_its_id(
+    binding: str,
+) -> None:
     """input-required: the task's status names the approval it waits for; a message to
     that task with the answer as a data part resumes it, the same task, to its end."""
     charged: list[int] = []
@@ -514,7 +600,8 @@ async def test_a_task_that_asks_for_an_approval_goes_on_when_answered_by_its_id(
                 assert refused.json()["error"]["code"] == -32004  # it is over now
 
 
-async def test_a_subscriber_follows_a_running_task_to_its_end() -> None:
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_subscriber_follows_a_running_task_to_its_end(binding: str) -> None:
     gate = anyio.Event()
 
     async def answer(prompt: str, context: AgentContext) -> ProviderResponse:
@@ -523,8 +610,8 @@ async def test_a_subscriber_follows_a_running_task_to_its_end() -> None:
 
     with served(Agent(FunctionProvider(answer), name="slow")) as url:
         async with (
-            a2a_client(url) as client,
-            a2a_client(url, streaming=True) as subscriber,
+            a2a_client(url, binding=binding) as client,
+            a2a_client(url, streaming=True, binding=binding) as subscriber,
         ):
             with anyio.fail_after(HANG):
                 task = await send(client, "go", return_immediately=True)

@@ -1,5 +1,6 @@
 """A2A 1.0 on ``openstarry serve``: the agent card and the JSON-RPC binding, on the same
-port as the Agent API, with its auth and limits.
+port as the Agent API, with its auth and limits (the HTTP+JSON binding, over the same
+methods, is :mod:`openstarry.api.a2a_rest`).
 
 - ``GET /.well-known/agent-card.json``: the card. The manifest's identity (name,
   description, version), the exposed tools (``api.expose_tools``) as skills,
@@ -31,7 +32,7 @@ from __future__ import annotations
 import datetime
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -52,7 +53,16 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "openstarry.api.server needs Starlette and uvicorn: pip install 'openstarry[http]'"
     ) from exc
 
-__all__ = ["A2A_PATH", "CARD_PATH", "a2a_routes", "agent_card"]
+__all__ = [
+    "A2A_PATH",
+    "CARD_PATH",
+    "A2AError",
+    "A2AMethods",
+    "a2a_routes",
+    "agent_card",
+    "check_version",
+    "events",
+]
 
 #: Where the agent card is (A2A's well-known path).
 CARD_PATH = "/.well-known/agent-card.json"
@@ -155,9 +165,10 @@ def agent_card(api: _Api, base_url: str, *, secured: bool) -> dict[str, Any]:
         "supportedInterfaces": [
             {
                 "url": base_url.rstrip("/") + A2A_PATH,
-                "protocolBinding": "JSONRPC",
+                "protocolBinding": binding,
                 "protocolVersion": VERSION,
             }
+            for binding in ("JSONRPC", "HTTP+JSON")
         ],
         "capabilities": {"streaming": True, "pushNotifications": False},
         "defaultInputModes": ["text/plain", "application/json"],
@@ -383,8 +394,9 @@ def _history_length(params: dict[str, Any], where: dict[str, Any] | None = None)
     return value
 
 
-class _Rpc:
-    """The JSON-RPC methods, over the server's :class:`_Api`."""
+class A2AMethods:
+    """A2A's methods over the server's :class:`_Api`, for both bindings: JSON-RPC here, and
+    HTTP+JSON (:mod:`openstarry.api.a2a_rest`)."""
 
     def __init__(self, api: _Api) -> None:
         self.api = api
@@ -529,14 +541,13 @@ class _Rpc:
             await record.wait_done()
         return self.tasks.task(record)
 
-    async def stream(self, record: _Record, request_id: object) -> AsyncIterator[bytes]:
+    async def stream(
+        self, record: _Record, frame: Callable[[dict[str, Any]], bytes]
+    ) -> AsyncIterator[bytes]:
         """The events of a task as server-sent events: the task, then its status while it
-        works, its answer as it is said (appended), and its last status."""
+        works, its answer as it is said (appended), and its last status. ``frame`` makes
+        the event of one ``StreamResponse`` (in a JSON-RPC response, or bare)."""
         tasks = self.tasks
-
-        def frame(result: dict[str, Any]) -> bytes:
-            body = {"jsonrpc": "2.0", "id": request_id, "result": result}
-            return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
 
         def status(state: str) -> dict[str, Any]:
             task = tasks.task(record, history=0)
@@ -648,9 +659,27 @@ def _result(request_id: object, result: dict[str, Any]) -> Response:
     return Response(json.dumps(body, ensure_ascii=False).encode(), media_type="application/json")
 
 
-def a2a_routes(api: _Api, *, secured: bool) -> list[BaseRoute]:
-    """The card and the JSON-RPC endpoint of A2A, over the server's runs."""
-    rpc = _Rpc(api)
+def check_version(request: Request) -> None:
+    """Refuse a request that names another A2A version than 1.0 (``A2A-Version``, a header
+    or the query parameter). One that names none is taken for 1.0: a 0.3 client calls
+    methods by 0.3's names (``message/send``), which are not found here.
+
+    Raises:
+        A2AError: ``VERSION_NOT_SUPPORTED``.
+    """
+    version = request.headers.get("a2a-version") or request.query_params.get("A2A-Version", "")
+    if version.strip() and version.strip().split(".")[0] != VERSION.split(".")[0]:
+        raise A2AError(
+            VERSION_NOT_SUPPORTED,
+            f"this server speaks A2A {VERSION}, not {version[:20]!r}: "
+            f"send the header A2A-Version: {VERSION}",
+        )
+
+
+def a2a_routes(rpc: A2AMethods, *, secured: bool) -> list[BaseRoute]:
+    """The card and the JSON-RPC endpoint of A2A, over the server's runs (``rpc``); the
+    HTTP+JSON binding is :func:`openstarry.api.a2a_rest.rest_routes`."""
+    api = rpc.api
 
     async def card(request: Request) -> Response:
         body = agent_card(api, str(request.base_url), secured=secured)
@@ -659,17 +688,7 @@ def a2a_routes(api: _Api, *, secured: bool) -> list[BaseRoute]:
     async def endpoint(request: Request) -> Response:
         request_id: object = None
         try:
-            version = request.headers.get("a2a-version") or request.query_params.get(
-                "A2A-Version", ""
-            )
-            # A request that names no version is taken for 1.0: a 0.3 client calls
-            # methods by 0.3's names (``message/send``), which are not found here.
-            if version.strip() and version.strip().split(".")[0] != VERSION.split(".")[0]:
-                raise A2AError(
-                    VERSION_NOT_SUPPORTED,
-                    f"this server speaks A2A {VERSION}, not {version[:20]!r}: "
-                    f"send the header A2A-Version: {VERSION}",
-                )
+            check_version(request)
             _check_content_type(request)
             body = await _read_body(request, api.limits.max_body_bytes, api.limits.body_timeout)
             try:
@@ -694,7 +713,7 @@ def a2a_routes(api: _Api, *, secured: bool) -> list[BaseRoute]:
             if method == "SendMessage":
                 return _result(request_id, await rpc.send(params))
             if method == "SendStreamingMessage":
-                return _events(rpc.stream(rpc.start(params), request_id))
+                return events(rpc.stream(rpc.start(params), _framer(request_id)))
             if method == "GetTask":
                 return _result(request_id, rpc.get(params))
             if method == "ListTasks":
@@ -705,7 +724,7 @@ def a2a_routes(api: _Api, *, secured: bool) -> list[BaseRoute]:
                 record = rpc.tasks.record(params.get("id"))
                 if record.done:
                     raise A2AError(UNSUPPORTED, f"task {record.id} has ended: GetTask tells how")
-                return _events(rpc.stream(record, request_id))
+                return events(rpc.stream(record, _framer(request_id)))
             if method == "GetExtendedAgentCard":
                 raise A2AError(UNSUPPORTED, "this agent has no extended card")
             if method.endswith("TaskPushNotificationConfig") or method.endswith(
@@ -724,6 +743,17 @@ def a2a_routes(api: _Api, *, secured: bool) -> list[BaseRoute]:
     ]
 
 
-def _events(events: AsyncIterator[bytes]) -> Response:
+def _framer(request_id: object) -> Callable[[dict[str, Any]], bytes]:
+    """The server-sent event of a ``StreamResponse``, in a JSON-RPC response."""
+
+    def frame(result: dict[str, Any]) -> bytes:
+        body = {"jsonrpc": "2.0", "id": request_id, "result": result}
+        return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+
+    return frame
+
+
+def events(stream: AsyncIterator[bytes]) -> Response:
+    """A response of server-sent events."""
     headers = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-    return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+    return StreamingResponse(stream, media_type="text/event-stream", headers=headers)

@@ -105,7 +105,8 @@ from typing import TYPE_CHECKING
 import anyio
 
 from openstarry._http import ConnectionLimits, check_bind, graceful_server
-from openstarry.api.a2a import CARD_PATH, a2a_routes
+from openstarry.api.a2a import CARD_PATH, A2AMethods, a2a_routes
+from openstarry.api.a2a_rest import rest_routes
 from openstarry.api.console import PUBLIC_PATHS, console_routes
 from openstarry.api.limits import ServerLimits
 from openstarry.api.routes import api_routes, exception_handlers
@@ -166,12 +167,15 @@ def create_app(
                 await api.stop_all()
                 task_group.cancel_scope.cancel()
 
+    a2a = A2AMethods(api)
     app = Starlette(
         routes=[
             # /process, /process/{response_id} and /health (openstarry.api.routes).
             *api_routes(api),
-            # A2A 1.0: the agent card and the JSON-RPC binding (openstarry.api.a2a).
-            *a2a_routes(api, secured=signin is not None),
+            # A2A 1.0: the agent card, the JSON-RPC and HTTP+JSON bindings
+            # (openstarry.api.a2a, openstarry.api.a2a_rest).
+            *a2a_routes(a2a, secured=signin is not None),
+            *rest_routes(a2a),
             # The console, /events, /metrics and /stop (openstarry.api.console).
             *console_routes(agent),
             # With a key, the console's sign-in (openstarry.api.signin).
