@@ -200,7 +200,10 @@ def wait_balanced(
         if all(owners):
             counts: dict[Any, int] = {}
             for owner in owners:
-                counts[owner] = counts.get(owner, 0) + 1
+                # A lease is ``consumer|epoch``, each take of it a new epoch: count consumers.
+                bar = b"|" if isinstance(owner, bytes) else "|"
+                consumer = owner.rpartition(bar)[0] or owner
+                counts[consumer] = counts.get(consumer, 0) + 1
             if len(counts) == consumers and max(counts.values()) <= share:
                 return
         time.sleep(0.05)

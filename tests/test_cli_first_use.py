@@ -472,7 +472,17 @@ def served() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
 
 
 def test_serve_exits_130_on_ctrl_c(served: tuple[subprocess.Popen[bytes], int]) -> None:
-    process, _ = served
+    process, port = served
+    # Serving, not only listening: the port listens before the agent and uvicorn start.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                assert r.status == 200
+                break
+        except OSError:
+            assert time.monotonic() < deadline, "the server did not answer /health"
+            time.sleep(0.1)
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=30) == 130
 
