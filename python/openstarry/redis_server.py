@@ -345,6 +345,7 @@ class RedisClusterServer:
         when this was first seen (``time.monotonic()``, polled every 10 ms)."""
         deadline = time.monotonic() + timeout
         dead = self._killed.get(dead_port)
+        unanswered: Exception | None = None  # while the nodes vote, one may not answer
         while time.monotonic() < deadline:
             try:
                 nodes = self.nodes
@@ -361,10 +362,13 @@ class RedisClusterServer:
                     ]
                     if heirs and self._all_ok():
                         return heirs[0].port, time.monotonic()
-            except Exception:
-                pass
+            except (OSError, RuntimeError, ValueError, _redis().RedisError) as exc:
+                unanswered = exc
             time.sleep(0.01)
-        raise TimeoutError(f"no replica of 127.0.0.1:{dead_port} took over within {timeout} s")
+        last = f" (last: {unanswered!r})" if unanswered is not None else ""
+        raise TimeoutError(
+            f"no replica of 127.0.0.1:{dead_port} took over within {timeout} s{last}"
+        )
 
     def restart_node(self, port: int, timeout: float = 30.0) -> None:
         """Start a node that was killed again, on its port and with its ``nodes.conf``:
