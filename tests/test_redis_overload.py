@@ -183,6 +183,16 @@ async def test_a_flush_sent_again_is_answered_as_the_first_time(redis: RedisServ
         assert await client.xlen(stream_key("openstarry", 0, 2)) == 10
 
 
+async def _read_blocked(client: Any) -> None:
+    """Until a client of the server is blocked in an ``XREADGROUP`` (``CLIENT LIST``)."""
+    with anyio.fail_after(10):
+        while True:
+            clients = await client.client_list()
+            if any(c.get("cmd") == "xreadgroup" and "b" in c.get("flags", "") for c in clients):
+                return
+            await anyio.sleep(0.01)
+
+
 async def test_a_stop_frees_its_leases_only_once_no_read_can_deliver(
     redis: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -197,7 +207,7 @@ async def test_a_stop_frees_its_leases_only_once_no_read_can_deliver(
     async with first:
         backend: Any = first.backend
         await _until(lambda: len(backend.metrics()["partitions"]) == 8)
-        await anyio.sleep(0.1)  # its read is now blocked in Redis, waiting for entries
+        await _read_blocked(client)  # its read is now blocked in Redis, waiting for entries
         free = _Leases.free
 
         async def free_then_publish(leases: _Leases) -> None:
