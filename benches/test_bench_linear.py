@@ -22,7 +22,7 @@ import anyio
 import pytest
 
 from benches.harness import Benchmark, measure
-from openstarry.api.replay import _Record
+from openstarry.api.replay import ResponseRecord
 from openstarry.api.server import ServerLimits
 from openstarry.providers.anthropic import AnthropicAPI
 from openstarry.providers.gemini import GeminiAPI
@@ -174,8 +174,8 @@ def _keep_up(kept_before: bool) -> int:
 
     async def follow() -> int:
         limits = ServerLimits(replay_events=50_000, replay_bytes=1 << 30)
-        record = _Record("response_big", "s", limits)
-        other = _Record("response_other", "s", limits)
+        record = ResponseRecord("response_big", "s", limits)
+        other = ResponseRecord("response_other", "s", limits)
         for seq in range(KEPT):
             (record if kept_before else other).append(seq, "{}")
         start = KEPT if kept_before else 0

@@ -37,7 +37,7 @@ from openstarry.api.client import (
     StreamAssembler,
 )
 from openstarry.api.models import AgentResponse, Message, parse_event
-from openstarry.api.replay import _Record
+from openstarry.api.replay import ResponseRecord
 from openstarry.api.server import ServerLimits, create_app
 from openstarry.assembly import agent_from_manifest
 from openstarry.testing import FunctionProvider, ScriptedProvider, text, tool_call
@@ -1080,7 +1080,7 @@ async def test_a_long_run_with_stream_false_outlives_the_clients_read_timeout() 
 async def _keep_up(buffered: int, events: int) -> None:
     """A reader follows ``events`` new events, in order, with ``buffered`` kept before."""
     limits = ServerLimits(replay_events=50_000, replay_bytes=1 << 30)
-    record = _Record("response_big", "s", limits)
+    record = ResponseRecord("response_big", "s", limits)
     for seq in range(buffered):
         record.append(seq, "{}")
     reader = object()

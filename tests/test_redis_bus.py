@@ -133,7 +133,7 @@ async def test_a_second_commit_of_an_acknowledged_entry_publishes_nothing(
 ) -> None:
     """Two consumers that both ran an entry (a lease lost to a stalled process):
     the commit whose XACK finds the entry acknowledged publishes no effect."""
-    from openstarry.bus.redis.records import _Delivery
+    from openstarry.bus.redis.records import Delivery
 
     seen: list[Event] = []
     async with EventBus.from_url(redis.url, **FAST) as bus:
@@ -150,7 +150,7 @@ async def test_a_second_commit_of_an_acknowledged_entry_publishes_nothing(
         client: Any = backend._client
         (stream,) = [k for k in backend._partition_of_key if await client.xrange(k, entry, entry)]
         # Under the same lease: the XACK is what refuses it (a moved lease would too).
-        late = _Delivery(
+        late = Delivery(
             stream, entry.encode(), backend._leases.value[backend._partition_of_key[stream]]
         )
         answer = seen[0].child("OUTPUT:AGENT_MESSAGE", {"text": "second"}, source="t")

@@ -20,7 +20,7 @@ import pytest
 
 from openstarry.bus import EventBus
 from openstarry.bus.redis import partition_of, stream_key
-from openstarry.bus.redis.leases import _Leases
+from openstarry.bus.redis.leases import Leases
 from openstarry.core import Event, encode_event
 from openstarry.redis_server import RedisClusterServer, RedisServer
 from openstarry.stores import RedisStore
@@ -208,14 +208,14 @@ async def test_a_stop_frees_its_leases_only_once_no_read_can_deliver(
         backend: Any = first.backend
         await _until(lambda: len(backend.metrics()["partitions"]) == 8)
         await _read_blocked(client)  # its read is now blocked in Redis, waiting for entries
-        free = _Leases.free
+        free = Leases.free
 
-        async def free_then_publish(leases: _Leases) -> None:
+        async def free_then_publish(leases: Leases) -> None:
             await free(leases)
             await client.xadd(key, {"e": encode_event(late)})
             await anyio.sleep(0.3)  # a read still blocked would have taken it by now
 
-        monkeypatch.setattr(_Leases, "free", free_then_publish)
+        monkeypatch.setattr(Leases, "free", free_then_publish)
     pending: Any = await client.xpending(key, "g")
     assert pending["pending"] == 0, "a stopped worker holds an entry it will never handle"
     seen: list[Event] = []

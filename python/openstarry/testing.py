@@ -44,7 +44,7 @@ import anyio.lowlevel
 
 from openstarry.agent.interfaces import AgentContext
 from openstarry.agent.memory import MemoryEntry
-from openstarry.agent.tools import _cannot_wait
+from openstarry.agent.tools import cannot_wait
 from openstarry.core import ContentSegment, ProviderResponse, ToolCall, decode_response
 from openstarry.errors import OpenStarryError
 
@@ -338,7 +338,7 @@ class FunctionProvider(_RecordingProvider):
         super().__init__(name, record)
         self.fn = fn
         #: An ``async def`` that never waits: its answer needs no checkpoint first.
-        self._never_waits = _cannot_wait(fn)
+        self._never_waits = cannot_wait(fn)
 
     async def generate(self, prompt: str, context: AgentContext) -> ProviderResponse:
         """What ``fn(prompt, context)`` returns, as a response."""

@@ -115,7 +115,7 @@ class FunctionTool(Tool, Generic[P, R]):
         self._plain_call = self.context_parameter is None and not self._positional_only
         #: The function is a coroutine function that cannot wait (see
         #: :attr:`completes_at_once`).
-        self._at_once = _cannot_wait(func)
+        self._at_once = cannot_wait(func)
         #: The model's validator (what ``model_validate`` calls), looked up once.
         self._validate: Callable[[dict[str, Any]], pydantic.BaseModel] = (
             self._model.__pydantic_validator__.validate_python
@@ -291,7 +291,7 @@ _WAITING_OPS = frozenset(
 )
 
 
-def _cannot_wait(function: Callable[..., Any]) -> bool:
+def cannot_wait(function: Callable[..., Any]) -> bool:
     """Whether ``function`` is an ``async def`` whose own code never suspends.
 
     Only a plain function is judged (its code is read once); a wrapper, a

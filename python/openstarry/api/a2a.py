@@ -38,9 +38,9 @@ from typing import Any
 import anyio
 
 from openstarry.api.models import ProtocolError, parse_request
-from openstarry.api.replay import _Gone, _Record
-from openstarry.api.routes import _check_content_type, _read_body
-from openstarry.api.runs import _Api, _ApiError
+from openstarry.api.replay import ReaderGone, ResponseRecord
+from openstarry.api.routes import check_content_type, read_body
+from openstarry.api.runs import ApiError, RunsApi
 from openstarry.api.tracecontext import incoming_depth, incoming_trace
 from openstarry.tracecontext import MAX_CALL_DEPTH, META_DEPTH, META_TRACE
 
@@ -133,7 +133,7 @@ def _timestamp(seconds: float) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def agent_card(api: _Api, base_url: str, *, secured: bool) -> dict[str, Any]:
+def agent_card(api: RunsApi, base_url: str, *, secured: bool) -> dict[str, Any]:
     """The card of the agent ``api`` serves, its JSON-RPC endpoint under ``base_url``."""
     agent = api.agent
     manifest = getattr(agent, "manifest", None)
@@ -184,7 +184,7 @@ def agent_card(api: _Api, base_url: str, *, secured: bool) -> dict[str, Any]:
 class _Tasks:
     """What A2A adds to the server's responses: each task's first message and its start."""
 
-    def __init__(self, api: _Api) -> None:
+    def __init__(self, api: RunsApi) -> None:
         self.api = api
         #: Each task's message (the user's), by response id; forgotten with its response.
         self.messages: dict[str, dict[str, Any]] = {}
@@ -204,15 +204,15 @@ class _Tasks:
             if self.now_in.get(task_id) == response:
                 del self.now_in[task_id]
 
-    def record(self, task_id: object) -> _Record:
+    def record(self, task_id: object) -> ResponseRecord:
         if not isinstance(task_id, str) or not task_id:
             raise A2AError(INVALID_PARAMS, "params.id: the task's id, a string")
         try:
             return self.api.find(self.now_in.get(task_id, task_id))
-        except _ApiError:
+        except ApiError:
             raise A2AError(TASK_NOT_FOUND, f"no task {task_id!r} (unknown, or expired)") from None
 
-    def updated(self, record: _Record) -> float:
+    def updated(self, record: ResponseRecord) -> float:
         """When the task's status last changed (seconds since the epoch)."""
         final = record.final
         done = final.to_wire().get("completed_at") if final is not None else None
@@ -220,14 +220,14 @@ class _Tasks:
             return float(done)
         return self.started.get(record.id, 0.0)
 
-    def state(self, record: _Record) -> str:
+    def state(self, record: ResponseRecord) -> str:
         final = record.final
         if final is None:
             return "TASK_STATE_WORKING" if record.last_seq >= 0 else "TASK_STATE_SUBMITTED"
         return _STATES.get(str(final.status), "TASK_STATE_UNSPECIFIED")
 
     def task(
-        self, record: _Record, *, history: int | None = None, artifacts: bool = True
+        self, record: ResponseRecord, *, history: int | None = None, artifacts: bool = True
     ) -> dict[str, Any]:
         """The A2A task of ``record``, as it stands."""
         state = self.state(record)
@@ -258,7 +258,7 @@ class _Tasks:
             task["history"] = past if history is None else past[-history:]
         return task
 
-    def _agent_message(self, record: _Record, text: str) -> dict[str, Any]:
+    def _agent_message(self, record: ResponseRecord, text: str) -> dict[str, Any]:
         return {
             "messageId": f"{record.id}.answer",
             "contextId": record.session_id,
@@ -395,14 +395,14 @@ def _history_length(params: dict[str, Any], where: dict[str, Any] | None = None)
 
 
 class A2AMethods:
-    """A2A's methods over the server's :class:`_Api`, for both bindings: JSON-RPC here, and
+    """A2A's methods over the server's :class:`RunsApi`, for both bindings: JSON-RPC here, and
     HTTP+JSON (:mod:`openstarry.api.a2a_rest`)."""
 
-    def __init__(self, api: _Api) -> None:
+    def __init__(self, api: RunsApi) -> None:
         self.api = api
         self.tasks = _Tasks(api)
 
-    def start(self, params: dict[str, Any]) -> _Record:
+    def start(self, params: dict[str, Any]) -> ResponseRecord:
         """Start the run of a ``SendMessage``'s message: a new task in its context."""
         text, kept = _text_of(params.get("message"))
         message = params["message"]
@@ -423,7 +423,7 @@ class A2AMethods:
             record = self.api.start(request)
         except ProtocolError as exc:
             raise A2AError(INVALID_PARAMS, str(exc)) from None
-        except _ApiError as exc:
+        except ApiError as exc:
             raise A2AError(INVALID_REQUEST, f"{exc.code}: {exc.message}") from None
         self.tasks.forget_gone()
         self.tasks.messages[record.id] = {
@@ -434,7 +434,7 @@ class A2AMethods:
         self.tasks.started[record.id] = datetime.datetime.now(datetime.timezone.utc).timestamp()
         return record
 
-    def resume(self, task_id: str, message: dict[str, Any], kept: dict[str, Any]) -> _Record:
+    def resume(self, task_id: str, message: dict[str, Any], kept: dict[str, Any]) -> ResponseRecord:
         """Answer a task that asked for input: its message's data parts answer the
         approvals and client tools it waits for, and it goes on (in another response of
         its session, the same task)."""
@@ -470,7 +470,7 @@ class A2AMethods:
             resumed = self.api.start(parse_request(json.dumps(body)))
         except ProtocolError as exc:
             raise A2AError(INVALID_PARAMS, str(exc)) from None
-        except _ApiError as exc:
+        except ApiError as exc:
             raise A2AError(INVALID_REQUEST, f"{exc.code}: {exc.message}") from None
         tasks.now_in[task_id] = resumed.id
         tasks.task_of[resumed.id] = task_id
@@ -542,7 +542,7 @@ class A2AMethods:
         return self.tasks.task(record)
 
     async def stream(
-        self, record: _Record, frame: Callable[[dict[str, Any]], bytes]
+        self, record: ResponseRecord, frame: Callable[[dict[str, Any]], bytes]
     ) -> AsyncIterator[bytes]:
         """The events of a task as server-sent events: the task, then its status while it
         works, its answer as it is said (appended), and its last status. ``frame`` makes
@@ -582,7 +582,7 @@ class A2AMethods:
                     yield update(appended, append=len(answer.pieces) > 1)
                 elif item.startswith(b":"):
                     yield item  # a keep-alive comment
-        except _Gone:
+        except ReaderGone:
             pass  # a reader too far behind: the last update below makes the answer whole
         await record.wait_done()
         said = _said(record.final.to_wire()) if record.final is not None else ""
@@ -689,8 +689,8 @@ def a2a_routes(rpc: A2AMethods, *, secured: bool) -> list[BaseRoute]:
         request_id: object = None
         try:
             check_version(request)
-            _check_content_type(request)
-            body = await _read_body(request, api.limits.max_body_bytes, api.limits.body_timeout)
+            check_content_type(request)
+            body = await read_body(request, api.limits.max_body_bytes, api.limits.body_timeout)
             try:
                 call = json.loads(body)
             except ValueError:
@@ -734,7 +734,7 @@ def a2a_routes(rpc: A2AMethods, *, secured: bool) -> list[BaseRoute]:
             raise A2AError(METHOD_NOT_FOUND, f"no method {method[:100]!r} (A2A {VERSION})")
         except A2AError as exc:
             return _error(request_id, exc.code, exc.message)
-        except _ApiError as exc:  # the body's size, time or type
+        except ApiError as exc:  # the body's size, time or type
             return _error(request_id, INVALID_REQUEST, f"{exc.code}: {exc.message}")
 
     return [

@@ -41,8 +41,8 @@ from openstarry.api.a2a import (
     check_version,
     events,
 )
-from openstarry.api.routes import _check_content_type, _read_body
-from openstarry.api.runs import _ApiError
+from openstarry.api.routes import check_content_type, read_body
+from openstarry.api.runs import ApiError
 
 try:
     from starlette.requests import Request
@@ -124,14 +124,14 @@ def rest_routes(methods: A2AMethods) -> list[BaseRoute]:
                 return await handler(request)
             except A2AError as exc:
                 return _problem(exc.code, exc.message)
-            except _ApiError as exc:  # the body's size, time or type
+            except ApiError as exc:  # the body's size, time or type
                 return _problem(INVALID_REQUEST, f"{exc.code}: {exc.message}")
 
         return endpoint
 
     async def body_of(request: Request) -> dict[str, Any]:
-        _check_content_type(request)
-        body = await _read_body(request, limits.max_body_bytes, limits.body_timeout)
+        check_content_type(request)
+        body = await read_body(request, limits.max_body_bytes, limits.body_timeout)
         try:
             params = json.loads(body)
         except ValueError:

@@ -49,7 +49,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from openstarry.api.messages import _copy_json
+from openstarry.api.messages import copy_json
 from openstarry.api.models import (
     MAX_CONTENT_ITEMS,
     MAX_TEXT_LENGTH,
@@ -206,8 +206,8 @@ class ResponseBuilder:
             completed_at=self.completed_at,
             error=self._error.model_copy() if self._error is not None else None,
             output=output if output or terminal else None,
-            usage=_copy_json(self._usage),
-            metadata=_copy_json(self.metadata) if self.metadata else None,
+            usage=copy_json(self._usage),
+            metadata=copy_json(self.metadata) if self.metadata else None,
         )
 
     def _move(self, target: RunStatus, error: Error | None = None) -> AgentResponse:
@@ -402,7 +402,7 @@ class MessageBuilder:
             code=self._code,
             message=self._message,
             error=self._error.model_copy() if self._error is not None else None,
-            metadata=_copy_json(self.metadata) if self.metadata else None,
+            metadata=copy_json(self.metadata) if self.metadata else None,
         )
 
     def _move(self, target: RunStatus, error: Error | None = None) -> Message:
@@ -600,7 +600,7 @@ class ContentBuilder:
             msg_id=self.message_builder.id,
             delta=delta,
             status=RunStatus.InProgress,
-            **_copy_json(dict(payload)),
+            **copy_json(dict(payload)),
         )
         event.sequence_number = self.message_builder.response_builder._take_number()
         self._status = RunStatus.InProgress
@@ -617,7 +617,7 @@ class ContentBuilder:
         self._check(action, needs)
         value = {**self._value, **{k: v for k, v in fields.items() if v is not None}}
         event = self._emit(False, value)
-        self._value = _copy_json(value)
+        self._value = copy_json(value)
         return event
 
     def add_text_delta(self, text: str) -> TextContent:
@@ -653,7 +653,7 @@ class ContentBuilder:
         what = self._check("set_data", ContentType.DATA)
         value = _as_dict(what, "set_data", data)
         event = self._emit(False, {"data": value})
-        self._value["data"] = _copy_json(value)
+        self._value["data"] = copy_json(value)
         assert isinstance(event, DataContent)
         return event
 
@@ -718,7 +718,7 @@ class ContentBuilder:
             msg_id=self.message_builder.id,
             delta=False,
             status=RunStatus.Completed,
-            **_copy_json(payload),
+            **copy_json(payload),
         )
         self._status = RunStatus.Completed
         self.message_builder._store(self.index, stored)
@@ -733,5 +733,5 @@ class ContentBuilder:
             msg_id=self.message_builder.id,
             delta=False,
             status=self._status,
-            **_copy_json(self._current()),
+            **copy_json(self._current()),
         )

@@ -21,19 +21,19 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, StrictBool, StrictInt, TypeAdapter, ValidationError
 
 from openstarry.api.wire import (
-    _MAX_ID_LENGTH,
     MAX_CONTENT_ITEMS,
+    MAX_ID_LENGTH,
     MAX_TEXT_LENGTH,
+    BoundedText,
     ContentType,
     Event,
+    IdText,
     InvalidEventError,
     MessageType,
     Role,
     RunStatus,
     WireModel,
-    _as_object,
-    _Id,
-    _Text,
+    as_object,
     new_message_id,
 )
 
@@ -95,7 +95,7 @@ class TextContent(Content):
 
     DELTA_FIELDS = ("text",)
     type: Literal["text"] = "text"
-    text: _Text | None = None
+    text: BoundedText | None = None
 
 
 class ImageContent(Content):
@@ -103,7 +103,7 @@ class ImageContent(Content):
 
     DELTA_FIELDS = ("image_url",)
     type: Literal["image"] = "image"
-    image_url: _Text | None = None
+    image_url: BoundedText | None = None
 
 
 class DataContent(Content):
@@ -119,7 +119,7 @@ class AudioContent(Content):
 
     DELTA_FIELDS = ("data",)
     type: Literal["audio"] = "audio"
-    data: _Text | None = None
+    data: BoundedText | None = None
     format: Annotated[str, Field(max_length=64)] | None = None
 
 
@@ -128,10 +128,10 @@ class FileContent(Content):
 
     DELTA_FIELDS = ("file_data",)
     type: Literal["file"] = "file"
-    file_url: _Text | None = None
-    file_id: Annotated[str, Field(max_length=_MAX_ID_LENGTH)] | None = None
-    filename: Annotated[str, Field(max_length=_MAX_ID_LENGTH)] | None = None
-    file_data: _Text | None = None
+    file_url: BoundedText | None = None
+    file_id: Annotated[str, Field(max_length=MAX_ID_LENGTH)] | None = None
+    filename: Annotated[str, Field(max_length=MAX_ID_LENGTH)] | None = None
+    file_data: BoundedText | None = None
 
 
 class RefusalContent(Content):
@@ -139,7 +139,7 @@ class RefusalContent(Content):
 
     DELTA_FIELDS = ("refusal",)
     type: Literal["refusal"] = "refusal"
-    refusal: _Text | None = None
+    refusal: BoundedText | None = None
 
 
 #: Any content item, chosen by its ``type``; an unknown type is a validation error.
@@ -158,7 +158,7 @@ _CONTENT_CLASSES: Mapping[str, type[Content]] = {
 }
 
 
-def _copy_json(value: Any) -> Any:
+def copy_json(value: Any) -> Any:
     """A copy of ``value`` whose dicts and lists are new, made without recursion."""
     if not isinstance(value, (dict, list)):
         return value
@@ -190,18 +190,18 @@ def merge_delta(base: Any, delta: Any) -> Any:
     recursion limit.
     """
     if delta is None:
-        return _copy_json(base)
+        return copy_json(base)
     if base is None:
-        return _copy_json(delta)
+        return copy_json(delta)
     if isinstance(base, str) and isinstance(delta, str):
         return base + delta
     if isinstance(base, list) and isinstance(delta, list):
-        merged_list: list[Any] = _copy_json(base)
-        merged_list.extend(_copy_json(delta))
+        merged_list: list[Any] = copy_json(base)
+        merged_list.extend(copy_json(delta))
         return merged_list
     if not (isinstance(base, dict) and isinstance(delta, dict)):
-        return _copy_json(delta)
-    result: dict[Any, Any] = _copy_json(base)
+        return copy_json(delta)
+    result: dict[Any, Any] = copy_json(base)
     stack: list[tuple[dict[Any, Any], dict[Any, Any]]] = [(result, delta)]
     while stack:
         target, changes = stack.pop()
@@ -212,9 +212,9 @@ def merge_delta(base: Any, delta: Any) -> Any:
             elif isinstance(old, str) and isinstance(value, str):
                 target[key] = old + value
             elif isinstance(old, list) and isinstance(value, list):
-                old.extend(_copy_json(value))
+                old.extend(copy_json(value))
             else:
-                target[key] = _copy_json(value)
+                target[key] = copy_json(value)
     return result
 
 
@@ -230,7 +230,7 @@ class Message(Event):
     :class:`FunctionCallOutput`), ``"error"`` (``code`` and ``message`` set), ...
     """
 
-    id: _Id = Field(default_factory=new_message_id)
+    id: IdText = Field(default_factory=new_message_id)
     object: Literal["message"] = "message"
     type: MessageType = MessageType.MESSAGE
     status: RunStatus | None = RunStatus.Created
@@ -308,7 +308,7 @@ class Message(Event):
             merged = (
                 merge_delta(getattr(target, name), value)
                 if name in target.DELTA_FIELDS
-                else _copy_json(value)
+                else copy_json(value)
             )
             if isinstance(merged, str) and len(merged) > MAX_TEXT_LENGTH:
                 raise ValueError(
@@ -398,7 +398,7 @@ def parse_content(data: bytes | bytearray | str | Mapping[str, Any]) -> AnyConte
         InvalidEventError: the data is not JSON, or not a valid content item
             (an unknown ``type`` included).
     """
-    obj = _as_object(data, "content")
+    obj = as_object(data, "content")
     try:
         return _CONTENT_ADAPTER.validate_python(obj)
     except ValidationError as e:

@@ -1,14 +1,14 @@
 """The replay buffer of one response: its events as SSE frames, for its readers and reconnects.
 
 A run belongs to the server, not to a connection: its events go into a
-:class:`_Record` as SSE frames (``id: <response id>:<seq>``), and every reader,
+:class:`ResponseRecord` as SSE frames (``id: <response id>:<seq>``), and every reader,
 the first connection or a reconnect with ``Last-Event-ID``, reads them from
 there, live until the response ends. The buffer is bounded
 (:class:`~openstarry.api.limits.ServerLimits`' ``replay_events`` and
 ``replay_bytes``) for what it keeps for reconnects, never for a reader that keeps
 up: a frame an attached reader has not been sent stays, unless that reader has
 fallen ``max_unsent_bytes`` behind. A reconnect asking for frames already
-dropped gets :class:`_Gone`.
+dropped gets :class:`ReaderGone`.
 
 It knows nothing of HTTP: :mod:`openstarry.api.streams` sends its frames on a
 connection, :mod:`openstarry.api.runs` fills it from a run.
@@ -48,11 +48,11 @@ def _sse_safe(data: str) -> str:
     return data.translate(_LINE_BREAKERS)
 
 
-class _Gone(Exception):
+class ReaderGone(Exception):
     """The events a reader asked for are no longer in the buffer."""
 
 
-class _Record:
+class ResponseRecord:
     """One response: its events as SSE frames, kept for readers and reconnects."""
 
     def __init__(self, response_id: str, session_id: str, limits: ServerLimits) -> None:
@@ -74,7 +74,7 @@ class _Record:
         self.detach_epoch = 0
         self.run: RunStream | None = None
         self.cancel_requested = False
-        #: Stopped to make room for a new run (see ``_Api._make_room``).
+        #: Stopped to make room for a new run (see ``RunsApi._make_room``).
         self.evicted = False
         #: Why the server stopped the run, for its final event (``None``: it did not).
         self.stop_reason: Error | None = None
@@ -190,13 +190,13 @@ class _Record:
         ``reader``, an attached reader's token, has its position kept up to date.
 
         Raises:
-            _Gone: a frame after ``seq`` has been dropped from the buffer (also
+            ReaderGone: a frame after ``seq`` has been dropped from the buffer (also
                 raised while streaming, when a slow reader falls that far behind).
         """
         while True:
             changed = self._changed
             if seq < self.dropped:
-                raise _Gone(
+                raise ReaderGone(
                     f"events after {seq} of {self.id} are no longer buffered "
                     f"(the oldest kept is {self.dropped + 1})"
                 )

@@ -22,12 +22,12 @@ from pydantic_core import PydanticCustomError
 
 from openstarry.api.messages import Message
 from openstarry.api.wire import (
-    _MAX_ID_LENGTH,
+    MAX_ID_LENGTH,
+    BoundedText,
+    IdText,
     InvalidRequestError,
+    SessionIdText,
     WireModel,
-    _Id,
-    _SessionId,
-    _Text,
 )
 
 __all__ = [
@@ -65,7 +65,7 @@ class FunctionTool(WireModel):
     """A function a client offers the agent: a name, what it does, its parameters."""
 
     name: Annotated[str, Field(min_length=1, max_length=256)]
-    description: _Text
+    description: BoundedText
     parameters: FunctionParameters | dict[str, Any] = Field(default_factory=FunctionParameters)
 
 
@@ -97,7 +97,7 @@ class BaseRequest(WireModel):
 
     input: Annotated[list[Message], Field(min_length=1, max_length=MAX_INPUT_MESSAGES)]
     stream: StrictBool = True
-    id: Annotated[str, Field(max_length=_MAX_ID_LENGTH)] | None = None
+    id: Annotated[str, Field(max_length=MAX_ID_LENGTH)] | None = None
 
 
 class AgentRequest(BaseRequest):
@@ -118,8 +118,8 @@ class AgentRequest(BaseRequest):
     n: Annotated[StrictInt, Field(ge=1, le=5)] | None = 1
     seed: StrictInt | None = None
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
-    session_id: _SessionId | None = None
-    response_id: _Id | None = None
+    session_id: SessionIdText | None = None
+    response_id: IdText | None = None
 
 
 # --- parsing --------------------------------------------------------------------------------------

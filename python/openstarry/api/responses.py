@@ -21,10 +21,10 @@ from pydantic import Field, ValidationError, field_validator
 from openstarry.api.messages import AnyContent, Message, parse_content
 from openstarry.api.wire import (
     Event,
+    IdText,
     InvalidEventError,
     RunStatus,
-    _as_object,
-    _Id,
+    as_object,
     new_response_id,
 )
 
@@ -37,7 +37,7 @@ __all__ = ["AgentResponse", "BaseResponse", "parse_event"]
 class BaseResponse(Event):
     """A response: the run's status, and when complete its ``output`` and ``usage``."""
 
-    id: _Id = Field(default_factory=new_response_id)
+    id: IdText = Field(default_factory=new_response_id)
     object: Literal["response"] = "response"
     status: RunStatus | None = RunStatus.Created
     created_at: int = Field(default_factory=lambda: int(time.time()))
@@ -84,7 +84,7 @@ def parse_event(
         InvalidEventError: the data is not JSON, its ``object`` is missing or
             unknown, or it does not fit its model.
     """
-    obj = _as_object(data, "event")
+    obj = as_object(data, "event")
     kind = obj.get("object")
     model: type[AgentResponse] | type[Message]
     if kind == "content":

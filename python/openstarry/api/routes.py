@@ -3,7 +3,7 @@
 A route reads and checks the request (content type, a body bounded in size and
 time, ``Last-Event-ID``), asks :class:`~openstarry.api.runs._Api` to start or
 find the response, and answers with one of :mod:`openstarry.api.streams`'
-responses. Every refusal, here or in the runs, is an :class:`_ApiError` that
+responses. Every refusal, here or in the runs, is an :class:`ApiError` that
 becomes a 4xx (or 503) with an :class:`~openstarry.api.models.Error` body; so do
 Starlette's own 404 and 405 (:func:`exception_handlers`), and anything
 unexpected is a logged 500 with the same body.
@@ -23,8 +23,8 @@ import anyio
 
 from openstarry.api.adapter import check_request
 from openstarry.api.models import Error, ProtocolError, parse_request
-from openstarry.api.runs import _Api, _ApiError
-from openstarry.api.streams import _JSON, _SSEResponse, _WaitResponse
+from openstarry.api.runs import ApiError, RunsApi
+from openstarry.api.streams import JSON_MEDIA_TYPE, SSEResponse, WaitResponse
 
 try:
     from starlette.exceptions import HTTPException
@@ -50,15 +50,15 @@ def _error_response(
     status: int, code: str, message: str, headers: dict[str, str] | None = None
 ) -> Response:
     body = Error(code=code, message=message).wire_json().encode()
-    return Response(body, status_code=status, media_type=_JSON, headers=headers)
+    return Response(body, status_code=status, media_type=JSON_MEDIA_TYPE, headers=headers)
 
 
-async def _read_body(request: Request, limit: int, timeout: float) -> bytes:
+async def read_body(request: Request, limit: int, timeout: float) -> bytes:
     """The request's body, at most ``limit`` bytes, within ``timeout`` seconds."""
     with anyio.move_on_after(timeout) as scope:
         return await _read_body_now(request, limit)
     assert scope.cancelled_caught
-    raise _ApiError(408, "request_timeout", f"the request body did not arrive within {timeout:g} s")
+    raise ApiError(408, "request_timeout", f"the request body did not arrive within {timeout:g} s")
 
 
 async def _read_body_now(request: Request, limit: int) -> bytes:
@@ -69,7 +69,7 @@ async def _read_body_now(request: Request, limit: int) -> bytes:
         and length.isdigit()
         and (len(length) > _MAX_DIGITS or int(length) > limit)
     ):
-        raise _ApiError(
+        raise ApiError(
             413, "request_too_large", f"a request body is at most {limit} bytes, not {length[:20]}"
         )
     chunks: list[bytes] = []
@@ -78,22 +78,20 @@ async def _read_body_now(request: Request, limit: int) -> bytes:
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
-                raise _ApiError(
-                    413, "request_too_large", f"a request body is at most {limit} bytes"
-                )
+                raise ApiError(413, "request_too_large", f"a request body is at most {limit} bytes")
             chunks.append(chunk)
     except ClientDisconnect:
-        raise _ApiError(400, "client_disconnected", "the client left mid-request") from None
+        raise ApiError(400, "client_disconnected", "the client left mid-request") from None
     return b"".join(chunks)
 
 
-def _check_content_type(request: Request) -> None:
+def check_content_type(request: Request) -> None:
     kind = request.headers.get("content-type")
     if kind is None:
         return
     media = kind.split(";", 1)[0].strip().lower()
-    if media != _JSON and not media.endswith("+json"):
-        raise _ApiError(
+    if media != JSON_MEDIA_TYPE and not media.endswith("+json"):
+        raise ApiError(
             415, "unsupported_media_type", f"the body must be application/json, not {media!r}"
         )
 
@@ -111,13 +109,13 @@ def _last_event(header: str, response_id: str | None) -> tuple[str | None, int]:
         or len(number) > _MAX_DIGITS
         or (sep and not named)
     ):
-        raise _ApiError(
+        raise ApiError(
             400,
             "invalid_last_event_id",
             f"Last-Event-ID must be '<response id>:<sequence number>' or a number, not {header!r}",
         )
     if named and response_id is not None and named != response_id:
-        raise _ApiError(
+        raise ApiError(
             400,
             "invalid_last_event_id",
             f"Last-Event-ID names response {named!r}, not {response_id!r}",
@@ -125,34 +123,34 @@ def _last_event(header: str, response_id: str | None) -> tuple[str | None, int]:
     return (named or response_id), int(number)
 
 
-def _resume(api: _Api, response_id: str | None, header: str | None) -> Response:
+def _resume(api: RunsApi, response_id: str | None, header: str | None) -> Response:
     after = -1
     if header is not None and header.strip():
         response_id, after = _last_event(header, response_id)
     if response_id is None:
-        raise _ApiError(
+        raise ApiError(
             400,
             "invalid_last_event_id",
             "a Last-Event-ID of a POST must name its response ('<response id>:<number>')",
         )
     record = api.find(response_id)
     if after > record.last_seq:
-        raise _ApiError(
+        raise ApiError(
             400,
             "invalid_last_event_id",
             f"response {response_id} has no event {after} (its last is {record.last_seq})",
         )
     if after < record.dropped:
-        raise _ApiError(
+        raise ApiError(
             410,
             "events_expired",
             f"events after {after} of {response_id} are no longer buffered "
             f"(the oldest kept is {record.dropped + 1})",
         )
-    return _SSEResponse(api, record, after)
+    return SSEResponse(api, record, after)
 
 
-def api_routes(api: _Api) -> list[BaseRoute]:
+def api_routes(api: RunsApi) -> list[BaseRoute]:
     """The routes of the Agent API served by ``api``: ``/process``, its resume, ``/health``."""
 
     async def process(request: Request) -> Response:
@@ -160,8 +158,8 @@ def api_routes(api: _Api) -> list[BaseRoute]:
             # An empty Last-Event-ID is no event id at all (an SSE client sends
             # none before its first event): a fresh request, not a resume.
             resume_from = request.headers.get("last-event-id", "").strip() or None
-            _check_content_type(request)
-            body = await _read_body(request, api.limits.max_body_bytes, api.limits.body_timeout)
+            check_content_type(request)
+            body = await read_body(request, api.limits.max_body_bytes, api.limits.body_timeout)
             if resume_from is not None:
                 # A retry of a streamed request: resume the response it started
                 # (named by the header, or by the body's response_id).
@@ -178,9 +176,9 @@ def api_routes(api: _Api) -> list[BaseRoute]:
             api.check_command(text)
             record = api.start(agent_request)
             if agent_request.stream:
-                return _SSEResponse(api, record, -1)
-            return _WaitResponse(api, record)
-        except _ApiError as exc:
+                return SSEResponse(api, record, -1)
+            return WaitResponse(api, record)
+        except ApiError as exc:
             return _error_response(exc.status, exc.code, exc.message, exc.headers)
 
     async def resume(request: Request) -> Response:
@@ -188,7 +186,7 @@ def api_routes(api: _Api) -> list[BaseRoute]:
             return _resume(
                 api, request.path_params["response_id"], request.headers.get("last-event-id")
             )
-        except _ApiError as exc:
+        except ApiError as exc:
             return _error_response(exc.status, exc.code, exc.message, exc.headers)
 
     async def health(request: Request) -> Response:
@@ -200,7 +198,9 @@ def api_routes(api: _Api) -> list[BaseRoute]:
             "responses": len(api.records),
         }
         return Response(
-            json.dumps(body).encode(), status_code=200 if running else 503, media_type=_JSON
+            json.dumps(body).encode(),
+            status_code=200 if running else 503,
+            media_type=JSON_MEDIA_TYPE,
         )
 
     return [

@@ -1,14 +1,14 @@
 """The HTTP server's runs: which may start, where their events go, and how they are stopped.
 
-:class:`_Api` is the server's state, one per application: the agent, the
+:class:`RunsApi` is the server's state, one per application: the agent, the
 responses kept for reconnects (each a :class:`~openstarry.api.replay._Record`),
 the session each run is busy in, and the task group the runs live in. It
 decides whether a request may run now (one run per session, at most
 ``max_concurrent_runs``, a slash command only for an exposed tool) and refuses
-with an :class:`_ApiError` otherwise; it drives a run into its record; it stops
+with an :class:`ApiError` otherwise; it drives a run into its record; it stops
 a run nobody has come back to within ``resume_grace``, or the oldest unread one
 to make room; and it is the runs' part of a graceful shutdown
-(:meth:`_Api.drain`, which :func:`openstarry.api.server.serve` calls before the
+(:meth:`RunsApi.drain`, which :func:`openstarry.api.server.serve` calls before the
 connections close).
 
 It knows nothing of HTTP beyond the status codes of its refusals:
@@ -32,7 +32,7 @@ import anyio.abc
 from openstarry.agent.commands import BUILTIN_COMMANDS, find_tool, parse_line
 from openstarry.api.adapter import open_run
 from openstarry.api.models import AgentRequest, AgentResponse, Error, RunStatus
-from openstarry.api.replay import _Record
+from openstarry.api.replay import ResponseRecord
 from openstarry.bus import describe_exception
 from openstarry.tools import tool_name
 
@@ -50,7 +50,7 @@ _RESPONSE_ID = re.compile(r"[A-Za-z0-9_.-]{1,200}")
 _SHUTDOWN = Error(code="shutdown", message="the server shut down before the run ended")
 
 
-class _ApiError(Exception):
+class ApiError(Exception):
     """A request refused with ``status`` and an :class:`Error` body."""
 
     def __init__(
@@ -63,7 +63,7 @@ class _ApiError(Exception):
         self.headers = headers
 
 
-class _Api:
+class RunsApi:
     """The server's state: the agent, the responses kept, and the runs' task group."""
 
     def __init__(
@@ -71,7 +71,7 @@ class _Api:
     ) -> None:
         self.agent = agent
         self.limits = limits
-        self.records: OrderedDict[str, _Record] = OrderedDict()
+        self.records: OrderedDict[str, ResponseRecord] = OrderedDict()
         #: The response running in each busy session.
         self.sessions: dict[str, str] = {}
         self.running = 0
@@ -109,24 +109,24 @@ class _Api:
             for key in finished[:excess]:
                 del self.records[key]
 
-    def find(self, response_id: str) -> _Record:
+    def find(self, response_id: str) -> ResponseRecord:
         self._purge()
         record = self.records.get(response_id)
         if record is None:
-            raise _ApiError(
+            raise ApiError(
                 404,
                 "response_not_found",
                 f"no response {response_id!r} is kept here (unknown, or expired)",
             )
         return record
 
-    def attach(self, record: _Record, after: int) -> object:
+    def attach(self, record: ResponseRecord, after: int) -> object:
         """A new reader of ``record``, at sequence number ``after``; its token."""
         token = object()
         record.cursors[token] = after
         return token
 
-    def detach(self, record: _Record, token: object) -> None:
+    def detach(self, record: ResponseRecord, token: object) -> None:
         """A reader has gone: the last one leaving starts the grace period."""
         record.cursors.pop(token, None)
         record.trim()
@@ -139,7 +139,7 @@ class _Api:
         else:
             self.task_group.start_soon(self._cancel_later, record, record.detach_epoch, grace)
 
-    async def _cancel_later(self, record: _Record, epoch: int, grace: float) -> None:
+    async def _cancel_later(self, record: ResponseRecord, epoch: int, grace: float) -> None:
         await anyio.sleep(grace)
         if record.readers == 0 and record.detach_epoch == epoch and not record.done:
             log.info("response %s: nobody reconnected within %g s; stopping it", record.id, grace)
@@ -155,7 +155,7 @@ class _Api:
         tool = find_tool(command.name, self.agent.loop.tools)
         if tool is None or tool.name not in self.expose_tools:
             allowed = ", ".join(f"/{name}" for name in sorted(self.expose_tools)) or "none"
-            raise _ApiError(
+            raise ApiError(
                 403,
                 "command_not_allowed",
                 f"/{command.name} is not a command callers over HTTP may run; built-ins: "
@@ -179,11 +179,11 @@ class _Api:
                 return True
         return False
 
-    def start(self, request: AgentRequest) -> _Record:
+    def start(self, request: AgentRequest) -> ResponseRecord:
         """Check that the request may run now, and start its run."""
         task_group = self.task_group
         if task_group is None or self.draining:
-            raise _ApiError(
+            raise ApiError(
                 503,
                 "shutting_down" if self.draining else "unavailable",
                 "the server is shutting down"
@@ -194,7 +194,7 @@ class _Api:
         session_id = request.session_id or f"session_{uuid.uuid4()}"
         busy = self.sessions.get(session_id)
         if busy is not None:
-            raise _ApiError(
+            raise ApiError(
                 409,
                 "session_busy",
                 f"session {session_id!r} is running response {busy}; "
@@ -202,34 +202,34 @@ class _Api:
             )
         response_id = request.response_id or f"response_{uuid.uuid4()}"
         if not _RESPONSE_ID.fullmatch(response_id):
-            raise _ApiError(
+            raise ApiError(
                 422,
                 "invalid_request",
                 "response_id: 1 to 200 letters, digits, '_', '-' or '.' "
                 "(it goes into SSE ids and headers)",
             )
         if response_id in self.records:
-            raise _ApiError(
+            raise ApiError(
                 409,
                 "response_exists",
                 f"response {response_id!r} exists; resume it with GET /process/{response_id}",
             )
         if self.running - self.evicted >= self.limits.max_concurrent_runs and not self._make_room():
-            raise _ApiError(
+            raise ApiError(
                 503,
                 "too_many_runs",
                 f"the server is running {self.running} requests, its limit; retry shortly",
                 headers={"retry-after": "1"},
             )
         request = request.model_copy(update={"session_id": session_id})
-        record = _Record(response_id, session_id, self.limits)
+        record = ResponseRecord(response_id, session_id, self.limits)
         self.records[response_id] = record
         self.sessions[session_id] = response_id
         self.running += 1
         task_group.start_soon(self._drive, record, request, name=f"openstarry.api {response_id}")
         return record
 
-    async def _drive(self, record: _Record, request: AgentRequest) -> None:
+    async def _drive(self, record: ResponseRecord, request: AgentRequest) -> None:
         try:
             async with open_run(self.agent, request, response_id=record.id) as run:
                 record.run = run

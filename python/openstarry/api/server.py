@@ -110,7 +110,7 @@ from openstarry.api.a2a_rest import rest_routes
 from openstarry.api.console import PUBLIC_PATHS, console_routes
 from openstarry.api.limits import ServerLimits
 from openstarry.api.routes import api_routes, exception_handlers
-from openstarry.api.runs import _Api
+from openstarry.api.runs import RunsApi
 from openstarry.api.signin import ConsoleAuth, SignIn, signin_routes
 from openstarry.api.tracecontext import TraceContextMiddleware
 
@@ -153,7 +153,7 @@ def create_app(
             manifest's ``api.expose_tools``, else none); ``mcp.private_tools``
             never are.
     """
-    api = _Api(agent, limits or ServerLimits(), expose_tools)
+    api = RunsApi(agent, limits or ServerLimits(), expose_tools)
     signin = SignIn(api_key, ttl=api.limits.signin_ttl) if api_key is not None else None
 
     @contextlib.asynccontextmanager
@@ -252,7 +252,7 @@ def serve(
         return 1
     limits = limits or ServerLimits()
     app = create_app(agent, limits=limits, api_key=api_key)
-    api: _Api = app.state.openstarry
+    api: RunsApi = app.state.openstarry
     config = uvicorn.Config(
         app,
         host=host,

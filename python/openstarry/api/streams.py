@@ -1,11 +1,11 @@
 """How a response goes out on a connection: an SSE stream, or one JSON body when it is done.
 
-A request with ``"stream": true`` (or a reconnect) gets an :class:`_SSEResponse`:
+A request with ``"stream": true`` (or a reconnect) gets an :class:`SSEResponse`:
 the response's frames from its :class:`~openstarry.api.replay._Record`, from
 where the reader is, live until the response ends, with a keep-alive comment
 after ``heartbeat`` seconds of silence (and ``heartbeat`` messages for a client
 that asks, :mod:`openstarry.api.heartbeat`). ``"stream": false`` gets a
-:class:`_WaitResponse`: the whole :class:`~openstarry.api.models.AgentResponse`
+:class:`WaitResponse`: the whole :class:`~openstarry.api.models.AgentResponse`
 once the run ends, after a space every ``heartbeat`` seconds so nothing times
 out a silent connection.
 
@@ -25,7 +25,7 @@ import anyio
 
 from openstarry.api.heartbeat import with_heartbeats
 from openstarry.api.models import AgentResponse, Error, RunStatus
-from openstarry.api.replay import _Gone, _Record
+from openstarry.api.replay import ReaderGone, ResponseRecord
 
 try:
     from starlette.responses import Response
@@ -35,14 +35,14 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 if TYPE_CHECKING:
-    from openstarry.api.runs import _Api
+    from openstarry.api.runs import RunsApi
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-_JSON = "application/json"
+JSON_MEDIA_TYPE = "application/json"
 #: The position of a reader that reads no events (``stream: false``).
 _NO_POSITION = 1 << 62
 _SSE_HEADERS = {
@@ -51,10 +51,10 @@ _SSE_HEADERS = {
 }
 
 
-class _SSEResponse(Response):
+class SSEResponse(Response):
     """Streams a record's frames; notices a disconnect even while the run is silent."""
 
-    def __init__(self, api: _Api, record: _Record, after: int) -> None:
+    def __init__(self, api: RunsApi, record: ResponseRecord, after: int) -> None:
         # No Response.__init__: it would declare a content-length.
         self.status_code = 200
         self.background = None
@@ -100,14 +100,14 @@ class _SSEResponse(Response):
             async with contextlib.aclosing(frames):
                 async for frame in frames:
                     await send({"type": "http.response.body", "body": frame, "more_body": True})
-        except _Gone as exc:
+        except ReaderGone as exc:
             # A reader that fell behind the buffer: say so, and end the stream.
             comment = f": {exc}\n\n".encode()
             await send({"type": "http.response.body", "body": comment, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-class _WaitResponse(Response):
+class WaitResponse(Response):
     """``stream: false``: waits for the run to end, then sends the whole response.
 
     A run that takes longer than ``heartbeat`` gets its ``200`` and headers
@@ -116,7 +116,7 @@ class _WaitResponse(Response):
     out a silent connection (httpx, by default) does not cut the run.
     """
 
-    def __init__(self, api: _Api, record: _Record) -> None:
+    def __init__(self, api: RunsApi, record: ResponseRecord) -> None:
         self.status_code = 200
         self.background = None
         self.raw_headers = []
@@ -185,11 +185,13 @@ class _WaitResponse(Response):
             return
         if final is None:
             body = Error(code="internal_error", message="the run ended without a response")
-            response = Response(body.wire_json().encode(), status_code=500, media_type=_JSON)
+            response = Response(
+                body.wire_json().encode(), status_code=500, media_type=JSON_MEDIA_TYPE
+            )
         else:
             response = Response(
                 final.wire_json().encode(),
-                media_type=_JSON,
+                media_type=JSON_MEDIA_TYPE,
                 headers={"x-openstarry-response-id": record.id},
             )
         with contextlib.suppress(OSError):
@@ -197,7 +199,7 @@ class _WaitResponse(Response):
 
     def _early_headers(self) -> list[tuple[bytes, bytes]]:
         return [
-            (b"content-type", _JSON.encode()),
+            (b"content-type", JSON_MEDIA_TYPE.encode()),
             (b"cache-control", b"no-cache"),
             (b"x-openstarry-response-id", self._record.id.encode("latin-1")),
         ]

@@ -57,7 +57,7 @@ MAX_TEXT_LENGTH = 8 * 1024 * 1024
 #: The most validation problems an error message lists (the rest are counted).
 _MAX_LISTED_ERRORS = 10
 #: The most characters of an id or a name.
-_MAX_ID_LENGTH = 1_024
+MAX_ID_LENGTH = 1_024
 
 
 # --- enums ----------------------------------------------------------------------------------------
@@ -248,16 +248,16 @@ class WireModel(BaseModel):
 
 _E = TypeVar("_E", bound="Event")
 
-_Id = Annotated[str, Field(min_length=1, max_length=_MAX_ID_LENGTH)]
+IdText = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)]
 #: The longest ``session_id`` of a request.
 MAX_SESSION_ID_LENGTH = 128
 #: A request's ``session_id``: 1 to 128 ASCII letters, digits, ``_``, ``-``, ``.``,
 #: ``:`` or ``@`` (it goes into logs, events and headers: no spaces, no control characters).
-_SessionId = Annotated[
+SessionIdText = Annotated[
     str,
     Field(min_length=1, max_length=MAX_SESSION_ID_LENGTH, pattern=r"^[A-Za-z0-9_.:@-]+$"),
 ]
-_Text = Annotated[str, Field(max_length=MAX_TEXT_LENGTH)]
+BoundedText = Annotated[str, Field(max_length=MAX_TEXT_LENGTH)]
 
 
 class Error(WireModel):
@@ -340,7 +340,7 @@ class Event(WireModel):
 # --- reading JSON ---------------------------------------------------------------------------------
 
 
-def _as_object(data: bytes | bytearray | str | Mapping[str, Any], what: str) -> dict[str, Any]:
+def as_object(data: bytes | bytearray | str | Mapping[str, Any], what: str) -> dict[str, Any]:
     if isinstance(data, Mapping):
         return dict(data)
     try:

@@ -3,7 +3,7 @@
 :class:`Dispatcher` is the state the dispatcher shares with the publishing side
 of :class:`~openstarry.bus.EventBus` (which is one), and its loop: a batch out of
 the Rust queue in one call, each event's handlers in order, a priority-0 event
-published meanwhile overtaking the rest of the batch (:func:`_notice`), a
+published meanwhile overtaking the rest of the batch (:func:`notice_new`), a
 handler's exception turned into a ``KERNEL:ERROR``, a delivered event's holds
 released to its backend.
 """
@@ -20,8 +20,8 @@ import anyio
 import openstarry.bus.handles as _handles
 from openstarry._core import Published
 from openstarry.bus.backend import BusBackend
-from openstarry.bus.handles import _CAUSE, _priority_of
-from openstarry.bus.routing import Subscription, _name_of, _Routes, describe_exception
+from openstarry.bus.handles import CAUSE, priority_of
+from openstarry.bus.routing import Routes, Subscription, describe_exception, name_of
 from openstarry.bus.signals import Signal
 from openstarry.core import DedupWindow, Emitter, Event, EventQueue
 from openstarry.errors import QueueClosed, QueueFull
@@ -48,7 +48,7 @@ class _NotRunning:
         raise RuntimeError("the bus is not running: use `async with EventBus() as bus`")
 
 
-_NOT_RUNNING = _NotRunning()
+NOT_RUNNING = _NotRunning()
 
 
 def _stop_pending(bus: Dispatcher, current: Any, batch: list[Any]) -> None:
@@ -78,13 +78,13 @@ def _stop_pending(bus: Dispatcher, current: Any, batch: list[Any]) -> None:
     if not queue.closed:
         for item in left:
             try:
-                queue.push(item, _priority_of(item))
+                queue.push(item, priority_of(item))
             except QueueFull:  # an ingested burst filled it meanwhile: the item is lost
                 if type(item) is Published:
                     item._finish("stopped")
 
 
-def _notice(bus: Dispatcher, item: Published | None, priority: int) -> bool:
+def notice_new(bus: Dispatcher, item: Published | None, priority: int) -> bool:
     """Tell the dispatcher of new events (``_watch`` is set): did ``item`` go in its batch?
 
     A sleeping dispatcher is woken. One holding a batch must still let a
@@ -95,30 +95,30 @@ def _notice(bus: Dispatcher, item: Published | None, priority: int) -> bool:
     merge the whole queue into the batch.
     """
     if bus._asleep:
-        _set_asleep(bus, False)
+        set_asleep(bus, False)
         bus._watch = bus._closing or bus._remote is not None
         bus._wake.set()
         return False
     batch = bus._batch
-    if not batch or priority >= _priority_of(batch[0]):
+    if not batch or priority >= priority_of(batch[0]):
         return False  # it comes after the whole batch anyway
     if item is None:
         waiting = batch[::-1] + bus._queue.pop_many(len(bus._queue))
-        waiting.sort(key=_priority_of)  # stable: FIFO within a priority
+        waiting.sort(key=priority_of)  # stable: FIFO within a priority
         batch[:] = waiting[::-1]
         return False
     i = 1
-    while i < len(batch) and _priority_of(batch[i]) > priority:
+    while i < len(batch) and priority_of(batch[i]) > priority:
         i += 1
     batch.insert(i, item)
     return True
 
 
-def _depths(bus: Dispatcher) -> list[int]:
+def queued_depths(bus: Dispatcher) -> list[int]:
     """Events waiting at each priority: in the queue and in the dispatcher's batch."""
     depths = bus._queue.depths()
     for item in bus._batch:
-        depths[_priority_of(item)] += 1
+        depths[priority_of(item)] += 1
     return depths
 
 
@@ -133,12 +133,12 @@ def _make_room(bus: Dispatcher) -> None:
         bus._room = bus.new_signal()
 
 
-def _handler_failed(
+def handler_failed(
     bus: Dispatcher, event: Event, subscription: Subscription, exc: Exception
 ) -> None:
     """A handler raised: count it and publish a ``KERNEL:ERROR`` (logged, for an error handler)."""
     bus._handler_errors += 1
-    handler = _name_of(subscription.handler)
+    handler = name_of(subscription.handler)
     if event.type == _ERROR:
         # An error handler that fails must not start a storm of errors.
         log.error("KERNEL:ERROR handler %s failed: %s", handler, describe_exception(exc))
@@ -156,7 +156,7 @@ def _handler_failed(
         priority=1,
     )
     # Published at once, not as an effect: it must outlive a failed attempt.
-    token = _CAUSE.set(None)
+    token = CAUSE.set(None)
     try:
         bus.publish(error)
     except (QueueFull, QueueClosed):
@@ -168,10 +168,10 @@ def _handler_failed(
         )
         bus._errors_dropped += 1
     finally:
-        _CAUSE.reset(token)
+        CAUSE.reset(token)
 
 
-def _set_asleep(bus: Dispatcher, asleep: bool) -> None:
+def set_asleep(bus: Dispatcher, asleep: bool) -> None:
     """Record whether the dispatcher sleeps, for the bus and for its emitter alike."""
     bus._asleep = asleep
     if bus._emitter is not None:
@@ -188,7 +188,7 @@ class Dispatcher:
 
     _queue: EventQueue
     _batch: list[Any]
-    _routes: _Routes
+    _routes: Routes
     _dedup: DedupWindow | None
     _capacity: int | None
     _emitter: Emitter | None
@@ -236,7 +236,7 @@ class Dispatcher:
         try:
             while True:
                 if not batch:
-                    # One call takes a batch; _notice keeps priority across it.
+                    # One call takes a batch; notice_new keeps priority across it.
                     batch = pop_many(_BATCH)
                     if not batch:
                         self._batch = batch
@@ -246,7 +246,7 @@ class Dispatcher:
                             _make_room(self)
                         self._wake = new_signal()
                         self._watch = True
-                        _set_asleep(self, True)
+                        set_asleep(self, True)
                         self._idle.set()
                         await self._wake.wait()
                         continue
@@ -269,7 +269,7 @@ class Dispatcher:
                 entry[1] += 1
                 route: tuple[Subscription, ...] = entry[0]
                 # A delivered event's handlers publish its effects (remote backends).
-                cause = _CAUSE.set(event) if holds and event in holds else None
+                cause = CAUSE.set(event) if holds and event in holds else None
                 outcome = entry[3]
                 sole = entry[2]
                 if sole is not None:  # one plain function: no loop, no cancelled check
@@ -281,7 +281,7 @@ class Dispatcher:
                             await returned
                     except Exception as exc:
                         outcome = "failed"
-                        _handler_failed(self, event, route[0], exc)
+                        handler_failed(self, event, route[0], exc)
                         if event in holds:
                             outcomes[event] = "failed"
                 else:
@@ -299,11 +299,11 @@ class Dispatcher:
                                     await returned
                         except Exception as exc:
                             outcome = "failed"
-                            _handler_failed(self, event, subscription, exc)
+                            handler_failed(self, event, subscription, exc)
                             if event in holds:
                                 outcomes[event] = "failed"
                 if cause is not None:
-                    _CAUSE.reset(cause)
+                    CAUSE.reset(cause)
                     # release(event), inline: the dispatch's hold.
                     held = holds.get(event)
                     if held is not None:

@@ -22,16 +22,16 @@ from openstarry._core import Published
 from openstarry._lifecycle import Lifecycle
 from openstarry.bus.backend import BusBackend, backend_for_url
 from openstarry.bus.dispatch import (
-    _NOT_RUNNING,
+    NOT_RUNNING,
     Dispatcher,
-    _depths,
-    _handler_failed,
-    _notice,
-    _set_asleep,
+    handler_failed,
+    notice_new,
+    queued_depths,
+    set_asleep,
 )
-from openstarry.bus.handles import _CAUSE, _not_an_event, _refused
-from openstarry.bus.remote import _RemotePublisher
-from openstarry.bus.routing import Handler, Subscription, _check_pattern, _Routes
+from openstarry.bus.handles import CAUSE, not_an_event, refused_handle
+from openstarry.bus.remote import RemotePublisher
+from openstarry.bus.routing import Handler, Routes, Subscription, check_pattern
 from openstarry.bus.signals import Signal, signal_factory
 from openstarry.core import DedupWindow, Emitter, Event, EventQueue, Ingestor, IngestResult
 from openstarry.errors import QueueClosed, QueueFull
@@ -44,7 +44,7 @@ def _publish_watched(bus: EventBus, event: Event) -> Published:
     batch, or the bus is closing or remote."""
     queue = bus._queue
     if type(event) is not Event:
-        raise TypeError(_not_an_event(event))
+        raise TypeError(not_an_event(event))
     if bus._closing:
         raise QueueClosed("the bus is closed")
     if bus._remote is not None:
@@ -58,10 +58,10 @@ def _publish_watched(bus: EventBus, event: Event) -> Published:
             raise QueueFull(f"the bus holds {bus._capacity} events") from None
         if handle is None:
             bus._duplicates += 1
-            return _refused(event)
+            return refused_handle(event)
         if bus._asleep:
             bus._watch = False
-            _set_asleep(bus, False)
+            set_asleep(bus, False)
             bus._wake.set()
         return handle
     capacity = bus._capacity
@@ -70,11 +70,11 @@ def _publish_watched(bus: EventBus, event: Event) -> Published:
     dedup = bus._dedup
     if dedup is not None and not dedup.check_and_insert(event.id):
         bus._duplicates += 1
-        return _refused(event)
+        return refused_handle(event)
     handle = Published(event)
     handle._at = _handles._perf_ns()
     priority = event.priority
-    if not _notice(bus, handle, priority):
+    if not notice_new(bus, handle, priority):
         queue.push(handle, priority)
     bus._published += 1
     return handle
@@ -134,7 +134,7 @@ class EventBus(Lifecycle, Dispatcher):
     queue, and keeps its dedup window and its metrics.
     """
 
-    _remote: _RemotePublisher | None
+    _remote: RemotePublisher | None
 
     def __init__(
         self,
@@ -168,7 +168,7 @@ class EventBus(Lifecycle, Dispatcher):
             raise TypeError(f"backend must be a BusBackend, not {type(backend).__name__}")
         #: The remote backend, or ``None`` for the local bus.
         self.backend = backend
-        self._remote = None if backend is None else _RemotePublisher(self, backend)
+        self._remote = None if backend is None else RemotePublisher(self, backend)
         #: Holds on delivered events (a remote backend's): the dispatch is one,
         #: each :meth:`hold` another; the event is done when they are all released.
         self._holds: dict[Event, int] = {}
@@ -178,11 +178,11 @@ class EventBus(Lifecycle, Dispatcher):
         #: The ExecutionLoop that serves this bus's INPUT events, while one runs:
         #: a second would answer every input again.
         self.input_owner: object | None = None
-        self._routes = _Routes()
+        self._routes = Routes()
         # Dispatcher state: it sleeps on _wake only when _asleep is set. The
         # signals are made for the running backend in __aenter__.
         self.new_signal: Callable[[], Signal] = anyio.Event
-        self._wake: Signal = _NOT_RUNNING
+        self._wake: Signal = NOT_RUNNING
         self._asleep = False
         #: What the dispatcher has taken out of the queue and not yet started,
         #: in reverse (the next at the end).
@@ -190,12 +190,12 @@ class EventBus(Lifecycle, Dispatcher):
         #: Set while a publish must tell the dispatcher: it sleeps, or it holds
         #: a batch that a more urgent event must overtake.
         self._watch = backend is not None
-        self._idle: Signal = _NOT_RUNNING
-        self._room: Signal = _NOT_RUNNING
+        self._idle: Signal = NOT_RUNNING
+        self._room: Signal = NOT_RUNNING
         self._room_waiters = 0
         self._task_group: anyio.abc.TaskGroup | None = None
         self._dispatcher: int | None = None
-        self._stopped: Signal = _NOT_RUNNING
+        self._stopped: Signal = NOT_RUNNING
         self._closing = False
         # Metrics.
         #: Accepted events, except those the queue counts (``EventQueue.publish``,
@@ -267,7 +267,7 @@ class EventBus(Lifecycle, Dispatcher):
         self._wake, self._idle, self._room, self._stopped = (new_signal() for _ in range(4))
         # Asleep until the first publish: nothing is queued yet, so an event
         # may be delivered at once before the dispatcher has first run.
-        _set_asleep(self, True)
+        set_asleep(self, True)
         self._watch = True
         try:
             async with AsyncExitStack() as stack:
@@ -320,7 +320,7 @@ class EventBus(Lifecycle, Dispatcher):
         (``"EXEC:*"``) or ``"*"`` for every event. Handlers of one event run in
         the order they subscribed.
         """
-        _check_pattern(pattern)
+        check_pattern(pattern)
         subscription = Subscription(self._routes, pattern, handler)
         self._routes.add(subscription)
         return subscription
@@ -349,14 +349,14 @@ class EventBus(Lifecycle, Dispatcher):
         try:
             handle = self._publish_event(event, self._dedup, self._latency_every)
         except TypeError:
-            raise TypeError(_not_an_event(event)) from None
+            raise TypeError(not_an_event(event)) from None
         except QueueFull:
             raise QueueFull(f"the bus holds {self._capacity} events") from None
         except QueueClosed:
             raise QueueClosed("the bus is closed") from None
         if handle is None:
             self._duplicates += 1
-            return _refused(event)
+            return refused_handle(event)
         return handle
 
     @property
@@ -428,7 +428,7 @@ class EventBus(Lifecycle, Dispatcher):
         try:
             self._routes.by_type[event_type][2](event)
         except Exception as exc:
-            _handler_failed(self, event, subscription, exc)
+            handler_failed(self, event, subscription, exc)
         return True
 
     async def apublish(self, event: Event) -> Published:
@@ -440,7 +440,7 @@ class EventBus(Lifecycle, Dispatcher):
         remote = self._remote
         if remote is not None:
             if type(event) is not Event:
-                raise TypeError(_not_an_event(event))
+                raise TypeError(not_an_event(event))
             if self._closing:
                 raise QueueClosed("the bus is closed")
             return await remote.asend(event)
@@ -474,7 +474,7 @@ class EventBus(Lifecycle, Dispatcher):
         self._invalid += len(result.invalid)
         self._published += result.accepted
         if result.accepted and self._watch:
-            _notice(self, None, 0)  # the priorities are not known: any may be urgent
+            notice_new(self, None, 0)  # the priorities are not known: any may be urgent
         return result
 
     # -- a remote backend's deliveries -------------------------------------
@@ -490,7 +490,7 @@ class EventBus(Lifecycle, Dispatcher):
         self._holds.update(dict.fromkeys(events, 1))
         self._queue.push_many(events)
         if events and self._watch:
-            _notice(self, None, min(event.priority for event in events))
+            notice_new(self, None, min(event.priority for event in events))
 
     def hold(self, event: Event) -> bool:
         """Keep a delivered event from counting as handled until :meth:`release`.
@@ -519,11 +519,11 @@ class EventBus(Lifecycle, Dispatcher):
         elsewhere (the local bus, an event not delivered by the backend) this
         changes nothing.
         """
-        token = _CAUSE.set(event if event in self._holds else None)
+        token = CAUSE.set(event if event in self._holds else None)
         try:
             yield
         finally:
-            _CAUSE.reset(token)
+            CAUSE.reset(token)
 
     def release(self, event: Event, *, handled: bool = True) -> None:
         """Release a :meth:`hold`; ``handled=False`` hands the event back to the backend
@@ -593,7 +593,7 @@ class EventBus(Lifecycle, Dispatcher):
             "duplicates": self._duplicates + (emitter.duplicates if emitter is not None else 0),
             "invalid": self._invalid,
             "dispatched": self._routes.counts(),
-            "depth": _depths(self),
+            "depth": queued_depths(self),
             "handler_errors": self._handler_errors,
             "errors_dropped": self._errors_dropped,
             "latency_us": latency,

@@ -18,7 +18,7 @@ _perf_ns = time.perf_counter_ns
 
 #: The delivered event whose handling runs in this task: what the task
 #: publishes are its effects (a remote backend commits them with its acknowledgement).
-_CAUSE: ContextVar[Event | None] = ContextVar("openstarry_bus_cause", default=None)
+CAUSE: ContextVar[Event | None] = ContextVar("openstarry_bus_cause", default=None)
 
 #: How the handling of a published event ended, as awaiting its :class:`Published` answers.
 Outcome = Literal["handled", "failed", "no_subscriber", "duplicate", "stopped"]
@@ -54,23 +54,23 @@ async def _await_handle(handle: Published) -> Outcome:
 _install_published_hooks(_await_handle, lambda: _perf_ns())
 
 
-def _refused(event: Event) -> Published:
+def refused_handle(event: Event) -> Published:
     handle = Published(event)
     handle._finish("duplicate")
     return handle
 
 
-def _sent(event: Event) -> Published:
+def sent_handle(event: Event) -> Published:
     handle = Published(event)
     handle._finish(_REMOTE)
     return handle
 
 
-def _not_an_event(thing: object) -> str:
+def not_an_event(thing: object) -> str:
     return f"publish takes an openstarry.core.Event, not {type(thing).__name__}"
 
 
-def _priority_of(item: Any) -> int:
+def priority_of(item: Any) -> int:
     """The priority of a queued item: a :class:`Published` or an ingested or fed event."""
     event = item.event if type(item) is Published else item
     priority: int = event.priority

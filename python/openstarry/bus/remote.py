@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from openstarry._core import Published
 from openstarry.bus.backend import BusBackend
 from openstarry.bus.dispatch import Dispatcher
-from openstarry.bus.handles import _CAUSE, _refused, _sent
+from openstarry.bus.handles import CAUSE, refused_handle, sent_handle
 from openstarry.core import Event, EventQueue, Ingestor, IngestResult
 
 
-class _RemotePublisher:
+class RemotePublisher:
     """The publishing side of a bus on a remote backend: the local window, then the backend.
 
     What a task publishes goes with its cause (the delivered event it is
@@ -33,29 +33,29 @@ class _RemotePublisher:
         dedup = bus._dedup
         if dedup is not None and event.id in dedup:
             bus._duplicates += 1
-            return _refused(event)
-        self.backend.send(event, _CAUSE.get())  # QueueFull before the window records the id
+            return refused_handle(event)
+        self.backend.send(event, CAUSE.get())  # QueueFull before the window records the id
         if dedup is not None:
             dedup.check_and_insert(event.id)
         bus._published += 1
-        return _sent(event)
+        return sent_handle(event)
 
     async def asend(self, event: Event) -> Published:
         bus = self.bus
         dedup = bus._dedup
         if dedup is not None and not dedup.check_and_insert(event.id):
             bus._duplicates += 1
-            return _refused(event)
-        if await self.backend.asend(event, _CAUSE.get()):
+            return refused_handle(event)
+        if await self.backend.asend(event, CAUSE.get()):
             bus._published += 1
-            return _sent(event)
-        return _refused(event)  # counted by the backend's metrics
+            return sent_handle(event)
+        return refused_handle(event)  # counted by the backend's metrics
 
     def ingest(self, data: bytes | bytearray | memoryview | Sequence[bytes]) -> IngestResult:
         bus = self.bus
         scratch = EventQueue(None)
         result = Ingestor(scratch, bus._dedup).ingest(data)
-        cause = _CAUSE.get()
+        cause = CAUSE.get()
         for event in scratch.pop_many(len(scratch)):
             self.backend.send(event, cause)
         bus._duplicates += result.duplicates

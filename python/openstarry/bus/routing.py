@@ -1,7 +1,7 @@
 """Subscriptions and the routing table: which handlers an event type reaches.
 
 A pattern is an exact type (``"EXEC:TOOL_CALL"``), a namespace (``"EXEC:*"``)
-or ``"*"``. :class:`_Routes` keeps, for each type seen, the handlers it
+or ``"*"``. :class:`Routes` keeps, for each type seen, the handlers it
 reaches (resolved once, refreshed when a subscription changes) and the
 dispatch count of that type.
 """
@@ -25,9 +25,9 @@ class Subscription:
 
     __slots__ = ("_routes", "handler", "is_async", "pattern")
 
-    def __init__(self, routes: _Routes, pattern: str, handler: Handler) -> None:
+    def __init__(self, routes: Routes, pattern: str, handler: Handler) -> None:
         #: ``None`` once cancelled (the dispatcher skips it mid-dispatch).
-        self._routes: _Routes | None = routes
+        self._routes: Routes | None = routes
         self.pattern = pattern
         self.handler = handler
         self.is_async = inspect.iscoroutinefunction(handler)
@@ -39,7 +39,7 @@ class Subscription:
             routes.remove(self)
 
     def __repr__(self) -> str:
-        return f"<Subscription {self.pattern!r} -> {_name_of(self.handler)}>"
+        return f"<Subscription {self.pattern!r} -> {name_of(self.handler)}>"
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -50,7 +50,7 @@ def describe_exception(exc: BaseException) -> str:
         return f"{type(exc).__name__} (its message cannot be printed)"
 
 
-def _name_of(handler: object) -> str:
+def name_of(handler: object) -> str:
     name = getattr(handler, "__qualname__", None)
     if isinstance(name, str):
         return name
@@ -66,7 +66,7 @@ def _name_of(handler: object) -> str:
 _MAX_TYPES = 1024
 
 
-def _check_pattern(pattern: str) -> None:
+def check_pattern(pattern: str) -> None:
     namespace, colon, name = pattern.partition(":")
     if pattern == "*" or (colon and namespace and name and "*" not in namespace):
         if "*" in name and name != "*":
@@ -77,7 +77,7 @@ def _check_pattern(pattern: str) -> None:
     )
 
 
-class _Routes:
+class Routes:
     """Who an event type reaches: the subscriptions in order, and a route cached per type.
 
     A cached entry is ``[route, dispatched, sole, outcome]``: the dispatcher

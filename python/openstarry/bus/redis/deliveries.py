@@ -12,17 +12,17 @@ from typing import Any
 
 import anyio
 
-from openstarry.bus.redis.keys import PRIORITIES, _field, _text, _value
-from openstarry.bus.redis.leases import _Leases
-from openstarry.bus.redis.outbox import _EVENT, _READ_AHEAD, _WIRE, _Outbox, _Outboxes
-from openstarry.bus.redis.records import _Delivery
-from openstarry.bus.redis.state import _MOVED, _RETRY, Streams, log, redis_errors
+from openstarry.bus.redis.keys import PRIORITIES, as_text, event_field, event_value
+from openstarry.bus.redis.leases import Leases
+from openstarry.bus.redis.outbox import EVENT_OF, READ_AHEAD, WIRE_OF, Outbox, Outboxes
+from openstarry.bus.redis.records import Delivery
+from openstarry.bus.redis.state import RETRYABLE, SLOT_MOVING, Streams, log, redis_errors
 from openstarry.core import Event, EventQueue, Ingestor, encode_event
 
 __all__: list[str] = []
 
 
-class _Deliveries:
+class Deliveries:
     """The entries delivered to this consumer: fetched or reclaimed, fed to the bus,
     held until the bus says they are done."""
 
@@ -40,12 +40,12 @@ class _Deliveries:
         "streams",
     )
 
-    def __init__(self, streams: Streams, outbox: _Outbox | _Outboxes, leases: _Leases) -> None:
+    def __init__(self, streams: Streams, outbox: Outbox | Outboxes, leases: Leases) -> None:
         self.streams = streams
         self.outbox = outbox
         self.leases = leases
         #: The stream's own record of what it holds (cleared in place, never replaced).
-        self.held: dict[Event, _Delivery] = streams.held
+        self.held: dict[Event, Delivery] = streams.held
         self.scratch = EventQueue(None)
         self.ingestor = Ingestor(self.scratch, None)
         #: The fetch connection's client id, for ``CLIENT UNBLOCK`` at a stop.
@@ -91,7 +91,7 @@ class _Deliveries:
         if delivery is not None:
             self.settle(event, delivery, outcome)
 
-    def settle(self, event: Event, delivery: _Delivery, outcome: str) -> None:
+    def settle(self, event: Event, delivery: Delivery, outcome: str) -> None:
         """What becomes of a delivery the bus is done with."""
         outbox = self.outbox
         if delivery.lease is None:
@@ -121,7 +121,7 @@ class _Deliveries:
                 self.feed([(event, delivery)])
         # "returned": left pending; the partition's next owner reclaims it.
 
-    def _twins_done(self, delivery: _Delivery) -> None:
+    def _twins_done(self, delivery: Delivery) -> None:
         """Acknowledge the entries that held the same envelope as a settled delivery."""
         twins = delivery.twins
         if twins:
@@ -131,12 +131,12 @@ class _Deliveries:
                 outbox.ack(twin)
             self.streams.twins += len(twins)
 
-    def feed(self, items: Sequence[tuple[Event, _Delivery]]) -> None:
+    def feed(self, items: Sequence[tuple[Event, Delivery]]) -> None:
         bus = self.streams._bus
         if bus is None or not items or bus.closed:
             return  # not fed: left pending, reclaimed by the partition's next owner
         held = self.held
-        fresh = list(map(_EVENT, items))
+        fresh = list(map(EVENT_OF, items))
         size = len(held)
         if held.keys().isdisjoint(fresh):  # the common case, without a Python loop
             held.update(items)
@@ -180,7 +180,7 @@ class _Deliveries:
             reader = self.reader
             if self.reading and reader is not None:
                 # A lost connection: the fetcher sees the same error and stops.
-                with contextlib.suppress(*_RETRY):
+                with contextlib.suppress(*RETRYABLE):
                     await client.client_unblock(reader)
             with anyio.move_on_after(0.05):
                 await self.finished.wait()
@@ -285,7 +285,7 @@ class _Deliveries:
                         await streams._retrying(self.create_groups)
                         continue
                     raise
-                except _RETRY as exc:
+                except RETRYABLE as exc:
                     await conn.disconnect()
                     self.reader = None  # a new connection, a new id
                     self.reading = sent = False
@@ -299,14 +299,14 @@ class _Deliveries:
                 # map on RESP3, pairs on RESP2), [entry, [field, value, ...]] each;
                 # "e" is the only field openstarry writes.
                 entries = [
-                    (stream, entry, fields[1] if fields[0] == b"e" else _field(fields))
+                    (stream, entry, fields[1] if fields[0] == b"e" else event_field(fields))
                     for stream, stream_entries in (
                         reply.items() if isinstance(reply, dict) else reply
                     )
                     for entry, fields in stream_entries
                 ]
                 if (
-                    len(entries) >= _READ_AHEAD
+                    len(entries) >= READ_AHEAD
                     and not streams._stopping
                     and not leases.reclaim
                     and len(bus) < low_water
@@ -317,7 +317,7 @@ class _Deliveries:
                         self.reading = True
                         await conn.send_packed_command(packed, check_health=False)
                         sent = True
-                    except _RETRY:
+                    except RETRYABLE:
                         self.reading = False
                         self.reader = None
                         await conn.disconnect()  # sent again, reconnected, next time
@@ -364,7 +364,7 @@ class _Deliveries:
                     )
                 replies = await pipe.execute()
                 self.reading = False
-            except (*_RETRY, *_MOVED) as exc:
+            except (*RETRYABLE, *SLOT_MOVING) as exc:
                 self.reading = False
                 nodes.clear()  # the slots moved (a failover): looked up again
                 streams.reconnects += 1
@@ -378,7 +378,7 @@ class _Deliveries:
                     continue
                 raise
             entries = [
-                (stream, entry, _value(fields))
+                (stream, entry, event_value(fields))
                 for reply in replies
                 if reply
                 for stream, stream_entries in (reply.items() if isinstance(reply, dict) else reply)
@@ -406,7 +406,7 @@ class _Deliveries:
                 reply = await client.xautoclaim(
                     key, group, consumer, min_idle_time=0, start_id=cursor, count=1000
                 )
-                cursor = _text(reply[0])
+                cursor = as_text(reply[0])
                 entries = [
                     (stream, entry, fields.get(b"e", b"")) for entry, fields in reply[1] if fields
                 ]
@@ -453,7 +453,7 @@ class _Deliveries:
                 holding.add((twin.stream, twin.entry))
         held_in = Counter(stream for stream, _ in holding)
         outbox = self.outbox
-        outboxes = outbox.all if isinstance(outbox, _Outboxes) else [outbox]
+        outboxes = outbox.all if isinstance(outbox, Outboxes) else [outbox]
         marks = [o.settles for o in outboxes]
         with anyio.move_on_after(1.0):
             while not all(map(_settled, outboxes, marks)):
@@ -481,7 +481,7 @@ class _Deliveries:
                 page = await client.xpending_range(key, group, cursor, "+", 1000)
                 if not page:
                     break
-                cursor = "(" + _text(page[-1]["message_id"])
+                cursor = "(" + as_text(page[-1]["message_id"])
                 counts = {
                     row["message_id"]: int(row["times_delivered"]) + 1
                     for row in page
@@ -508,7 +508,7 @@ class _Deliveries:
         self,
         entries: Sequence[tuple[bytes, bytes, bytes]],
         attempts: dict[bytes, int] | None,
-    ) -> list[tuple[Event, _Delivery]]:
+    ) -> list[tuple[Event, Delivery]]:
         """Decode, check and order a fetched batch in one Ingestor call.
 
         ``entries`` are ``(stream, entry id, wire bytes)``; ``attempts``
@@ -526,14 +526,14 @@ class _Deliveries:
             and not result.invalid
             and len(events) == len(entries)
             # An event keeps the very bytes object it was decoded from.
-            and all(map(operator.is_, map(encode_event, events), map(_WIRE, entries)))
+            and all(map(operator.is_, map(encode_event, events), map(WIRE_OF, entries)))
         ):
             # A fresh read, in the order the Ingestor dispatches (priority first,
             # then as read): event i is entry i; first deliveries all.
             lease = self.leases.value.get
             partition_of_key = streams._partition_of_key
             return [
-                (event, _Delivery(stream, entry, lease(partition_of_key[stream])))
+                (event, Delivery(stream, entry, lease(partition_of_key[stream])))
                 for event, (stream, entry, _) in zip(events, entries, strict=True)
             ]
         return self._match(entries, attempts, result.invalid, events)
@@ -544,7 +544,7 @@ class _Deliveries:
         attempts: dict[bytes, int] | None,
         invalid_lines: Sequence[tuple[int, str]],
         events: list[Event],
-    ) -> list[tuple[Event, _Delivery]]:
+    ) -> list[tuple[Event, Delivery]]:
         """:meth:`deliver`'s general case: each event found by its bytes."""
         streams = self.streams
         outbox = self.outbox
@@ -555,7 +555,7 @@ class _Deliveries:
         lease = self.leases.value.get
         partition_of_key = streams._partition_of_key
         for i, (stream, entry, wire) in enumerate(entries):
-            delivery = _Delivery(stream, entry, lease(partition_of_key[stream]))
+            delivery = Delivery(stream, entry, lease(partition_of_key[stream]))
             if invalid and i in invalid:
                 outbox.dead_letter(None, delivery, "invalid envelope", wire)
                 continue
@@ -569,7 +569,7 @@ class _Deliveries:
             else:
                 by_wire[wire] = [found, delivery]
         max_deliveries = streams.max_deliveries
-        items: list[tuple[Event, _Delivery]] = []
+        items: list[tuple[Event, Delivery]] = []
         for event in events:
             found = by_wire[encode_event(event)]
             delivery = found.pop(0) if type(found) is list else found
@@ -580,7 +580,7 @@ class _Deliveries:
         return items
 
 
-def _settled(outbox: _Outbox, mark: int) -> bool:
+def _settled(outbox: Outbox, mark: int) -> bool:
     """Whether every acknowledgement, commit and dead letter ``outbox`` queued before
     ``mark`` (a value of its ``settles``) has been answered by Redis: none waits, nor
     travels in a flush on its way."""

@@ -5,7 +5,7 @@ both fenced by the partition's lease.
   delivery of its input and carried by the commit that acknowledges it
   (``flush.lua``): written if, and only if, that commit is accepted. Until it is
   answered, the value staged is what this worker reads for the key
-  (:meth:`_Durable.pending`): the next input of the session, run before the
+  (:meth:`Durable.pending`): the next input of the session, run before the
   commit of the one before it was answered, sees the memory it left.
 - **Journals.** Each completed step of a run (a model response, a tool's
   outcome) is appended to the journal of its input (``{tag}:run:EVENT_ID``) as
@@ -22,8 +22,8 @@ from typing import Any
 import anyio
 
 from openstarry.bus.redis.lua import JOURNAL
-from openstarry.bus.redis.records import _Delivery
-from openstarry.bus.redis.state import _MOVED, _RETRY, Streams, log, redis_errors
+from openstarry.bus.redis.records import Delivery
+from openstarry.bus.redis.state import RETRYABLE, SLOT_MOVING, Streams, log, redis_errors
 from openstarry.core import Event
 from openstarry.errors import LeaseLost
 
@@ -52,7 +52,7 @@ class _Step:
         self.answer = 0
 
 
-class _Durable:
+class Durable:
     """The state staged on deliveries, and the journals of the runs this worker serves."""
 
     __slots__ = ("pending", "steps", "streams", "wake")
@@ -61,7 +61,7 @@ class _Durable:
         self.streams = streams
         #: The value staged for each key, by the delivery whose commit carries it, until
         #: that commit is answered: ``key -> (delivery, value, data)``.
-        self.pending: dict[str, tuple[_Delivery, bytes, Any]] = {}
+        self.pending: dict[str, tuple[Delivery, bytes, Any]] = {}
         #: Journal writes waiting for the writer.
         self.steps: list[_Step] = []
         self.wake = anyio.Event()
@@ -105,7 +105,7 @@ class _Durable:
                         await client.script_load(JOURNAL)
                         raise redis_errors.ConnectionError("the journal script was loaded again")
                     for answer in answers:
-                        if isinstance(answer, (*_RETRY, *_MOVED)):
+                        if isinstance(answer, (*RETRYABLE, *SLOT_MOVING)):
                             raise answer  # sent again whole, once reconnected
                     return answers
 
@@ -147,7 +147,7 @@ class _Durable:
             return False, None
         return True, staged[2]
 
-    def committed(self, delivery: _Delivery) -> None:
+    def committed(self, delivery: Delivery) -> None:
         """The commit of ``delivery`` was answered (or will never be sent): what it staged
         is read from Redis from now on."""
         pending = self.pending
@@ -210,9 +210,9 @@ class RedisJournal:
 
     def __init__(
         self,
-        durable: _Durable,
+        durable: Durable,
         event: Event,
-        delivery: _Delivery,
+        delivery: Delivery,
         key: str,
         steps: list[bytes],
         *,

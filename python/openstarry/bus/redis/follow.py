@@ -40,7 +40,7 @@ _PAGE = 512
 FollowHandler = Callable[[list[Event], bool], None]
 
 
-class _Follower:
+class Follower:
     """The partitions followed, their cursors, and the task that reads them."""
 
     __slots__ = ("cursors", "handlers", "streams", "wake")

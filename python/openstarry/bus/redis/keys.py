@@ -121,7 +121,7 @@ class Layout:
         return partitions_key(self.name)
 
 
-def _field(fields: Sequence[bytes]) -> bytes:
+def event_field(fields: Sequence[bytes]) -> bytes:
     """The ``e`` field of an entry's ``[field, value, ...]`` list (empty if none)."""
     for i in range(0, len(fields) - 1, 2):
         if fields[i] == b"e":
@@ -129,13 +129,13 @@ def _field(fields: Sequence[bytes]) -> bytes:
     return b""
 
 
-def _value(fields: Any) -> bytes:
+def event_value(fields: Any) -> bytes:
     """The ``e`` field of an entry as a parsed reply gives it (a dict, or a flat list)."""
     if isinstance(fields, dict):
         value: bytes = fields.get(b"e", b"")
         return value
-    return _field(fields) if fields else b""
+    return event_field(fields) if fields else b""
 
 
-def _text(value: bytes | str) -> str:
+def as_text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value

@@ -6,7 +6,7 @@ the commits and journal writes of what was delivered under a lease name its valu
 and Redis refuses them once the lease holds another, so a consumer frozen past its
 lease and thawed changes nothing. Each lease also has a deadline on this process's
 monotonic clock (when the renewal that last answered was sent, plus the lease's
-time): before it, the lease is surely this consumer's, and :meth:`_Leases.owns`
+time): before it, the lease is surely this consumer's, and :meth:`Leases.owns`
 answers with no round trip; after it (a process that was frozen), it asks Redis.
 """
 
@@ -19,12 +19,12 @@ from collections import deque
 
 import anyio
 
-from openstarry.bus.redis.state import _RETRY, Streams, log
+from openstarry.bus.redis.state import RETRYABLE, Streams, log
 
 __all__: list[str] = []
 
 
-class _Leases:
+class Leases:
     """The partitions this consumer owns: taken toward an even share, renewed, handed on."""
 
     __slots__ = ("deadline", "draining", "lock", "owned", "reclaim", "streams", "value")
@@ -145,7 +145,7 @@ class _Leases:
                 for p, value in list(self.value.items()):
                     await streams._scripts["free"](keys=[self.key(p)], args=[value])
                 await client.zrem(streams.layout.consumers(streams.group), streams.consumer)
-            except _RETRY:
+            except RETRYABLE:
                 pass  # the leases expire by themselves
             self.clear()
 

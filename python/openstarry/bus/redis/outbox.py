@@ -2,7 +2,7 @@
 
 Publishes, commits, acknowledgements and dead letters wait here and go in
 flushes of at most :data:`_FLUSH_EVENTS` events, pipelined on one connection;
-at the bound a refused producer backs off and probes (see :meth:`_Outbox.run`).
+at the bound a refused producer backs off and probes (see :meth:`Outbox.run`).
 """
 
 from __future__ import annotations
@@ -18,18 +18,18 @@ import anyio
 
 from openstarry.bus.redis.keys import PRIORITIES
 from openstarry.bus.redis.lua import FLUSH
-from openstarry.bus.redis.records import _Answers, _Delivery, _Outgoing
-from openstarry.bus.redis.state import _MOVED, _RETRY, Streams, log, redis_errors
-from openstarry.bus.redis.wire import _SHORT, _array, _fields, _head
+from openstarry.bus.redis.records import Answers, Delivery, Outgoing
+from openstarry.bus.redis.state import RETRYABLE, SLOT_MOVING, Streams, log, redis_errors
+from openstarry.bus.redis.wire import SHORT_STRINGS, msgpack_array, msgpack_fields, msgpack_str_head
 from openstarry.core import Event, encode_event
 from openstarry.errors import QueueFull
 
 __all__: list[str] = []
 
 #: The wire bytes of a fetched entry ``(stream, entry id, wire)``.
-_WIRE = operator.itemgetter(2)
+WIRE_OF = operator.itemgetter(2)
 #: The event of a delivered ``(event, delivery)``.
-_EVENT = operator.itemgetter(0)
+EVENT_OF = operator.itemgetter(0)
 
 #: Sessions whose partition the outbox remembers, at most.
 _SESSIONS = 4096
@@ -56,10 +56,10 @@ _PREPARE = 512
 #: Entries a read must bring for the next read to be sent before they are
 #: dispatched (a few are dispatched sooner than a read travels; reading ahead
 #: of them would only delay their handlers).
-_READ_AHEAD = 32
+READ_AHEAD = 32
 
 
-class _Outbox:
+class Outbox:
     """What this process sends, in order, until the flush script has answered for it.
 
     Publishes, commits (a handled entry's XACK with the effects of its handling)
@@ -97,7 +97,7 @@ class _Outbox:
         self.partition = partition
         self.conn: Any = None
         self.node: Any = None
-        self.queue: deque[_Outgoing] = deque()
+        self.queue: deque[Outgoing] = deque()
         #: Handled entries without effects, by stream, waiting for their XACK.
         self.acks: dict[bytes, list[bytes]] = {}
         self.unacked = 0
@@ -105,17 +105,19 @@ class _Outbox:
         self.flushed: anyio.Event = anyio.Event()
         self.in_flight = 0  # operations taken by the flush under way
         #: The flushes sent and not yet answered: their operations, the command.
-        self.flights: deque[tuple[list[_Outgoing], Any]] = deque()
+        self.flights: deque[tuple[list[Outgoing], Any]] = deque()
         self.flushes = 0
         #: Acknowledgements, commits and dead letters queued so far: each is numbered
-        #: (:attr:`_Outgoing.settle`), so that a sweep can wait for those before a mark.
+        #: (:attr:`Outgoing.settle`), so that a sweep can wait for those before a mark.
         self.settles = 0
         #: The number of the first acknowledgement waiting in :attr:`acks`.
         self.acks_from = 0
         #: The stream keys, by partition * 6 + priority, as the blob carries them.
         layout = streams.layout
         self.keys = [
-            _fields(layout.stream(p, r)) for p in range(streams.partitions) for r in PRIORITIES
+            msgpack_fields(layout.stream(p, r))
+            for p in range(streams.partitions)
+            for r in PRIORITIES
         ]
         #: The first of each recent session's stream keys in :attr:`keys`.
         self.bases: dict[str, int] = {}
@@ -125,18 +127,18 @@ class _Outbox:
         #: Events the next flush may carry (less than :data:`_FLUSH_EVENTS` after a refusal).
         self.limit = _FLUSH_EVENTS
 
-    def publish(self, event: Event) -> _Outgoing:
+    def publish(self, event: Event) -> Outgoing:
         """A publish: the event's fields and the publish's own number."""
         op = self.publish_op(event)
         self.numbered = number = self.numbered + 1
         digits = b"%d" % number
         op.op = "P"
-        op.blob = b"".join((op.blob, _SHORT[len(digits)], digits))
+        op.blob = b"".join((op.blob, SHORT_STRINGS[len(digits)], digits))
         op.fields = 4
         op.effects = 1
         return op
 
-    def publish_op(self, event: Event) -> _Outgoing:
+    def publish_op(self, event: Event) -> Outgoing:
         """An event's fields (id, stream, wire bytes), as a commit carries its effects."""
         session = event.session_id
         base = self.bases.get(session)
@@ -147,14 +149,14 @@ class _Outbox:
         n, m = len(event_id), len(wire)
         blob = b"".join(
             (
-                _SHORT[n] if n < 256 else _head(n),
+                SHORT_STRINGS[n] if n < 256 else msgpack_str_head(n),
                 event_id,
                 self.keys[base + event.priority],
-                _SHORT[m] if m < 256 else _head(m),
+                SHORT_STRINGS[m] if m < 256 else msgpack_str_head(m),
                 wire,
             )
         )
-        return _Outgoing("E", blob, 3)
+        return Outgoing("E", blob, 3)
 
     def _base(self, session: str) -> int:
         """Where a session's streams start in :attr:`keys` (remembered for the next)."""
@@ -181,14 +183,14 @@ class _Outbox:
         while len(self.queue) >= self.streams.buffer:
             await self.flush()
         op = self.publish(event)
-        answers = op.waiter = _Answers(1)
+        answers = op.waiter = Answers(1)
         self.queue.append(op)
         self._wake()
         await answers.signal.wait()
         return op.accepted
 
     async def asend_many(self, events: Sequence[Event]) -> list[bool]:
-        answers = _Answers(len(events))
+        answers = Answers(len(events))
         ops = []
         outgoing = self.queue
         buffer = self.streams.buffer
@@ -217,13 +219,13 @@ class _Outbox:
             self._wake()
             await flushed.wait()
 
-    def _take(self) -> list[_Outgoing]:
+    def _take(self) -> list[Outgoing]:
         """The operations of the next flush: the oldest waiting, then the acknowledgements.
 
         They carry at most :attr:`limit` events (at least one operation).
         """
         outgoing = self.queue
-        ops: list[_Outgoing] = []
+        ops: list[Outgoing] = []
         room = self.limit
         while outgoing and (room > 0 or not ops):
             op = outgoing.popleft()
@@ -232,8 +234,8 @@ class _Outbox:
         if self.unacked:
             acks, self.acks, self.unacked = self.acks, {}, 0
             for stream, entries in acks.items():
-                blob = _fields(stream, b",".join(entries))
-                op = _Outgoing("A", blob, 2, len(entries))
+                blob = msgpack_fields(stream, b",".join(entries))
+                op = Outgoing("A", blob, 2, len(entries))
                 op.settle = self.acks_from
                 ops.append(op)
         return ops
@@ -263,9 +265,9 @@ class _Outbox:
         replicas = streams.min_replicas
         wait = ("WAIT", replicas, streams.replica_timeout_ms)
         conn = await self._connect()
-        in_flight: deque[tuple[list[_Outgoing], Any]] = deque()
+        in_flight: deque[tuple[list[Outgoing], Any]] = deque()
         self.flights = in_flight
-        refused: list[_Outgoing] = []
+        refused: list[Outgoing] = []
         heard = 0  # the last flush whose refusal this process has heard of
         broken = False
         backoff = 0.0  # the last pause's bound; 0 while no flush is refused
@@ -292,7 +294,7 @@ class _Outbox:
                     if not broken:
                         try:
                             await conn.send_packed_command(packed, check_health=False)
-                        except _RETRY:
+                        except RETRYABLE:
                             broken = True
                 if not in_flight:
                     flushed, self.flushed = self.flushed, anyio.Event()
@@ -308,7 +310,7 @@ class _Outbox:
                     results = await conn.read_response(timeout=_FLUSH_TIMEOUT)
                     if replicas:
                         await self._replicated(conn, wait)
-                except (*_RETRY, *_MOVED, redis_errors.NoScriptError) as exc:
+                except (*RETRYABLE, *SLOT_MOVING, redis_errors.NoScriptError) as exc:
                     streams.reconnects += 1
                     conn = await self._send_again(conn, in_flight, exc)
                     broken = False
@@ -411,12 +413,12 @@ class _Outbox:
                 for _, packed in in_flight:
                     await conn.send_packed_command(packed, check_health=False)
                 return conn
-            except (*_RETRY, *_MOVED) as again:
+            except (*RETRYABLE, *SLOT_MOVING) as again:
                 exc = again
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    def _args(self, ops: list[_Outgoing], flush: int, heard: int) -> list[bytes | str | int]:
+    def _args(self, ops: list[Outgoing], flush: int, heard: int) -> list[bytes | str | int]:
         streams = self.streams
         partition = self.partition
         return [
@@ -429,7 +431,7 @@ class _Outbox:
             streams.group,
             "".join([op.op for op in ops]),
             streams.layout.prefix(partition or 0),
-            b"".join([_array(sum([op.fields for op in ops])), *[op.blob for op in ops]]),
+            b"".join([msgpack_array(sum([op.fields for op in ops])), *[op.blob for op in ops]]),
             streams.token,
             flush,
             heard,
@@ -437,10 +439,10 @@ class _Outbox:
             0 if partition is None else 1,
         ]
 
-    def _answer(self, ops: list[_Outgoing], results: list[int]) -> list[_Outgoing]:
+    def _answer(self, ops: list[Outgoing], results: list[int]) -> list[Outgoing]:
         """Count a flush's answers; returns the operations refused (a full stream)."""
         streams = self.streams
-        full: list[_Outgoing] = []
+        full: list[Outgoing] = []
         for op, result in zip(ops, results, strict=True):
             code = op.op
             if code == "P":
@@ -477,7 +479,7 @@ class _Outbox:
                 streams.dead_lettered += result
         return full
 
-    def ack(self, delivery: _Delivery) -> None:
+    def ack(self, delivery: Delivery) -> None:
         """Acknowledge a handled delivery without effects (one XACK per stream and flush)."""
         entries = self.acks.get(delivery.stream)
         if entries is None:
@@ -490,14 +492,14 @@ class _Outbox:
             self.acks_from = self.settles
             self._wake()
 
-    def commit(self, delivery: _Delivery) -> None:
+    def commit(self, delivery: Delivery) -> None:
         """Commit a handled delivery: its XACK, its effects and the state it wrote, at
         once, fenced by the lease it was delivered under."""
         streams = self.streams
         effects = delivery.effects or []
         state = delivery.state or []
         partition = streams._partition_of_key[delivery.stream]
-        blob = _fields(
+        blob = msgpack_fields(
             delivery.stream,
             delivery.entry,
             b"%d" % len(effects),
@@ -506,10 +508,10 @@ class _Outbox:
             delivery.lease or "",
         )
         blob = b"".join(
-            [blob, *[effect.blob for effect in effects], *[_fields(*kv) for kv in state]]
+            [blob, *[effect.blob for effect in effects], *[msgpack_fields(*kv) for kv in state]]
         )
         delivery.effects = None
-        op = _Outgoing("C", blob, 6 + 3 * len(effects) + 2 * len(state), len(effects))
+        op = Outgoing("C", blob, 6 + 3 * len(effects) + 2 * len(state), len(effects))
         if state:
             op.delivery = delivery
         op.settle = self.settles = self.settles + 1
@@ -517,24 +519,24 @@ class _Outbox:
         self._wake()
 
     def dead_letter(
-        self, event: Event | None, delivery: _Delivery, reason: str, wire: bytes = b""
+        self, event: Event | None, delivery: Delivery, reason: str, wire: bytes = b""
     ) -> None:
-        fields = _fields(
+        fields = msgpack_fields(
             delivery.stream,
             delivery.entry,
             encode_event(event) if event is not None else wire,
             reason,
         )
-        op = _Outgoing("D", fields, 4)
+        op = Outgoing("D", fields, 4)
         op.settle = self.settles = self.settles + 1
         self.queue.append(op)
         self._wake()
 
 
-class _Outboxes:
+class Outboxes:
     """A bus's outboxes on a Redis Cluster: one per partition, each flushing to its node.
 
-    The same calls as one :class:`_Outbox`, sent to the outbox of the event's
+    The same calls as one :class:`Outbox`, sent to the outbox of the event's
     partition (from its session) or the delivery's (from its stream). Each
     partition's operations keep their order; partitions go independently.
     """
@@ -544,14 +546,14 @@ class _Outboxes:
     def __init__(self, streams: Streams) -> None:
         self.streams = streams
         self.partitions = streams.partitions
-        self.all = [_Outbox(streams, p) for p in range(streams.partitions)]
+        self.all = [Outbox(streams, p) for p in range(streams.partitions)]
         self.partition_of_key = streams._partition_of_key
 
-    def of(self, event: Event) -> _Outbox:
+    def of(self, event: Event) -> Outbox:
         session = event.session_id.encode("utf-8", "surrogatepass")
         return self.all[zlib.crc32(session) % self.partitions]
 
-    def of_delivery(self, delivery: _Delivery) -> _Outbox:
+    def of_delivery(self, delivery: Delivery) -> Outbox:
         return self.all[self.partition_of_key[delivery.stream]]
 
     @property
@@ -565,7 +567,7 @@ class _Outboxes:
         return await self.of(event).asend(event)
 
     async def asend_many(self, events: Sequence[Event], *, relay: bool = False) -> list[bool]:
-        answers = _Answers(len(events))
+        answers = Answers(len(events))
         ops = []
         for event in events:
             outbox = self.of(event)
@@ -585,16 +587,16 @@ class _Outboxes:
         for outbox in self.all:
             await outbox.flush()
 
-    def publish_op(self, event: Event) -> _Outgoing:
+    def publish_op(self, event: Event) -> Outgoing:
         return self.all[0].publish_op(event)  # the fields name the stream: any outbox makes them
 
-    def ack(self, delivery: _Delivery) -> None:
+    def ack(self, delivery: Delivery) -> None:
         self.of_delivery(delivery).ack(delivery)
 
-    def commit(self, delivery: _Delivery) -> None:
+    def commit(self, delivery: Delivery) -> None:
         self.of_delivery(delivery).commit(delivery)
 
     def dead_letter(
-        self, event: Event | None, delivery: _Delivery, reason: str, wire: bytes = b""
+        self, event: Event | None, delivery: Delivery, reason: str, wire: bytes = b""
     ) -> None:
         self.of_delivery(delivery).dead_letter(event, delivery, reason, wire)

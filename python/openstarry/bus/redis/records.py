@@ -8,7 +8,7 @@ import anyio
 __all__: list[str] = []
 
 
-class _Delivery:
+class Delivery:
     """One stream entry delivered to this consumer, until it is done."""
 
     __slots__ = ("attempts", "effects", "entry", "lease", "state", "stream", "twins")
@@ -25,14 +25,14 @@ class _Delivery:
         #: value deleting the key (made on the first).
         self.state: list[tuple[str, bytes]] | None = None
         #: What its handling published, held back until its commit (made on the first).
-        self.effects: list[_Outgoing] | None = None
+        self.effects: list[Outgoing] | None = None
         #: Other entries that hold the same envelope, delivered while this one
         #: was held: the same event, acknowledged with this one once it is
         #: handled or dead-lettered (made on the first).
-        self.twins: list[_Delivery] | None = None
+        self.twins: list[Delivery] | None = None
 
 
-class _Outgoing:
+class Outgoing:
     """One operation waiting for the next flush: its code and its fields, encoded."""
 
     __slots__ = (
@@ -56,18 +56,18 @@ class _Outgoing:
         #: a publish's 1.
         self.effects = effects
         #: Who awaits the answer of a publish, and the answer.
-        self.waiter: _Answers | None = None
+        self.waiter: Answers | None = None
         self.accepted = False
         #: A publish by the relay (an effect committed in another partition, on a cluster).
         self.relay = False
         #: A commit's delivery, when it writes state (told how its commit went).
-        self.delivery: _Delivery | None = None
+        self.delivery: Delivery | None = None
         #: An acknowledgement's, commit's or dead letter's number among its outbox's
         #: settles (the first of an acknowledgement's entries); 0 for a publish.
         self.settle = 0
 
 
-class _Answers:
+class Answers:
     """The answers awaited by one ``asend`` or ``asend_many``: one signal for them all."""
 
     __slots__ = ("left", "signal")

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import anyio
 
-from openstarry.bus.redis.keys import _value
-from openstarry.bus.redis.leases import _Leases
-from openstarry.bus.redis.outbox import _Outboxes
-from openstarry.bus.redis.state import _MOVED, _RETRY, Streams, log
+from openstarry.bus.redis.keys import event_value
+from openstarry.bus.redis.leases import Leases
+from openstarry.bus.redis.outbox import Outboxes
+from openstarry.bus.redis.state import RETRYABLE, SLOT_MOVING, Streams, log
 from openstarry.core import Event, decode_event
 
 __all__: list[str] = []
@@ -26,12 +26,12 @@ __all__: list[str] = []
 _RELAY_BATCH = 256
 
 
-class _Relay:
+class Relay:
     """Moves the owned partitions' relay streams into the partitions they name."""
 
     __slots__ = ("leases", "outboxes", "streams")
 
-    def __init__(self, streams: Streams, outboxes: _Outboxes, leases: _Leases) -> None:
+    def __init__(self, streams: Streams, outboxes: Outboxes, leases: Leases) -> None:
         self.streams = streams
         self.outboxes = outboxes
         self.leases = leases
@@ -43,7 +43,7 @@ class _Relay:
             owned = sorted(self.leases.owned)
             try:
                 moved = await self._relay(owned) if owned else 0
-            except (*_RETRY, *_MOVED) as exc:
+            except (*RETRYABLE, *SLOT_MOVING) as exc:
                 streams.reconnects += 1
                 log.warning("redis: %s; relaying again", exc)
                 moved = 0
@@ -69,7 +69,7 @@ class _Relay:
             events: list[Event] = []
             for _, fields in entries:
                 try:
-                    events.append(decode_event(_value(fields)))
+                    events.append(decode_event(event_value(fields)))
                 except ValueError:  # written by the flush script from an encoded event
                     log.error("redis: an undecodable relay entry in partition %d, dropped", p)
             if events:

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from openstarry.bus.backend import BusHost
 from openstarry.bus.redis.keys import Layout
-from openstarry.bus.redis.records import _Delivery
+from openstarry.bus.redis.records import Delivery
 from openstarry.core import Event
 
 try:
@@ -27,7 +27,7 @@ __all__ = ["Streams", "aioredis", "log", "redis_errors"]
 log = logging.getLogger("openstarry.bus.redis")
 
 #: Errors after which a connection is retried with backoff.
-_RETRY = (
+RETRYABLE = (
     redis_errors.ConnectionError,
     redis_errors.TimeoutError,
     redis_errors.BusyLoadingError,
@@ -36,7 +36,7 @@ _RETRY = (
 
 #: What a cluster answers while a partition's slot is between nodes (a failover,
 #: a resharding): the client looks the slots up again and the command is sent again.
-_MOVED = (
+SLOT_MOVING = (
     redis_errors.AskError,  # MovedError too
     redis_errors.TryAgainError,
     redis_errors.ClusterError,  # ClusterDownError, MasterDownError
@@ -80,7 +80,7 @@ class Streams(Protocol):
     _scripts: dict[str, Any]
     _partition_of_key: dict[bytes, int]
     #: The entries delivered to this consumer and not yet done, by event.
-    held: dict[Event, _Delivery]
+    held: dict[Event, Delivery]
     # Counters.
     sent: int
     duplicates: int

@@ -22,17 +22,17 @@ from typing import Any
 import anyio
 
 from openstarry.bus.backend import BusHost
-from openstarry.bus.redis.deliveries import _Deliveries
-from openstarry.bus.redis.durable import RedisJournal, _Durable
-from openstarry.bus.redis.follow import _Follower
+from openstarry.bus.redis.deliveries import Deliveries
+from openstarry.bus.redis.durable import Durable, RedisJournal
+from openstarry.bus.redis.follow import Follower
 from openstarry.bus.redis.keys import Layout, cluster_nodes, default_partitions, is_cluster_url
-from openstarry.bus.redis.leases import _Leases
+from openstarry.bus.redis.leases import Leases
 from openstarry.bus.redis.lua import FLUSH, FREE, JOURNAL, RENEW, TAKE
-from openstarry.bus.redis.outbox import _Outbox, _Outboxes
+from openstarry.bus.redis.outbox import Outbox, Outboxes
 from openstarry.bus.redis.reader import agree_on_partitions, read_history, read_new
-from openstarry.bus.redis.records import _Delivery
-from openstarry.bus.redis.relay import _Relay
-from openstarry.bus.redis.state import _MOVED, _RETRY, aioredis, log
+from openstarry.bus.redis.records import Delivery
+from openstarry.bus.redis.relay import Relay
+from openstarry.bus.redis.state import RETRYABLE, SLOT_MOVING, aioredis, log
 from openstarry.core import Event
 from openstarry.errors import QueueClosed
 
@@ -136,11 +136,11 @@ class RedisStreams:
         self._bus: BusHost | None = None
         self._stopping = False
         self._scripts: dict[str, Any] = {}
-        self.held: dict[Event, _Delivery] = {}
+        self.held: dict[Event, Delivery] = {}
         #: One outbox on one server; one per partition on a cluster (a script per partition).
-        self._outbox: _Outbox | _Outboxes = _Outboxes(self) if self.cluster else _Outbox(self)
-        self._leases = _Leases(self)
-        self._deliveries = _Deliveries(self, self._outbox, self._leases)
+        self._outbox: Outbox | Outboxes = Outboxes(self) if self.cluster else Outbox(self)
+        self._leases = Leases(self)
+        self._deliveries = Deliveries(self, self._outbox, self._leases)
         # Metrics.
         self.sent = 0
         self.duplicates = 0
@@ -156,15 +156,15 @@ class RedisStreams:
         self.relayed = 0
         #: Commits refused because their partition's lease had moved on.
         self.fenced = 0
-        #: Pending entries found held by nobody here (see ``_Deliveries.sweep``), fed again.
+        #: Pending entries found held by nobody here (see ``Deliveries.sweep``), fed again.
         self.stranded = 0
-        self._durable = _Durable(self)
+        self._durable = Durable(self)
         #: Reads sessions' partitions outside the group (``openstarry.bus.follow_session``).
-        self.follower = _Follower(self)
+        self.follower = Follower(self)
 
-    def _outboxes(self) -> list[_Outbox]:
+    def _outboxes(self) -> list[Outbox]:
         outbox = self._outbox
-        return outbox.all if isinstance(outbox, _Outboxes) else [outbox]
+        return outbox.all if isinstance(outbox, Outboxes) else [outbox]
 
     def _connect(self) -> Any:
         """A client of the server, or of the cluster (which finds each key's node)."""
@@ -228,8 +228,8 @@ class RedisStreams:
                 if self.consume:
                     tasks.start_soon(leases.run, name="openstarry.redis leases")
                     tasks.start_soon(self._durable.run, name="openstarry.redis journal")
-                    if isinstance(outbox, _Outboxes):
-                        relay = _Relay(self, outbox, leases)
+                    if isinstance(outbox, Outboxes):
+                        relay = Relay(self, outbox, leases)
                         tasks.start_soon(relay.run, name="openstarry.redis relay")
                     tasks.start_soon(deliveries.run, name="openstarry.redis fetcher")
                 try:
@@ -264,7 +264,7 @@ class RedisStreams:
         while True:
             try:
                 return await action()
-            except (*_RETRY, *_MOVED) as exc:
+            except (*RETRYABLE, *SLOT_MOVING) as exc:
                 self.reconnects += 1
                 log.warning("redis: %s; retrying in %.2f s", exc, delay)
                 await anyio.sleep(delay)
