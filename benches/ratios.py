@@ -11,8 +11,15 @@ say whether it was met: a target is a least ratio, except a row's ``ceiling``
 push+pop, one id, one envelope, one line, one turn); the turn group's are CPU
 time. A group's entries come from tests of their own (``harness.measure``) or
 from one test whose sides took turns, one round each
-(``harness.measure_alternating``); the table reads both alike. With
-``--strict`` the exit status is 1 when a target is missed.
+(``harness.measure_alternating``); the table reads both alike.
+
+Each side's time is the median of its rounds; the ``spread`` column is how far
+the rounds of the row's two sides strayed from their medians (half the
+interquartile range of each, relative to its median, added up: the share by
+which the ratio itself may be off within this run). With ``--strict`` the exit
+status is 1 when a target is missed by more than :data:`TOLERANCE`, the
+run-to-run spread ``benches/README.md`` states for this shared machine; a miss
+within it is marked ``within spread``, and every missed row is named at the end.
 """
 
 from __future__ import annotations
@@ -28,6 +35,10 @@ from typing import Any
 #: ``--benchmark-json``; the repository's ``.benchmarks/`` is git-ignored.
 DEFAULT_JSON = Path(__file__).resolve().parent.parent / ".benchmarks" / "openstarry-latest.json"
 
+#: How far a ratio may fall short of its target before ``--strict`` fails the run: the
+#: spread of ratios between whole runs on a shared 2-core machine (benches/README.md).
+TOLERANCE = 0.15
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -39,6 +50,8 @@ class Entry:
     note: str
     #: A baseline whose ratio must stay at most this (the same work on another backend).
     ceiling: float | None = None
+    #: Half the interquartile range of the rounds, relative to their median.
+    spread: float = 0.0
 
 
 def _entries(run: dict[str, Any]) -> list[Entry]:
@@ -56,9 +69,16 @@ def _entries(run: dict[str, Any]) -> list[Entry]:
                 target=info.get("target"),
                 note=info.get("note", ""),
                 ceiling=info.get("ceiling"),
+                spread=_spread(bench["stats"]),
             )
         )
     return out
+
+
+def _spread(stats: dict[str, Any]) -> float:
+    median = stats.get("median") or 0.0
+    iqr = stats.get("iqr") or 0.0
+    return iqr / 2 / median if median > 0 else 0.0
 
 
 #: Groups are listed in this order (by prefix); others follow in run order.
@@ -94,46 +114,71 @@ def _mark(notes: list[str], note: str) -> str:
     return f" [{notes.index(note) + 1}]"
 
 
-def table(entries: list[Entry]) -> tuple[list[str], int, int]:
-    """The markdown lines, how many targets there are, and how many were met."""
+@dataclass
+class Tally:
+    """The targets of a table: how many, how many met, and the rows that missed beyond
+    :data:`TOLERANCE`."""
+
+    targets: int = 0
+    met: int = 0
+    missed: list[str] | None = None
+
+    def count(self, row: str, ok: bool, short_by: float) -> str:
+        """Count one target; the ``met`` cell."""
+        self.targets += 1
+        if ok:
+            self.met += 1
+            return "yes"
+        if short_by <= TOLERANCE:
+            return "**no** (within spread)"
+        if self.missed is None:
+            self.missed = []
+        self.missed.append(row)
+        return "**no**"
+
+
+def table(entries: list[Entry]) -> tuple[list[str], Tally]:
+    """The markdown lines, and how many targets there are, met and missed."""
     lines = [
-        "| group | openstarry | median | baseline | median | ratio | target | met |",
-        "|---|---|---:|---|---:|---:|---:|:---:|",
+        "| group | openstarry | median | baseline | median | ratio | spread | target | met |",
+        "|---|---|---:|---|---:|---:|---:|---:|:---:|",
     ]
     notes: list[str] = []
-    targets = met = 0
+    tally = Tally()
     groups: dict[str, list[Entry]] = {}
     for e in sorted(entries, key=lambda e: _order(e.group)):
         groups.setdefault(e.group, []).append(e)
     for group, members in groups.items():
         reports = [e for e in members if e.role == "report"]
         for e in reports:
-            lines.append(f"| {group} | {e.label}{_mark(notes, e.note)} | | | | | | |")
+            lines.append(f"| {group} | {e.label}{_mark(notes, e.note)} | | | | | | | |")
         if reports and len(reports) == len(members):
             continue
         ours = [e for e in members if e.role == "openstarry"]
         if len(ours) != 1:
-            lines.append(f"| {group} | ({len(ours)} openstarry entries, expected 1) | | | | | | |")
+            lines.append(
+                f"| {group} | ({len(ours)} openstarry entries, expected 1) | | | | | | | |"
+            )
             continue
         reference = ours[0]
         floors = [e for e in members if e.role == "floor"]
         shown_group, shown_label = group, reference.label + _mark(notes, reference.note)
         for base in (e for e in members if e.role == "baseline"):
             ratio = base.per_op / reference.per_op
+            row = f"{group}: {reference.label} vs {base.label}"
             if base.ceiling is not None:
-                targets += 1
-                met += ratio <= base.ceiling
-                goal, ok = f"≤ {base.ceiling:g}x", "yes" if ratio <= base.ceiling else "**no**"
+                goal = f"≤ {base.ceiling:g}x"
+                ok = tally.count(row, ratio <= base.ceiling, ratio / base.ceiling - 1)
             elif base.target is None:
                 goal, ok = "", ""
             else:
-                targets += 1
-                met += ratio >= base.target
-                goal, ok = f"≥ {base.target:g}x", "yes" if ratio >= base.target else "**no**"
+                goal = f"≥ {base.target:g}x"
+                ok = tally.count(row, ratio >= base.target, 1 - ratio / base.target)
             label = base.label + _mark(notes, base.note)
+            spread = reference.spread + base.spread
             lines.append(
                 f"| {shown_group} | {shown_label} | {_time(reference.per_op)} | {label} "
-                f"| {_time(base.per_op)} | {ratio:.2f}x | {goal} | {ok} |"
+                f"| {_time(base.per_op)} | {ratio:.2f}x | ±{spread:.0%} | {goal} | {ok} |"
             )
             shown_group = shown_label = ""
         for floor in floors:
@@ -147,11 +192,11 @@ def table(entries: list[Entry]) -> tuple[list[str], int, int]:
                 f" Net of it, openstarry takes {_time(own)}; ratios: {net}." if net else ""
             )
             lines.append(
-                f"| | | | {floor.label}{_mark(notes, note)} | {_time(floor.per_op)} | | | |"
+                f"| | | | {floor.label}{_mark(notes, note)} | {_time(floor.per_op)} | | | | |"
             )
     lines.append("")
     lines += [f"[{i}] {note}" for i, note in enumerate(notes, 1)]
-    return lines, targets, met
+    return lines, tally
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,7 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "run", nargs="?", type=Path, default=DEFAULT_JSON, help="pytest-benchmark JSON"
     )
-    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help=f"exit 1 when a target is missed by more than {TOLERANCE:.0%}",
+    )
     args = parser.parse_args(argv)
     path: Path = args.run
     try:
@@ -182,10 +231,14 @@ def main(argv: list[str] | None = None) -> int:
     if extension:
         print(f"openstarry extension: {extension['build']} build ({extension['file']})")
     print("ratio = baseline median / openstarry median; times are medians per operation.\n")
-    lines, targets, met = table(entries)
+    lines, tally = table(entries)
     print("\n".join(lines))
-    print(f"\n{met} of {targets} targets met.")
-    return 1 if args.strict and met < targets else 0
+    print(f"\n{tally.met} of {tally.targets} targets met.")
+    missed = tally.missed or []
+    if missed:
+        print(f"Missed by more than the {TOLERANCE:.0%} a run may stray:")
+        print("\n".join(f"- {row}" for row in missed))
+    return 1 if args.strict and missed else 0
 
 
 if __name__ == "__main__":

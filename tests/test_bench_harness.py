@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import pytest
 from benches.harness import Benchmark, Side, alternate, measure_alternating
-from benches.ratios import _entries, table
+from benches.ratios import TOLERANCE, Entry, _entries, main, table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -170,13 +170,13 @@ def test_measure_alternating_records_one_entry_per_side(tmp_path: Path) -> None:
     assert slow["extra_info"]["alternated_with"] == ["test_pair::fast"]
 
     # ratios.py sets the two side by side as it does two separate tests.
-    lines, targets, _met = table(_entries(run))
+    lines, tally = table(_entries(run))
     rows = [line for line in lines if line.startswith("| pair group |")]
     assert len(rows) == 1
     assert "| fast side | " in rows[0]
     assert "| slow side [1] | " in rows[0]
     assert "| ≤ 1.3x |" in rows[0]
-    assert targets == 1
+    assert tally.targets == 1
     assert "[1] a note" in lines
 
 
@@ -193,3 +193,41 @@ def test_sides_need_names_of_their_own(names: list[str]) -> None:
     with pytest.raises(ValueError, match="each side needs a name of its own"):
         measure_alternating(cast(Benchmark, None), sides, group="g", rounds=2)
     assert ran == []
+
+
+def _row(role: str, per_op: float, target: float | None = None, spread: float = 0.0) -> Entry:
+    return Entry("g", role, role, per_op, target, "", spread=spread)
+
+
+def test_strict_fails_only_a_target_missed_by_more_than_the_stated_spread(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    near = 10.0 * (1 - TOLERANCE / 2)  # short of 10x, within the spread
+    lines, tally = table([_row("openstarry", 1.0, spread=0.05), _row("baseline", near, 10.0, 0.1)])
+    (row,) = [line for line in lines if line.startswith("| g |")]
+    assert "| ±15% |" in row  # the two sides' spreads, added up
+    assert "within spread" in row
+    assert (tally.targets, tally.met, tally.missed) == (1, 0, None)
+    far = 10.0 * (1 - 2 * TOLERANCE)
+    _, tally = table([_row("openstarry", 1.0), _row("baseline", far, 10.0)])
+    assert tally.missed == ["g: openstarry vs baseline"]
+
+    def run_of(baseline: float) -> Path:
+        path = tmp_path / f"{baseline}.json"
+        stats = {"median": 1.0, "iqr": 0.0}
+        benches = [
+            {"name": "a", "group": "g", "stats": stats, "extra_info": {"role": "openstarry"}},
+            {
+                "name": "b",
+                "group": "g",
+                "stats": {"median": baseline, "iqr": 0.0},
+                "extra_info": {"role": "baseline", "target": 10.0},
+            },
+        ]
+        path.write_text(json.dumps({"benchmarks": benches}))
+        return path
+
+    assert main([str(run_of(near)), "--strict"]) == 0
+    assert main([str(run_of(far)), "--strict"]) == 1
+    assert "- g: a vs b" in capsys.readouterr().out
+    assert main([str(run_of(far))]) == 0  # without --strict, a report
