@@ -41,6 +41,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from benches.harness import Benchmark, Side, measure_alternating
 from openstarry import Agent, tool
 from openstarry.agent.interfaces import AgentContext
+from openstarry.agent.memory import ToolOutcome
 from openstarry.core import ProviderResponse
 from openstarry.testing import FunctionProvider, text, tool_call
 
@@ -124,6 +125,9 @@ def _openstarry() -> tuple[Peer, Agent]:
     def check(result: Any) -> None:
         assert result.error is None
         assert result.replies == ["done"]
+        memory = agent.loop.session("default").memory
+        outcomes = [entry.result for entry in memory if isinstance(entry, ToolOutcome)]
+        assert outcomes == [2], list(memory)
 
     peer = Peer(
         "openstarry",
@@ -272,6 +276,8 @@ def _openai_agents() -> Peer:
 
     def check(result: Any) -> None:
         assert result.final_output == "done", result.final_output
+        outputs = [i.output for i in result.new_items if i.type == "tool_call_output_item"]
+        assert outputs == [2], result.new_items
 
     return Peer(
         "openai_agents",
@@ -393,6 +399,13 @@ def _pydantic_ai() -> Peer:
 
     def check(result: Any) -> None:
         assert result.output == "done", result.output
+        returns = [
+            part.content
+            for message in result.all_messages()
+            for part in message.parts
+            if part.part_kind == "tool-return"
+        ]
+        assert returns == [2], returns
 
     return Peer(
         "pydantic_ai",
