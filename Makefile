@@ -23,7 +23,7 @@ EXAMPLE := examples/weather-agent/agent.json
 # reference counts inline: about 1.5x faster on push_many/pop_many, a few
 # percent elsewhere (benches/README.md, "The stable ABI's price").
 ABI ?= version
-ABI_FLAGS := $(if $(filter abi3,$(ABI)),,--no-default-features)
+ABI_FLAGS := $(if $(filter abi3,$(ABI)),--features abi3,)
 SDIST_VENV := .venv-sdist
 # The docs site, strictly: a broken link, a page left out or a reference that
 # does not resolve fails. (The variable silences Material's notice about MkDocs 2.)
@@ -65,7 +65,7 @@ dev: $(DEPS) ## Build the extension in release mode into .venv, or VENV=path (ed
 wheel: $(DEPS) ## Build the abi3 wheel (CPython >= 3.10) for this machine into dist/: manylinux2014 (glibc 2.17), linked by zig
 	@mkdir -p target
 	rm -rf dist
-	$(LOCK) $(MATURIN_ZIG) build --release --zig --compatibility manylinux2014 --out dist --quiet
+	$(LOCK) $(MATURIN_ZIG) build --release --zig --compatibility manylinux2014 --features abi3 --out dist --quiet
 
 .PHONY: wheels
 wheels: $(DEPS) ## Build and check every Linux wheel (manylinux2014, musllinux_1_2; x86_64, aarch64) and the sdist into dist/
@@ -74,7 +74,7 @@ wheels: $(DEPS) ## Build and check every Linux wheel (manylinux2014, musllinux_1
 	rm -rf dist
 	for target in $(LINUX_TARGETS); do \
 	  case $$target in *-gnu) tag=manylinux2014;; *-musl) tag=musllinux_1_2;; esac; \
-	  $(LOCK) $(MATURIN_ZIG) build --release --zig --target $$target --compatibility $$tag --out dist --quiet || exit 1; \
+	  $(LOCK) $(MATURIN_ZIG) build --release --zig --target $$target --compatibility $$tag --features abi3 --out dist --quiet || exit 1; \
 	done
 	$(PY) tests/check_wheel.py dist/*.whl
 	@# The sdist is made from the tracked files (with their uncommitted changes), never from stray ones.
@@ -92,7 +92,7 @@ test-cross: $(DEPS) ## Build the manylinux2014 aarch64 wheel and run its smoke t
 	rustup target add aarch64-unknown-linux-gnu
 	@mkdir -p target
 	rm -rf $(CROSS)/dist
-	$(LOCK) $(MATURIN_ZIG) build --release --zig --target aarch64-unknown-linux-gnu --compatibility manylinux2014 --out $(CROSS)/dist --quiet
+	$(LOCK) $(MATURIN_ZIG) build --release --zig --target aarch64-unknown-linux-gnu --compatibility manylinux2014 --features abi3 --out $(CROSS)/dist --quiet
 	$(PY) tests/check_wheel.py $(CROSS)/dist/*.whl
 	CROSS=$(CROSS) PY=$(PY) tests/cross_arm64.sh $(CROSS)/dist/openstarry-*.whl $(EXAMPLE)
 
@@ -105,8 +105,8 @@ wheel-version: $(DEPS) ## Build version-specific wheels for every CPython >= 3.1
 	  [ -n "$$py" ] || py=$$(command -v python3.$$v); \
 	  [ -n "$$py" ] && $$py -c pass 2>/dev/null && pys="$$pys -i $$py"; \
 	done; [ -n "$$pys" ] || { echo "no CPython >= 3.10 found"; exit 1; }; \
-	echo "maturin build --release --zig --compatibility manylinux2014 --no-default-features$$pys"; \
-	$(LOCK) $(MATURIN_ZIG) build --release --zig --compatibility manylinux2014 --no-default-features $$pys --out dist/version-specific --quiet
+	echo "maturin build --release --zig --compatibility manylinux2014$$pys"; \
+	$(LOCK) $(MATURIN_ZIG) build --release --zig --compatibility manylinux2014 $$pys --out dist/version-specific --quiet
 
 .PHONY: run
 run: dev ## Set up, then run the example weather agent through the spec 000 section 5 sequence
@@ -212,6 +212,7 @@ lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy --strict, stubtes
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --all-targets --features python -- -D warnings
+	cargo clippy --all-targets --features python,abi3 -- -D warnings
 	$(VENV)/bin/ruff check python tests benches docs/*.py
 	$(VENV)/bin/ruff format --check python tests benches docs/*.py
 	$(VENV)/bin/mypy

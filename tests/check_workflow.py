@@ -6,9 +6,9 @@
 
 - **build** (a row of the ``build`` matrix named after the platform) the
   version-specific wheels of every CPython of :data:`VERSIONS` (the row's
-  ``versions``, given to a maturin step with ``--no-default-features``, which
-  turns the ``abi3`` Cargo feature off) and the abi3 wheel (an unconditional
-  maturin step without ``--no-default-features``), the fallback for newer
+  ``versions``, given to a maturin step without ``--features abi3``: the
+  ``abi3`` Cargo feature is off by default) and the abi3 wheel (an unconditional
+  maturin step with ``--features abi3``), the fallback for newer
   CPythons; macOS and Windows build with the runner's own interpreters, so the
   job's ``setup-python`` step must install each of them;
 - **check what pip picks** on each CPython of :data:`VERSIONS` with
@@ -90,15 +90,15 @@ def problems(workflow: dict[str, Any]) -> list[str]:
     makers = [step for step in _steps(build, "maturin-action") if "if" not in step]
     arguments = [str((step.get("with") or {}).get("args", "")) for step in makers]
     if not any(
-        "--no-default-features" in args and "--interpreter ${{ matrix.versions }}" in args
+        "--features abi3" not in args and "--interpreter ${{ matrix.versions }}" in args
         for args in arguments
     ):
         found.append(
-            "build: no maturin step with --no-default-features --interpreter ${{ matrix.versions }}"
-            " (the version-specific wheels)"
+            "build: no maturin step with --interpreter ${{ matrix.versions }} and without"
+            " --features abi3 (the version-specific wheels)"
         )
-    if not any("--no-default-features" not in args for args in arguments):
-        found.append("build: no maturin step without --no-default-features (the abi3 wheel)")
+    if not any("--features abi3" in args for args in arguments):
+        found.append("build: no maturin step with --features abi3 (the abi3 wheel)")
     installed = [step for step in _steps(build, "setup-python") if "if" not in step]
     for version in VERSIONS:
         if not any(
