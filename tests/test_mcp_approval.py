@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import mcp.types as types
 import pytest
 from mcp import Client
 from mcp.client.context import ClientRequestContext
+from mcp.client.streamable_http import streamable_http_client
 
 from mcp_fixtures import helpers
 from mcp_fixtures.tools import TRANSFERS
@@ -254,3 +256,34 @@ async def test_an_agent_asks_its_user_before_another_agents_tool_that_needs_appr
     else:
         assert result.payload["success"] is False
         assert result.payload["error"]["code"] == "DENIED"
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_over_json_http_2026_asks_and_2025_is_refused(tmp_path: Path, mode: str) -> None:
+    """Streamable HTTP answering in JSON: 2026-07-28 asks in the result as ever; a
+    2025-11-25 call, whose response has no stream for a request of the server's, is
+    refused (APPROVAL_REQUIRED) and runs nothing."""
+    asked = Asked("accept", {"approve": True})
+    async with serving(tmp_path) as (server, _):
+        app = server.http_app(json_response=True)
+        async with (
+            app.router.lifespan_context(app),
+            httpx2.AsyncClient(
+                transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1:8765"
+            ) as http,
+            Client(
+                streamable_http_client("http://127.0.0.1:8765/mcp", http_client=http),
+                mode=mode,
+                elicitation_callback=asked,
+            ) as client,
+        ):
+            with anyio.fail_after(HANG):
+                result = await client.call_tool("transfer", {"amount": 9})
+    if mode == "legacy":  # no way back for the server's request: refused, nothing run
+        assert result.is_error is True
+        assert (result.meta or {}).get("openstarry/error", {}).get("code") == "APPROVAL_REQUIRED"
+        assert TRANSFERS == []
+    else:
+        assert result.structured_content == {"moved": 9}
+        assert TRANSFERS == [9]
+        assert len(asked.forms) == 1

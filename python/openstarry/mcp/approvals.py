@@ -48,7 +48,9 @@ import anyio
 
 try:
     import mcp.types as types
+    from mcp.shared.exceptions import MCPError, NoBackChannelError
     from mcp.shared.message import ServerMessageMetadata
+    from pydantic import ValidationError
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError(
         "openstarry.mcp needs the MCP SDK, which is not installed: "
@@ -143,9 +145,10 @@ def answer_of(params: types.CallToolRequestParams) -> Answer | None:
 async def ask_by_elicitation(
     session: Any, request_id: Any, agent: str, tool: str, args: Any, timeout: float
 ) -> Answer | None:
-    """Ask a 2025-11-25 client with ``elicitation/create``; ``None`` when it cannot be asked.
+    """Ask a 2025-11-25 client with ``elicitation/create``; ``None`` when it cannot be asked
+    (it declared no elicitation, or its transport has no way back).
 
-    No answer within ``timeout`` seconds is a no.
+    No answer within ``timeout`` seconds is a no, and so is an error or a malformed answer.
     """
     asking = types.ClientCapabilities(elicitation=types.ElicitationCapability())
     if not session.check_client_capability(asking):
@@ -153,11 +156,18 @@ async def ask_by_elicitation(
     request = types.ElicitRequest(params=approval_form(agent, tool, args))
     result: types.ElicitResult | None = None
     with anyio.move_on_after(timeout):
-        result = await session.send_request(
-            request,
-            types.ElicitResult,
-            metadata=ServerMessageMetadata(related_request_id=request_id),
-        )
+        try:
+            result = await session.send_request(
+                request,
+                types.ElicitResult,
+                metadata=ServerMessageMetadata(related_request_id=request_id),
+            )
+        except NoBackChannelError:  # a transport with no way back (stateless HTTP)
+            return None
+        except MCPError as exc:  # the client refused the request
+            return Answer(approve=False, reason=f"the MCP client could not ask: {exc}")
+        except ValidationError:
+            return Answer(approve=False, reason="the MCP client's answer was not a form's")
     if result is None:
         return Answer(approve=False, reason=f"the MCP client did not answer within {timeout:g} s")
     return _answer_of_form(result)
