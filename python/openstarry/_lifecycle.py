@@ -12,7 +12,9 @@ touched.
 An exception raised in the body of ``async with`` comes out as itself, not
 wrapped in the ``ExceptionGroup`` of the task groups it passed through on its
 way out (anyio's and trio's task groups always wrap); when a task of the
-object failed too, the group comes out whole.
+object failed too, the group comes out whole. So does the one error that
+stopped the object from starting (a bus whose Redis refused its TLS
+certificate): itself, not a group of one.
 """
 
 from __future__ import annotations
@@ -59,10 +61,18 @@ class Lifecycle(ABC):
         self.__cm = cm
         try:
             await cm.__aenter__()
+        except BaseExceptionGroup as group:
+            self.__cm = None
+            failed = _sole(group)
+            if not isinstance(failed, Exception):
+                raise
         except BaseException:
             self.__cm = None
             raise
-        return self
+        else:
+            return self
+        # Raised outside the handler: the group must not become its context.
+        raise failed
 
     async def __aexit__(
         self,

@@ -6,6 +6,7 @@ counters."""
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -22,7 +23,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the smoke test wit
         "the Redis bus needs redis-py with hiredis: pip install 'openstarry[redis]'"
     ) from exc
 
-__all__ = ["Streams", "aioredis", "log", "redis_errors"]
+__all__ = ["Streams", "aioredis", "log", "redis_errors", "tls_refusal"]
 
 log = logging.getLogger("openstarry.bus.redis")
 
@@ -46,6 +47,24 @@ SLOT_MOVING = (
     # under it (it does so when it looks the slots up again after an error).
     AttributeError,
 )
+
+
+def tls_refusal(exc: BaseException) -> str | None:
+    """Why TLS refused the connection, when it did (a certificate that fails verification,
+    a handshake that fails): no retry mends it. ``None`` for any other error."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # redis-py wraps the ssl module's error in its ConnectionError
+        if seen is None:
+            break
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return f"the server's certificate failed verification: {seen.verify_message}"
+        if isinstance(seen, ssl.SSLError):
+            return f"the TLS handshake failed: {seen.reason or seen}"
+        seen = seen.__cause__ or seen.__context__
+    said = str(exc)
+    if "CERTIFICATE_VERIFY_FAILED" in said or "[SSL" in said:
+        return f"TLS refused the connection: {said}"
+    return None
 
 
 class Streams(Protocol):

@@ -32,7 +32,14 @@ from openstarry.bus.redis.outbox import Outbox, Outboxes
 from openstarry.bus.redis.reader import agree_on_partitions, read_history, read_new
 from openstarry.bus.redis.records import Delivery
 from openstarry.bus.redis.relay import Relay
-from openstarry.bus.redis.state import RETRYABLE, SLOT_MOVING, aioredis, log
+from openstarry.bus.redis.state import (
+    RETRYABLE,
+    SLOT_MOVING,
+    aioredis,
+    log,
+    redis_errors,
+    tls_refusal,
+)
 from openstarry.core import Event
 from openstarry.errors import QueueClosed
 
@@ -265,6 +272,12 @@ class RedisStreams:
             try:
                 return await action()
             except (*RETRYABLE, *SLOT_MOVING) as exc:
+                refused = tls_refusal(exc)
+                if refused is not None:  # no retry mends a certificate
+                    raise redis_errors.ConnectionError(
+                        f"redis: {refused}. With a CA of your own, name it in the URL: "
+                        "rediss://HOST:PORT?ssl_ca_certs=/path/to/ca.pem"
+                    ) from exc
                 self.reconnects += 1
                 log.warning("redis: %s; retrying in %.2f s", exc, delay)
                 await anyio.sleep(delay)
