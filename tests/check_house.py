@@ -1,7 +1,13 @@
 """The house rules `make lint` checks beside the import contracts (pyproject.toml).
 
 - no Python module of the package over 800 lines (the generated ``_core.pyi`` aside);
+- no Rust source file under ``rust/`` over 800 lines, its tests included (a
+  module's unit tests go in a file of their own beside it, ``rust/queue/tests.rs``
+  for ``rust/queue.rs``);
 - no class with more than 20 methods;
+- no underscore name imported from another module of the package: what two
+  modules share is public within the package (:data:`PRIVATE_IMPORTS` lists the
+  few exceptions, each with its reason);
 - no import cycle between modules, ``TYPE_CHECKING`` imports and imports inside
   functions included (import-linter's ``acyclic_siblings`` sees packages; this
   sees every module, a package's ``__init__`` and its own submodules too).
@@ -17,6 +23,9 @@ from pathlib import Path
 
 MAX_LINES = 800
 MAX_METHODS = 20
+# The Rust crate's sources, found from this script's place in the repository.
+REPO = Path(__file__).resolve().parent.parent
+RUST = REPO / "rust"
 
 
 def oversized(root: Path) -> list[str]:
@@ -32,6 +41,46 @@ def oversized(root: Path) -> list[str]:
                 )
                 if methods > MAX_METHODS:
                     found.append(f"{path}: class {node.name} has {methods} methods")
+    return found
+
+
+#: Underscore names a module may import from another, each with its reason.
+PRIVATE_IMPORTS = {
+    # The compiled extension is the package's private module by its name; what it
+    # exports is public through openstarry.core.
+    ("openstarry", "_core"): "the extension module, imported by name",
+    # Installed once by the bus on the extension's Published type: an entry point of
+    # the extension's own for openstarry.bus, not for users.
+    ("openstarry._core", "_install_published_hooks"): "the extension's hook for the bus",
+}
+
+
+def private_imports(root: Path) -> list[str]:
+    """``from openstarry.x import _name`` in a module of the package (not its own names)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or node.module is None:
+                continue
+            if not node.module.startswith(root.name):
+                continue
+            for alias in node.names:
+                name = alias.name
+                private = name.startswith("_") and not name.startswith("__")
+                if private and (node.module, name) not in PRIVATE_IMPORTS:
+                    found.append(
+                        f"{path}:{node.lineno}: imports {name} from {node.module} "
+                        "(make it public within the package)"
+                    )
+    return found
+
+
+def oversized_rust(root: Path = RUST) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.rs")):
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > MAX_LINES:
+            found.append(f"{path.relative_to(root.parent)}: {lines} lines (at most {MAX_LINES})")
     return found
 
 
@@ -91,6 +140,8 @@ def cycles(package: str) -> list[list[str]]:
 def main(argv: list[str]) -> int:
     root = Path(argv[1] if len(argv) > 1 else "python/openstarry")
     problems = oversized(root)
+    problems += oversized_rust()
+    problems += private_imports(root)
     problems += [f"import cycle: {' -> '.join(c)}" for c in cycles(root.name)]
     for problem in problems:
         print(problem, file=sys.stderr)
