@@ -23,7 +23,7 @@ EXAMPLE := examples/weather-agent/agent.json
 # reference counts inline: about 1.5x faster on push_many/pop_many, a few
 # percent elsewhere (benches/README.md, "The stable ABI's price").
 ABI ?= version
-ABI_FLAGS := $(if $(filter abi3,$(ABI)),--features abi3,)
+ABI_FLAGS := $(if $(filter abi3,$(ABI)),--features python,abi3,)
 SDIST_VENV := .venv-sdist
 # The docs site, strictly: a broken link, a page left out or a reference that
 # does not resolve fails. (The variable silences Material's notice about MkDocs 2.)
@@ -65,7 +65,7 @@ dev: $(DEPS) ## Build the extension in release mode into .venv, or VENV=path (ed
 wheel: $(DEPS) ## Build the abi3 wheel (CPython >= 3.10) for this machine into dist/: manylinux2014 (glibc 2.17), linked by zig
 	@mkdir -p target
 	rm -rf dist
-	$(LOCK) $(MATURIN_ZIG) build --release --zig --compatibility manylinux2014 --features abi3 --out dist --quiet
+	$(LOCK) $(MATURIN_ZIG) build --release --zig --compatibility manylinux2014 --features python,abi3 --out dist --quiet
 
 .PHONY: wheels
 wheels: $(DEPS) ## Build and check every Linux wheel (manylinux2014, musllinux_1_2; x86_64, aarch64) and the sdist into dist/
@@ -74,7 +74,7 @@ wheels: $(DEPS) ## Build and check every Linux wheel (manylinux2014, musllinux_1
 	rm -rf dist
 	for target in $(LINUX_TARGETS); do \
 	  case $$target in *-gnu) tag=manylinux2014;; *-musl) tag=musllinux_1_2;; esac; \
-	  $(LOCK) $(MATURIN_ZIG) build --release --zig --target $$target --compatibility $$tag --features abi3 --out dist --quiet || exit 1; \
+	  $(LOCK) $(MATURIN_ZIG) build --release --zig --target $$target --compatibility $$tag --features python,abi3 --out dist --quiet || exit 1; \
 	done
 	$(PY) tests/check_wheel.py dist/*.whl
 	@# The sdist is made from the tracked files (with their uncommitted changes), never from stray ones.
@@ -92,7 +92,7 @@ test-cross: $(DEPS) ## Build the manylinux2014 aarch64 wheel and run its smoke t
 	rustup target add aarch64-unknown-linux-gnu
 	@mkdir -p target
 	rm -rf $(CROSS)/dist
-	$(LOCK) $(MATURIN_ZIG) build --release --zig --target aarch64-unknown-linux-gnu --compatibility manylinux2014 --features abi3 --out $(CROSS)/dist --quiet
+	$(LOCK) $(MATURIN_ZIG) build --release --zig --target aarch64-unknown-linux-gnu --compatibility manylinux2014 --features python,abi3 --out $(CROSS)/dist --quiet
 	$(PY) tests/check_wheel.py $(CROSS)/dist/*.whl
 	CROSS=$(CROSS) PY=$(PY) tests/cross_arm64.sh $(CROSS)/dist/openstarry-*.whl $(EXAMPLE)
 

@@ -6,9 +6,9 @@
 
 - **build** (a row of the ``build`` matrix named after the platform) the
   version-specific wheels of every CPython of :data:`VERSIONS` (the row's
-  ``versions``, given to a maturin step without ``--features abi3``: the
-  ``abi3`` Cargo feature is off by default) and the abi3 wheel (an unconditional
-  maturin step with ``--features abi3``), the fallback for newer
+  ``versions``, given to a maturin step without the ``abi3`` feature, off by
+  default) and the abi3 wheel (an unconditional maturin step with ``--features
+  python,abi3``: features named there replace pyproject.toml's), the fallback for newer
   CPythons; macOS and Windows build with the runner's own interpreters, so the
   job's ``setup-python`` step must install each of them;
 - **check what pip picks** on each CPython of :data:`VERSIONS` with
@@ -23,6 +23,7 @@ ruamel.yaml (check-jsonschema's YAML parser, in requirements-dev.txt).
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -54,6 +55,14 @@ def load(path: Path = WORKFLOW) -> dict[str, Any]:
 
 def _words(value: Any) -> set[str]:
     return set(str(value or "").split())
+
+
+def _abi3(args: str) -> bool:
+    """Whether maturin's arguments turn the ``abi3`` feature on (with ``python``: the
+    features named on the command line replace pyproject.toml's)."""
+    features = re.findall(r"--features[ =](\S+)", args)
+    named = {f for group in features for f in group.split(",")}
+    return "abi3" in named and "python" in named
 
 
 def _missing(wanted: Iterable[str], have: Iterable[Any]) -> list[str]:
@@ -90,15 +99,14 @@ def problems(workflow: dict[str, Any]) -> list[str]:
     makers = [step for step in _steps(build, "maturin-action") if "if" not in step]
     arguments = [str((step.get("with") or {}).get("args", "")) for step in makers]
     if not any(
-        "--features abi3" not in args and "--interpreter ${{ matrix.versions }}" in args
-        for args in arguments
+        not _abi3(args) and "--interpreter ${{ matrix.versions }}" in args for args in arguments
     ):
         found.append(
             "build: no maturin step with --interpreter ${{ matrix.versions }} and without"
-            " --features abi3 (the version-specific wheels)"
+            " the abi3 feature (the version-specific wheels)"
         )
-    if not any("--features abi3" in args for args in arguments):
-        found.append("build: no maturin step with --features abi3 (the abi3 wheel)")
+    if not any(_abi3(args) for args in arguments):
+        found.append("build: no maturin step with --features python,abi3 (the abi3 wheel)")
     installed = [step for step in _steps(build, "setup-python") if "if" not in step]
     for version in VERSIONS:
         if not any(
