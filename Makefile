@@ -23,7 +23,9 @@ EXAMPLE := examples/weather-agent/agent.json
 # reference counts inline: about 1.5x faster on push_many/pop_many, a few
 # percent elsewhere (benches/README.md, "The stable ABI's price").
 ABI ?= version
-ABI_FLAGS := $(if $(filter abi3,$(ABI)),--features python,abi3,)
+# (The comma by name: a bare one would split $(if ...)'s arguments.)
+COMMA := ,
+ABI_FLAGS := $(if $(filter abi3,$(ABI)),--features python$(COMMA)abi3,)
 SDIST_VENV := .venv-sdist
 # The docs site, strictly: a broken link, a page left out or a reference that
 # does not resolve fails. (The variable silences Material's notice about MkDocs 2.)
