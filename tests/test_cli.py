@@ -358,8 +358,8 @@ def test_bench_sub_commands_parse(argv: list[str], figures: str | None, quick: b
 
 
 def test_bench_latency_options_parse() -> None:
-    from openstarry.benchargs import BENCH_DURATION, BENCH_RATES
     from openstarry.cli import build_parser
+    from openstarry.cli.bench import BENCH_DURATION, BENCH_RATES
 
     args = build_parser().parse_args(["bench", "latency"])
     assert args.rates == list(BENCH_RATES)

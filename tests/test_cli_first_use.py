@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from openstarry.cli.scaffold import AGENT, inputs_ndjson
 from openstarry.core import Event, encode_event
 from openstarry.redis_server import RedisServer
-from openstarry.scaffold import AGENT, inputs_ndjson
 from redis_support import NEEDS_REDIS_SERVER
 
 ROOT = Path(__file__).resolve().parent.parent

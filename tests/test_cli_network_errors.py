@@ -170,9 +170,9 @@ def test_a_network_error_anywhere_in_a_command_is_one_line(
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(lose)
 
-    import openstarry.demo
+    import openstarry.cli.demo
 
-    monkeypatch.setattr(openstarry.demo, "main", lambda argv, **options: anyio.run(grouped))
+    monkeypatch.setattr(openstarry.cli.demo, "main", lambda argv, **options: anyio.run(grouped))
     assert cli.main(["demo", str(tmp_path / "x.ndjson")]) == 1
     captured = capsys.readouterr()
     assert captured.err == "openstarry demo: Redis: Timeout reading from 127.0.0.1:6379\n"
@@ -180,7 +180,7 @@ def test_a_network_error_anywhere_in_a_command_is_one_line(
     def refused(argv: list[str], **options: object) -> int:
         raise ConnectionRefusedError(111, "Connection refused")
 
-    monkeypatch.setattr(openstarry.demo, "main", refused)
+    monkeypatch.setattr(openstarry.cli.demo, "main", refused)
     assert cli.main(["demo", "x"]) == 1
     assert (
         capsys.readouterr().err
@@ -190,7 +190,7 @@ def test_a_network_error_anywhere_in_a_command_is_one_line(
     def broken(argv: list[str], **options: object) -> int:
         raise ValueError("not a network error")
 
-    monkeypatch.setattr(openstarry.demo, "main", broken)
+    monkeypatch.setattr(openstarry.cli.demo, "main", broken)
     with pytest.raises(ValueError, match="not a network error"):
         cli.main(["demo", "x"])
 

@@ -286,7 +286,7 @@ async def test_at_the_terminal_a_typed_y_or_n_answers_the_waiting_approval(
     server: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The prompt asks ``Allow fs.write {...}? [y/N]``; the next line answers it."""
-    from openstarry.terminal import _answer_approval, _ask_approval
+    from openstarry.cli.terminal import _answer_approval, _ask_approval
 
     server.script(
         None,

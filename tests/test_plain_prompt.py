@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from openstarry.plain_prompt import (
+from openstarry.cli.prompt import (
     KeyDecoder,
     LineEditor,
     Screen,

@@ -1,4 +1,4 @@
-"""openstarry.terminal: the rich output, the completion and the history place of the prompt."""
+"""openstarry.cli.terminal: the rich output, the completion and the history place of the prompt."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
 from rich.console import Console
 
+from openstarry.cli.terminal import RichPrinter, SlashCompleter, history_path
 from openstarry.core import Event, decode_event, encode_event
 from openstarry.events import OUTPUT_AGENT_MESSAGE, OUTPUT_AGENT_MESSAGE_DELTA, EventType
-from openstarry.terminal import RichPrinter, SlashCompleter, history_path
 
 COLOUR = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3[0-7]|38;[0-9;]+|9[0-7])(?:;[0-9;]*)?m")
 

@@ -3,7 +3,7 @@
 Standard library only: the terminal is put in non-canonical mode (``termios``)
 and the prompt edits and draws the line itself, so it needs a POSIX terminal
 (:func:`usable` says whether this one will do). The ``[cli]`` extra's prompt
-(:mod:`openstarry.terminal`) adds a saved history, path completion and
+(:mod:`openstarry.cli.terminal`) adds a saved history, path completion and
 formatted output.
 
 Rules this module keeps:

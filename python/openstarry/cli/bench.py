@@ -1,9 +1,13 @@
-"""The options of ``openstarry bench`` and their limits (``bench latency``'s rates and duration)."""
+"""``openstarry bench``: its options and their limits (``bench latency``'s rates and duration).
+
+The benchmarks themselves are :mod:`openstarry.bench`.
+"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "BENCH_DURATION",
@@ -12,6 +16,7 @@ __all__ = [
     "BENCH_MAX_RATES",
     "BENCH_RATES",
     "add_bench_arguments",
+    "add_bench_command",
 ]
 
 
@@ -72,6 +77,25 @@ def _duration(text: str) -> float:
             f"a duration is more than 0 and at most {BENCH_MAX_DURATION:g} seconds, not {text}"
         )
     return value
+
+
+def add_bench_command(commands: Any) -> None:
+    """Add ``bench`` to the ``openstarry`` parser."""
+    bench = commands.add_parser(
+        "bench",
+        help="measure dispatch latency under load (bench latency), the bus and the loop",
+        description="openstarry's benchmarks: 'bench latency' for dispatch latency at fixed "
+        "arrival rates; 'bench bus' and 'bench loop' (or plain 'bench' for both) for the "
+        "figures beside pure-Python baselines.",
+    )
+    add_bench_arguments(bench)
+    bench.set_defaults(handler=_bench)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from openstarry.bench import run as run_bench
+
+    return run_bench(args)
 
 
 def add_bench_arguments(bench: argparse.ArgumentParser) -> None:

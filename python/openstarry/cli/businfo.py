@@ -61,7 +61,7 @@ async def _ainfo(args: argparse.Namespace) -> int:
     import anyio
 
     from openstarry.bus.redis.reader import ERRORS, bus_layout, connect
-    from openstarry.busargs import redacted
+    from openstarry.cli.busargs import redacted
 
     client = connect(args.bus)
     try:

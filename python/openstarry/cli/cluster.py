@@ -32,7 +32,7 @@ server's clock stamps each entry), at a Redis entry id, or after an event (by
 its id, found by reading the history from its start); ``--from-end`` skips the
 history. A lost or unreachable Redis ends ``tail`` with one line on standard
 error and exit status 1. ``bus info`` shows where the bus's partitions live
-and what they hold (:mod:`openstarry.businfo`).
+and what they hold (:mod:`openstarry.cli.businfo`).
 """
 
 from __future__ import annotations
@@ -50,13 +50,14 @@ from typing import Any, NamedTuple
 import anyio
 
 from openstarry.bus import EventBus
-from openstarry.busargs import (
+from openstarry.cli.busargs import (
     bus_arguments,
     bus_options,
     count,
     durability_argument,
     redacted,
 )
+from openstarry.cli.tracing import trace_agent
 from openstarry.core import DedupWindow, Event, EventQueue, Ingestor, decode_event
 
 __all__ = ["add_commands"]
@@ -123,7 +124,7 @@ def add_commands(commands: Any) -> None:
     )
     tail.set_defaults(handler=lambda args: anyio.run(_tail, args))
 
-    from openstarry.businfo import add_info_command
+    from openstarry.cli.businfo import add_info_command
 
     add_info_command(commands, bus_arguments)
 
@@ -163,11 +164,7 @@ async def _worker(args: argparse.Namespace) -> int:
         **bus_options(args),
     )
     agent = agent_from_manifest(args.manifest, bus=bus)
-    tracer_provider = getattr(args, "tracer_provider", None)  # --otel, set up by cli.main
-    if tracer_provider is not None:
-        from openstarry.otel import instrument
-
-        instrument(agent, tracer_provider)
+    trace_agent(args, agent)  # --otel
     received = signal.SIGTERM
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with bus, agent:

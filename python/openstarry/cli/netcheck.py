@@ -66,7 +66,7 @@ def unreachable(args: argparse.Namespace) -> tuple[int, str] | None:
         return None
     try:
         from openstarry.bus.redis.reader import ping
-        from openstarry.busargs import redacted
+        from openstarry.cli.busargs import redacted
     except ImportError:
         return None  # no [redis] extra: the command says so itself
     for what, url in urls:

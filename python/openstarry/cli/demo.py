@@ -2,7 +2,8 @@
 
 Usage::
 
-    python -m openstarry.demo FILE [--events N]
+    openstarry demo FILE
+    python -m openstarry.cli.demo FILE [--events N]
 
 The demo decodes, validates and de-duplicates every line with
 :class:`openstarry.core.Ingestor`, reports the lines it refused and why, pops
@@ -19,10 +20,11 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from openstarry.core import DecodeError, DedupWindow, Event, EventQueue, Ingestor, decode_event
 
-__all__ = ["main"]
+__all__ = ["add_demo_command", "main"]
 
 #: How many events one ``pop_many`` call may return while draining.
 _DRAIN_CHUNK = 65_536
@@ -154,7 +156,18 @@ def _measure(data: bytes, count: int, *, repeats: int = 3) -> None:
     )
 
 
-def main(argv: Sequence[str] | None = None, *, prog: str = "python -m openstarry.demo") -> int:
+def add_demo_command(commands: Any) -> None:
+    """Add ``demo`` to the ``openstarry`` parser."""
+    demo = commands.add_parser("demo", help="the Rust ingestion demo on an NDJSON file")
+    demo.add_argument("path", help="NDJSON file, one envelope a line")
+    demo.set_defaults(handler=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    return main([args.path], prog="openstarry demo")
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m openstarry.cli.demo") -> int:
     """Run the demo; returns the process exit status (2: the file cannot be read)."""
     parser = argparse.ArgumentParser(
         prog=prog,
