@@ -655,39 +655,18 @@ async def test_provider_timeout() -> None:
     assert error.parent_id == h.of(TICK_START)[0].id
 
 
-class AnswersNow:
-    """A provider with ``generate_now``: the loop calls it, never ``generate``."""
+class Answers:
+    """A provider whose ``generate`` raises ``answer`` (an exception) or returns it."""
 
-    name = "now"
+    name = "answers"
 
     def __init__(self, answer: Any) -> None:
         self.answer = answer
-        #: What an answer of ``"hang"`` hands over: a wait that never ends.
-        self.hanging = HangingProvider()
 
-    async def generate(self, prompt: str, context: AgentContext) -> ProviderResponse:
-        raise AssertionError("generate is not called when generate_now is there")
-
-    def generate_now(self, prompt: str, context: AgentContext) -> Any:
+    async def generate(self, prompt: str, context: AgentContext) -> Any:
         if isinstance(self.answer, BaseException):
             raise self.answer
-        if self.answer == "hang":
-            return self.hanging.generate(prompt, context)
         return self.answer
-
-
-@pytest.mark.anyio
-async def test_a_provider_s_generate_now_is_called_and_what_it_hands_over_awaited() -> None:
-    async with running(AnswersNow(response(text("now")))) as h:
-        assert (await h.ask("hi")).replies == ["now"]
-    hanging = AnswersNow("hang")
-    async with running(hanging, limits=LoopLimits(provider_timeout=0.05)) as h:
-        result = await h.ask("hello?")
-    # An awaitable answer runs under the provider deadline, as generate does.
-    assert result.error is not None
-    assert result.error["code"] == "PROVIDER_TIMEOUT"
-    assert hanging.hanging.cancelled is True
-    assert states(h.events) == [("IDLE", "THINKING"), ("THINKING", "IDLE")]
 
 
 @pytest.mark.parametrize(
@@ -699,10 +678,10 @@ async def test_a_provider_s_generate_now_is_called_and_what_it_hands_over_awaite
     ],
 )
 @pytest.mark.anyio
-async def test_a_failing_generate_now_ends_the_run_as_generate_would(
+async def test_a_provider_that_raises_or_answers_no_response_ends_the_run(
     answer: Any, code: str, message: str
 ) -> None:
-    async with running(AnswersNow(answer)) as h:
+    async with running(Answers(answer)) as h:
         result = await h.ask("hi")
     assert result.error is not None
     assert result.error["code"] == code

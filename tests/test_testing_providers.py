@@ -226,32 +226,26 @@ async def test_function_provider_sync_and_async() -> None:
 
 
 @pytest.mark.anyio
-async def test_function_provider_generate_now_answers_at_once_or_hands_an_awaitable() -> None:
+async def test_function_provider_generate_converts_awaits_and_records_every_answer() -> None:
     def at_once(prompt: str, context: AgentContext) -> ProviderResponse:
         return text(f"{prompt} now")
 
     provider = FunctionProvider(at_once)
-    answer = provider.generate_now("hi", _context(3))
-    assert type(answer) is ProviderResponse
-    assert answer == text("hi now")
+    assert await provider.generate("hi", _context(3)) == text("hi now")
     assert provider.call_count == 1
     assert list(provider.calls) == [ProviderCall("hi", (UserTurn("hello"),), 3)]
 
     def plain(prompt: str, context: AgentContext) -> str:
-        return "a str, converted when awaited"
+        return "a str, converted"
 
-    later = FunctionProvider(plain).generate_now("hi", _context())
-    assert inspect.isawaitable(later)
-    assert await later == text("a str, converted when awaited")
+    assert await FunctionProvider(plain).generate("hi", _context()) == text("a str, converted")
 
     async def waits(prompt: str, context: AgentContext) -> ProviderResponse:
         await anyio.sleep(0)
         return text("waited")
 
     awaited = FunctionProvider(waits)
-    pending = awaited.generate_now("hi", _context())
-    assert inspect.isawaitable(pending)
-    assert await pending == text("waited")
+    assert await awaited.generate("hi", _context()) == text("waited")
     assert await awaited.generate("again", _context()) == text("waited")
     assert awaited.call_count == 2
 
@@ -259,7 +253,7 @@ async def test_function_provider_generate_now_answers_at_once_or_hands_an_awaita
         raise LookupError("no model")
 
     with pytest.raises(LookupError, match="no model"):
-        FunctionProvider(fails).generate_now("hi", _context())
+        await FunctionProvider(fails).generate("hi", _context())
 
 
 @pytest.mark.anyio

@@ -342,28 +342,12 @@ class FunctionProvider(_RecordingProvider):
 
     async def generate(self, prompt: str, context: AgentContext) -> ProviderResponse:
         """What ``fn(prompt, context)`` returns, as a response."""
-        answer = self.generate_now(prompt, context)
-        if type(answer) is ProviderResponse:
-            return answer
-        return await answer
-
-    def generate_now(
-        self, prompt: str, context: AgentContext
-    ) -> ProviderResponse | Awaitable[ProviderResponse]:
-        """``fn(prompt, context)``'s response when it has one at once, else an awaitable of it.
-
-        (:attr:`Provider.generate_now <openstarry.agent.interfaces.Provider>`.)
-        """
         self.call_count += 1
         if self._keep != 0:
             self.calls.append(ProviderCall(prompt, tuple(context.memory), context.round))
         answer = self.fn(prompt, context)
         if type(answer) is ProviderResponse:
             return answer
-        return self._later(answer)
-
-    async def _later(self, answer: object) -> ProviderResponse:
-        """A function answer that is not a response yet: awaited if need be, converted."""
         if inspect.isawaitable(answer):
             answer = await (answer if self._never_waits else self._wait_for(answer))
         return self._convert(answer)

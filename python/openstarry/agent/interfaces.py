@@ -74,14 +74,6 @@ class Provider(Protocol):
     is about a quarter of a turn that never waits). The test providers of
     :mod:`openstarry.testing` say it; a provider that says it wrongly may
     leave its wait uncancellable by ``/stop``, or break trio's order of scopes.
-
-    A provider may also have a plain (not ``async``) method ``generate_now(prompt,
-    context)``, read where present, that the loop calls instead of
-    ``generate``: it returns the response when it has one without waiting,
-    and otherwise an awaitable of it (a coroutine), which the loop awaits as
-    it awaits ``generate``, under the provider deadline. A response returned
-    at once costs no coroutine and no deadline (nothing could interrupt it).
-    :class:`~openstarry.testing.FunctionProvider` has one.
     """
 
     name: str

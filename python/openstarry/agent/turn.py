@@ -476,7 +476,6 @@ class Turn:
         result = self.result
         executor = loop._executor
         provider = loop.provider
-        generate_now = getattr(provider, "generate_now", None)
         emit_note = executor.emit_note
         emit_mark = executor.emit_mark
         mark_unread = executor.mark_unread
@@ -524,11 +523,8 @@ class Turn:
                     # The provider's calls are made from the round's span (tracecontext).
                     working = current_event.set((tick.trace_id, tick.id))
                     try:
-                        raw = (
-                            provider.generate(prompt, context)
-                            if generate_now is None
-                            else generate_now(prompt, context)  # the answer, if it has one now
-                        )
+                        # (A sync provider's generate returns its answer: not awaited.)
+                        raw: Any = provider.generate(prompt, context)
                         if type(raw) is not ProviderResponse and isawaitable(raw):
                             # The provider deadline: when it passes, the loop's watcher
                             # cancels the run's scope and the run ends (see run()).
