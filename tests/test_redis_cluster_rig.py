@@ -140,7 +140,7 @@ def test_a_start_that_fails_midway_stops_what_it_started(
     server = RedisClusterServer(tmp_path, timeout=5)
     started: list[int] = []
 
-    def failing_create(ports: list[int], replicas: int, timeout: float) -> None:
+    def failing_create(server: RedisClusterServer) -> None:
         started.extend(server.pids.values())
         raise RuntimeError("redis-cli failed")
 

@@ -20,14 +20,18 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
+import urllib.parse
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "ClusterNode",
+    "ClusterTls",
     "RedisClusterServer",
     "RedisServer",
     "key_slot",
@@ -155,6 +159,20 @@ class ClusterNode:
         return any(first <= slot <= last for first, last in self.slots)
 
 
+@dataclass(frozen=True)
+class ClusterTls:
+    """The files of a cluster that speaks TLS only: every node's certificate (for
+    127.0.0.1) and key, and the CA that signed it, which clients and nodes trust.
+
+    Each node listens with ``tls-port`` alone (``port 0``), and its cluster bus
+    and replication go over TLS too (``tls-cluster yes``, ``tls-replication yes``).
+    """
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
 def parse_cluster_nodes(text: str) -> list[ClusterNode]:
     """The nodes of a ``CLUSTER NODES`` answer (importing slots are left out)."""
     nodes = []
@@ -201,7 +219,10 @@ class RedisClusterServer:
     takes over about two of them after its death. ``require_full_coverage``
     is ``cluster-require-full-coverage``: with Redis's default (``True``) the
     whole cluster refuses commands (``CLUSTERDOWN``) from the moment a master
-    is marked failed until its replica is promoted.
+    is marked failed until its replica is promoted. ``tls`` (a
+    :class:`ClusterTls`) makes every node speak TLS only, the cluster created
+    and reached over TLS; :attr:`url` is then ``rediss+cluster://...`` naming the CA.
+    :meth:`move_slots` and :meth:`add_master` reshard it live.
     """
 
     def __init__(
@@ -214,6 +235,7 @@ class RedisClusterServer:
         aof: bool = False,
         require_full_coverage: bool = True,
         timeout: float = 30.0,
+        tls: ClusterTls | None = None,
     ) -> None:
         if masters < 3:
             raise ValueError("a Redis Cluster needs at least 3 masters")
@@ -226,12 +248,15 @@ class RedisClusterServer:
         self.aof = aof
         self.require_full_coverage = require_full_coverage
         self.timeout = timeout
+        self.tls = tls
         self.ports: list[int] = []
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
         self._bus_ports: dict[int, int] = {}
         self._seeds: list[int] = []
         #: The masters :meth:`kill_master` killed, as they were: their slots.
         self._killed: dict[int, ClusterNode] = {}
+        #: Masters :meth:`add_master` joined without slots (not replicas in the making).
+        self._added: set[int] = set()
         #: Seconds :meth:`start` spent: ``processes`` up, ``create`` (redis-cli), ``healthy``.
         self.timings: dict[str, float] = {}
 
@@ -239,8 +264,12 @@ class RedisClusterServer:
 
     @property
     def url(self) -> str:
-        """``redis+cluster://127.0.0.1:P1,127.0.0.1:P2,...``: the masters it was created with."""
-        return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self._seeds)
+        """``redis+cluster://127.0.0.1:P1,127.0.0.1:P2,...``: the masters it was created with
+        (``rediss+cluster://...?ssl_ca_certs=CA`` over TLS)."""
+        nodes = ",".join(f"127.0.0.1:{p}" for p in self._seeds)
+        if self.tls is None:
+            return f"redis+cluster://{nodes}"
+        return f"rediss+cluster://{nodes}?ssl_ca_certs={urllib.parse.quote(str(self.tls.ca))}"
 
     @property
     def pids(self) -> dict[int, int]:
@@ -264,7 +293,7 @@ class RedisClusterServer:
                 _wait_ping(self, port, time.monotonic() + self.timeout)
             self.timings["processes"] = time.monotonic() - started
             started = time.monotonic()
-            _create(self.ports, self.replicas, self.timeout)
+            _create(self)
             self.timings["create"] = time.monotonic() - started
             self.wait_healthy()
             self.timings["healthy"] = time.monotonic() - started
@@ -298,7 +327,7 @@ class RedisClusterServer:
     @property
     def nodes(self) -> list[ClusterNode]:
         """Every node, as a live node's ``CLUSTER NODES`` shows them now."""
-        return parse_cluster_nodes(_ask_any(list(self.pids), "CLUSTER", "NODES"))
+        return parse_cluster_nodes(_ask_any(self, list(self.pids), "CLUSTER", "NODES"))
 
     def masters(self) -> list[ClusterNode]:
         """The masters that serve slots now, with their slot ranges, by first slot."""
@@ -306,7 +335,7 @@ class RedisClusterServer:
         return sorted(found, key=lambda n: n.slots[0])
 
     def replicas_of(self, master: int | ClusterNode) -> list[ClusterNode]:
-        node = self._node(master)
+        node = _find(self, master)
         return [n for n in self.nodes if n.master_id == node.node_id]
 
     def master_for_slot(self, slot: int) -> ClusterNode:
@@ -319,6 +348,56 @@ class RedisClusterServer:
 
     def master_for_key(self, key: str | bytes) -> ClusterNode:
         return self.master_for_slot(key_slot(key))
+
+    # -- resharding, live
+
+    def move_slots(
+        self, slots: Iterable[int], to: int | ClusterNode, *, batch: int = 10, pause: float = 0.0
+    ) -> None:
+        """Move each of ``slots`` to the master ``to``, live, as ``redis-cli --cluster
+        reshard`` does: ``CLUSTER SETSLOT <slot> IMPORTING`` on the target, ``MIGRATING``
+        on its owner, its keys moved ``batch`` at a time (``MIGRATE ... KEYS``, ``pause``
+        seconds after each batch: clients meet the slot half moved, ``ASK`` and
+        ``TRYAGAIN``), then ``CLUSTER SETSLOT <slot> NODE`` on every master (``MOVED``)."""
+        target = _find(self, to)
+        if target.role != "master":
+            raise ValueError(f"{target.address} is a {target.role}")
+        for slot in slots:
+            masters = [n for n in self.nodes if n.role == "master" and n.port in self.pids]
+            source = next(n for n in masters if n.serves(slot))
+            if source.port == target.port:
+                continue
+            _ask(self, target.port, "CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+            _ask(self, source.port, "CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+            while keys := _ask(self, source.port, "CLUSTER", "GETKEYSINSLOT", slot, batch):
+                # No REPLACE: a key the target holds already (written there while the
+                # slot moved) is an error, not overwritten.
+                move = ("MIGRATE", "127.0.0.1", target.port, "", 0, 10_000, "KEYS", *keys)
+                _ask(self, source.port, *move, timeout=15.0)
+                if pause:
+                    time.sleep(pause)
+            for node in sorted(masters, key=lambda n: (n != target, n != source)):
+                _ask(self, node.port, "CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+
+    def add_master(self, *, rebalance: bool = True, timeout: float = 60.0) -> ClusterNode:
+        """Start an empty node and join it as a master (``redis-cli --cluster add-node``:
+        ``CLUSTER MEET``); with ``rebalance``, move slots onto it, live, until the masters
+        hold about equal shares (``redis-cli --cluster rebalance --cluster-use-empty-masters``).
+        Waits until the cluster is whole; returns the new master as it is then."""
+        deadline = time.monotonic() + timeout
+        port, bus_port = _free_ports(2)
+        self.ports.append(port)
+        self._bus_ports[port] = bus_port
+        self._added.add(port)
+        _spawn(self, port)
+        _wait_ping(self, port, deadline)
+        seed = f"127.0.0.1:{next(p for p in self._seeds if p in self.pids)}"
+        _cli(self, "add-node", f"127.0.0.1:{port}", seed)
+        self.wait_healthy(timeout=max(0.1, deadline - time.monotonic()))
+        if rebalance:
+            _cli(self, "rebalance", seed, "--cluster-use-empty-masters")
+            self.wait_healthy(timeout=max(0.1, deadline - time.monotonic()))
+        return _find(self, port)
 
     # -- faults
 
@@ -333,7 +412,7 @@ class RedisClusterServer:
 
     def kill_master(self, port: int | ClusterNode, sig: int = signal.SIGKILL) -> float:
         """Kill a master (SIGKILL by default); return when, as ``time.monotonic()``."""
-        node = self._node(port)
+        node = _find(self, port)
         if node.role != "master":
             raise ValueError(f"{node.address} is a {node.role}")
         self._killed[node.port] = node
@@ -360,7 +439,7 @@ class RedisClusterServer:
                         and n.port in self.pids
                         and _was_replica_of(n, dead)
                     ]
-                    if heirs and self._all_ok():
+                    if heirs and _all_ok(self):
                         return heirs[0].port, time.monotonic()
             except (OSError, RuntimeError, ValueError, _redis().RedisError) as exc:
                 unanswered = exc
@@ -389,52 +468,53 @@ class RedisClusterServer:
         last: object = None
         while time.monotonic() < deadline:
             try:
-                if self._healthy():
+                if _healthy(self):
                     return
             except Exception as e:
                 last = e
             time.sleep(0.02)
         raise TimeoutError(f"the cluster was not whole within the timeout ({last!r})")
 
-    # -- inside
 
-    def _node(self, node: int | ClusterNode) -> ClusterNode:
-        port = node.port if isinstance(node, ClusterNode) else node
-        for found in self.nodes:
-            if found.port == port:
-                return found
-        raise LookupError(f"no node on port {port}")
+# -- inside
 
-    def _all_ok(self) -> bool:
-        for port in self.pids:
-            info = _ask(port, "CLUSTER", "INFO")
-            if "cluster_state:ok" not in info:
-                return False
-        return True
 
-    def _healthy(self) -> bool:
-        live = self.pids
-        for port in live:
-            info = dict(line.split(":", 1) for line in _ask(port, "CLUSTER", "INFO").split())
-            if info["cluster_state"] != "ok" or int(info["cluster_slots_ok"]) != SLOTS:
-                return False
-            nodes = [n for n in parse_cluster_nodes(_ask(port, "CLUSTER", "NODES"))]
-            seen = {n.port for n in nodes if n.connected and not n.flags & _BAD_FLAGS}
-            if not set(live) <= seen:
-                return False
-            by_id = {n.node_id: n for n in nodes}
-            for n in nodes:
-                if n.port in live and n.role == "replica":
-                    master = by_id.get(n.master_id or "")
-                    if master is None or master.role != "master":
-                        return False
-                elif n.port in live and not n.slots and self.replicas:
-                    return False  # a replica this node does not know as one yet (gossip)
-        for port in live:
-            role = _ask(port, "ROLE")
-            if role[0] == "slave" and role[3] != "connected":
-                return False
-        return True
+def _find(server: RedisClusterServer, node: int | ClusterNode) -> ClusterNode:
+    """A node of ``server`` as it is now, by port."""
+    port = node.port if isinstance(node, ClusterNode) else node
+    for found in server.nodes:
+        if found.port == port:
+            return found
+    raise LookupError(f"no node on port {port}")
+
+
+def _all_ok(server: RedisClusterServer) -> bool:
+    return all("cluster_state:ok" in _ask(server, port, "CLUSTER", "INFO") for port in server.pids)
+
+
+def _healthy(server: RedisClusterServer) -> bool:
+    live = server.pids
+    for port in live:
+        info = dict(line.split(":", 1) for line in _ask(server, port, "CLUSTER", "INFO").split())
+        if info["cluster_state"] != "ok" or int(info["cluster_slots_ok"]) != SLOTS:
+            return False
+        nodes = parse_cluster_nodes(_ask(server, port, "CLUSTER", "NODES"))
+        seen = {n.port for n in nodes if n.connected and not n.flags & _BAD_FLAGS}
+        if not set(live) <= seen:
+            return False
+        by_id = {n.node_id: n for n in nodes}
+        for n in nodes:
+            if n.port in live and n.role == "replica":
+                master = by_id.get(n.master_id or "")
+                if master is None or master.role != "master":
+                    return False
+            elif n.port in live and not n.slots and server.replicas and n.port not in server._added:
+                return False  # a replica this node does not know as one yet (gossip)
+    for port in live:
+        role = _ask(server, port, "ROLE")
+        if role[0] == "slave" and role[3] != "connected":
+            return False
+    return True
 
 
 def _spawn(server: RedisClusterServer, port: int) -> None:
@@ -444,11 +524,17 @@ def _spawn(server: RedisClusterServer, port: int) -> None:
         raise RuntimeError("redis-server is missing: `make test` installs it")
     folder = server.folder / str(port)
     folder.mkdir(parents=True, exist_ok=True)
+    tls = server.tls
+    listen = ["--port", str(port)]
+    if tls is not None:  # TLS only: clients, the cluster bus and replication
+        listen = ["--port", "0", "--tls-port", str(port)]
+        listen += ["--tls-cert-file", str(tls.cert), "--tls-key-file", str(tls.key)]
+        listen += ["--tls-ca-cert-file", str(tls.ca), "--tls-auth-clients", "no"]
+        listen += ["--tls-cluster", "yes", "--tls-replication", "yes"]
     server.processes[port] = subprocess.Popen(
         [
             path,
-            "--port",
-            str(port),
+            *listen,
             "--bind",
             "127.0.0.1",
             "--dir",
@@ -487,12 +573,13 @@ def _spawn(server: RedisClusterServer, port: int) -> None:
 def _wait_ping(server: RedisClusterServer, port: int, deadline: float) -> None:
     """Until the node on ``port`` answers ``PING`` (its log's tail if it died)."""
     process = server.processes[port]
+    context = None
+    if server.tls is not None:
+        context = ssl.create_default_context(cafile=str(server.tls.ca))
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(64).startswith(b"+PONG"):
-                    return
+            if _pong(port, context):
+                return
         except OSError:
             pass
         if process.poll() is not None:
@@ -503,25 +590,40 @@ def _wait_ping(server: RedisClusterServer, port: int, deadline: float) -> None:
     raise RuntimeError(f"redis-server :{port} did not answer in time")
 
 
-def _ask_any(ports: list[int], *command: Any) -> Any:
+def _pong(port: int, context: ssl.SSLContext | None) -> bool:
+    """Whether the node on ``port`` answers ``PING`` (over TLS with ``context``)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=0.2) as raw:
+        if context is None:
+            raw.sendall(b"PING\r\n")
+            return raw.recv(64).startswith(b"+PONG")
+        with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            tls.sendall(b"PING\r\n")
+            return tls.recv(64).startswith(b"+PONG")
+
+
+def _ask_any(server: RedisClusterServer, ports: list[int], *command: Any) -> Any:
     """The first answer of any node."""
     last: Exception | None = None
     for port in sorted(ports):
         try:
-            return _ask(port, *command)
+            return _ask(server, port, *command)
         except Exception as e:
             last = e
     raise RuntimeError(f"no node answered {command!r}: {last!r}")
 
 
-def _ask(port: int, *command: Any) -> Any:
+def _ask(server: RedisClusterServer, port: int, *command: Any, timeout: float = 1.0) -> Any:
     """One command to one node, on a connection of its own."""
+    tls: dict[str, Any] = {}
+    if server.tls is not None:
+        tls = {"ssl": True, "ssl_ca_certs": str(server.tls.ca)}
     client = _redis().Redis(
         host="127.0.0.1",
         port=port,
         decode_responses=True,
-        socket_timeout=1.0,
+        socket_timeout=timeout,
         socket_connect_timeout=0.5,
+        **tls,
     )
     try:
         return client.execute_command(*command)
@@ -536,17 +638,24 @@ def _was_replica_of(node: ClusterNode, dead: ClusterNode) -> bool:
     )
 
 
-def _create(ports: list[int], replicas: int, timeout: float) -> None:
+def _create(server: RedisClusterServer) -> None:
     """Join the nodes into a cluster (``redis-cli --cluster create``)."""
+    addresses = [f"127.0.0.1:{p}" for p in server.ports]
+    _cli(server, "create", *addresses, "--cluster-replicas", str(server.replicas))
+
+
+def _cli(server: RedisClusterServer, action: str, *args: str) -> None:
+    """``redis-cli --cluster <action> ...`` (``create``, ``add-node``, ``rebalance``), over
+    TLS when the cluster speaks it, answering yes to its questions."""
     cli = shutil.which("redis-cli")
     if cli is None:
         raise RuntimeError("redis-cli is missing (Debian's redis-tools)")
-    args = [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports)]
-    args += ["--cluster-replicas", str(replicas), "--cluster-yes"]
-    done = subprocess.run(args, capture_output=True, timeout=timeout, check=False)
+    tls = [] if server.tls is None else ["--tls", "--cacert", str(server.tls.ca)]
+    command = [cli, *tls, "--cluster", action, *args, "--cluster-yes"]
+    done = subprocess.run(command, capture_output=True, timeout=server.timeout, check=False)
     if done.returncode != 0:
         out = (done.stdout + done.stderr).decode(errors="replace")[-2000:]
-        raise RuntimeError(f"redis-cli --cluster create failed: {out}")
+        raise RuntimeError(f"redis-cli --cluster {action} failed: {out}")
 
 
 _BAD_FLAGS = frozenset({"fail", "fail?", "handshake", "noaddr"})
