@@ -334,13 +334,17 @@ class Deliveries:
         streams share its slot), sent in one pipeline, one batch per node, all
         nodes at once. Reads do not block (a blocked read would hold its node's
         batch): when a round brings nothing, the next waits 1 ms, doubling up to
-        50 ms while the partitions stay empty."""
+        50 ms while the partitions stay empty. Each read goes to the node the
+        client's slot map names at that moment, so reads follow a slot moved (a
+        resharding, a failover: ``MOVED``, and ``ASK`` while it moves); a read
+        that fails (its slot half moved: ``TRYAGAIN``) is read again the next
+        round, and the others' entries are delivered meanwhile."""
         streams = self.streams
         bus = streams._bus
         assert bus is not None
         client = streams._client
         idle = 0.0
-        nodes: dict[int, Any] = {}
+        failing = False  # said once while reads keep failing
         while not streams._stopping:
             readable = await self._readable()
             if readable is None:
@@ -353,20 +357,19 @@ class Deliveries:
                 pipe = client.pipeline(transaction=False)
                 for p in readable:
                     keys = layout.streams(p)
-                    node = nodes.get(p)
-                    if node is None:
-                        node = nodes[p] = client.get_node_from_key(keys[0])
                     pipe.execute_command(
                         *("XREADGROUP", "GROUP", streams.group, streams.consumer),
                         *("COUNT", count, "STREAMS", *keys),
                         *([">"] * len(keys)),
-                        target_nodes=node,
+                        target_nodes=client.get_node_from_key(keys[0]),
                     )
-                replies = await pipe.execute()
+                # Each read answers for itself: one that fails must not drop the
+                # entries the others delivered to this consumer (they would wait,
+                # pending and unread, until a sweep found them).
+                replies = await pipe.execute(raise_on_error=False)
                 self.reading = False
             except (*RETRYABLE, *SLOT_MOVING) as exc:
                 self.reading = False
-                nodes.clear()  # the slots moved (a failover): looked up again
                 streams.reconnects += 1
                 log.warning("redis: %s; reading again", exc)
                 await anyio.sleep(0.1)
@@ -377,6 +380,11 @@ class Deliveries:
                     await streams._retrying(self.create_groups)
                     continue
                 raise
+            failed = [reply for reply in replies if isinstance(reply, Exception)]
+            if failed:
+                replies = [reply for reply in replies if not isinstance(reply, Exception)]
+                await self._failed_reads(failed, failing)
+            failing = bool(failed)
             entries = [
                 (stream, entry, event_value(fields))
                 for reply in replies
@@ -386,11 +394,25 @@ class Deliveries:
             ]
             if not entries:
                 idle = min(0.05, max(0.001, idle * 2))
-                await anyio.sleep(idle)
+                await anyio.sleep(0.05 if failing else idle)
                 continue
             idle = 0.0
             self.feed(self.deliver(entries, attempts=None))
             await anyio.sleep(0)
+
+    async def _failed_reads(self, failed: list[Exception], failing: bool) -> None:
+        """Reads of a round that failed: read again next round (said once while they keep
+        failing); streams deleted under us are made again; any other error is raised."""
+        streams = self.streams
+        for exc in failed:
+            if "NOGROUP" in str(exc):  # the streams were deleted under us
+                await streams._retrying(self.create_groups)
+            elif not isinstance(exc, (*RETRYABLE, *SLOT_MOVING)):
+                raise exc
+        streams.reconnects += 1
+        (log.debug if failing else log.warning)(
+            "redis: %d reads failed (%s); reading them again", len(failed), failed[0]
+        )
 
     async def reclaim_partition(self, partition: int) -> None:
         """Take every entry still pending in a partition just acquired (its previous

@@ -80,6 +80,7 @@ class Outbox:
         "in_flight",
         "keys",
         "limit",
+        "moving",
         "node",
         "numbered",
         "partition",
@@ -126,6 +127,9 @@ class Outbox:
         self.numbered = 0
         #: Events the next flush may carry (less than :data:`_FLUSH_EVENTS` after a refusal).
         self.limit = _FLUSH_EVENTS
+        #: Whether the last flush was refused because its slot is moving (a resharding):
+        #: said once, until a flush is answered again.
+        self.moving = False
 
     def publish(self, event: Event) -> Outgoing:
         """A publish: the event's fields and the publish's own number."""
@@ -317,6 +321,9 @@ class Outbox:
                     continue
                 in_flight.popleft()
                 self.in_flight -= len(ops)
+                if self.moving:
+                    self.moving = False
+                    log.info("redis: partition %s answers again", self.partition)
                 sent_before = streams.sent
                 full = self._answer(ops, results)
                 if full:
@@ -395,20 +402,32 @@ class Outbox:
 
         On a cluster the partition's node is looked up again first: after a
         failover (or a slot moved) it is another server, which may lack the
-        script (``SCRIPT LOAD`` is not replicated): it is loaded again.
+        script (``SCRIPT LOAD`` is not replicated): it is loaded again. While
+        the partition's slot is moving to another master (``TRYAGAIN``, or
+        ``ASK``: a resharding), a flush cannot run anywhere (its keys are on
+        two nodes): it goes again to the same node after a pause, until the
+        slot has moved and the node answers ``MOVED``.
         Returns the connection the flushes went on.
         """
         streams = self.streams
         delay = 0.05
         while True:
-            log.warning("redis: %s; sending %d flushes again", exc, len(in_flight))
+            moving = _slot_moving(exc)
+            if moving and self.moving:
+                log.debug("redis: %s; sending %d flushes again", _said(exc), len(in_flight))
+            else:
+                log.warning("redis: %s; sending %d flushes again", _said(exc), len(in_flight))
+            self.moving = self.moving or moving
             try:
                 await self._release()
                 if self.partition is not None:
                     await anyio.sleep(delay)  # a failover takes a node timeout or more
-                    await streams._client.nodes_manager.initialize()
+                    if not moving:
+                        await streams._client.nodes_manager.initialize()
                 conn = await self._connect()
-                if self.partition is not None or isinstance(exc, redis_errors.NoScriptError):
+                if (self.partition is not None and not moving) or isinstance(
+                    exc, redis_errors.NoScriptError
+                ):
                     await streams._client.script_load(FLUSH)
                 for _, packed in in_flight:
                     await conn.send_packed_command(packed, check_health=False)
@@ -531,6 +550,26 @@ class Outbox:
         op.settle = self.settles = self.settles + 1
         self.queue.append(op)
         self._wake()
+
+
+def _slot_moving(exc: BaseException) -> bool:
+    """Whether ``exc`` says that a flush's slot is moving between masters (``TRYAGAIN``,
+    ``ASK``): the slot's owner is still the one the client knows."""
+    if isinstance(exc, redis_errors.MovedError):
+        return False
+    return isinstance(exc, (redis_errors.TryAgainError, redis_errors.AskError))
+
+
+def _said(exc: BaseException) -> str:
+    """An error as a log line says it: a redirection named (redis-py keeps only
+    ``slot host:port`` of ``MOVED``/``ASK``, and drops ``TRYAGAIN``)."""
+    if isinstance(exc, redis_errors.MovedError):
+        return f"MOVED {exc}"
+    if isinstance(exc, redis_errors.AskError):
+        return f"ASK {exc}"
+    if isinstance(exc, redis_errors.TryAgainError):
+        return f"TRYAGAIN {exc}"
+    return str(exc)
 
 
 class Outboxes:

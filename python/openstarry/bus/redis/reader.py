@@ -101,14 +101,24 @@ MAX_BLOCK = 2.0
 POLL = 0.1
 
 #: What a lost or unreachable Redis raises: a refused or lost connection, no
-#: answer in time, and on a cluster no node to be reached, or the cluster down
-#: (while a failover is under way).
+#: answer in time, and on a cluster no node to be reached, the cluster down
+#: (while a failover is under way), or a slot between two masters (a
+#: resharding: ``TRYAGAIN``, and redirections past the client's limit).
 ERRORS: tuple[type[Exception], ...] = (
     redis_errors.ConnectionError,
     redis_errors.TimeoutError,
     redis_errors.RedisClusterException,
-    redis_errors.ClusterDownError,
+    redis_errors.ClusterError,  # ClusterDownError, "TTL exhausted" (redirections)
+    redis_errors.TryAgainError,
+    redis_errors.AskError,  # MovedError too
 )
+
+#: What a read on a cluster answers while its slot moves between masters: read again.
+_SLOT_MOVING = (
+    redis_errors.TryAgainError,
+    redis_errors.AskError,  # MovedError too: followed by the client, unless past its limit
+    redis_errors.ClusterError,  # "TTL exhausted": redirections past the client's limit
+)  # (ClusterDownError, a ClusterError too, is raised: the cluster is down)
 
 _MAX_PART = (1 << 64) - 1
 _ENTRY_ID = re.compile(r"(\d+)(?:-(\d+))?")
@@ -390,8 +400,21 @@ async def _read_cluster(
                     *(cursors[key] for key in keys),
                     target_nodes=client.get_node_from_key(keys[0]),
                 )
-            replies: list[Any] = await pipe.execute()
-        reply = [stream for streams in replies if streams for stream in streams]
+            # A read whose slot is half moved (a resharding: TRYAGAIN) gives nothing this
+            # round, and its cursors stay: read again at the next poll; the others' count.
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+        for answer in replies:
+            if isinstance(answer, Exception) and (
+                not isinstance(answer, _SLOT_MOVING)
+                or isinstance(answer, redis_errors.ClusterDownError)
+            ):
+                raise answer
+        reply = [
+            stream
+            for streams in replies
+            if streams and not isinstance(streams, Exception)
+            for stream in streams
+        ]
         left = deadline - time.monotonic()
         if reply or left <= 0:
             return reply

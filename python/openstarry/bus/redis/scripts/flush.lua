@@ -43,8 +43,6 @@ local producer = ARGV[8]
 -- full stream has its new publishes refused: publishes keep their order.
 local hold = prefix .. 'hold:' .. producer
 local flush = tonumber(ARGV[9])
-local held = call('GET', hold)
-local blocked = held and tonumber(held) > tonumber(ARGV[10])
 local refused = false
 -- Every operation's fields, one flat msgpack array of strings (one C call to read).
 local t = cmsgpack.unpack(ARGV[7])
@@ -56,6 +54,15 @@ local starts = {}
 local ids, nids = {}, 0
 local known = {}
 local P, C, A = byte('P'), byte('C'), byte('A')
+-- On a Redis Cluster, every key this flush touches, once each (checked below).
+local touched, ntouched, touching = {}, 0, {}
+local function touch(key)
+  if not touching[key] then
+    touching[key] = true
+    ntouched = ntouched + 1
+    touched[ntouched] = key
+  end
+end
 local k = 1
 for i = 1, #codes do
   local op = codes[i]
@@ -67,12 +74,19 @@ for i = 1, #codes do
       nids = nids + 1
       ids[nids] = id
     end
+    if relay then touch(t[k + 1]) end
     k = k + 4
   elseif op == C then
     -- stream, entry, n, m, lease, holder, then n times id, stream, wire (the
     -- effects), then m times key, value (the state written)
     local n = tonumber(t[k + 2])
     local m = tonumber(t[k + 3])
+    if relay then
+      local lease = t[k + 4]
+      touch(t[k])
+      touch(lease)
+      touch(prefix .. 'epoch:' .. string.sub(lease, #prefix + 7))
+    end
     k = k + 6
     for j = 1, n do
       local id = t[k]
@@ -81,12 +95,21 @@ for i = 1, #codes do
         nids = nids + 1
         ids[nids] = id
       end
+      if relay and string.sub(t[k + 1], 1, #prefix) == prefix then touch(t[k + 1]) end
       k = k + 3
+    end
+    if relay then
+      for j = 0, m - 1 do touch(t[k + 2 * j]) end
     end
     k = k + 2 * m
   elseif op == A then -- stream, entry ids joined by commas
+    if relay then touch(t[k]) end
     k = k + 2
   else -- 'D': stream, entry, wire, reason
+    if relay then
+      touch(t[k])
+      touch(prefix .. 'dead')
+    end
     k = k + 4
   end
 end
@@ -95,6 +118,29 @@ local now = call('TIME')
 local bucket = math.floor((tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)) / window)
 local current = prefix .. 'ids:' .. bucket
 local previous = prefix .. 'ids:' .. (bucket - 1)
+
+-- While a Redis Cluster moves this partition's slot to another master (a resharding),
+-- some of its keys may be there already, and a command on one of them would fail in the
+-- middle of this script, after the writes before it. So, before any read or write,
+-- every key it touches is looked up in one EXISTS, which Redis answers only when they
+-- are all on this node (else TRYAGAIN or ASK, for a key not here, moved or not made
+-- yet). Then the flush is refused whole, as TRYAGAIN, with nothing written: the client
+-- sends it again after a pause, until the slot has moved (MOVED names its new master).
+if relay then
+  touch(hold)
+  touch(current)
+  touch(previous)
+  touch(prefix .. 'ids:' .. (bucket - 2))
+  touch(relay)
+  for c = 1, ntouched, 1000 do
+    local here = redis.pcall('EXISTS', unpack(touched, c, math.min(c + 999, ntouched)))
+    if type(here) == 'table' and here.err then
+      return redis.error_reply('TRYAGAIN the partition\'s slot is moving: ' .. here.err)
+    end
+  end
+end
+local held = call('GET', hold)
+local blocked = held and tonumber(held) > tonumber(ARGV[10])
 for c = 1, nids, 1000 do
   local last = math.min(c + 999, nids)
   local a = call('HMGET', current, unpack(ids, c, last))
