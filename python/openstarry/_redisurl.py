@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import urllib.parse
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
@@ -100,10 +101,15 @@ def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
 
     ``redis+cluster://[user:password@]host:port[,host:port...][?option=value]``:
     any node of the cluster will do as a seed; several make the first connection
-    survive one that is down. ``rediss+cluster://`` connects over TLS.
+    survive one that is down. ``rediss+cluster://`` connects over TLS. The options
+    are redis-py's, for every node the client finds (``ssl_ca_certs=/path``,
+    ``ssl_certfile``, ``ssl_keyfile``, ``ssl_check_hostname=false``, ...): typed as
+    redis-py types them in a ``redis://`` URL (a flag ``false`` is ``False``, a
+    timeout a number), the rest as text.
 
     Raises:
-        ValueError: not a cluster URL, no node, or a node without a valid port.
+        ValueError: not a cluster URL, no node, a node without a valid port, or an
+            option that is not of its type.
     """
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() not in CLUSTER_SCHEMES:
@@ -125,8 +131,38 @@ def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
         nodes.append((host.strip("[]"), int(port)))
     for pair in filter(None, query.split("&")):
         key, _, value = pair.partition("=")
-        options[key] = value
+        key, value = urllib.parse.unquote(key), urllib.parse.unquote(value)
+        parse = _OPTION_TYPES.get(key)
+        try:
+            options[key] = value if parse is None else parse(value)
+        except ValueError:
+            kind = "a whole number" if parse is int else "a number"
+            raise ValueError(f"Redis Cluster URL: {key}={value!r} is not {kind}") from None
     return nodes, options
+
+
+def _flag(value: str) -> bool:
+    """A URL's flag as redis-py reads one: ``0``, ``f``, ``false``, ``n``, ``no`` are false."""
+    return value.upper() not in ("0", "F", "FALSE", "N", "NO")
+
+
+#: The options of a cluster URL that are not text, and their types (redis-py's own
+#: for ``redis://`` URLs, and its cluster client's): text such as ``"false"`` would
+#: reach every node as a true value.
+_OPTION_TYPES: dict[str, Callable[[str], Any]] = {
+    "socket_timeout": float,
+    "socket_connect_timeout": float,
+    "socket_keepalive": _flag,
+    "retry_on_timeout": _flag,
+    "max_connections": int,
+    "health_check_interval": int,
+    "ssl_check_hostname": _flag,
+    "ssl_min_version": int,
+    "protocol": int,
+    "read_from_replicas": _flag,
+    "require_full_coverage": _flag,
+    "reinitialize_steps": int,
+}
 
 
 # -- where a bus's keys live (the Redis bus and the session store agree on them) --

@@ -271,13 +271,18 @@ class RedisStreams:
         while True:
             try:
                 return await action()
-            except (*RETRYABLE, *SLOT_MOVING) as exc:
+            except (*RETRYABLE, *SLOT_MOVING, redis_errors.RedisClusterException) as exc:
                 refused = tls_refusal(exc)
                 if refused is not None:  # no retry mends a certificate
+                    where = (
+                        "rediss+cluster://HOST:PORT[,...]" if self.cluster else "rediss://HOST:PORT"
+                    )
                     raise redis_errors.ConnectionError(
                         f"redis: {refused}. With a CA of your own, name it in the URL: "
-                        "rediss://HOST:PORT?ssl_ca_certs=/path/to/ca.pem"
+                        f"{where}?ssl_ca_certs=/path/to/ca.pem"
                     ) from exc
+                if not isinstance(exc, (*RETRYABLE, *SLOT_MOVING)):
+                    raise  # no seed node of the cluster answers (as before: not retried)
                 self.reconnects += 1
                 log.warning("redis: %s; retrying in %.2f s", exc, delay)
                 await anyio.sleep(delay)
