@@ -342,7 +342,8 @@ class ExecutionLoop(Lifecycle):
         # Served here when the session is free and the input reaches it at once
         # (EventBus.deliver). A built-in command goes the usual way.
         inputs = self._inputs
-        command = parse_line(text)
+        # (A line that starts with a letter or digit is no command, as Turn.run reads it.)
+        command = None if text[:1].isalnum() else parse_line(text)
         local = self._publish is not None  # (a remote bus serves inputs where it will)
         if local and inputs is not None and (command is None or not command.is_builtin):
             sessions = self._sessions
