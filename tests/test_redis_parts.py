@@ -17,6 +17,7 @@ from redis_support import NEEDS_REDIS_SERVER
 
 pytest.importorskip("redis")
 import redis.asyncio as aioredis
+import redis.exceptions as redis_errors
 
 from openstarry.bus.redis import RedisStreams
 from openstarry.bus.redis.keys import Layout, key_slot, partition_of, stream_key
@@ -171,3 +172,74 @@ async def test_what_a_dead_consumer_held_is_reclaimed_by_the_next_owner(
         assert isinstance(streams, RedisStreams)
         assert streams.metrics()["delivered"] == 20
     assert handled == [e.id for e in events]
+
+
+class _FakeConnection:
+    """A flusher's connection: what it was sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    async def send_packed_command(self, packed: Any, check_health: bool = True) -> None:
+        self.sent.append(packed)
+
+    async def disconnect(self) -> None:
+        pass
+
+
+class _FakeNode:
+    def __init__(self, connections: list[_FakeConnection]) -> None:
+        self.connection_kwargs: dict[str, Any] = {}
+        self._connections = connections
+
+    def connection_class(self, **kwargs: Any) -> _FakeConnection:
+        connection = _FakeConnection()
+        self._connections.append(connection)
+        return connection
+
+
+class _FakeCluster:
+    """A cluster client whose slot lookup finds no node to answer ``failures`` times
+    (a failover under load: ``Redis Cluster cannot be connected``), then answers."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.lookups = 0
+        self.scripts = 0
+        self.connections: list[_FakeConnection] = []
+        self.nodes_manager = self
+
+    async def initialize(self) -> None:
+        self.lookups += 1
+        if self.lookups <= self.failures:
+            raise redis_errors.RedisClusterException(
+                "Redis Cluster cannot be connected. Please provide at least one reachable node"
+            )
+
+    def get_node_from_key(self, key: Any) -> _FakeNode:
+        return _FakeNode(self.connections)
+
+    async def script_load(self, script: str) -> str:
+        self.scripts += 1
+        return "sha"
+
+
+async def test_a_flush_sent_again_waits_out_a_slot_lookup_that_reaches_no_node() -> None:
+    """Defect (seen in CI): during a failover under load, looking the slots up again
+    found no node to answer (``RedisClusterException``), and the outbox let it end
+    the bus. It now waits and looks again, then sends the flushes in flight, in order."""
+    from collections import deque
+
+    from openstarry.bus.redis.outbox import Outbox
+
+    streams: Any = RedisStreams("redis+cluster://127.0.0.1:1", name="t", partitions=2)
+    cluster = _FakeCluster(failures=2)
+    streams._client = cluster
+    outbox = Outbox(streams, 1)
+    in_flight: deque[tuple[Any, Any]] = deque([([], b"first"), ([], b"second")])
+    with anyio.fail_after(10):
+        conn = await outbox._send_again(None, in_flight, redis_errors.ConnectionError("gone"))
+    assert cluster.lookups == 3  # two that reached no node, then one that did
+    assert conn is cluster.connections[-1]
+    assert conn.sent == [b"first", b"second"]
+    assert cluster.scripts == 1  # the new master may lack the script

@@ -432,7 +432,9 @@ class Outbox:
                 for _, packed in in_flight:
                     await conn.send_packed_command(packed, check_health=False)
                 return conn
-            except (*RETRYABLE, *SLOT_MOVING) as again:
+            except (*RETRYABLE, *SLOT_MOVING, redis_errors.RedisClusterException) as again:
+                # (RedisClusterException: looking the slots up found no node to answer,
+                # as during a failover under load; the cluster answered a moment ago.)
                 exc = again
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 2.0)
