@@ -1,11 +1,12 @@
 """The dispatcher: the one task that takes events out of the queue and calls their handlers.
 
-:class:`Dispatcher` is the state the dispatcher shares with the publishing side
-of :class:`~openstarry.bus.EventBus` (which is one), and its loop: a batch out of
-the Rust queue in one call, each event's handlers in order, a priority-0 event
-published meanwhile overtaking the rest of the batch (:func:`notice_new`), a
-handler's exception turned into a ``KERNEL:ERROR``, a delivered event's holds
-released to its backend.
+:class:`Dispatcher` names the state the dispatcher shares with the publishing
+side of :class:`~openstarry.bus.EventBus` (which has it: a protocol, not a base
+class), and :func:`dispatch_loop` is the task: a batch out of the Rust queue in
+one call, each event's handlers in order, a priority-0 event published
+meanwhile overtaking the rest of the batch (:func:`notice_new`), a handler's
+exception turned into a ``KERNEL:ERROR``, a delivered event's holds released
+to its backend.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import inspect
 import logging
 from array import array
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -183,8 +184,9 @@ def _no_backend(event: Event, outcome: str) -> None:
     raise AssertionError("a hold on a bus without a backend")
 
 
-class Dispatcher:
-    """The bus's dispatch state and loop (:class:`~openstarry.bus.EventBus` is one)."""
+class Dispatcher(Protocol):
+    """What the dispatcher reads and writes of its bus (an :class:`~openstarry.bus.EventBus`):
+    the state it shares with the publishing side."""
 
     _queue: EventQueue
     _batch: list[Any]
@@ -192,7 +194,6 @@ class Dispatcher:
     _dedup: DedupWindow | None
     _capacity: int | None
     _emitter: Emitter | None
-    _remote: object | None  # the publishing side on a remote backend (EventBus)
     backend: BusBackend | None
     source: str
     new_signal: Any
@@ -214,109 +215,114 @@ class Dispatcher:
     _handler_errors: int
     _errors_dropped: int
 
-    def publish(self, event: Event) -> Published:
-        raise NotImplementedError
+    @property
+    def _remote(self) -> object | None:
+        """The publishing side on a remote backend (``None`` on the local bus)."""
 
-    async def _dispatch_loop(self) -> None:
-        pop_many = self._queue.pop_many
-        routes = self._routes.by_type
-        route_of = self._routes.of
-        latency = self._latency
-        size = len(latency)
-        new_signal = self.new_signal
-        holds = self._holds
-        outcomes = self._outcomes
-        handle_type = Published
-        # A remote bus publishes through its backend: always the careful way.
-        careful = self._remote is not None
-        backend_done = self.backend.done if self.backend is not None else _no_backend
-        self._dispatcher = anyio.get_current_task().id
-        batch: list[Any] = self._batch
-        item: Any = None
-        try:
-            while True:
+    def publish(self, event: Event) -> Published: ...
+
+
+async def dispatch_loop(bus: Dispatcher) -> None:
+    """The dispatcher: runs in its own task until the bus closes (or it is cancelled)."""
+    pop_many = bus._queue.pop_many
+    routes = bus._routes.by_type
+    route_of = bus._routes.of
+    latency = bus._latency
+    size = len(latency)
+    new_signal = bus.new_signal
+    holds = bus._holds
+    outcomes = bus._outcomes
+    handle_type = Published
+    # A remote bus publishes through its backend: always the careful way.
+    careful = bus._remote is not None
+    backend_done = bus.backend.done if bus.backend is not None else _no_backend
+    bus._dispatcher = anyio.get_current_task().id
+    batch: list[Any] = bus._batch
+    item: Any = None
+    try:
+        while True:
+            if not batch:
+                # One call takes a batch; notice_new keeps priority across it.
+                batch = pop_many(_BATCH)
                 if not batch:
-                    # One call takes a batch; notice_new keeps priority across it.
-                    batch = pop_many(_BATCH)
-                    if not batch:
-                        self._batch = batch
-                        if self._closing:
-                            return
-                        if self._room_waiters:
-                            _make_room(self)
-                        self._wake = new_signal()
-                        self._watch = True
-                        set_asleep(self, True)
-                        self._idle.set()
-                        await self._wake.wait()
+                    bus._batch = batch
+                    if bus._closing:
+                        return
+                    if bus._room_waiters:
+                        _make_room(bus)
+                    bus._wake = new_signal()
+                    bus._watch = True
+                    set_asleep(bus, True)
+                    bus._idle.set()
+                    await bus._wake.wait()
+                    continue
+                batch.reverse()
+                bus._batch = batch
+                bus._watch = len(batch) > 1 or careful
+            item = batch.pop()
+            if type(item) is handle_type:
+                event = item.event
+                at = item._at
+                if at is not None:  # a sampled event
+                    count = bus._latency_count
+                    latency[count % size] = _handles._perf_ns() - at
+                    bus._latency_count = count + 1
+            else:
+                event = item  # ingested or fed: no handle, no latency sample
+            entry = routes.get(event.type)
+            if entry is None:
+                entry = route_of(event.type)
+            entry[1] += 1
+            route: tuple[Subscription, ...] = entry[0]
+            # A delivered event's handlers publish its effects (remote backends).
+            cause = CAUSE.set(event) if holds and event in holds else None
+            outcome = entry[3]
+            sole = entry[2]
+            if sole is not None:  # one plain function: no loop, no cancelled check
+                try:
+                    returned = sole(event)
+                    # A callable object or a lambda may return an awaitable.
+                    if returned is not None and inspect.isawaitable(returned):
+                        _make_room(bus)
+                        await returned
+                except Exception as exc:
+                    outcome = "failed"
+                    handler_failed(bus, event, route[0], exc)
+                    if event in holds:
+                        outcomes[event] = "failed"
+            else:
+                for subscription in route:
+                    if subscription._routes is None:  # cancelled during this dispatch
                         continue
-                    batch.reverse()
-                    self._batch = batch
-                    self._watch = len(batch) > 1 or careful
-                item = batch.pop()
-                if type(item) is handle_type:
-                    event = item.event
-                    at = item._at
-                    if at is not None:  # a sampled event
-                        count = self._latency_count
-                        latency[count % size] = _handles._perf_ns() - at
-                        self._latency_count = count + 1
-                else:
-                    event = item  # ingested or fed: no handle, no latency sample
-                entry = routes.get(event.type)
-                if entry is None:
-                    entry = route_of(event.type)
-                entry[1] += 1
-                route: tuple[Subscription, ...] = entry[0]
-                # A delivered event's handlers publish its effects (remote backends).
-                cause = CAUSE.set(event) if holds and event in holds else None
-                outcome = entry[3]
-                sole = entry[2]
-                if sole is not None:  # one plain function: no loop, no cancelled check
                     try:
-                        returned = sole(event)
-                        # A callable object or a lambda may return an awaitable.
-                        if returned is not None and inspect.isawaitable(returned):
-                            _make_room(self)
-                            await returned
+                        if subscription.is_async:
+                            _make_room(bus)
+                            await subscription.handler(event)  # type: ignore[misc]
+                        else:
+                            returned = subscription.handler(event)
+                            if returned is not None and inspect.isawaitable(returned):
+                                _make_room(bus)
+                                await returned
                     except Exception as exc:
                         outcome = "failed"
-                        handler_failed(self, event, route[0], exc)
+                        handler_failed(bus, event, subscription, exc)
                         if event in holds:
                             outcomes[event] = "failed"
-                else:
-                    for subscription in route:
-                        if subscription._routes is None:  # cancelled during this dispatch
-                            continue
-                        try:
-                            if subscription.is_async:
-                                _make_room(self)
-                                await subscription.handler(event)  # type: ignore[misc]
-                            else:
-                                returned = subscription.handler(event)
-                                if returned is not None and inspect.isawaitable(returned):
-                                    _make_room(self)
-                                    await returned
-                        except Exception as exc:
-                            outcome = "failed"
-                            handler_failed(self, event, subscription, exc)
-                            if event in holds:
-                                outcomes[event] = "failed"
-                if cause is not None:
-                    CAUSE.reset(cause)
-                    # release(event), inline: the dispatch's hold.
-                    held = holds.get(event)
-                    if held is not None:
-                        if held > 1:
-                            holds[event] = held - 1
-                        else:
-                            del holds[event]
-                            backend_done(
-                                event, outcomes.pop(event, "handled") if outcomes else "handled"
-                            )
-                if item is not event:
-                    item._finish(outcome)  # and wakes its awaiters, if any
-        finally:
-            _stop_pending(self, item, batch)
-            self._idle.set()
-            self._stopped.set()
+            if cause is not None:
+                CAUSE.reset(cause)
+                # release(event), inline: the dispatch's hold.
+                held = holds.get(event)
+                if held is not None:
+                    if held > 1:
+                        holds[event] = held - 1
+                    else:
+                        del holds[event]
+                        backend_done(
+                            event, outcomes.pop(event, "handled") if outcomes else "handled"
+                        )
+            if item is not event:
+                item._finish(outcome)  # and wakes its awaiters, if any
+    finally:
+        _stop_pending(bus, item, batch)
+        bus._idle.set()
+        bus._stopped.set()

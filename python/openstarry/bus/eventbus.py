@@ -23,7 +23,7 @@ from openstarry._lifecycle import Lifecycle
 from openstarry.bus.backend import BusBackend, backend_for_url
 from openstarry.bus.dispatch import (
     NOT_RUNNING,
-    Dispatcher,
+    dispatch_loop,
     handler_failed,
     notice_new,
     queued_depths,
@@ -103,7 +103,7 @@ def _emitter_of(bus: EventBus) -> Emitter | None:
     return Emitter(bus._queue, bus._dedup, routes.by_type, routes.of, bus.publish)
 
 
-class EventBus(Lifecycle, Dispatcher):
+class EventBus(Lifecycle):
     """Publish/subscribe over the Rust priority queue, on asyncio or trio (through anyio).
 
     Args:
@@ -273,7 +273,7 @@ class EventBus(Lifecycle, Dispatcher):
             async with AsyncExitStack() as stack:
                 task_group = await stack.enter_async_context(anyio.create_task_group())
                 self._task_group = task_group
-                task_group.start_soon(self._dispatch_loop, name="openstarry.bus dispatcher")
+                task_group.start_soon(dispatch_loop, self, name="openstarry.bus dispatcher")
                 if self.backend is not None:
                     # Entered after the dispatcher, left before it stops: the
                     # backend stops delivering, then what it delivered drains.
