@@ -1,6 +1,7 @@
 """The walk of a user's text through openstarry, from ``ExecutionLoop.ask``.
 
-    python -m benches.walk
+    python -m benches.walk               # the walk of one turn
+    python -m benches.walk --turns 1200  # 1,200 turns, untraced (for callgrind)
 
 One turn of the turn benchmark (``benches/test_bench_turn.py``: a
 ``FunctionProvider`` that asks for ``add_one`` once, then answers ``"done"``)
@@ -97,7 +98,23 @@ def trace(prompt: str) -> list[tuple[str, str]]:
     return walk
 
 
+def turns(n: int) -> None:
+    """Run ``n`` turns of the walk's agent, untraced (what callgrind counts)."""
+
+    async def run() -> None:
+        agent = Agent(FunctionProvider(model, record=0), [add_one], memory_window=1)
+        async with agent:
+            for _ in range(n):
+                result = await agent.ask("add one to one")
+            assert n == 0 or result.replies == ["done"], result
+
+    anyio.run(run)
+
+
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--turns":
+        turns(int(sys.argv[2]))
+        return
     prompt = "".join(["add one ", "to one"])  # a str no other code holds
     stays: list[tuple[str, list[str]]] = []
     for name, what in trace(prompt):
