@@ -27,25 +27,11 @@ from typing import Any
 import anyio
 
 import openstarry
-from openstarry import Agent, tool
-from openstarry.agent.interfaces import AgentContext
-from openstarry.core import ProviderResponse
-from openstarry.testing import FunctionProvider, text, tool_call
+from benches.test_bench_turn import add_one, model
+from openstarry import Agent
+from openstarry.testing import FunctionProvider
 
 _PACKAGE = Path(openstarry.__path__[0])
-
-
-@tool
-async def add_one(x: int) -> int:
-    """Add one to x."""
-    return x + 1
-
-
-def model(prompt: str, context: AgentContext) -> ProviderResponse:
-    """Call the tool on the first round; answer once its result has come back."""
-    if not context.tool_results:
-        return tool_call("add_one", {"x": 1})
-    return text("done")
 
 
 def _holds(frame: FrameType | None, value: str) -> bool:
